@@ -1,0 +1,606 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// MaxNameLength is the longest NodeGroup name: names end up in label values
+// (at most 63 characters) together with a 21-character hash suffix.
+const MaxNameLength = 42
+
+// NodeGroup describes a set of nodes configured alike: their type, container
+// runtime, kubelet settings, update and disruption policy, and the labels,
+// annotations and taints every node of the group carries.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:scope=Cluster,shortName=ng,categories=deckhouse
+// +kubebuilder:subresource:status
+// +kubebuilder:storageversion
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.nodeType`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="UpToDate",type=integer,JSONPath=`.status.upToDate`
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`,priority=1
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`,priority=1
+// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.status.min`,priority=1
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.status.max`,priority=1
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditionSummary.statusMessage`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 42",message="metadata.name: must be at most 42 characters (node labels derived from it carry a 21-character hash)",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: must consist of lowercase letters, digits and '-', and start and end with a letter or digit (regex ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$)",reason=FieldValueInvalid
+type NodeGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired configuration of the group's nodes.
+	// +required
+	Spec NodeGroupSpec `json:"spec"`
+	// Status is observed state, written by node-manager's controllers.
+	// +optional
+	Status NodeGroupStatus `json:"status,omitempty"`
+}
+
+// NodeType says who creates a group's machines and how node-manager treats them.
+// +kubebuilder:validation:Enum=CloudEphemeral;CloudPermanent;CloudStatic;Static
+type NodeType string
+
+const (
+	// NodeTypeCloudEphemeral nodes are created and deleted on demand by a machine controller.
+	NodeTypeCloudEphemeral NodeType = "CloudEphemeral"
+	// NodeTypeCloudPermanent nodes are long-lived cloud machines created by the installer.
+	NodeTypeCloudPermanent NodeType = "CloudPermanent"
+	// NodeTypeCloudStatic nodes are machines created by hand in an integrated cloud.
+	NodeTypeCloudStatic NodeType = "CloudStatic"
+	// NodeTypeStatic nodes are bare metal or virtual machines with no cloud integration.
+	NodeTypeStatic NodeType = "Static"
+)
+
+// NodeGroupSpec is the desired configuration of a group's nodes.
+//
+// +kubebuilder:validation:XValidation:rule="self.nodeType != 'CloudEphemeral' || has(self.cloudInstances)",message="cloudInstances is required when nodeType is CloudEphemeral",fieldPath=".cloudInstances",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="self.nodeType == 'CloudEphemeral' || !has(self.cloudInstances)",message="cloudInstances is allowed only when nodeType is CloudEphemeral",fieldPath=".cloudInstances",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="self.nodeType in ['Static', 'CloudStatic'] || !has(self.staticInstances)",message="staticInstances is allowed only when nodeType is Static or CloudStatic",fieldPath=".staticInstances",reason=FieldValueForbidden
+type NodeGroupSpec struct {
+	// NodeType is one of CloudEphemeral, CloudPermanent, CloudStatic or Static.
+	// +required
+	NodeType NodeType `json:"nodeType"`
+
+	// KubernetesVersion pins the group's kubelet to a Kubernetes minor version
+	// such as "1.36". When empty, the cluster's version applies.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^1\.[0-9]{1,3}$`
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+
+	// CRI configures the container runtime. When empty, the cluster's default applies.
+	// +optional
+	CRI *CRISpec `json:"cri,omitempty"`
+
+	// Kubelet configures the kubelet of every node in the group.
+	// +optional
+	Kubelet *KubeletSpec `json:"kubelet,omitempty"`
+
+	// Disruptions says how updates that disrupt workloads (such as a
+	// container runtime restart) are approved.
+	// +optional
+	// +kubebuilder:default={approvalMode: Automatic}
+	Disruptions *DisruptionsSpec `json:"disruptions,omitempty"`
+
+	// Update limits how many nodes are updated at once.
+	// +optional
+	// +kubebuilder:default={maxConcurrent: 1}
+	Update *UpdateSpec `json:"update,omitempty"`
+
+	// NodeTemplate holds labels, annotations and taints kept on every node of the group.
+	// +optional
+	NodeTemplate *NodeTemplate `json:"nodeTemplate,omitempty"`
+
+	// Chaos configures the chaos monkey, which drains and deletes a random
+	// machine of a healthy group from time to time.
+	// +optional
+	Chaos *ChaosSpec `json:"chaos,omitempty"`
+
+	// OperatingSystem is kept for compatibility; it has no effect.
+	// +optional
+	OperatingSystem *OperatingSystemSpec `json:"operatingSystem,omitempty"`
+
+	// StaticInstances selects StaticInstance machines for a Static or CloudStatic group.
+	// +optional
+	StaticInstances *StaticInstancesSpec `json:"staticInstances,omitempty"`
+
+	// CloudInstances describes the machines of a CloudEphemeral group.
+	// +optional
+	CloudInstances *CloudInstancesSpec `json:"cloudInstances,omitempty"`
+
+	// Fencing enables node fencing: a node that loses the API is reset by its
+	// watchdog and its Node object is removed.
+	// +optional
+	Fencing *FencingSpec `json:"fencing,omitempty"`
+
+	// NodeDrainTimeoutSecond is how long a drain may take before it is
+	// reported as failed. When empty, 600 seconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	NodeDrainTimeoutSecond *int32 `json:"nodeDrainTimeoutSecond,omitempty"`
+}
+
+// CRIType names a container runtime.
+// +kubebuilder:validation:Enum=Containerd;ContainerdV2;NotManaged
+type CRIType string
+
+const (
+	// CRIContainerd is containerd 1.7, managed by node-manager.
+	CRIContainerd CRIType = "Containerd"
+	// CRIContainerdV2 is containerd 2, managed by node-manager.
+	CRIContainerdV2 CRIType = "ContainerdV2"
+	// CRINotManaged leaves the container runtime to the machine's owner.
+	CRINotManaged CRIType = "NotManaged"
+)
+
+// CRISpec configures the container runtime; only the sub-object that matches type may be set.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.containerd) || (has(self.type) && self.type == 'Containerd')",message="cri.containerd is allowed only when cri.type is Containerd",fieldPath=".containerd",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.containerdV2) || (has(self.type) && self.type == 'ContainerdV2')",message="cri.containerdV2 is allowed only when cri.type is ContainerdV2",fieldPath=".containerdV2",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.notManaged) || (has(self.type) && self.type == 'NotManaged')",message="cri.notManaged is allowed only when cri.type is NotManaged",fieldPath=".notManaged",reason=FieldValueForbidden
+type CRISpec struct {
+	// Type is Containerd, ContainerdV2 or NotManaged. When empty, the cluster's default applies.
+	// +optional
+	Type CRIType `json:"type,omitempty"`
+	// Containerd tunes containerd when type is Containerd.
+	// +optional
+	Containerd *ContainerdSpec `json:"containerd,omitempty"`
+	// ContainerdV2 tunes containerd 2 when type is ContainerdV2.
+	// +optional
+	ContainerdV2 *ContainerdSpec `json:"containerdV2,omitempty"`
+	// NotManaged describes a runtime node-manager does not install.
+	// +optional
+	NotManaged *NotManagedCRISpec `json:"notManaged,omitempty"`
+}
+
+// ContainerdSpec tunes a managed containerd.
+type ContainerdSpec struct {
+	// MaxConcurrentDownloads is how many image layers are pulled at once.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxConcurrentDownloads *int32 `json:"maxConcurrentDownloads,omitempty"`
+}
+
+// NotManagedCRISpec describes a container runtime installed by someone else.
+type NotManagedCRISpec struct {
+	// CRISocketPath is the runtime's socket, such as /run/containerd/containerd.sock.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^/`
+	CRISocketPath string `json:"criSocketPath,omitempty"`
+}
+
+// KubeletSpec configures the kubelet.
+type KubeletSpec struct {
+	// MaxPods is the most pods the kubelet runs. When empty, it follows the
+	// pod subnet prefix per node: 120 for /24 or longer, 250 for /23, 500 for
+	// /22, 1000 for /21 or shorter.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MaxPods *int32 `json:"maxPods,omitempty"`
+	// RootDir is the kubelet's data directory.
+	// +optional
+	// +kubebuilder:default="/var/lib/kubelet"
+	// +kubebuilder:validation:Pattern=`^/`
+	RootDir string `json:"rootDir,omitempty"`
+	// ContainerLogMaxSize is the size at which a container log is rotated.
+	// +optional
+	// +kubebuilder:default="50Mi"
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*(Ki|Mi|Gi)$`
+	ContainerLogMaxSize string `json:"containerLogMaxSize,omitempty"`
+	// ContainerLogMaxFiles is how many rotated logs are kept per container.
+	// +optional
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	ContainerLogMaxFiles *int32 `json:"containerLogMaxFiles,omitempty"`
+	// SeccompDefault runs every container with the RuntimeDefault seccomp profile.
+	// +optional
+	SeccompDefault bool `json:"seccompDefault,omitempty"`
+	// ResourceReservation reserves CPU, memory and storage for the system.
+	// +optional
+	ResourceReservation *ResourceReservationSpec `json:"resourceReservation,omitempty"`
+	// TopologyManager configures NUMA-aware placement.
+	// +optional
+	TopologyManager *TopologyManagerSpec `json:"topologyManager,omitempty"`
+	// MemorySwap configures swap for pods.
+	// +optional
+	MemorySwap *MemorySwapSpec `json:"memorySwap,omitempty"`
+}
+
+// ResourceReservationMode says how system resources are reserved.
+// +kubebuilder:validation:Enum=Off;Auto;Static
+type ResourceReservationMode string
+
+const (
+	// ResourceReservationOff reserves nothing.
+	ResourceReservationOff ResourceReservationMode = "Off"
+	// ResourceReservationAuto reserves amounts computed from the node's capacity.
+	ResourceReservationAuto ResourceReservationMode = "Auto"
+	// ResourceReservationStatic reserves the amounts in static.
+	ResourceReservationStatic ResourceReservationMode = "Static"
+)
+
+// ResourceReservationSpec reserves resources for the system.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Static' || has(self.static)",message="kubelet.resourceReservation.static is required when mode is Static",fieldPath=".static",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Static' || !has(self.static)",message="kubelet.resourceReservation.static is allowed only when mode is Static",fieldPath=".static",reason=FieldValueForbidden
+type ResourceReservationSpec struct {
+	// Mode is Off, Auto or Static.
+	// +optional
+	// +kubebuilder:default=Auto
+	Mode ResourceReservationMode `json:"mode,omitempty"`
+	// Static holds the amounts reserved in Static mode.
+	// +optional
+	Static *StaticResourceReservation `json:"static,omitempty"`
+}
+
+// StaticResourceReservation holds fixed amounts reserved for the system.
+type StaticResourceReservation struct {
+	// CPU reserved for the system, such as 500m.
+	// +optional
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+	// Memory reserved for the system, such as 1Gi.
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+	// EphemeralStorage reserved for the system, such as 5Gi.
+	// +optional
+	EphemeralStorage *resource.Quantity `json:"ephemeralStorage,omitempty"`
+}
+
+// TopologyManagerSpec configures the kubelet's topology manager. Enabling it
+// also turns on the static CPU and memory manager policies.
+type TopologyManagerSpec struct {
+	// Enabled turns the topology manager on.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled bool `json:"enabled,omitempty"`
+	// Scope is Container or Pod.
+	// +optional
+	// +kubebuilder:default=Container
+	// +kubebuilder:validation:Enum=Container;Pod
+	Scope string `json:"scope,omitempty"`
+	// Policy is None, BestEffort, Restricted or SingleNumaNode.
+	// +optional
+	// +kubebuilder:default=None
+	// +kubebuilder:validation:Enum=None;BestEffort;Restricted;SingleNumaNode
+	Policy string `json:"policy,omitempty"`
+}
+
+// MemorySwapSpec configures swap.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.limitedSwap) || (has(self.swapBehavior) && self.swapBehavior == 'LimitedSwap')",message="kubelet.memorySwap.limitedSwap is allowed only when swapBehavior is LimitedSwap",fieldPath=".limitedSwap",reason=FieldValueForbidden
+type MemorySwapSpec struct {
+	// SwapBehavior is NoSwap (swap stays off for pods) or LimitedSwap.
+	// +optional
+	// +kubebuilder:validation:Enum=NoSwap;LimitedSwap
+	SwapBehavior string `json:"swapBehavior,omitempty"`
+	// Swappiness is the kernel's vm.swappiness.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Swappiness *int32 `json:"swappiness,omitempty"`
+	// LimitedSwap sizes the swap file in LimitedSwap mode.
+	// +optional
+	LimitedSwap *LimitedSwapSpec `json:"limitedSwap,omitempty"`
+}
+
+// LimitedSwapSpec sizes the swap file.
+type LimitedSwapSpec struct {
+	// Size of the swap file in gigabytes, such as 4G.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*G$`
+	Size string `json:"size"`
+}
+
+// ApprovalMode says how disruptive updates are approved.
+// +kubebuilder:validation:Enum=Manual;Automatic;RollingUpdate
+type ApprovalMode string
+
+const (
+	// ApprovalManual waits for a person to annotate the node.
+	ApprovalManual ApprovalMode = "Manual"
+	// ApprovalAutomatic approves inside the windows, draining first by default.
+	ApprovalAutomatic ApprovalMode = "Automatic"
+	// ApprovalRollingUpdate replaces the node instead of disrupting it.
+	ApprovalRollingUpdate ApprovalMode = "RollingUpdate"
+)
+
+// DisruptionsSpec says how disruptive updates are approved.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.automatic) || self.approvalMode == 'Automatic'",message="disruptions.automatic is allowed only when approvalMode is Automatic",fieldPath=".automatic",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.rollingUpdate) || self.approvalMode == 'RollingUpdate'",message="disruptions.rollingUpdate is allowed only when approvalMode is RollingUpdate",fieldPath=".rollingUpdate",reason=FieldValueForbidden
+type DisruptionsSpec struct {
+	// ApprovalMode is Manual, Automatic or RollingUpdate.
+	// +optional
+	// +kubebuilder:default=Automatic
+	ApprovalMode ApprovalMode `json:"approvalMode,omitempty"`
+	// Automatic tunes Automatic mode.
+	// +optional
+	Automatic *AutomaticDisruptions `json:"automatic,omitempty"`
+	// RollingUpdate tunes RollingUpdate mode.
+	// +optional
+	RollingUpdate *RollingUpdateDisruptions `json:"rollingUpdate,omitempty"`
+}
+
+// AutomaticDisruptions tunes Automatic approval.
+type AutomaticDisruptions struct {
+	// DrainBeforeApproval drains the node before approving the disruption.
+	// +optional
+	// +kubebuilder:default=true
+	DrainBeforeApproval *bool `json:"drainBeforeApproval,omitempty"`
+	// Windows limit approvals to these UTC time windows; none means any time.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Windows []DisruptionWindow `json:"windows,omitempty"`
+}
+
+// RollingUpdateDisruptions tunes RollingUpdate approval.
+type RollingUpdateDisruptions struct {
+	// Windows limit replacements to these UTC time windows; none means any time.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Windows []DisruptionWindow `json:"windows,omitempty"`
+}
+
+// Weekday is a day of the week in its three-letter English form.
+// +kubebuilder:validation:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+type Weekday string
+
+// DisruptionWindow is a daily UTC time window, optionally limited to some days.
+type DisruptionWindow struct {
+	// From is the window's start, HH:MM in UTC.
+	// +required
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	From string `json:"from"`
+	// To is the window's end, HH:MM in UTC.
+	// +required
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	To string `json:"to"`
+	// Days the window applies on; none means every day.
+	// +optional
+	// +kubebuilder:validation:MaxItems=7
+	Days []Weekday `json:"days,omitempty"`
+}
+
+// UpdateSpec limits concurrent updates.
+type UpdateSpec struct {
+	// MaxConcurrent is how many nodes of the group may be approved for an
+	// update at once: a positive number or a percentage of the group's nodes
+	// (rounded down, at least one).
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : (self.matches('^[1-9][0-9]*%?$') && (!self.endsWith('%') || int(self.replace('%', '')) <= 100))",message="update.maxConcurrent must be a positive number or a percentage from 1% to 100%, such as 1, 2 or \"40%\"",reason=FieldValueInvalid
+	MaxConcurrent *intstr.IntOrString `json:"maxConcurrent,omitempty"`
+}
+
+// TaintEffect is what a taint does to pods that do not tolerate it.
+// +kubebuilder:validation:Enum=NoSchedule;PreferNoSchedule;NoExecute
+type TaintEffect string
+
+// Taint is a taint kept on every node of the group.
+type Taint struct {
+	// Key of the taint.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	Key string `json:"key"`
+	// Value of the taint.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Value string `json:"value,omitempty"`
+	// Effect is NoSchedule, PreferNoSchedule or NoExecute.
+	// +required
+	Effect TaintEffect `json:"effect"`
+}
+
+// NodeTemplate is metadata kept on every node of the group. Keys in the
+// deckhouse.io domain are reserved for node-manager and may not be used.
+type NodeTemplate struct {
+	// Labels set on every node.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=128
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.matches('^([^/]*[.])?deckhouse[.]io/'))",message="nodeTemplate.labels: keys in the deckhouse.io domain are reserved for node-manager",reason=FieldValueForbidden
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations set on every node.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=128
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.matches('^([^/]*[.])?deckhouse[.]io/'))",message="nodeTemplate.annotations: keys in the deckhouse.io domain are reserved for node-manager",reason=FieldValueForbidden
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// Taints set on every node.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Taints []Taint `json:"taints,omitempty"`
+}
+
+// ChaosSpec configures the chaos monkey.
+type ChaosSpec struct {
+	// Mode is Disabled or DrainAndDelete.
+	// +optional
+	// +kubebuilder:default=Disabled
+	// +kubebuilder:validation:Enum=Disabled;DrainAndDelete
+	Mode string `json:"mode,omitempty"`
+	// Period is the mean time between victims, such as 6h or 90m.
+	// +optional
+	// +kubebuilder:default="6h"
+	// +kubebuilder:validation:Pattern=`^([0-9]+h([0-9]+m)?|[0-9]+m)$`
+	Period string `json:"period,omitempty"`
+}
+
+// OperatingSystemSpec is kept for compatibility with older manifests.
+type OperatingSystemSpec struct {
+	// ManageKernel is deprecated and ignored.
+	// +optional
+	ManageKernel *bool `json:"manageKernel,omitempty"`
+}
+
+// StaticInstancesSpec selects StaticInstance machines.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.labelSelector) || (has(self.labelSelector) && self.labelSelector == oldSelf.labelSelector)",message="staticInstances.labelSelector can be added but not changed or removed",fieldPath=".labelSelector",reason=FieldValueForbidden
+type StaticInstancesSpec struct {
+	// Count is the desired number of static nodes.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	Count int32 `json:"count"`
+	// LabelSelector selects the StaticInstances that may join the group.
+	// +optional
+	// +structType=atomic
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+}
+
+// ClassReference points at a cloud provider's instance class.
+type ClassReference struct {
+	// Kind of the instance class, such as OpenStackInstanceClass.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// Name of the instance class.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// CloudInstancesSpec describes the machines of a CloudEphemeral group.
+//
+// +kubebuilder:validation:XValidation:rule="self.maxPerZone >= self.minPerZone",message="cloudInstances.maxPerZone must be at least minPerZone",fieldPath=".maxPerZone",reason=FieldValueInvalid
+type CloudInstancesSpec struct {
+	// ClassReference is the instance class machines are created from.
+	// +required
+	ClassReference ClassReference `json:"classReference"`
+	// Zones to spread machines over; none means every zone of the provider.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Zones []string `json:"zones,omitempty"`
+	// MinPerZone is the fewest machines per zone.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	MinPerZone int32 `json:"minPerZone"`
+	// MaxPerZone is the most machines per zone.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	MaxPerZone int32 `json:"maxPerZone"`
+	// MaxUnavailablePerZone is how many machines per zone may be unavailable during an update.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	MaxUnavailablePerZone *int32 `json:"maxUnavailablePerZone,omitempty"`
+	// MaxSurgePerZone is how many extra machines per zone may be created during an update.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	MaxSurgePerZone *int32 `json:"maxSurgePerZone,omitempty"`
+	// Standby is how many spare machines to keep ready: a number or a percentage.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%?$')",message="cloudInstances.standby must be a number or a percentage",reason=FieldValueInvalid
+	Standby *intstr.IntOrString `json:"standby,omitempty"`
+	// StandbyHolder tunes how standby capacity is held.
+	// +optional
+	StandbyHolder *StandbyHolderSpec `json:"standbyHolder,omitempty"`
+	// Priority orders groups for the cluster autoscaler's priority expander.
+	// +optional
+	Priority *int32 `json:"priority,omitempty"`
+}
+
+// StandbyHolderSpec tunes how standby capacity is held.
+type StandbyHolderSpec struct {
+	// OverprovisioningRate is the share of a standby machine's capacity held, in percent.
+	// +optional
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=80
+	OverprovisioningRate *int32 `json:"overprovisioningRate,omitempty"`
+}
+
+// FencingSpec enables fencing.
+type FencingSpec struct {
+	// Mode is Watchdog: the node's softdog resets it when it loses the API.
+	// +required
+	// +kubebuilder:validation:Enum=Watchdog
+	Mode string `json:"mode"`
+	// Watchdog tunes Watchdog mode.
+	// +optional
+	Watchdog *WatchdogSpec `json:"watchdog,omitempty"`
+}
+
+// WatchdogSpec tunes the fencing watchdog.
+type WatchdogSpec struct {
+	// Timeout after which a node that cannot reach the API is reset, such as 60s.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*[smh]$`
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// NodeGroupStatus is the observed state of a group.
+type NodeGroupStatus struct {
+	// Nodes is how many Nodes carry the group's label.
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+	// Ready is how many of them are Ready.
+	// +optional
+	Ready int32 `json:"ready,omitempty"`
+	// UpToDate is how many of them report the group's current configuration checksum.
+	// +optional
+	UpToDate int32 `json:"upToDate,omitempty"`
+	// Desired is how many machines a CloudEphemeral group wants.
+	// +optional
+	Desired int32 `json:"desired,omitempty"`
+	// Min is minPerZone times the number of zones.
+	// +optional
+	Min int32 `json:"min,omitempty"`
+	// Max is maxPerZone times the number of zones.
+	// +optional
+	Max int32 `json:"max,omitempty"`
+	// Instances is how many machines exist for the group.
+	// +optional
+	Instances int32 `json:"instances,omitempty"`
+	// Standby is how many standby machines exist.
+	// +optional
+	Standby int32 `json:"standby,omitempty"`
+	// KubernetesVersion is the Kubernetes version the group's nodes are configured for.
+	// +optional
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Error is the latest error, empty when there is none.
+	// +optional
+	Error string `json:"error,omitempty"`
+	// Conditions are Ready, Updating, WaitingForDisruptiveApproval, Error and Rendered.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ConditionSummary is a short form of the conditions for printer columns.
+	// +optional
+	ConditionSummary *ConditionSummary `json:"conditionSummary,omitempty"`
+}
+
+// ConditionSummary is a short form of a group's conditions.
+type ConditionSummary struct {
+	// StatusMessage explains what is wrong, empty when nothing is.
+	// +optional
+	StatusMessage string `json:"statusMessage,omitempty"`
+	// Ready is "True" when the group is ready, "False" otherwise.
+	// +optional
+	Ready string `json:"ready,omitempty"`
+}
+
+// NodeGroupList is a list of NodeGroups.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type NodeGroupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeGroup `json:"items"`
+}

@@ -1,0 +1,160 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Instance is one machine of a node group as node-manager sees it: which
+// Node it became, which machine backs it, and how its bashible runs are
+// going. It has no spec; controllers and the node's bashible write its status.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:scope=Cluster,categories=deckhouse
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.currentStatus.phase`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeRef.name`
+// +kubebuilder:printcolumn:name="Bashible",type=string,JSONPath=`.status.bashibleStatus`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Instance struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Status is the machine's observed state.
+	// +optional
+	Status InstanceStatus `json:"status,omitempty"`
+}
+
+// InstancePhase is where a machine is in its life.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Provisioned;Running;Terminating
+type InstancePhase string
+
+const (
+	// InstancePending is a machine that is waiting to be created.
+	InstancePending InstancePhase = "Pending"
+	// InstanceProvisioning is a machine being created.
+	InstanceProvisioning InstancePhase = "Provisioning"
+	// InstanceProvisioned is a machine that exists but whose node has not joined.
+	InstanceProvisioned InstancePhase = "Provisioned"
+	// InstanceRunning is a machine whose node has joined.
+	InstanceRunning InstancePhase = "Running"
+	// InstanceTerminating is a machine being removed.
+	InstanceTerminating InstancePhase = "Terminating"
+)
+
+// BashibleStatus summarises the node's bashible runs.
+// +kubebuilder:validation:Enum=Ready;WaitingApproval;WaitingDisruptionApproval;Error;Unknown
+type BashibleStatus string
+
+// InstanceStatus is a machine's observed state.
+type InstanceStatus struct {
+	// NodeRef names the Node the machine became.
+	// +optional
+	NodeRef *NodeRef `json:"nodeRef,omitempty"`
+	// ClassReference is the instance class of a cloud machine.
+	// +optional
+	ClassReference *InstanceClassReference `json:"classReference,omitempty"`
+	// MachineRef is the machine controller's object backing this instance.
+	// +optional
+	MachineRef *MachineRef `json:"machineRef,omitempty"`
+	// CurrentStatus is the phase and when it last changed.
+	// +optional
+	CurrentStatus *CurrentStatus `json:"currentStatus,omitempty"`
+	// LastOperation is the machine controller's latest operation.
+	// +optional
+	LastOperation *LastOperation `json:"lastOperation,omitempty"`
+	// BootstrapStatus tells where to read a joining machine's bootstrap logs.
+	// +optional
+	BootstrapStatus *BootstrapStatus `json:"bootstrapStatus,omitempty"`
+	// BashibleStatus is Ready, WaitingApproval, WaitingDisruptionApproval, Error or Unknown.
+	// +optional
+	BashibleStatus BashibleStatus `json:"bashibleStatus,omitempty"`
+	// Message explains the bashible status.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Conditions: BashibleReady, WaitingApproval, WaitingDisruptionApproval.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeRef names a Node.
+type NodeRef struct {
+	// Name of the Node.
+	// +required
+	Name string `json:"name"`
+}
+
+// InstanceClassReference points at a cloud provider's instance class.
+type InstanceClassReference struct {
+	// Kind of the instance class.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// Name of the instance class.
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// MachineRef points at a machine controller's object.
+type MachineRef struct {
+	// APIVersion of the machine object.
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// Kind of the machine object.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// Name of the machine object.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Namespace of the machine object.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// CurrentStatus is a machine's phase.
+type CurrentStatus struct {
+	// Phase is Pending, Provisioning, Provisioned, Running or Terminating.
+	// +optional
+	Phase InstancePhase `json:"phase,omitempty"`
+	// LastUpdateTime is when the phase last changed.
+	// +optional
+	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
+}
+
+// LastOperation is a machine controller's latest operation.
+type LastOperation struct {
+	// Description of the operation.
+	// +optional
+	Description string `json:"description,omitempty"`
+	// LastUpdateTime is when the operation last changed.
+	// +optional
+	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
+	// State of the operation, such as Processing, Failed or Successful.
+	// +optional
+	State string `json:"state,omitempty"`
+	// Type of the operation, such as Create or Delete.
+	// +optional
+	Type string `json:"type,omitempty"`
+}
+
+// BootstrapStatus tells where to read a joining machine's bootstrap logs.
+type BootstrapStatus struct {
+	// LogsEndpoint is an address serving the bootstrap logs.
+	// +optional
+	LogsEndpoint string `json:"logsEndpoint,omitempty"`
+	// Description says how to read them.
+	// +optional
+	Description string `json:"description,omitempty"`
+}
+
+// InstanceList is a list of Instances.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type InstanceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Instance `json:"items"`
+}
