@@ -1,0 +1,222 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Bootstrap-token names shared with the product (DESIGN.md §3).
+const (
+	// BootstrapGroup is the extra group of node-manager's bootstrap tokens.
+	BootstrapGroup = "system:bootstrappers:d8-node-manager"
+	// NodeGroupLabel on a token Secret names the group the token joins.
+	NodeGroupLabel = "node-manager.deckhouse.io/node-group"
+)
+
+// CACertPEM is the cluster CA certificate.
+func (cp *ControlPlane) CACertPEM() []byte { return cp.ca.certPEM }
+
+// AdminConfig is a client config for the admin (group system:masters).
+func (cp *ControlPlane) AdminConfig() *rest.Config {
+	return cp.certConfig(cp.admin)
+}
+
+func (cp *ControlPlane) certConfig(kp keyPair) *rest.Config {
+	return &rest.Config{
+		Host: cp.APIServerURL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   cp.ca.certPEM,
+			CertData: kp.CertPEM,
+			KeyData:  kp.KeyPEM,
+		},
+		QPS:   100,
+		Burst: 200,
+	}
+}
+
+// AdminClient is a clientset for the admin.
+func (cp *ControlPlane) AdminClient() (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(cp.AdminConfig())
+}
+
+// NodeCredentials is a node's client certificate, as a kubelet would hold it.
+type NodeCredentials struct {
+	CertPEM, KeyPEM []byte
+}
+
+// NodeCredentials issues a client certificate for node name
+// (CN=system:node:<name>, O=system:nodes), signed by the cluster CA.
+func (cp *ControlPlane) NodeCredentials(name string) (NodeCredentials, error) {
+	if name == "" {
+		return NodeCredentials{}, errors.New("node name is empty")
+	}
+	kp, err := cp.ca.clientCert("system:node:"+name, "system:nodes")
+	if err != nil {
+		return NodeCredentials{}, err
+	}
+	return NodeCredentials{CertPEM: kp.CertPEM, KeyPEM: kp.KeyPEM}, nil
+}
+
+// NodeConfig is a client config authenticated as node name.
+func (cp *ControlPlane) NodeConfig(name string) (*rest.Config, error) {
+	creds, err := cp.NodeCredentials(name)
+	if err != nil {
+		return nil, err
+	}
+	return cp.certConfig(keyPair{CertPEM: creds.CertPEM, KeyPEM: creds.KeyPEM}), nil
+}
+
+// BootstrapToken is a bootstrap token stored as a kube-system Secret.
+type BootstrapToken struct {
+	ID, Secret string
+	Expires    time.Time
+}
+
+// String is the token as a bearer credential, <id>.<secret>.
+func (t BootstrapToken) String() string { return t.ID + "." + t.Secret }
+
+// CreateBootstrapToken creates a bootstrap token for nodeGroup the way
+// node-manager does: Secret kube-system/bootstrap-token-<id>, usable for
+// authentication, extra group system:bootstrappers:d8-node-manager, labelled
+// with the group. ttl <= 0 creates an already expired token.
+func (cp *ControlPlane) CreateBootstrapToken(ctx context.Context, nodeGroup string, ttl time.Duration) (BootstrapToken, error) {
+	client, err := cp.AdminClient()
+	if err != nil {
+		return BootstrapToken{}, err
+	}
+	tok := BootstrapToken{ID: randomToken(6), Secret: randomToken(16), Expires: time.Now().Add(ttl).UTC()}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      "bootstrap-token-" + tok.ID,
+			Namespace: "kube-system",
+			Labels:    map[string]string{NodeGroupLabel: nodeGroup},
+		},
+		Type: corev1.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			"token-id":                       tok.ID,
+			"token-secret":                   tok.Secret,
+			"expiration":                     tok.Expires.Format(time.RFC3339),
+			"usage-bootstrap-authentication": "true",
+			"usage-bootstrap-signing":        "true",
+			"auth-extra-groups":              BootstrapGroup,
+		},
+	}
+	if _, err := client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return BootstrapToken{}, fmt.Errorf("create bootstrap token secret: %w", err)
+	}
+	return tok, nil
+}
+
+// BootstrapTokenConfig is a client config that authenticates with tok.
+func (cp *ControlPlane) BootstrapTokenConfig(tok BootstrapToken) *rest.Config {
+	return &rest.Config{
+		Host:            cp.APIServerURL,
+		BearerToken:     tok.String(),
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.ca.certPEM},
+	}
+}
+
+// AnonymousConfig is a client config with no credentials.
+func (cp *ControlPlane) AnonymousConfig() *rest.Config {
+	return &rest.Config{Host: cp.APIServerURL, TLSClientConfig: rest.TLSClientConfig{CAData: cp.ca.certPEM}}
+}
+
+// randomToken returns n characters of [a-z0-9], the bootstrap token alphabet.
+func randomToken(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	for i := range b {
+		v, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+		if err != nil {
+			panic(fmt.Sprintf("crypto/rand failed: %v", err))
+		}
+		b[i] = alphabet[v.Int64()]
+	}
+	return string(b)
+}
+
+// WriteKubeconfig writes an admin kubeconfig to path, atomically (a reader
+// never sees a half-written file), creating its directory.
+func (cp *ControlPlane) WriteKubeconfig(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create directory for %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	if err := clientcmd.WriteToFile(cp.kubeconfig(AdminUser, cp.admin), tmp); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("move kubeconfig into place at %s: %w", path, err)
+	}
+	return nil
+}
+
+// KubeconfigPath is the admin kubeconfig inside the working directory,
+// written at start for tools such as kubectl.
+func (cp *ControlPlane) KubeconfigPath() string { return cp.path("admin.kubeconfig") }
+
+func (cp *ControlPlane) writeClientKubeconfig(path, user string, kp keyPair) error {
+	if err := clientcmd.WriteToFile(cp.kubeconfig(user, kp), path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+func (cp *ControlPlane) kubeconfig(user string, kp keyPair) clientcmdapi.Config {
+	const name = "node-manager-local"
+	return clientcmdapi.Config{
+		Clusters: map[string]*clientcmdapi.Cluster{name: {
+			Server:                   cp.APIServerURL,
+			CertificateAuthorityData: cp.ca.certPEM,
+		}},
+		AuthInfos: map[string]*clientcmdapi.AuthInfo{user: {
+			ClientCertificateData: kp.CertPEM,
+			ClientKeyData:         kp.KeyPEM,
+		}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: user}},
+		CurrentContext: name,
+	}
+}
+
+// RepoRoot finds the repository root: the nearest directory upwards from
+// the working directory whose go.mod declares the product module.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find repository root: %w", err)
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && len(data) > 0 && modulePath(data) == "github.com/node-manager/node-manager" {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("find repository root: no go.mod for github.com/node-manager/node-manager above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.TrimSpace(m)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,467 @@
+// Package controlplane starts a real Kubernetes control plane on loopback —
+// etcd, kube-apiserver and kube-controller-manager built from the pinned
+// hack/tools module — for `make run` and for every e2e suite.
+//
+// Everything is generated on the fly: a cluster CA, a front-proxy CA for the
+// aggregation layer, serving and client certificates and a service account
+// key, all for loopback. Each component listens on a free port, logs to a
+// file in the control plane's directory, and is stopped (with its whole
+// process group) by Stop, which also removes the directory.
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Names of things inside the cluster that the harness relies on.
+const (
+	// ServiceCIDR is the cluster's service IP range.
+	ServiceCIDR = "10.96.0.0/16"
+	// FrontProxyClientName is the CN of the aggregator's client certificate,
+	// the only name aggregated servers accept request headers from.
+	FrontProxyClientName = "front-proxy-client"
+	// AdminUser is the CN of the admin client certificate (group system:masters).
+	AdminUser = "node-manager-admin"
+)
+
+// Config says where the binaries are and how to run the control plane.
+type Config struct {
+	// BinDir holds etcd, kube-apiserver and kube-controller-manager. Empty
+	// means bin/ at the repository root.
+	BinDir string
+	// Dir is the working directory for certificates, data and logs. Empty
+	// means a fresh temporary directory, removed by Stop.
+	Dir string
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+	// StartTimeout bounds the whole start-up. Zero means two minutes.
+	StartTimeout time.Duration
+}
+
+// ControlPlane is a running local control plane.
+type ControlPlane struct {
+	dir       string
+	removeDir bool
+	progress  io.Writer
+
+	ca         *authority
+	frontProxy *authority
+
+	// APIServerURL is https://127.0.0.1:<port>.
+	APIServerURL string
+	admin        keyPair
+	kcmClient    keyPair
+
+	procs    []*process
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// ProcessInfo describes a running component, for leak checks.
+type ProcessInfo struct {
+	Name  string
+	PID   int
+	Ports []int
+}
+
+// Start brings up etcd, kube-apiserver and kube-controller-manager and
+// returns once the API answers, the controllers are healthy and the
+// controller-managed objects every test relies on exist. On failure it
+// stops whatever it started and returns an error carrying the failing
+// component's log tail.
+func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
+	if cfg.BinDir == "" {
+		root, rerr := RepoRoot()
+		if rerr != nil {
+			return nil, rerr
+		}
+		cfg.BinDir = filepath.Join(root, "bin")
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+
+	cp := &ControlPlane{progress: cfg.Progress}
+	if cp.progress == nil {
+		cp.progress = io.Discard
+	}
+	if cfg.Dir == "" {
+		dir, derr := os.MkdirTemp("", "node-manager-cp-")
+		if derr != nil {
+			return nil, fmt.Errorf("create control plane directory: %w", derr)
+		}
+		cp.dir, cp.removeDir = dir, true
+	} else {
+		if derr := os.MkdirAll(cfg.Dir, 0o700); derr != nil {
+			return nil, fmt.Errorf("create control plane directory %s: %w", cfg.Dir, derr)
+		}
+		cp.dir = cfg.Dir
+	}
+	defer func() {
+		if err != nil {
+			_ = cp.Stop()
+		}
+	}()
+
+	cp.logf("generating certificates in %s", cp.dir)
+	if err := cp.writeCertificates(); err != nil {
+		return nil, err
+	}
+	if err := cp.startEtcd(ctx, cfg.BinDir); err != nil {
+		return nil, err
+	}
+	if err := cp.startAPIServer(ctx, cfg.BinDir); err != nil {
+		return nil, err
+	}
+	if err := cp.startControllerManager(ctx, cfg.BinDir); err != nil {
+		return nil, err
+	}
+	if err := cp.waitControllersWorking(ctx); err != nil {
+		return nil, err
+	}
+	if err := cp.WriteKubeconfig(cp.KubeconfigPath()); err != nil {
+		return nil, err
+	}
+	cp.logf("control plane ready at %s", cp.APIServerURL)
+	return cp, nil
+}
+
+func (cp *ControlPlane) logf(format string, args ...any) {
+	fmt.Fprintf(cp.progress, "controlplane: "+format+"\n", args...)
+}
+
+// Dir is the control plane's working directory (certificates, data, logs).
+func (cp *ControlPlane) Dir() string { return cp.dir }
+
+// path returns the path of a file in the working directory.
+func (cp *ControlPlane) path(name string) string { return filepath.Join(cp.dir, name) }
+
+// Processes lists the running components with their pids and ports.
+func (cp *ControlPlane) Processes() []ProcessInfo {
+	out := make([]ProcessInfo, 0, len(cp.procs))
+	for _, p := range cp.procs {
+		out = append(out, ProcessInfo{Name: p.name, PID: p.pid(), Ports: p.ports})
+	}
+	return out
+}
+
+// LogTails returns the last lines of every component's log, for a test that
+// failed for a reason the components may explain.
+func (cp *ControlPlane) LogTails(lines int) string {
+	var out string
+	for _, p := range cp.procs {
+		out += fmt.Sprintf("--- %s (%s) ---\n%s\n", p.name, p.logPath, p.tail(lines))
+	}
+	return out
+}
+
+// Stop stops every component, newest first, and removes the working
+// directory if Start created it. It is safe to call more than once.
+func (cp *ControlPlane) Stop() error {
+	cp.stopOnce.Do(func() {
+		for i := len(cp.procs) - 1; i >= 0; i-- {
+			cp.procs[i].stop(15 * time.Second)
+		}
+		if cp.removeDir && cp.dir != "" {
+			cp.stopErr = os.RemoveAll(cp.dir)
+		}
+	})
+	return cp.stopErr
+}
+
+func (cp *ControlPlane) writeCertificates() error {
+	var err error
+	if cp.ca, err = newAuthority("node-manager-local-ca"); err != nil {
+		return err
+	}
+	if cp.frontProxy, err = newAuthority("node-manager-local-front-proxy-ca"); err != nil {
+		return err
+	}
+	serving, err := cp.ca.servingCert("kube-apiserver",
+		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		[]net.IP{net.IPv4(10, 96, 0, 1)})
+	if err != nil {
+		return err
+	}
+	if cp.admin, err = cp.ca.clientCert(AdminUser, "system:masters"); err != nil {
+		return err
+	}
+	if cp.kcmClient, err = cp.ca.clientCert("system:kube-controller-manager"); err != nil {
+		return err
+	}
+	kcmServing, err := cp.ca.servingCert("kube-controller-manager", nil, nil)
+	if err != nil {
+		return err
+	}
+	proxyClient, err := cp.frontProxy.clientCert(FrontProxyClientName)
+	if err != nil {
+		return err
+	}
+	saKey, saPub, err := serviceAccountKey()
+	if err != nil {
+		return err
+	}
+	if err := writeFiles(cp.dir, map[string][]byte{
+		"ca.crt": cp.ca.certPEM, "ca.key": cp.ca.keyPEM,
+		"front-proxy-ca.crt": cp.frontProxy.certPEM,
+		"apiserver.crt":      serving.CertPEM, "apiserver.key": serving.KeyPEM,
+		"front-proxy-client.crt": proxyClient.CertPEM, "front-proxy-client.key": proxyClient.KeyPEM,
+		"kcm.crt": kcmServing.CertPEM, "kcm.key": kcmServing.KeyPEM,
+		"sa.key": saKey, "sa.pub": saPub,
+	}); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (cp *ControlPlane) startEtcd(ctx context.Context, binDir string) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	client := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	cp.logf("starting etcd on %s", client)
+	p, err := startProcess("etcd", filepath.Join(binDir, "etcd"), []string{
+		"--name=local",
+		"--data-dir=" + cp.path("etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=local=" + peer,
+		// A throw-away cluster: durability is not worth the fsync latency.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}, cp.dir, ports...)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	plain := &http.Client{Timeout: 2 * time.Second}
+	return cp.waitHealthy(ctx, p, plain, client+"/health", `"health":"true"`)
+}
+
+func (cp *ControlPlane) etcdURL() string {
+	return "http://127.0.0.1:" + strconv.Itoa(cp.procs[0].ports[0])
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, binDir string) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	cp.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	cp.logf("starting kube-apiserver on %s", cp.APIServerURL)
+	p, err := startProcess("kube-apiserver", filepath.Join(binDir, "kube-apiserver"), []string{
+		"--etcd-servers=" + cp.etcdURL(),
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--cert-dir=" + cp.path("apiserver-certs"),
+		"--tls-cert-file=" + cp.path("apiserver.crt"),
+		"--tls-private-key-file=" + cp.path("apiserver.key"),
+		"--client-ca-file=" + cp.path("ca.crt"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + cp.path("sa.pub"),
+		"--service-account-signing-key-file=" + cp.path("sa.key"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--enable-bootstrap-token-auth=true",
+		"--allow-privileged=true",
+		// Aggregation layer: the aggregator authenticates to extension
+		// servers with the front-proxy client certificate and passes the
+		// user in these headers.
+		"--requestheader-client-ca-file=" + cp.path("front-proxy-ca.crt"),
+		"--requestheader-allowed-names=" + FrontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + cp.path("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + cp.path("front-proxy-client.key"),
+		// The apiserver's own address is loopback, which Endpoints and
+		// EndpointSlices reject; nothing may reconcile default/kubernetes
+		// from it. Suites that need that EndpointSlice write it themselves.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+		"--v=1",
+	}, cp.dir, ports...)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	admin, err := cp.adminHTTPClient()
+	if err != nil {
+		return err
+	}
+	return cp.waitHealthy(ctx, p, admin, cp.APIServerURL+"/readyz", "ok")
+}
+
+func (cp *ControlPlane) startControllerManager(ctx context.Context, binDir string) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	kubeconfig := cp.path("kube-controller-manager.kubeconfig")
+	if err := cp.writeClientKubeconfig(kubeconfig, "system:kube-controller-manager", cp.kcmClient); err != nil {
+		return err
+	}
+	cp.logf("starting kube-controller-manager on port %d", ports[0])
+	p, err := startProcess("kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"), []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--tls-cert-file=" + cp.path("kcm.crt"),
+		"--tls-private-key-file=" + cp.path("kcm.key"),
+		"--client-ca-file=" + cp.path("ca.crt"),
+		// Every default controller plus the two bootstrap-token ones, which
+		// are off by default.
+		"--controllers=*,bootstrap-signer-controller,token-cleaner-controller",
+		"--cluster-signing-cert-file=" + cp.path("ca.crt"),
+		"--cluster-signing-key-file=" + cp.path("ca.key"),
+		"--root-ca-file=" + cp.path("ca.crt"),
+		"--service-account-private-key-file=" + cp.path("sa.key"),
+		"--use-service-account-credentials=true",
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--leader-elect=false",
+		"--v=1",
+	}, cp.dir, ports...)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.ca.certPEM)
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+	}}
+	return cp.waitHealthy(ctx, p, client, "https://127.0.0.1:"+strconv.Itoa(ports[0])+"/healthz", "ok")
+}
+
+// waitControllersWorking waits for objects only running controllers create:
+// the kube-root-ca.crt ConfigMap (root CA publisher) and the default
+// ServiceAccount (service account controller). A healthy port alone does
+// not prove the controllers have started.
+func (cp *ControlPlane) waitControllersWorking(ctx context.Context) error {
+	cp.logf("waiting for the controllers to publish kube-root-ca.crt and the default service account")
+	client, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	kcm := cp.procs[len(cp.procs)-1]
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if done, werr := kcm.exited(); done {
+			return false, fmt.Errorf("exited: %v", werr)
+		}
+		if _, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+			return false, ignoreNotFound(err)
+		}
+		_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, ignoreNotFound(err)
+	})
+	if err != nil {
+		return kcm.failure(fmt.Errorf("controllers did not become ready: %w", err))
+	}
+	return nil
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// waitHealthy polls url until its body contains want, failing early (with
+// the log tail) when the process exits.
+func (cp *ControlPlane) waitHealthy(ctx context.Context, p *process, client *http.Client, url, want string) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if done, werr := p.exited(); done {
+			return false, fmt.Errorf("exited before it was ready: %v", werr)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(want)) {
+			return true, nil
+		}
+		last = fmt.Errorf("GET %s: %s: %s", url, resp.Status, firstLine(body))
+		return false, nil
+	})
+	if err != nil {
+		if last != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			err = fmt.Errorf("%w (last check: %v)", err, last)
+		}
+		return p.failure(fmt.Errorf("not healthy at %s: %w", url, err))
+	}
+	return nil
+}
+
+func firstLine(b []byte) string {
+	for i, c := range b {
+		if c == '\n' {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	listeners := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// adminHTTPClient is an HTTP client authenticated as the admin, for probes.
+func (cp *ControlPlane) adminHTTPClient() (*http.Client, error) {
+	rt, err := rest.TransportFor(cp.AdminConfig())
+	if err != nil {
+		return nil, fmt.Errorf("admin transport: %w", err)
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: rt}, nil
+}

@@ -1,0 +1,105 @@
+package controlplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is one child of the control plane: its command, its log file and
+// the ports it listens on.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	ports   []int
+	done    chan struct{}
+	waitErr error
+}
+
+// startProcess starts binary with args, sending stdout and stderr to
+// <logDir>/<name>.log. The child gets its own process group (so a stop
+// reaches anything it forks) and is killed by the kernel if we die first.
+func startProcess(name, binary string, args []string, logDir string, ports ...int) (*process, error) {
+	if _, err := os.Stat(binary); err != nil {
+		return nil, fmt.Errorf("%s: binary %s not found: %w (run 'make tools' to build it)", name, binary, err)
+	}
+	logPath := filepath.Join(logDir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s: create log file: %w", name, err)
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("%s: start %s: %w", name, binary, err)
+	}
+	p := &process{name: name, cmd: cmd, logPath: logPath, ports: ports, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		_ = logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports whether the process has ended, and how.
+func (p *process) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.waitErr
+	default:
+		return false, nil
+	}
+}
+
+// stop sends SIGTERM to the process group, waits up to grace, then SIGKILLs
+// the group and waits for the process to be reaped.
+func (p *process) stop(grace time.Duration) {
+	if done, _ := p.exited(); done {
+		return
+	}
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-p.done
+	}
+	// Anything the child forked into its group goes too.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// pid is the process id.
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// tail returns the last n lines of the process's log.
+func (p *process) tail(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", p.logPath, err)
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// failure wraps err with the process's log tail, so whoever reads the error
+// sees why the component failed without hunting for the file.
+func (p *process) failure(err error) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %v\n--- last lines of %s ---\n%s\n--- end of %s log ---", p.name, err, p.logPath, p.tail(40), p.name)
+	return errors.New(b.String())
+}
