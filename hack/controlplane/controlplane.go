@@ -72,6 +72,8 @@ type ControlPlane struct {
 	kcmClient    keyPair
 
 	procs    []*process
+	stopping chan struct{}
+	failed   chan error
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -102,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 
-	cp := &ControlPlane{progress: cfg.Progress}
+	cp := &ControlPlane{progress: cfg.Progress, stopping: make(chan struct{}), failed: make(chan error, 1)}
 	if cp.progress == nil {
 		cp.progress = io.Discard
 	}
@@ -143,9 +145,29 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.WriteKubeconfig(cp.KubeconfigPath()); err != nil {
 		return nil, err
 	}
+	for _, p := range cp.procs {
+		go cp.watch(p)
+	}
 	cp.logf("control plane ready at %s", cp.APIServerURL)
 	return cp, nil
 }
+
+// watch reports p's exit on Failed unless the control plane is stopping.
+func (cp *ControlPlane) watch(p *process) {
+	select {
+	case <-cp.stopping:
+	case <-p.done:
+		select {
+		case <-cp.stopping:
+		case cp.failed <- p.failure(fmt.Errorf("exited unexpectedly: %v", p.waitErr)):
+		default: // another component's failure is already reported
+		}
+	}
+}
+
+// Failed delivers an error, with the log tail, when a component exits
+// while the control plane is supposed to be running.
+func (cp *ControlPlane) Failed() <-chan error { return cp.failed }
 
 func (cp *ControlPlane) logf(format string, args ...any) {
 	fmt.Fprintf(cp.progress, "controlplane: "+format+"\n", args...)
@@ -180,6 +202,7 @@ func (cp *ControlPlane) LogTails(lines int) string {
 // directory if Start created it. It is safe to call more than once.
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() {
+		close(cp.stopping)
 		for i := len(cp.procs) - 1; i >= 0; i-- {
 			cp.procs[i].stop(15 * time.Second)
 		}
@@ -287,6 +310,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, binDir string) error
 		"--service-account-signing-key-file=" + cp.path("sa.key"),
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
+		// Nodes may only write their own Node object, as in a real cluster.
+		"--enable-admission-plugins=NodeRestriction",
 		"--enable-bootstrap-token-auth=true",
 		"--allow-privileged=true",
 		// Aggregation layer: the aggregator authenticates to extension

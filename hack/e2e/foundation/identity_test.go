@@ -1,0 +1,259 @@
+package foundation
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"slices"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/node-manager/node-manager/hack/controlplane"
+)
+
+func whoAmI(t *testing.T, cfg *rest.Config) (string, []string, error) {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctxT(t), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	return review.Status.UserInfo.Username, review.Status.UserInfo.Groups, nil
+}
+
+func poll(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctxT(t), 100*time.Millisecond, 45*time.Second, true, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func TestNodeIdentity(t *testing.T) {
+	cfg, err := cp.NodeConfig("node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, groups, err := whoAmI(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "system:node:node-a" || !slices.Contains(groups, "system:nodes") {
+		t.Fatalf("node credentials authenticate as %q %v", user, groups)
+	}
+	// The Node authorizer and NodeRestriction admission apply, as in a real
+	// cluster: a node may create its own Node object and no other.
+	node := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
+	if _, err := node.Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("node-a creating its own Node: %v", err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}) })
+	_, err = node.Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("node-a creating Node node-b: want Forbidden, got %v", err)
+	}
+}
+
+func TestBootstrapTokenIdentity(t *testing.T) {
+	tok, err := cp.CreateBootstrapToken(ctxT(t), "worker", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, groups, err := whoAmI(t, cp.BootstrapTokenConfig(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "system:bootstrap:"+tok.ID || !slices.Contains(groups, "system:bootstrappers") || !slices.Contains(groups, controlplane.BootstrapGroup) {
+		t.Fatalf("bootstrap token authenticates as %q %v", user, groups)
+	}
+	secret, err := kube.CoreV1().Secrets("kube-system").Get(ctxT(t), "bootstrap-token-"+tok.ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret.Labels[controlplane.NodeGroupLabel] != "worker" {
+		t.Errorf("token Secret labels = %v", secret.Labels)
+	}
+
+	wrong := tok
+	wrong.Secret = "0000000000000000"
+	if _, _, err := whoAmI(t, cp.BootstrapTokenConfig(wrong)); !apierrors.IsUnauthorized(err) {
+		t.Fatalf("a wrong token secret: want Unauthorized, got %v", err)
+	}
+}
+
+func TestAnonymousIsRefused(t *testing.T) {
+	_, err := kubernetes.NewForConfigOrDie(cp.AnonymousConfig()).CoreV1().Secrets("kube-system").List(ctxT(t), metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("anonymous listing secrets: want Forbidden, got %v", err)
+	}
+}
+
+// TestTLSBootstrapWithBootstrapToken walks the kubelet's join path: a
+// bootstrap token submits a client CSR, kube-controller-manager approves
+// and signs it, and the issued certificate authenticates as the node.
+func TestTLSBootstrapWithBootstrapToken(t *testing.T) {
+	ctx := ctxT(t)
+	for name, role := range map[string]string{
+		"e2e-bootstrappers-create-csr": "system:node-bootstrapper",
+		"e2e-bootstrappers-autoapprove": "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+	} {
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: controlplane.BootstrapGroup}},
+		}
+		if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	tok, err := cp.CreateBootstrapToken(ctx, "worker", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "system:node:joined", Organization: []string{"system:nodes"}},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap := kubernetes.NewForConfigOrDie(cp.BootstrapTokenConfig(tok))
+	csr, err := bootstrap.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("bootstrap token creating a CSR: %v", err)
+	}
+	var certPEM []byte
+	poll(t, "kube-controller-manager approves and signs the node's CSR", func(ctx context.Context) (bool, error) {
+		got, err := kube.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		certPEM = got.Status.Certificate
+		return len(certPEM) > 0, nil
+	})
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cp.AnonymousConfig()
+	cfg.CertData, cfg.KeyData = certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	user, groups, err := whoAmI(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "system:node:joined" || !slices.Contains(groups, "system:nodes") {
+		t.Fatalf("the issued certificate authenticates as %q %v", user, groups)
+	}
+}
+
+// TestControllerManagerControllers proves the kube-controller-manager
+// controllers node-manager relies on are running: token cleaner, bootstrap
+// signer, disruption (PDB status), garbage collector and namespace.
+func TestControllerManagerControllers(t *testing.T) {
+	ctx := ctxT(t)
+	t.Run("token cleaner removes an expired token", func(t *testing.T) {
+		tok, err := cp.CreateBootstrapToken(ctx, "worker", -time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the expired token Secret is deleted", func(ctx context.Context) (bool, error) {
+			_, err := kube.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tok.ID, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	})
+	t.Run("bootstrap signer signs cluster-info", func(t *testing.T) {
+		_, err := kube.CoreV1().ConfigMaps("kube-public").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "cluster-info"},
+			Data:       map[string]string{"kubeconfig": "apiVersion: v1\nkind: Config\nclusters: []\n"},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		tok, err := cp.CreateBootstrapToken(ctx, "worker", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "cluster-info gets the token's signature", func(ctx context.Context) (bool, error) {
+			cm, err := kube.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
+			return err == nil && cm.Data["jws-kubeconfig-"+tok.ID] != "", err
+		})
+	})
+	t.Run("disruption controller computes PDB status, namespace and garbage collectors clean up", func(t *testing.T) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+		ns, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: "app"},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MinAvailable: ptr.To(intstr.FromInt32(1)),
+				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+			},
+		}
+		if _, err := kube.PolicyV1().PodDisruptionBudgets(ns.Name).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the PDB's status is computed", func(ctx context.Context) (bool, error) {
+			got, err := kube.PolicyV1().PodDisruptionBudgets(ns.Name).Get(ctx, "app", metav1.GetOptions{})
+			return err == nil && got.Status.ObservedGeneration == got.Generation && len(got.Status.Conditions) > 0, err
+		})
+
+		owner, err := kube.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dependent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dependent", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
+		}}}}
+		if _, err := kube.CoreV1().ConfigMaps(ns.Name).Create(ctx, dependent, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.CoreV1().ConfigMaps(ns.Name).Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the garbage collector deletes the dependent", func(ctx context.Context) (bool, error) {
+			_, err := kube.CoreV1().ConfigMaps(ns.Name).Get(ctx, "dependent", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+
+		if err := kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the namespace controller finishes deleting the namespace", func(ctx context.Context) (bool, error) {
+			_, err := kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	})
+}
+
