@@ -68,7 +68,7 @@ func (cp *ControlPlane) NodeCredentials(name string) (NodeCredentials, error) {
 	if err != nil {
 		return NodeCredentials{}, err
 	}
-	return NodeCredentials{CertPEM: kp.CertPEM, KeyPEM: kp.KeyPEM}, nil
+	return NodeCredentials(kp), nil
 }
 
 // NodeConfig is a client config authenticated as node name.
@@ -77,7 +77,7 @@ func (cp *ControlPlane) NodeConfig(name string) (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cp.certConfig(keyPair{CertPEM: creds.CertPEM, KeyPEM: creds.KeyPEM}), nil
+	return cp.certConfig(keyPair(creds)), nil
 }
 
 // BootstrapToken is a bootstrap token stored as a kube-system Secret.

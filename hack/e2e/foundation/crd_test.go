@@ -206,7 +206,9 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), "ephemeral", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), "ephemeral", metav1.DeleteOptions{})
+	})
 	if ci := created.Spec.CloudInstances; *ci.MaxSurgePerZone != 1 || *ci.MaxUnavailablePerZone != 0 {
 		t.Errorf("cloudInstances defaults: maxSurgePerZone %d, maxUnavailablePerZone %d; want 1, 0", *ci.MaxSurgePerZone, *ci.MaxUnavailablePerZone)
 	}

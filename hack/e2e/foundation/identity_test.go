@@ -113,7 +113,7 @@ func TestAnonymousIsRefused(t *testing.T) {
 func TestTLSBootstrapWithBootstrapToken(t *testing.T) {
 	ctx := ctxT(t)
 	for name, role := range map[string]string{
-		"e2e-bootstrappers-create-csr": "system:node-bootstrapper",
+		"e2e-bootstrappers-create-csr":  "system:node-bootstrapper",
 		"e2e-bootstrappers-autoapprove": "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
 	} {
 		binding := &rbacv1.ClusterRoleBinding{
@@ -124,7 +124,9 @@ func TestTLSBootstrapWithBootstrapToken(t *testing.T) {
 		if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	tok, err := cp.CreateBootstrapToken(ctx, "worker", time.Hour)
 	if err != nil {
@@ -256,4 +258,3 @@ func TestControllerManagerControllers(t *testing.T) {
 		})
 	})
 }
-
