@@ -73,7 +73,9 @@ run: $(CONTROL_PLANE) build ## start the local control plane and the stack; Ctrl
 	@$(BIN)/localstack
 
 .PHONY: lint
-lint: $(LINTERS) ## gofmt, go vet and staticcheck
+lint: $(LINTERS) ## gofmt, go vet and staticcheck; the product module must not depend on k8s.io/kubernetes
+	@if go list -m k8s.io/kubernetes >/dev/null 2>&1; then \
+		echo "lint: go.mod depends on k8s.io/kubernetes; only hack/tools may (use the k8s.io/* staging modules)"; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^hack/tools/')); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...

@@ -20,9 +20,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -196,6 +198,28 @@ func (cp *ControlPlane) LogTails(lines int) string {
 		out += fmt.Sprintf("--- %s (%s) ---\n%s\n", p.name, p.logPath, p.tail(lines))
 	}
 	return out
+}
+
+// StopOnSignal stops the control plane and exits with status 130 when the
+// process receives SIGINT or SIGTERM, so an interrupted test run leaves
+// nothing behind. The returned function stops listening.
+func (cp *ControlPlane) StopOnSignal() (cancel func()) {
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-signals:
+			fmt.Fprintf(os.Stderr, "controlplane: %v received, stopping\n", sig)
+			_ = cp.Stop()
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(signals)
+		close(done)
+	}
 }
 
 // Stop stops every component, newest first, and removes the working

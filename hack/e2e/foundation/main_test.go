@@ -47,6 +47,7 @@ func runSuite(m *testing.M) int {
 	procs := cp.Processes()
 	dir := cp.Dir()
 	code := func() int {
+		defer cp.StopOnSignal()()
 		defer func() { _ = cp.Stop() }()
 		applier, err := cp.NewApplier()
 		if err != nil {
