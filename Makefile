@@ -51,6 +51,16 @@ $(BIN)/controller-gen: $(TOOLS_MOD)
 $(BIN)/staticcheck: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ honnef.co/go/tools/cmd/staticcheck
 
+# shellcheck checks every shell script we ship (golden tests run it); it comes
+# from Debian's packages.
+.PHONY: shellcheck
+shellcheck:
+	@command -v shellcheck >/dev/null || { \
+		echo "tools: installing shellcheck from Debian packages"; \
+		if [[ $$(id -u) -eq 0 ]]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq shellcheck >/dev/null; }
+	@shellcheck --version | sed -n 2p
+
 ##@ code generation
 
 .PHONY: generate
@@ -84,12 +94,12 @@ lint: $(LINTERS) ## gofmt, go vet and staticcheck; the product module must not d
 	$(BIN)/staticcheck $$(go list ./... | grep -v '/generated/')
 
 .PHONY: test-unit
-test-unit: ## unit tests (no control plane)
-	go test -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
+test-unit: shellcheck ## unit tests (no control plane), including golden files checked by bash -n and shellcheck
+	go test -count=1 -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 
 .PHONY: test-e2e
 test-e2e: $(CONTROL_PLANE) ## e2e suites against the local control plane
-	go test -timeout 20m $(GO_TEST_FLAGS) $(E2E_PKGS)
+	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(E2E_PKGS)
 
 .PHONY: test
 test: verify-generated lint test-unit test-e2e ## everything CI runs
