@@ -3,6 +3,7 @@
 #   - deepcopy functions next to the API types        (k8s.io/code-generator deepcopy-gen)
 #   - clientset, listers, informers, applyconfigs     (client-gen, lister-gen, informer-gen,
 #     under generated/                                 applyconfiguration-gen)
+#   - OpenAPI definitions of the aggregated API       (k8s.io/kube-openapi openapi-gen)
 #   - CRD manifests under manifests/crds/             (sigs.k8s.io/controller-tools controller-gen)
 # The generator binaries come from the pinned hack/tools module (`make tools`).
 #
@@ -15,9 +16,11 @@ bin=${BIN_DIR:-$root/bin}
 module=$(cd "$root" && go list -m)
 header=$root/hack/boilerplate.go.txt
 
-# API packages with CRD types (deckhouse.io). Add a package here when a new
-# version or group appears.
+# API packages with CRD types (deckhouse.io) and of the aggregated API
+# (bashible.deckhouse.io). Add a package here when a new version or group appears.
 crd_pkgs=(apiserver/apis/deckhouse/v1 apiserver/apis/deckhouse/v1alpha1)
+aggregated_pkgs=(apiserver/apis/bashible/v1alpha1)
+api_pkgs=("${crd_pkgs[@]}" "${aggregated_pkgs[@]}")
 
 need() {
 	local t
@@ -31,12 +34,21 @@ need() {
 
 generate() { # generate <tree>: regenerate everything inside tree (a copy of the module)
 	local tree=$1 p
-	local -a full=()
-	for p in "${crd_pkgs[@]}"; do full+=("$module/$p"); done
+	local -a full=() aggregated=()
+	for p in "${api_pkgs[@]}"; do full+=("$module/$p"); done
+	for p in "${aggregated_pkgs[@]}"; do aggregated+=("$module/$p"); done
 	cd "$tree"
 
 	echo "codegen: deepcopy"
-	"$bin/deepcopy-gen" --go-header-file "$header" --output-file zz_generated.deepcopy.go "${crd_pkgs[@]/#/./}"
+	"$bin/deepcopy-gen" --go-header-file "$header" --output-file zz_generated.deepcopy.go "${api_pkgs[@]/#/./}"
+
+	echo "codegen: openapi"
+	rm -rf generated/openapi
+	"$bin/openapi-gen" --go-header-file "$header" \
+		--output-dir generated/openapi --output-pkg "$module/generated/openapi" --output-file zz_generated.openapi.go \
+		--report-filename hack/api-rule-violations.list \
+		k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
+		"${aggregated[@]}"
 
 	echo "codegen: applyconfigurations"
 	rm -rf generated/applyconfiguration generated/clientset generated/listers generated/informers
@@ -68,12 +80,12 @@ generate() { # generate <tree>: regenerate everything inside tree (a copy of the
 
 case "$mode" in
 update)
-	need deepcopy-gen applyconfiguration-gen client-gen lister-gen informer-gen controller-gen
+	need deepcopy-gen openapi-gen applyconfiguration-gen client-gen lister-gen informer-gen controller-gen
 	generate "$root"
 	echo "codegen: done"
 	;;
 verify)
-	need deepcopy-gen applyconfiguration-gen client-gen lister-gen informer-gen controller-gen
+	need deepcopy-gen openapi-gen applyconfiguration-gen client-gen lister-gen informer-gen controller-gen
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
 	# Regenerate in a copy so a verify never touches the working tree.

@@ -10,6 +10,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1"
 	discovery "k8s.io/client-go/discovery"
@@ -19,6 +20,7 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterface
+	BashibleV1alpha1() bashiblev1alpha1.BashibleV1alpha1Interface
 	DeckhouseV1() deckhousev1.DeckhouseV1Interface
 	DeckhouseV1alpha1() deckhousev1alpha1.DeckhouseV1alpha1Interface
 }
@@ -26,8 +28,14 @@ type Interface interface {
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
+	bashibleV1alpha1  *bashiblev1alpha1.BashibleV1alpha1Client
 	deckhouseV1       *deckhousev1.DeckhouseV1Client
 	deckhouseV1alpha1 *deckhousev1alpha1.DeckhouseV1alpha1Client
+}
+
+// BashibleV1alpha1 retrieves the BashibleV1alpha1Client
+func (c *Clientset) BashibleV1alpha1() bashiblev1alpha1.BashibleV1alpha1Interface {
+	return c.bashibleV1alpha1
 }
 
 // DeckhouseV1 retrieves the DeckhouseV1Client
@@ -84,6 +92,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.bashibleV1alpha1, err = bashiblev1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.deckhouseV1, err = deckhousev1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -113,6 +125,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.bashibleV1alpha1 = bashiblev1alpha1.New(c)
 	cs.deckhouseV1 = deckhousev1.New(c)
 	cs.deckhouseV1alpha1 = deckhousev1alpha1.New(c)
 

@@ -13,6 +13,7 @@ import (
 	time "time"
 
 	versioned "github.com/node-manager/node-manager/generated/clientset/versioned"
+	bashible "github.com/node-manager/node-manager/generated/informers/externalversions/bashible"
 	deckhouse "github.com/node-manager/node-manager/generated/informers/externalversions/deckhouse"
 	internalinterfaces "github.com/node-manager/node-manager/generated/informers/externalversions/internalinterfaces"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -313,7 +314,12 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	Bashible() bashible.Interface
 	Deckhouse() deckhouse.Interface
+}
+
+func (f *sharedInformerFactory) Bashible() bashible.Interface {
+	return bashible.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Deckhouse() deckhouse.Interface {

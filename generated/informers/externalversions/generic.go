@@ -9,8 +9,9 @@ package externalversions
 import (
 	fmt "fmt"
 
+	v1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	v1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	v1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -41,14 +42,22 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=deckhouse.io, Version=v1
+	// Group=bashible.deckhouse.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("bashibles"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Bashible().V1alpha1().Bashibles().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("bootstrap"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Bashible().V1alpha1().Bootstraps().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("nodegroupbundles"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Bashible().V1alpha1().NodeGroupBundles().Informer()}, nil
+
+		// Group=deckhouse.io, Version=v1
 	case v1.SchemeGroupVersion.WithResource("nodegroups"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1().NodeGroups().Informer()}, nil
 
 		// Group=deckhouse.io, Version=v1alpha1
-	case v1alpha1.SchemeGroupVersion.WithResource("instances"):
+	case deckhousev1alpha1.SchemeGroupVersion.WithResource("instances"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1alpha1().Instances().Informer()}, nil
-	case v1alpha1.SchemeGroupVersion.WithResource("nodegroupconfigurations"):
+	case deckhousev1alpha1.SchemeGroupVersion.WithResource("nodegroupconfigurations"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1alpha1().NodeGroupConfigurations().Informer()}, nil
 
 	}

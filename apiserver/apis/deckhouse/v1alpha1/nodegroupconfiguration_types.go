@@ -38,10 +38,13 @@ type NodeGroupConfigurationSpec struct {
 	// +kubebuilder:validation:MaxLength=524288
 	Content string `json:"content"`
 	// Weight orders the step among the others: the step file is named
-	// after the weight padded to three digits, then the object's name.
+	// after the weight padded to three digits, then the object's name (with
+	// ".sh" appended unless it ends so). Steps run in byte order of their
+	// names, so the weight is limited to three digits.
 	// +optional
 	// +kubebuilder:default=100
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=999
 	Weight int32 `json:"weight"`
 	// NodeGroups the step applies to, by name; "*" means every group.
 	// +optional

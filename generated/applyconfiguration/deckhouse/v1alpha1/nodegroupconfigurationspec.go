@@ -14,7 +14,9 @@ type NodeGroupConfigurationSpecApplyConfiguration struct {
 	// Content is the step: bash, optionally with Go template actions.
 	Content *string `json:"content,omitempty"`
 	// Weight orders the step among the others: the step file is named
-	// after the weight padded to three digits, then the object's name.
+	// after the weight padded to three digits, then the object's name (with
+	// ".sh" appended unless it ends so). Steps run in byte order of their
+	// names, so the weight is limited to three digits.
 	Weight *int32 `json:"weight,omitempty"`
 	// NodeGroups the step applies to, by name; "*" means every group.
 	NodeGroups []string `json:"nodeGroups,omitempty"`

@@ -9,6 +9,8 @@ package fake
 import (
 	applyconfiguration "github.com/node-manager/node-manager/generated/applyconfiguration"
 	clientset "github.com/node-manager/node-manager/generated/clientset/versioned"
+	bashiblev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
+	fakebashiblev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1/fake"
 	deckhousev1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1"
 	fakedeckhousev1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1/fake"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1"
@@ -125,6 +127,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// BashibleV1alpha1 retrieves the BashibleV1alpha1Client
+func (c *Clientset) BashibleV1alpha1() bashiblev1alpha1.BashibleV1alpha1Interface {
+	return &fakebashiblev1alpha1.FakeBashibleV1alpha1{Fake: &c.Fake}
+}
 
 // DeckhouseV1 retrieves the DeckhouseV1Client
 func (c *Clientset) DeckhouseV1() deckhousev1.DeckhouseV1Interface {

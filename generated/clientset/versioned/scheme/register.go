@@ -7,6 +7,7 @@ Copyright The node-manager Authors.
 package scheme
 
 import (
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ var Scheme = runtime.NewScheme()
 var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
+	bashiblev1alpha1.AddToScheme,
 	deckhousev1.AddToScheme,
 	deckhousev1alpha1.AddToScheme,
 }

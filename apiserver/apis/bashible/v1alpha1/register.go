@@ -1,0 +1,41 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupName is the API group served by bashible-apiserver.
+const GroupName = "bashible.deckhouse.io"
+
+// SchemeGroupVersion is the group and version of the types in this package.
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
+
+// Resource turns an unqualified resource name into a group-qualified one.
+func Resource(resource string) schema.GroupResource {
+	return SchemeGroupVersion.WithResource(resource).GroupResource()
+}
+
+var (
+	// SchemeBuilder collects the functions that add this package's types to a scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	// AddToScheme adds this package's types to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+// KnownTypes are the package's object types, for servers that register them
+// under more than one version.
+func KnownTypes() []runtime.Object {
+	return []runtime.Object{
+		&Bashible{}, &BashibleList{},
+		&NodeGroupBundle{}, &NodeGroupBundleList{},
+		&Bootstrap{}, &BootstrapList{},
+	}
+}
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(SchemeGroupVersion, KnownTypes()...)
+	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
+	return nil
+}

@@ -1,0 +1,118 @@
+package templates
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+func TestParseClusterConfiguration(t *testing.T) {
+	def, err := ParseClusterConfiguration(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Cluster.ClusterDomain != "cluster.local" || def.Cluster.ClusterDNSAddress != "10.222.0.10" ||
+		def.Cluster.KubernetesVersion != DefaultKubernetesVersion || def.Cluster.DefaultCRI != "Containerd" || len(def.Proxy.NoProxy) != 0 {
+		t.Errorf("defaults: %+v", def)
+	}
+	got, err := ParseClusterConfiguration([]byte("kind: ClusterConfiguration\nserviceSubnetCIDR: 10.96.0.0/12\nkubernetesVersion: Automatic\nproxy:\n  httpsProxy: http://p:3128\n  noProxy: [.corp]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Cluster.ClusterDNSAddress != "10.96.0.10" || got.Cluster.KubernetesVersion != DefaultKubernetesVersion {
+		t.Errorf("parsed: %+v", got.Cluster)
+	}
+	if want := []string{"127.0.0.1", "169.254.169.254", "cluster.local", "10.111.0.0/16", "10.96.0.0/12", ".corp"}; !slices.Equal(got.Proxy.NoProxy, want) {
+		t.Errorf("noProxy = %v, want %v", got.Proxy.NoProxy, want)
+	}
+	for _, bad := range []string{
+		"kind: Something",
+		"serviceSubnetCIDR: nonsense",
+		"podSubnetNodeCIDRPrefix: \"40\"",
+		"clusterDomain: [",
+	} {
+		if _, err := ParseClusterConfiguration([]byte(bad)); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}
+
+func TestNewContextResolvesDefaults(t *testing.T) {
+	settings, err := ParseClusterConfiguration([]byte("podSubnetNodeCIDRPrefix: \"22\"\ndefaultCRI: ContainerdV2\nkubernetesVersion: \"1.35\""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ng := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+	ng.Name = "w"
+	ctx := NewContext(ng, settings, nil, "")
+	if ctx.NodeGroup.Kubelet.MaxPods != 500 || ctx.CRI != "ContainerdV2" || ctx.KubernetesVersion != "1.35" ||
+		ctx.Normal.APIServerEndpoints == nil || ctx.NodeGroup.Disruptions.ApprovalMode != "Automatic" {
+		t.Errorf("context: %+v", ctx)
+	}
+	ng.Spec.KubernetesVersion = "1.36"
+	ng.Spec.CRI = &deckhousev1.CRISpec{Type: deckhousev1.CRINotManaged, NotManaged: &deckhousev1.NotManagedCRISpec{CRISocketPath: "/run/crio/crio.sock"}}
+	ng.Spec.Kubelet = &deckhousev1.KubeletSpec{ResourceReservation: &deckhousev1.ResourceReservationSpec{
+		Mode: deckhousev1.ResourceReservationStatic, Static: &deckhousev1.StaticResourceReservation{CPU: ptrTo(resource.MustParse("500m"))},
+	}}
+	ctx = NewContext(ng, settings, nil, "")
+	if ctx.KubernetesVersion != "1.36" || ctx.CRI != "NotManaged" || ctx.NodeGroup.CRI.NotManaged.CRISocketPath != "/run/crio/crio.sock" ||
+		ctx.NodeGroup.Kubelet.ResourceReservation.Static.CPU != "500m" || ctx.NodeGroup.Kubelet.ResourceReservation.Static.Memory != "" {
+		t.Errorf("context with overrides: %+v", ctx.NodeGroup)
+	}
+	values, err := ctx.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := values["nodeGroup"].(map[string]any)["kubelet"]; !ok {
+		t.Errorf("values use JSON names: %v", values)
+	}
+}
+
+func TestMaxPodsFollowsThePodSubnetPrefix(t *testing.T) {
+	for prefix, want := range map[int]int32{26: 120, 24: 120, 23: 250, 22: 500, 21: 1000, 16: 1000} {
+		if got := maxPodsForPrefix(prefix); got != want {
+			t.Errorf("/%d: %d, want %d", prefix, got, want)
+		}
+	}
+}
+
+func TestAPIServerEndpoints(t *testing.T) {
+	https, metrics := "https", "metrics"
+	port, other := int32(6443), int32(9000)
+	notReady := false
+	slices1 := []*discoveryv1.EndpointSlice{
+		{
+			Ports: []discoveryv1.EndpointPort{{Name: &https, Port: &port}, {Name: &metrics, Port: &other}},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{"10.0.0.2"}},
+				{Addresses: []string{"10.0.0.1"}},
+				{Addresses: []string{"10.0.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: &notReady}},
+			},
+		},
+		{Ports: []discoveryv1.EndpointPort{{Name: &https, Port: &port}}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1", "fd00::1"}}}},
+	}
+	want := []string{"10.0.0.1:6443", "10.0.0.2:6443", "[fd00::1]:6443"}
+	if got := APIServerEndpoints(slices1); !slices.Equal(got, want) {
+		t.Errorf("endpoints = %v, want %v", got, want)
+	}
+}
+
+// runBash runs a script with bash and the given environment, returning its
+// combined output.
+func runBash(t *testing.T, script string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command("bash", script)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bash %s: %v\n%s", script, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}

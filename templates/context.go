@@ -1,0 +1,232 @@
+package templates
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Context is everything a template of one node group may read: the built-in
+// templates and users' NodeGroupConfiguration steps see the same values.
+// Templates address fields by their JSON names (`{{ .nodeGroup.name }}`,
+// `{{ .normal.apiserverEndpoints }}`); every field is always present, with
+// the documented default when the cluster does not say, so a misspelt or
+// unknown name is a render error rather than an empty string.
+//
+// What a group's nodes receive depends only on this structure and the
+// template tree: fields that must not roll nodes when they change (scaling
+// counters, update and drain settings, disruption windows) are deliberately
+// absent.
+type Context struct {
+	// RunType is always "Normal": bashible applies the bundle on a running node.
+	RunType string `json:"runType"`
+	// NodeGroup is the group's resolved configuration.
+	NodeGroup NodeGroup `json:"nodeGroup"`
+	// KubernetesVersion is the group's effective Kubernetes minor, such as
+	// "1.36": nodeGroup.kubernetesVersion, else the cluster's.
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// CRI is the group's container runtime: Containerd, ContainerdV2 or
+	// NotManaged (nodeGroup.cri.type, else the cluster's defaultCRI).
+	CRI string `json:"cri"`
+	// Cluster holds cluster-wide settings.
+	Cluster Cluster `json:"cluster"`
+	// Normal holds what a node needs to reach and trust the API. The name is
+	// Deckhouse's, kept so existing NodeGroupConfigurations render.
+	Normal Normal `json:"normal"`
+	// Proxy is the HTTP proxy nodes use, empty when there is none.
+	Proxy Proxy `json:"proxy"`
+}
+
+// NodeGroup is a group's configuration as templates see it.
+type NodeGroup struct {
+	// Name of the group.
+	Name string `json:"name"`
+	// NodeType is CloudEphemeral, CloudPermanent, CloudStatic or Static.
+	NodeType string `json:"nodeType"`
+	// KubernetesVersion is the effective minor (the same as the top-level field).
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// CRI is the container runtime configuration.
+	CRI CRI `json:"cri"`
+	// Kubelet is the kubelet configuration, with defaults applied.
+	Kubelet Kubelet `json:"kubelet"`
+	// Disruptions: only the approval mode reaches nodes (RollingUpdate makes
+	// the node stop and ask for replacement); windows stay in the cluster.
+	Disruptions Disruptions `json:"disruptions"`
+	// NodeTemplate is what the node registers with: labels, annotations, taints.
+	NodeTemplate NodeTemplate `json:"nodeTemplate"`
+	// Fencing says whether the node arms a watchdog.
+	Fencing Fencing `json:"fencing"`
+	// CloudInstances is the instance class of a CloudEphemeral group; empty
+	// for other types. Scaling counters and zones are not part of the context.
+	CloudInstances CloudInstances `json:"cloudInstances"`
+}
+
+// CRI is the container runtime configuration.
+type CRI struct {
+	// Type is Containerd, ContainerdV2 or NotManaged.
+	Type string `json:"type"`
+	// Containerd tunes a managed containerd (both Containerd and ContainerdV2).
+	Containerd Containerd `json:"containerd"`
+	// NotManaged describes a runtime someone else installed.
+	NotManaged NotManagedCRI `json:"notManaged"`
+}
+
+// Containerd tunes a managed containerd.
+type Containerd struct {
+	// MaxConcurrentDownloads defaults to 3.
+	MaxConcurrentDownloads int32 `json:"maxConcurrentDownloads"`
+}
+
+// NotManagedCRI describes a runtime someone else installed.
+type NotManagedCRI struct {
+	// CRISocketPath defaults to /run/containerd/containerd.sock.
+	CRISocketPath string `json:"criSocketPath"`
+}
+
+// Kubelet is the kubelet configuration with defaults applied.
+type Kubelet struct {
+	// MaxPods: the group's value, else derived from the pod subnet prefix
+	// per node (120 for /24 or longer, 250 for /23, 500 for /22, 1000 for /21
+	// or shorter).
+	MaxPods int32 `json:"maxPods"`
+	// RootDir defaults to /var/lib/kubelet.
+	RootDir string `json:"rootDir"`
+	// ContainerLogMaxSize defaults to 50Mi.
+	ContainerLogMaxSize string `json:"containerLogMaxSize"`
+	// ContainerLogMaxFiles defaults to 4.
+	ContainerLogMaxFiles int32 `json:"containerLogMaxFiles"`
+	// SeccompDefault defaults to false.
+	SeccompDefault bool `json:"seccompDefault"`
+	// ResourceReservation defaults to mode Auto.
+	ResourceReservation ResourceReservation `json:"resourceReservation"`
+	// TopologyManager defaults to disabled, scope Container, policy None.
+	TopologyManager TopologyManager `json:"topologyManager"`
+	// MemorySwap defaults to NoSwap with swappiness 60.
+	MemorySwap MemorySwap `json:"memorySwap"`
+}
+
+// ResourceReservation reserves resources for the system.
+type ResourceReservation struct {
+	// Mode is Off, Auto or Static.
+	Mode string `json:"mode"`
+	// Static amounts (Kubernetes quantities), empty unless mode is Static.
+	Static StaticReservation `json:"static"`
+}
+
+// StaticReservation holds fixed amounts as Kubernetes quantity strings.
+type StaticReservation struct {
+	CPU              string `json:"cpu"`
+	Memory           string `json:"memory"`
+	EphemeralStorage string `json:"ephemeralStorage"`
+}
+
+// TopologyManager configures NUMA-aware placement.
+type TopologyManager struct {
+	Enabled bool   `json:"enabled"`
+	Scope   string `json:"scope"`
+	Policy  string `json:"policy"`
+}
+
+// MemorySwap configures swap.
+type MemorySwap struct {
+	// SwapBehavior is NoSwap or LimitedSwap.
+	SwapBehavior string `json:"swapBehavior"`
+	// Swappiness is vm.swappiness.
+	Swappiness int32 `json:"swappiness"`
+	// LimitedSwapSize is the swap file size such as 4G, empty unless LimitedSwap.
+	LimitedSwapSize string `json:"limitedSwapSize"`
+}
+
+// Disruptions is the part of the disruption policy nodes act on.
+type Disruptions struct {
+	// ApprovalMode is Manual, Automatic or RollingUpdate.
+	ApprovalMode string `json:"approvalMode"`
+}
+
+// NodeTemplate is the metadata a node registers with.
+type NodeTemplate struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	Taints      []Taint           `json:"taints"`
+}
+
+// Taint is a node taint.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Effect string `json:"effect"`
+}
+
+// Fencing says whether the node arms a watchdog.
+type Fencing struct {
+	Enabled bool `json:"enabled"`
+	// WatchdogTimeout such as 60s, empty when fencing is off.
+	WatchdogTimeout string `json:"watchdogTimeout"`
+}
+
+// CloudInstances is the instance class of a CloudEphemeral group.
+type CloudInstances struct {
+	ClassReference ClassReference `json:"classReference"`
+}
+
+// ClassReference names an instance class.
+type ClassReference struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+// Cluster holds cluster-wide settings, from ClusterConfiguration in Secret
+// kube-system/d8-cluster-configuration, with defaults for what it omits.
+type Cluster struct {
+	// ClusterDomain defaults to cluster.local.
+	ClusterDomain string `json:"clusterDomain"`
+	// ClusterDNSAddress defaults to the tenth address of the service subnet.
+	ClusterDNSAddress string `json:"clusterDNSAddress"`
+	// PodSubnetCIDR defaults to 10.111.0.0/16.
+	PodSubnetCIDR string `json:"podSubnetCIDR"`
+	// ServiceSubnetCIDR defaults to 10.222.0.0/16.
+	ServiceSubnetCIDR string `json:"serviceSubnetCIDR"`
+	// PodSubnetNodeCIDRPrefix defaults to 24.
+	PodSubnetNodeCIDRPrefix int `json:"podSubnetNodeCIDRPrefix"`
+	// DefaultCRI defaults to Containerd.
+	DefaultCRI string `json:"defaultCRI"`
+	// KubernetesVersion is the cluster's minor, default DefaultKubernetesVersion.
+	KubernetesVersion string `json:"kubernetesVersion"`
+}
+
+// Normal holds what a node needs to reach and trust the API.
+type Normal struct {
+	// BootstrapTokenPath is where a joining node keeps its bootstrap token.
+	BootstrapTokenPath string `json:"bootstrapTokenPath"`
+	// ClusterDomain repeats cluster.clusterDomain.
+	ClusterDomain string `json:"clusterDomain"`
+	// ClusterDNSAddress repeats cluster.clusterDNSAddress.
+	ClusterDNSAddress string `json:"clusterDNSAddress"`
+	// APIServerEndpoints are host:port of every API server, sorted, from the
+	// default/kubernetes EndpointSlices; empty when there are none.
+	APIServerEndpoints []string `json:"apiserverEndpoints"`
+	// KubernetesCA is the cluster CA (PEM) from kube-system/kube-root-ca.crt.
+	KubernetesCA string `json:"kubernetesCA"`
+}
+
+// Proxy is the HTTP proxy for nodes.
+type Proxy struct {
+	HTTPProxy  string `json:"httpProxy"`
+	HTTPSProxy string `json:"httpsProxy"`
+	// NoProxy always starts with the loopback, metadata-service, cluster
+	// domain, pod and service subnets when a proxy is set.
+	NoProxy []string `json:"noProxy"`
+}
+
+// Values returns the context as templates see it: nested maps keyed by the
+// JSON field names.
+func (c *Context) Values() (map[string]any, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode render context: %w", err)
+	}
+	var values map[string]any
+	if err := json.Unmarshal(data, &values); err != nil {
+		return nil, fmt.Errorf("decode render context: %w", err)
+	}
+	return values, nil
+}

@@ -1,0 +1,194 @@
+package templates
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/BurntSushi/toml"
+	"github.com/Masterminds/sprig/v3"
+	"sigs.k8s.io/yaml"
+)
+
+// Engine renders templates with sprig's text functions (without env and
+// expandenv: a template must not read the server's environment) plus toYaml,
+// fromYaml, toJson, fromJson, toToml, tpl, include and required. A missing
+// map key is an error naming the template and line, never "<no value>".
+//
+// Library templates (files whose names start with "_", holding only
+// {{ define }} blocks) are parsed once and are available to every render
+// through include and template.
+type Engine struct {
+	base *template.Template
+}
+
+// NewEngine returns an engine whose renders can use the named library
+// templates (name → text).
+func NewEngine(library map[string]string) (*Engine, error) {
+	base := template.New("").Option("missingkey=error").Funcs(staticFuncs())
+	// Placeholders so library texts that call include or tpl parse; each
+	// render binds the real ones.
+	base.Funcs(template.FuncMap{"include": noRender, "tpl": noRender})
+	for _, name := range slices.Sorted(maps.Keys(library)) {
+		if _, err := base.New(name).Parse(library[name]); err != nil {
+			return nil, newRenderError(name, err)
+		}
+	}
+	return &Engine{base: base}, nil
+}
+
+func noRender(string, any) (string, error) {
+	return "", errors.New("include and tpl work only while a template renders")
+}
+
+// Render executes the template text, named name in errors, with data.
+func (e *Engine) Render(name, text string, data any) (string, error) {
+	t, err := e.base.Clone()
+	if err != nil {
+		return "", newRenderError(name, err)
+	}
+	t = t.New(name)
+	t.Funcs(template.FuncMap{
+		"include": func(tmpl string, data any) (string, error) {
+			var buf bytes.Buffer
+			if err := t.ExecuteTemplate(&buf, tmpl, data); err != nil {
+				// Keep the included block's own position: text/template
+				// wraps this error, and newRenderError finds it again.
+				return "", newRenderError(tmpl, err)
+			}
+			return buf.String(), nil
+		},
+		"tpl": func(text string, data any) (string, error) {
+			return e.Render(name+"/tpl", text, data)
+		},
+	})
+	if _, err := t.Parse(text); err != nil {
+		return "", newRenderError(name, err)
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, data); err != nil {
+		return "", newRenderError(name, err)
+	}
+	return buf.String(), nil
+}
+
+// staticFuncs are the functions that do not depend on the template being
+// rendered.
+func staticFuncs() template.FuncMap {
+	funcs := sprig.TxtFuncMap()
+	delete(funcs, "env")
+	delete(funcs, "expandenv")
+	funcs["toYaml"] = toYAML
+	funcs["fromYaml"] = fromYAML
+	funcs["toJson"] = toJSON
+	funcs["fromJson"] = fromJSON
+	funcs["toToml"] = toTOML
+	funcs["required"] = required
+	return funcs
+}
+
+func toYAML(v any) (string, error) {
+	out, err := yaml.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("toYaml: %w", err)
+	}
+	return strings.TrimSuffix(string(out), "\n"), nil
+}
+
+func fromYAML(s string) (map[string]any, error) {
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("fromYaml: %w", err)
+	}
+	return m, nil
+}
+
+func toJSON(v any) (string, error) {
+	out, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("toJson: %w", err)
+	}
+	return string(out), nil
+}
+
+func fromJSON(s string) (map[string]any, error) {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("fromJson: %w", err)
+	}
+	return m, nil
+}
+
+func toTOML(v any) (string, error) {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(v); err != nil {
+		return "", fmt.Errorf("toToml: %w", err)
+	}
+	return buf.String(), nil
+}
+
+// required fails the render with msg when v is nil or an empty string.
+func required(msg string, v any) (any, error) {
+	if v == nil {
+		return nil, errors.New(msg)
+	}
+	if s, ok := v.(string); ok && s == "" {
+		return nil, errors.New(msg)
+	}
+	return v, nil
+}
+
+// RenderError is a template that failed to parse or execute, with the
+// position text/template reported.
+type RenderError struct {
+	// Template is the name of the template that failed.
+	Template string
+	// Line is the 1-based line in that template, 0 if unknown.
+	Line int
+	// Message is what went wrong, without the position prefix.
+	Message string
+}
+
+func (e *RenderError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("template %s, line %d: %s", e.Template, e.Line, e.Message)
+	}
+	return fmt.Sprintf("template %s: %s", e.Template, e.Message)
+}
+
+// text/template errors start "template: <name>:<line>[:<col>]: <message>".
+var positionRE = regexp.MustCompile(`^template: (.+?):(\d+)(?::\d+)?: (.*)$`)
+
+// newRenderError turns a text/template error into a RenderError. The
+// innermost position wins: an error inside an included library block names
+// that block.
+func newRenderError(name string, err error) error {
+	var re *RenderError
+	if errors.As(err, &re) {
+		return re
+	}
+	msg := err.Error()
+	if m := positionRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[2])
+		return &RenderError{Template: m[1], Line: line, Message: simplify(m[3])}
+	}
+	return &RenderError{Template: name, Message: strings.TrimPrefix(msg, "template: ")}
+}
+
+// simplify drops text/template's `executing "name" at <...>:` preamble but
+// keeps the action, which tells the author what was being evaluated.
+var executingRE = regexp.MustCompile(`^executing "[^"]*" at (<.*?>): (.*)$`)
+
+func simplify(msg string) string {
+	if m := executingRE.FindStringSubmatch(msg); m != nil {
+		return m[1] + ": " + m[2]
+	}
+	return msg
+}

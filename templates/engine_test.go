@@ -1,0 +1,89 @@
+package templates
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func mustEngine(t *testing.T, library map[string]string) *Engine {
+	t.Helper()
+	e, err := NewEngine(library)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestEngineFunctions(t *testing.T) {
+	e := mustEngine(t, map[string]string{"lib/_x.tpl": `{{ define "greet" }}hello {{ .name }}{{ end }}`})
+	data := map[string]any{"name": "worker", "list": []any{"a", "b"}, "obj": map[string]any{"k": "v", "n": 1}}
+	cases := map[string]string{
+		`{{ .name | upper }}`:                     "WORKER",
+		`{{ .obj | toYaml }}`:                     "k: v\n\"n\": 1",
+		`{{ .obj | toJson }}`:                     `{"k":"v","n":1}`,
+		`{{ (fromYaml "a: 1").a }}`:               "1",
+		`{{ (fromJson "{\"a\": \"x\"}").a }}`:     "x",
+		`{{ .obj | toToml }}`:                     "k = \"v\"\nn = 1\n",
+		`{{ tpl "{{ .name }}-tpl" . }}`:           "worker-tpl",
+		`{{ include "greet" . }}`:                 "hello worker",
+		`{{ include "greet" . | upper }}`:         "HELLO WORKER",
+		`{{ required "name is needed" .name }}`:   "worker",
+		`{{ .list | join "," }}`:                  "a,b",
+		`{{ if hasKey .obj "k" }}yes{{ end }}`:    "yes",
+		`{{ dig "missing" "x" "fallback" .obj }}`: "fallback",
+	}
+	for text, want := range cases {
+		got, err := e.Render("t", text, data)
+		if err != nil {
+			t.Errorf("%s: %v", text, err)
+			continue
+		}
+		if got != want {
+			t.Errorf("%s = %q, want %q", text, got, want)
+		}
+	}
+}
+
+func TestEngineErrorsNameTemplateAndLine(t *testing.T) {
+	e := mustEngine(t, map[string]string{"lib/_x.tpl": "{{ define \"broken\" }}\n{{ .absent }}{{ end }}"})
+	data := map[string]any{"nodeGroup": map[string]any{"name": "w"}}
+	cases := []struct {
+		text, wantTemplate string
+		wantLine           int
+		wantMsg            string
+	}{
+		{"line one\n{{ .nodeGroup.nmae }}", "step.sh", 2, `map has no entry for key "nmae"`},
+		{"\n\n{{ if }}", "step.sh", 3, "missing value for if"},
+		{"{{ fail \"not on this group\" }}", "step.sh", 1, "not on this group"},
+		{"{{ required \"set .x\" .nodeGroup.x }}", "step.sh", 1, `map has no entry for key "x"`},
+		{"{{ required \"name must not be empty\" \"\" }}", "step.sh", 1, "name must not be empty"},
+		{"{{ env \"HOME\" }}", "step.sh", 1, `function "env" not defined`},
+		{"{{ expandenv \"$HOME\" }}", "step.sh", 1, `function "expandenv" not defined`},
+		{"{{ include \"broken\" . }}", "lib/_x.tpl", 2, `map has no entry for key "absent"`},
+		{"{{ fromYaml \"a: [\" }}", "step.sh", 1, "fromYaml"},
+	}
+	for _, tc := range cases {
+		out, err := e.Render("step.sh", tc.text, data)
+		var re *RenderError
+		if !errors.As(err, &re) {
+			t.Errorf("%q: want a RenderError, got %q, %v", tc.text, out, err)
+			continue
+		}
+		if re.Template != tc.wantTemplate || re.Line != tc.wantLine || !strings.Contains(re.Message, tc.wantMsg) {
+			t.Errorf("%q: got template %q line %d message %q; want %q line %d containing %q",
+				tc.text, re.Template, re.Line, re.Message, tc.wantTemplate, tc.wantLine, tc.wantMsg)
+		}
+		if strings.Contains(out, "<no value>") {
+			t.Errorf("%q rendered <no value>", tc.text)
+		}
+	}
+}
+
+func TestEngineLibraryParseErrorNamesTheFile(t *testing.T) {
+	_, err := NewEngine(map[string]string{"lib/_bad.tpl": "{{ define \"x\" }}\n{{ end"})
+	var re *RenderError
+	if !errors.As(err, &re) || re.Template != "lib/_bad.tpl" || re.Line != 2 {
+		t.Fatalf("want a RenderError for lib/_bad.tpl line 2, got %v", err)
+	}
+}

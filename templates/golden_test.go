@@ -1,0 +1,187 @@
+package templates
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden from the current templates")
+
+// fixture is one golden-test input: a NodeGroup and the cluster around it.
+type fixture struct {
+	NodeGroup            deckhousev1.NodeGroup `json:"nodeGroup"`
+	ClusterConfiguration string                `json:"clusterConfiguration"`
+	Endpoints            []string              `json:"endpoints"`
+	CustomSteps          []struct {
+		Name    string   `json:"name"`
+		Weight  int32    `json:"weight"`
+		Bundles []string `json:"bundles"`
+		Content string   `json:"content"`
+	} `json:"customSteps"`
+}
+
+const testCA = "-----BEGIN CERTIFICATE-----\nMIIBfixtureCA\n-----END CERTIFICATE-----\n"
+
+func loadFixture(t *testing.T, path string) (Context, []CustomStep) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f fixture
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	settings, err := ParseClusterConfiguration([]byte(f.ClusterConfiguration))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var custom []CustomStep
+	for _, s := range f.CustomSteps {
+		custom = append(custom, CustomStep{Name: s.Name, Weight: s.Weight, Bundles: s.Bundles, Content: s.Content})
+	}
+	return NewContext(&f.NodeGroup, settings, f.Endpoints, testCA), custom
+}
+
+// renderedFiles lays a bundle out as files: bashible.sh, bootstrap.sh,
+// steps/<name> and checksum.
+func renderedFiles(b *Bundle) map[string]string {
+	files := map[string]string{
+		"bashible.sh":  b.Bashible,
+		"bootstrap.sh": b.Bootstrap,
+		"checksum":     b.Checksum + "\n",
+	}
+	for name, content := range b.Steps {
+		files[filepath.Join("steps", name)] = content
+	}
+	return files
+}
+
+// TestGolden renders every fixture with the built-in tree and compares the
+// result with testdata/golden/<fixture>/; every script must pass bash -n
+// and shellcheck. Run with -update to rewrite the golden files.
+func TestGolden(t *testing.T) {
+	tree, err := LoadTree(Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures, err := filepath.Glob("testdata/fixtures/*.yaml")
+	if err != nil || len(fixtures) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	for _, path := range fixtures {
+		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			ctx, custom := loadFixture(t, path)
+			bundle, failures := tree.Render(&ctx, custom)
+			if failures != nil {
+				t.Fatalf("render failed: %v", failures)
+			}
+			files := renderedFiles(bundle)
+			dir := filepath.Join("testdata", "golden", name)
+			if *update {
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+				for file, content := range files {
+					p := filepath.Join(dir, file)
+					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			compareGolden(t, dir, files)
+			for file, content := range files {
+				if strings.HasSuffix(file, ".sh") {
+					checkShell(t, file, content)
+				}
+			}
+		})
+	}
+}
+
+func compareGolden(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	var onDisk []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		onDisk = append(onDisk, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read golden files (run go test ./templates -update to create them): %v", err)
+	}
+	var rendered []string
+	for f := range files {
+		rendered = append(rendered, f)
+	}
+	slices.Sort(onDisk)
+	slices.Sort(rendered)
+	if !slices.Equal(onDisk, rendered) {
+		t.Fatalf("golden files %v, rendered %v (run go test ./templates -update)", onDisk, rendered)
+	}
+	for file, content := range files {
+		want, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(want) != content {
+			t.Errorf("%s differs from its golden file (run go test ./templates -update and review the diff):\n%s", file, firstDifference(string(want), content))
+		}
+	}
+}
+
+func firstDifference(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := range max(len(w), len(g)) {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n  golden:   %s\n  rendered: %s", i+1, wl, gl)
+		}
+	}
+	return "(only trailing differences)"
+}
+
+// checkShell runs bash -n and shellcheck on a rendered script.
+func checkShell(t *testing.T, name, script string) {
+	t.Helper()
+	bashN := exec.Command("bash", "-n")
+	bashN.Stdin = strings.NewReader(script)
+	if out, err := bashN.CombinedOutput(); err != nil {
+		t.Errorf("%s: bash -n: %v\n%s", name, err, out)
+	}
+	sc, err := exec.LookPath("shellcheck")
+	if err != nil {
+		t.Fatal("shellcheck is not installed; `make shellcheck` installs it from Debian packages")
+	}
+	cmd := exec.Command(sc, "--shell=bash", "--severity=style", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Errorf("%s: shellcheck: %v\n%s", name, err, out.String())
+	}
+}

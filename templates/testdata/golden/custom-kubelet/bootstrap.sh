@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# First boot of a node of group databases. Run once on a new
+# machine that has its bootstrap token in /var/lib/bashible/bootstrap-token
+# and the cluster CA in /var/lib/bashible/ca.crt: it fetches bashible.sh with
+# the token, marks the first run and converges.
+set -Eeuo pipefail
+
+readonly NODE_GROUP='databases'
+readonly BASHIBLE_DIR=/var/lib/bashible
+readonly API_ENDPOINTS=('192.168.1.5:6443' )
+
+for f in bootstrap-token ca.crt; do
+  if [[ ! -s "$BASHIBLE_DIR/$f" ]]; then
+    echo "bootstrap: $BASHIBLE_DIR/$f is missing; write the group's bootstrap token and the cluster CA first" >&2
+    exit 1
+  fi
+done
+umask 077
+printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header"
+
+for endpoint in "${API_ENDPOINTS[@]}"; do
+  if curl --silent --show-error --fail --connect-timeout 5 --max-time 60 \
+      --cacert "$BASHIBLE_DIR/ca.crt" -H @"$BASHIBLE_DIR/bootstrap-token-header" \
+      "https://$endpoint/apis/bashible.deckhouse.io/v1alpha1/bashibles/$NODE_GROUP" \
+      | jq -r '.data["bashible.sh"]' > "$BASHIBLE_DIR/bashible.sh.new"; then
+    mv "$BASHIBLE_DIR/bashible.sh.new" "$BASHIBLE_DIR/bashible.sh"
+    chmod 0755 "$BASHIBLE_DIR/bashible.sh"
+    touch "$BASHIBLE_DIR/first_run"
+    exec "$BASHIBLE_DIR/bashible.sh"
+  fi
+  echo "bootstrap: fetching bashible.sh from $endpoint failed" >&2
+done
+echo "bootstrap: no API endpoint answered: ${API_ENDPOINTS[*]}" >&2
+exit 1

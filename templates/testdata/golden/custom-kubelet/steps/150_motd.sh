@@ -1,0 +1,1 @@
+printf 'Managed by node-manager (%s)\n' 'CloudPermanent' > /etc/motd
