@@ -175,7 +175,18 @@ func TestMakeRun(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill() }()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Whatever happens, stop the stack the way a user would, so even a
+	// failing test leaves nothing behind; kill it only if Ctrl-C is ignored.
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+		}
+	}()
 
 	// The reader hands over what it has read so far with each message, so
 	// the test never reads the buffer while the reader writes it.
@@ -231,10 +242,9 @@ func TestMakeRun(t *testing.T) {
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
 	select {
-	case err := <-waitErr:
+	case err := <-exited:
+		exited <- err // for the deferred stop
 		if err != nil {
 			t.Fatalf("make run should exit 0 on Ctrl-C: %v\nstderr:\n%s", err, stderr.String())
 		}
