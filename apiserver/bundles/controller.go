@@ -1,0 +1,476 @@
+package bundles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	applyv1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
+	nmlistersv1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
+	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/templates"
+)
+
+// Where the inputs live.
+const (
+	ClusterConfigurationSecret = "d8-cluster-configuration"
+	ClusterConfigurationKey    = "cluster-configuration.yaml"
+	RootCAConfigMap            = "kube-root-ca.crt"
+	// ConditionRendered is the condition set on NodeGroupConfigurations and NodeGroups.
+	ConditionRendered = "Rendered"
+	// FieldManager is the server-side apply manager of what the server writes.
+	FieldManager = "bashible-apiserver"
+)
+
+// ControllerConfig wires a Controller.
+type ControllerConfig struct {
+	Kube      kubernetes.Interface
+	NodeMgr   versioned.Interface
+	Namespace string
+	// Identity names this replica in the leader Lease.
+	Identity string
+	Renderer *Renderer
+	Store    *Store
+	Metrics  *Metrics
+	// LeaseDuration etc. tune leader election; zero means 15s/10s/2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Controller renders on every replica and, on the leader, publishes.
+type Controller struct {
+	cfg   ControllerConfig
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	factories                    []interface{ Start(<-chan struct{}) }
+	publishedInformer            cache.SharedIndexInformer
+	nodeGroups                   nmlistersv1.NodeGroupLister
+	configs                      nmlistersv1alpha1.NodeGroupConfigurationLister
+	secretsKS                    corelisters.SecretLister
+	configMapsKS                 corelisters.ConfigMapLister
+	endpointSlices               discoverylisters.EndpointSliceLister
+	published                    corelisters.SecretLister
+	synced                       []cache.InformerSynced
+	recorder                     events.EventRecorder
+	broadcaster                  events.EventBroadcaster
+
+	leading  atomic.Bool
+	rendered atomic.Bool
+	lastErr  atomic.Pointer[string]
+}
+
+// NewController sets up the informers; Run starts them.
+func NewController(cfg ControllerConfig) *Controller {
+	c := &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles"}),
+	}
+	// Each input is watched as narrowly as the API allows, so unrelated
+	// objects never trigger a render.
+	named := func(name string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(metav1.NamespaceSystem),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+			}))
+	}
+	clusterConfig, rootCA := named(ClusterConfigurationSecret), named(RootCAConfigMap)
+	apiEndpoints := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(metav1.NamespaceDefault),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes" }))
+	publishedNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = AppLabel + "=" + AppLabelValue }))
+	nm := nminformers.NewSharedInformerFactory(cfg.NodeMgr, 0)
+	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, rootCA, apiEndpoints, publishedNS, nm}
+
+	enqueue := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.queue.Add("render") },
+		UpdateFunc: func(any, any) { c.queue.Add("render") },
+		DeleteFunc: func(any) { c.queue.Add("render") },
+	}
+	ngInf := nm.Deckhouse().V1().NodeGroups()
+	ngcInf := nm.Deckhouse().V1alpha1().NodeGroupConfigurations()
+	secInf := clusterConfig.Core().V1().Secrets()
+	cmInf := rootCA.Core().V1().ConfigMaps()
+	esInf := apiEndpoints.Discovery().V1().EndpointSlices()
+	pubInf := publishedNS.Core().V1().Secrets()
+	for _, inf := range []cache.SharedIndexInformer{ngInf.Informer(), ngcInf.Informer(), esInf.Informer(), secInf.Informer(), cmInf.Informer()} {
+		_, _ = inf.AddEventHandler(enqueue)
+	}
+	_, _ = pubInf.Informer().AddEventHandler(cfg.Store.Handler())
+	// A change to what is published may need correcting (someone edited or
+	// deleted a Secret): the leader re-publishes.
+	_, _ = pubInf.Informer().AddEventHandler(enqueue)
+
+	c.nodeGroups, c.configs = ngInf.Lister(), ngcInf.Lister()
+	c.secretsKS, c.configMapsKS = secInf.Lister(), cmInf.Lister()
+	c.endpointSlices, c.published = esInf.Lister(), pubInf.Lister()
+	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, secInf.Informer().HasSynced,
+		cmInf.Informer().HasSynced, esInf.Informer().HasSynced, pubInf.Informer().HasSynced}
+	c.publishedInformer = pubInf.Informer()
+
+	scheme := runtime.NewScheme()
+	_ = deckhousev1.AddToScheme(scheme)
+	_ = deckhousev1alpha1.AddToScheme(scheme)
+	c.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cfg.Kube.EventsV1()})
+	c.recorder = c.broadcaster.NewRecorder(scheme, "bashible-apiserver")
+	return c
+}
+
+// Run starts the informers, waits for them, then renders on every change and
+// takes part in leader election until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	c.broadcaster.StartRecordingToSink(ctx.Done())
+	defer c.broadcaster.Shutdown()
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+	if !cache.WaitForNamedCacheSync("bashible-bundles", ctx.Done(), c.synced...) {
+		return errors.New("informers did not sync before shutdown")
+	}
+	c.cfg.Store.MarkSynced(c.publishedInformer.LastSyncResourceVersion())
+	go c.runLeaderElection(ctx)
+	go wait.UntilWithContext(ctx, c.worker, time.Second)
+	c.queue.Add("render")
+	<-ctx.Done()
+	return nil
+}
+
+// Ready reports whether this replica can serve: inputs synced, the store
+// loaded, and a first render done.
+func (c *Controller) Ready() error {
+	if !c.cfg.Store.Synced() {
+		return errors.New("published bundles not loaded yet")
+	}
+	if !c.rendered.Load() {
+		return errors.New("first render not done yet")
+	}
+	return nil
+}
+
+// Leading reports whether this replica publishes.
+func (c *Controller) Leading() bool { return c.leading.Load() }
+
+func (c *Controller) worker(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx)
+		c.queue.Done(key)
+		if err != nil {
+			klog.ErrorS(err, "Publishing bundles failed; will retry")
+			c.queue.AddRateLimited(key)
+			continue
+		}
+		c.queue.Forget(key)
+	}
+}
+
+func (c *Controller) inputs() (Inputs, error) {
+	ngs, err := c.nodeGroups.List(labels.Everything())
+	if err != nil {
+		return Inputs{}, err
+	}
+	configs, err := c.configs.List(labels.Everything())
+	if err != nil {
+		return Inputs{}, err
+	}
+	in := Inputs{NodeGroups: ngs, Configs: configs}
+	if s, err := c.secretsKS.Secrets(metav1.NamespaceSystem).Get(ClusterConfigurationSecret); err == nil {
+		in.ClusterConfiguration = s.Data[ClusterConfigurationKey]
+	} else if !apierrors.IsNotFound(err) {
+		return Inputs{}, err
+	}
+	if cm, err := c.configMapsKS.ConfigMaps(metav1.NamespaceSystem).Get(RootCAConfigMap); err == nil {
+		in.CA = cm.Data["ca.crt"]
+	} else if !apierrors.IsNotFound(err) {
+		return Inputs{}, err
+	}
+	endpointSlices, err := c.endpointSlices.List(labels.Everything())
+	if err != nil {
+		return Inputs{}, err
+	}
+	in.Endpoints = templates.APIServerEndpoints(endpointSlices)
+	return in, nil
+}
+
+func (c *Controller) sync(ctx context.Context) error {
+	in, err := c.inputs()
+	if err != nil {
+		return err
+	}
+	results := c.cfg.Renderer.RenderAll(in)
+	for _, r := range results {
+		if r.Cached {
+			c.cfg.Metrics.RenderCached.Inc()
+			continue
+		}
+		c.cfg.Metrics.RenderDuration.WithLabelValues(r.Group).Observe(r.Duration.Seconds())
+		if r.Published == nil {
+			c.cfg.Metrics.RenderErrors.WithLabelValues(r.Group).Inc()
+			klog.InfoS("Node group failed to render; it keeps its last good bundle", "group", r.Group, "failures", failureMessages(r.Failures))
+		}
+	}
+	c.rendered.Store(true)
+	if !c.leading.Load() {
+		return nil
+	}
+	return c.publish(ctx, in, results)
+}
+
+func failureMessages(fs []templates.Failure) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Error()
+	}
+	return out
+}
+
+func (c *Controller) runLeaderElection(ctx context.Context) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: "bashible-apiserver"},
+		Client:     c.cfg.Kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
+	}
+	durations := func(d, def time.Duration) time.Duration {
+		if d == 0 {
+			return def
+		}
+		return d
+	}
+	for ctx.Err() == nil {
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   durations(c.cfg.LeaseDuration, 15*time.Second),
+			RenewDeadline:   durations(c.cfg.RenewDeadline, 10*time.Second),
+			RetryPeriod:     durations(c.cfg.RetryPeriod, 2*time.Second),
+			ReleaseOnCancel: true,
+			Name:            "bashible-apiserver",
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) {
+					klog.InfoS("Publishing bundles as the leader", "identity", c.cfg.Identity)
+					c.leading.Store(true)
+					c.cfg.Metrics.Leader.Set(1)
+					c.queue.Add("render")
+				},
+				OnStoppedLeading: func() {
+					klog.InfoS("No longer the leader", "identity", c.cfg.Identity)
+					c.leading.Store(false)
+					c.cfg.Metrics.Leader.Set(0)
+				},
+			},
+		})
+	}
+}
+
+// publish writes the bundles, deletes those of vanished groups, and reports
+// render failures on the objects at fault.
+func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]*Result) error {
+	var errs []error
+	for _, group := range sortedGroups(results) {
+		r := results[group]
+		if r.Published == nil {
+			continue
+		}
+		if err := c.writeBundle(ctx, r.Published); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	published, err := c.published.Secrets(c.cfg.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, s := range published {
+		group := strings.TrimPrefix(s.Name, SecretPrefix)
+		if results[group] == nil && strings.HasPrefix(s.Name, SecretPrefix) {
+			err := c.cfg.Kube.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete bundle of removed group %s: %w", group, err))
+			}
+		}
+	}
+	errs = append(errs, c.reportConfigs(ctx, in.Configs, results)...)
+	errs = append(errs, c.reportNodeGroups(ctx, in.NodeGroups, results)...)
+	return errors.Join(errs...)
+}
+
+func sortedGroups(results map[string]*Result) []string {
+	groups := make([]string, 0, len(results))
+	for g := range results {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	return groups
+}
+
+func (c *Controller) writeBundle(ctx context.Context, p *Published) error {
+	name := SecretPrefix + p.Group
+	current, err := c.published.Secrets(c.cfg.Namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	digest := c.cfg.Renderer.TemplatesDigest()
+	if current != nil && current.Annotations[bashiblev1alpha1.ChecksumAnnotation] == p.Checksum && current.Annotations[TemplatesDigestAnnotation] == digest {
+		if _, err := decodeSecret(current); err == nil {
+			return nil
+		}
+	}
+	data, err := encodeSecretData(p)
+	if err != nil {
+		return err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: c.cfg.Namespace,
+			Labels:      map[string]string{AppLabel: AppLabelValue, bashiblev1alpha1.GroupLabel: p.Group},
+			Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: p.Checksum, TemplatesDigestAnnotation: digest},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if current == nil {
+		_, err = c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+	} else {
+		secret.ResourceVersion = current.ResourceVersion
+		_, err = c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace).Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
+	}
+	if err != nil {
+		return fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
+	}
+	klog.InfoS("Published bundle", "group", p.Group, "checksum", p.Checksum, "bytes", p.Size())
+	return nil
+}
+
+// reportConfigs sets each NodeGroupConfiguration's Rendered condition and
+// emits a Warning event when it starts failing or fails differently.
+func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1alpha1.NodeGroupConfiguration, results map[string]*Result) []error {
+	// failures[ngc][message] = groups
+	failures := map[string]map[string][]string{}
+	applied := map[string][]string{}
+	for _, group := range sortedGroups(results) {
+		r := results[group]
+		for _, name := range r.Custom {
+			applied[name] = append(applied[name], group)
+		}
+		for _, f := range r.Failures {
+			if f.Custom == "" {
+				continue
+			}
+			if failures[f.Custom] == nil {
+				failures[f.Custom] = map[string][]string{}
+			}
+			msg := f.Err.Error()
+			failures[f.Custom][msg] = append(failures[f.Custom][msg], group)
+		}
+	}
+	var errs []error
+	for _, ngc := range configs {
+		cond := metav1.Condition{Type: ConditionRendered, ObservedGeneration: ngc.Generation}
+		if byMsg := failures[ngc.Name]; len(byMsg) > 0 {
+			var parts []string
+			for _, msg := range slices.Sorted(maps.Keys(byMsg)) {
+				parts = append(parts, fmt.Sprintf("node groups %s: %s", strings.Join(byMsg[msg], ", "), msg))
+			}
+			cond.Status, cond.Reason = metav1.ConditionFalse, "RenderFailed"
+			cond.Message = truncate(strings.Join(parts, "; ")+". The node groups keep their last good bundle until this is fixed.", 4000)
+		} else if groups := applied[ngc.Name]; len(groups) > 0 {
+			cond.Status, cond.Reason = metav1.ConditionTrue, "Rendered"
+			cond.Message = "Rendered for node groups " + strings.Join(groups, ", ")
+		} else {
+			cond.Status, cond.Reason = metav1.ConditionTrue, "NoNodeGroups"
+			cond.Message = "No node group matches spec.nodeGroups"
+		}
+		old := meta.FindStatusCondition(ngc.Status.Conditions, ConditionRendered)
+		if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
+			continue
+		}
+		updated := ngc.DeepCopy()
+		meta.SetStatusCondition(&updated.Status.Conditions, cond)
+		updated.Status.ObservedGeneration = ngc.Generation
+		if _, err := c.cfg.NodeMgr.DeckhouseV1alpha1().NodeGroupConfigurations().UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("report status of NodeGroupConfiguration %s: %w", ngc.Name, err))
+			}
+			continue
+		}
+		if cond.Status == metav1.ConditionFalse && (old == nil || old.Message != cond.Message) {
+			c.recorder.Eventf(updated, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "%s", cond.Message)
+		}
+	}
+	return errs
+}
+
+// reportNodeGroups sets the Rendered condition on each NodeGroup with
+// server-side apply, owning only that condition.
+func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.NodeGroup, results map[string]*Result) []error {
+	var errs []error
+	for _, ng := range ngs {
+		r := results[ng.Name]
+		if r == nil {
+			continue
+		}
+		status, reason, msg := metav1.ConditionTrue, "Rendered", "Bundle rendered"
+		if current, ok := c.cfg.Store.Get(ng.Name); ok && r.Published != nil {
+			msg = "Serving configuration " + current.Checksum
+		}
+		if r.Published == nil {
+			status, reason = metav1.ConditionFalse, "RenderFailed"
+			msg = truncate(strings.Join(failureMessages(r.Failures), "; ")+". The group keeps its last good bundle.", 4000)
+		}
+		old := meta.FindStatusCondition(ng.Status.Conditions, ConditionRendered)
+		if old != nil && old.Status == status && old.Reason == reason && (old.Message == msg || status == metav1.ConditionTrue) {
+			continue
+		}
+		transition := metav1.Now()
+		if old != nil && old.Status == status {
+			transition = old.LastTransitionTime
+		}
+		ac := applyv1.NodeGroup(ng.Name).WithStatus(applyv1.NodeGroupStatus().WithConditions(
+			metav1ac.Condition().WithType(ConditionRendered).WithStatus(status).WithReason(reason).
+				WithMessage(msg).WithLastTransitionTime(transition).WithObservedGeneration(ng.Generation)))
+		if _, err := c.cfg.NodeMgr.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("report status of NodeGroup %s: %w", ng.Name, err))
+		}
+	}
+	return errs
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

@@ -1,0 +1,239 @@
+package bundles
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// historySize is how many events a Store keeps for watches that resume
+// from a resourceVersion; an older resourceVersion gets 410 Gone.
+const historySize = 1024
+
+// watcherBuffer is how many events a slow watcher may fall behind before
+// its watch is closed (the client then relists).
+const watcherBuffer = 256
+
+// Event is a change to a served group.
+type Event struct {
+	Type      watch.EventType
+	Published *Published
+	rv        uint64
+}
+
+// Store holds the bundles every replica serves: the contents of the
+// published Secrets, decoded once per change. Reads never wait for a render.
+type Store struct {
+	mu       sync.RWMutex
+	groups   map[string]*Published
+	rv       uint64 // highest resourceVersion seen
+	floor    uint64 // watches from below this resourceVersion get 410
+	history  []Event
+	synced   bool
+	watchers map[*storeWatcher]struct{}
+	onChange func(old, cur *Published)
+}
+
+// NewStore returns an empty store. onChange, if set, is called for every
+// change (for metrics).
+func NewStore(onChange func(old, cur *Published)) *Store {
+	return &Store{groups: map[string]*Published{}, watchers: map[*storeWatcher]struct{}{}, onChange: onChange}
+}
+
+// Handler is the event handler to register on the published-Secret informer.
+func (s *Store) Handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.apply(obj, false) },
+		UpdateFunc: func(_, obj any) { s.apply(obj, false) },
+		DeleteFunc: func(obj any) { s.apply(obj, true) },
+	}
+}
+
+// MarkSynced records that the informer's initial list is in: history starts
+// here, so a watch from an older resourceVersion must relist.
+func (s *Store) MarkSynced(listRV string) {
+	rv, _ := strconv.ParseUint(listRV, 10, 64)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.synced = true
+	s.rv = max(s.rv, rv)
+	s.floor = s.rv
+	s.history = nil
+}
+
+// Synced reports whether the initial list has been loaded.
+func (s *Store) Synced() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.synced
+}
+
+func (s *Store) apply(obj any, deleted bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	secret, ok := obj.(*corev1.Secret)
+	if !ok || !strings.HasPrefix(secret.Name, SecretPrefix) {
+		return
+	}
+	group := strings.TrimPrefix(secret.Name, SecretPrefix)
+	rv, _ := strconv.ParseUint(secret.ResourceVersion, 10, 64)
+
+	var cur *Published
+	if !deleted {
+		p, err := decodeSecret(secret)
+		if err != nil {
+			// Keep serving what we had: a corrupt Secret must not take the
+			// group away. The leader rewrites it on its next publish.
+			klog.ErrorS(err, "Ignoring an unreadable published bundle", "secret", klog.KObj(secret))
+			return
+		}
+		cur = p
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.groups[group]
+	rv = max(rv, s.rv) // a tombstone may carry an older resourceVersion
+	s.rv = rv
+	var ev Event
+	switch {
+	case deleted && old == nil:
+		return
+	case deleted:
+		delete(s.groups, group)
+		gone := *old
+		gone.ResourceVersion = strconv.FormatUint(rv, 10)
+		ev = Event{Type: watch.Deleted, Published: &gone, rv: rv}
+	case old == nil:
+		s.groups[group] = cur
+		ev = Event{Type: watch.Added, Published: cur, rv: rv}
+	default:
+		s.groups[group] = cur
+		ev = Event{Type: watch.Modified, Published: cur, rv: rv}
+	}
+	if s.onChange != nil {
+		s.onChange(old, cur)
+	}
+	if !s.synced {
+		return // part of the initial list; watches start after it
+	}
+	s.history = append(s.history, ev)
+	if len(s.history) > historySize {
+		s.floor = s.history[0].rv
+		s.history = slices.Delete(s.history, 0, len(s.history)-historySize)
+	}
+	for w := range s.watchers {
+		w.send(ev)
+	}
+}
+
+// Get returns a group's bundle.
+func (s *Store) Get(group string) (*Published, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.groups[group]
+	return p, ok
+}
+
+// List returns every bundle sorted by group, with the store's resourceVersion.
+func (s *Store) List() ([]*Published, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Published, 0, len(s.groups))
+	for _, p := range s.groups {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *Published) int { return strings.Compare(a.Group, b.Group) })
+	return out, strconv.FormatUint(s.rv, 10)
+}
+
+// Watch streams changes after resourceVersion fromRV ("" or "0": the
+// current state as ADDED events first). A resourceVersion older than the
+// store's history is answered with 410 Gone so the client relists.
+func (s *Store) Watch(fromRV string) (*StoreWatch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &storeWatcher{ch: make(chan Event, watcherBuffer)}
+	if fromRV == "" || fromRV == "0" {
+		groups := make([]string, 0, len(s.groups))
+		for g := range s.groups {
+			groups = append(groups, g)
+		}
+		slices.Sort(groups)
+		if len(groups) > watcherBuffer {
+			w.ch = make(chan Event, len(groups)+watcherBuffer)
+		}
+		for _, g := range groups {
+			w.send(Event{Type: watch.Added, Published: s.groups[g], rv: s.rv})
+		}
+	} else {
+		rv, err := strconv.ParseUint(fromRV, 10, 64)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q is not a resource version this server issued", fromRV))
+		}
+		if rv < s.floor {
+			return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, s.floor))
+		}
+		for _, ev := range s.history {
+			if ev.rv > rv {
+				w.send(ev)
+			}
+		}
+	}
+	s.watchers[w] = struct{}{}
+	return &StoreWatch{store: s, w: w}, nil
+}
+
+// StoreWatch is a running watch on the store.
+type StoreWatch struct {
+	store *Store
+	w     *storeWatcher
+	once  sync.Once
+}
+
+// Events delivers changes; it is closed when the watch stops or falls behind.
+func (sw *StoreWatch) Events() <-chan Event { return sw.w.ch }
+
+// Stop ends the watch.
+func (sw *StoreWatch) Stop() {
+	sw.once.Do(func() {
+		sw.store.mu.Lock()
+		defer sw.store.mu.Unlock()
+		delete(sw.store.watchers, sw.w)
+		sw.w.close()
+	})
+}
+
+type storeWatcher struct {
+	ch     chan Event
+	closed bool
+}
+
+// send delivers ev or, if the watcher has fallen behind, closes it. Called
+// with the store's lock held.
+func (w *storeWatcher) send(ev Event) {
+	if w.closed {
+		return
+	}
+	select {
+	case w.ch <- ev:
+	default:
+		w.close()
+	}
+}
+
+func (w *storeWatcher) close() {
+	if !w.closed {
+		w.closed = true
+		close(w.ch)
+	}
+}

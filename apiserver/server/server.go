@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	"github.com/node-manager/node-manager/apiserver/access"
+	"github.com/node-manager/node-manager/apiserver/bundles"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	generatedopenapi "github.com/node-manager/node-manager/generated/openapi"
+	"github.com/node-manager/node-manager/registry"
+	"github.com/node-manager/node-manager/templates"
+)
+
+// Config is the server's configuration: the generic server's and ours.
+type Config struct {
+	Generic *genericapiserver.RecommendedConfig
+	Extra   ExtraConfig
+}
+
+// ExtraConfig is what bashible-apiserver adds to the generic configuration.
+type ExtraConfig struct {
+	TemplatesDir string
+	Namespace    string
+	Identity     string
+}
+
+// CompletedConfig is a Config with every default filled in; only it can
+// build a server.
+type CompletedConfig struct {
+	generic genericapiserver.CompletedConfig
+	extra   ExtraConfig
+	client  *genericapiserver.RecommendedConfig
+}
+
+func newConfig(o *Options) (*Config, error) {
+	generic := genericapiserver.NewRecommendedConfig(Codecs)
+	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	generic.FeatureGate = o.Generic.FeatureGate
+	namer := openapi.NewDefinitionNamer(Scheme)
+	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIConfig.Info.Title = "bashible-apiserver"
+	generic.OpenAPIConfig.Info.Version = bashiblev1alpha1.SchemeGroupVersion.Version
+	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIV3Config.Info.Title = "bashible-apiserver"
+	generic.OpenAPIV3Config.Info.Version = bashiblev1alpha1.SchemeGroupVersion.Version
+	if err := o.Generic.ApplyTo(generic); err != nil {
+		return nil, err
+	}
+	if generic.ClientConfig == nil {
+		return nil, errors.New("no client for the cluster: pass --kubeconfig or run in a pod")
+	}
+	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, Namespace: o.Namespace, Identity: o.Identity}}, nil
+}
+
+// Complete fills in defaults.
+func (c *Config) Complete() CompletedConfig {
+	return CompletedConfig{generic: c.Generic.Complete(), extra: c.Extra, client: c.Generic}
+}
+
+// Server is a bashible-apiserver ready to run.
+type Server struct {
+	Generic    *genericapiserver.GenericAPIServer
+	controller *bundles.Controller
+	narrower   *access.Narrower
+}
+
+var (
+	metricsOnce sync.Once
+	metrics     *bundles.Metrics
+)
+
+// processMetrics are registered once per process with the registry served
+// on /metrics.
+func processMetrics() *bundles.Metrics {
+	metricsOnce.Do(func() {
+		metrics = bundles.NewMetrics()
+		legacyregistry.RawMustRegister(metrics.Collectors()...)
+	})
+	return metrics
+}
+
+type requestCounter struct{ m *bundles.Metrics }
+
+func (r requestCounter) Inc(resource, verb string) { r.m.Requests.WithLabelValues(resource, verb).Inc() }
+
+// New builds the server: it loads the template tree (a broken tree is an
+// error here, not at the first request), wires the bundle controller and
+// installs the API group.
+func (c CompletedConfig) New() (*Server, error) {
+	fsys := templates.Builtin()
+	if c.extra.TemplatesDir != "" {
+		fsys = templates.Overlay(fsys, c.extra.TemplatesDir)
+	}
+	tree, err := templates.LoadTree(fsys)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(c.client.ClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	nm, err := versioned.NewForConfig(c.client.ClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	generic, err := c.generic.New("bashible-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	m := processMetrics()
+	store := bundles.NewStore(m.ServedChanged)
+	controller := bundles.NewController(bundles.ControllerConfig{
+		Kube: kube, NodeMgr: nm, Namespace: c.extra.Namespace, Identity: c.extra.Identity,
+		Renderer: bundles.NewRenderer(tree), Store: store, Metrics: m,
+	})
+	narrower := access.NewNarrower(kube)
+
+	group := genericapiserver.NewDefaultAPIGroupInfo(bashiblev1alpha1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group.VersionedResourcesStorageMap[bashiblev1alpha1.SchemeGroupVersion.Version] = registry.Storages(store, narrower, requestCounter{m})
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, fmt.Errorf("install %s: %w", bashiblev1alpha1.GroupName, err)
+	}
+
+	s := &Server{Generic: generic, controller: controller, narrower: narrower}
+	generic.AddPostStartHookOrDie("bashible-bundles", func(hook genericapiserver.PostStartHookContext) error {
+		narrower.Start(hook.Done())
+		go func() {
+			if err := controller.Run(hook.Context); err != nil {
+				klog.ErrorS(err, "The bundle controller stopped")
+			}
+		}()
+		return nil
+	})
+	if err := generic.AddReadyzChecks(healthz.NamedCheck("bashible-bundles", func(*http.Request) error {
+		if !narrower.HasSynced() {
+			return errors.New("nodes and bootstrap tokens not loaded yet")
+		}
+		return controller.Ready()
+	})); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	return s.Generic.PrepareRun().RunWithContext(ctx)
+}

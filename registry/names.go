@@ -1,0 +1,35 @@
+// Package registry holds the REST storage of bashible.deckhouse.io/v1alpha1:
+// bashibles, nodegroupbundles and bootstrap. The objects are computed (see
+// apiserver/bundles); the storages only read them: get, list and watch,
+// with a table for kubectl, narrowed to what the caller may see.
+package registry
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+// groupNameRE is a NodeGroup name; the legacy form prefixes it with "<os>.".
+var groupNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidNameHelp tells a caller what a valid object name is.
+const ValidNameHelp = "a valid name is a node group's name (lowercase letters, digits and '-', at most 42 characters, such as \"worker\") or the legacy \"<os>.<group>\" (such as \"ubuntu-lts.worker\")"
+
+// ParseName returns the node group an object name refers to: the name
+// itself, or the part after the dot in the legacy "<os>.<group>" form.
+func ParseName(name string) (string, error) {
+	group := name
+	if os, rest, found := strings.Cut(name, "."); found {
+		if !groupNameRE.MatchString(os) {
+			return "", fmt.Errorf("%q is not a valid name: %s", name, ValidNameHelp)
+		}
+		group = rest
+	}
+	if len(group) > deckhousev1.MaxNameLength || !groupNameRE.MatchString(group) {
+		return "", fmt.Errorf("%q is not a valid name: %s", name, ValidNameHelp)
+	}
+	return group, nil
+}
