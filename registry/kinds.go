@@ -26,7 +26,9 @@ func kinds() []kind {
 					l.Items = append(l.Items, *o.(*bashiblev1alpha1.Bashible))
 				}
 			},
-			size:  func(obj runtime.Object) int { return len(obj.(*bashiblev1alpha1.Bashible).Data[bashiblev1alpha1.BashibleScriptKey]) },
+			size: func(obj runtime.Object) int {
+				return len(obj.(*bashiblev1alpha1.Bashible).Data[bashiblev1alpha1.BashibleScriptKey])
+			},
 			steps: func(runtime.Object) int { return -1 },
 		},
 		{

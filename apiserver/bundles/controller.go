@@ -72,17 +72,17 @@ type Controller struct {
 	cfg   ControllerConfig
 	queue workqueue.TypedRateLimitingInterface[string]
 
-	factories                    []interface{ Start(<-chan struct{}) }
-	publishedInformer            cache.SharedIndexInformer
-	nodeGroups                   nmlistersv1.NodeGroupLister
-	configs                      nmlistersv1alpha1.NodeGroupConfigurationLister
-	secretsKS                    corelisters.SecretLister
-	configMapsKS                 corelisters.ConfigMapLister
-	endpointSlices               discoverylisters.EndpointSliceLister
-	published                    corelisters.SecretLister
-	synced                       []cache.InformerSynced
-	recorder                     events.EventRecorder
-	broadcaster                  events.EventBroadcaster
+	factories         []interface{ Start(<-chan struct{}) }
+	publishedInformer cache.SharedIndexInformer
+	nodeGroups        nmlistersv1.NodeGroupLister
+	configs           nmlistersv1alpha1.NodeGroupConfigurationLister
+	secretsKS         corelisters.SecretLister
+	configMapsKS      corelisters.ConfigMapLister
+	endpointSlices    discoverylisters.EndpointSliceLister
+	published         corelisters.SecretLister
+	synced            []cache.InformerSynced
+	recorder          events.EventRecorder
+	broadcaster       events.EventBroadcaster
 
 	leading  atomic.Bool
 	rendered atomic.Bool

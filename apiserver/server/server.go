@@ -16,8 +16,8 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
-	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/access"
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	generatedopenapi "github.com/node-manager/node-manager/generated/openapi"
@@ -95,7 +95,9 @@ func processMetrics() *bundles.Metrics {
 
 type requestCounter struct{ m *bundles.Metrics }
 
-func (r requestCounter) Inc(resource, verb string) { r.m.Requests.WithLabelValues(resource, verb).Inc() }
+func (r requestCounter) Inc(resource, verb string) {
+	r.m.Requests.WithLabelValues(resource, verb).Inc()
+}
 
 // New builds the server: it loads the template tree (a broken tree is an
 // error here, not at the first request), wires the bundle controller and
