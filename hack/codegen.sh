@@ -47,6 +47,9 @@ generate() { # generate <tree>: regenerate everything inside tree (a copy of the
 	"$bin/openapi-gen" --go-header-file "$header" \
 		--output-dir generated/openapi --output-pkg "$module/generated/openapi" --output-file zz_generated.openapi.go \
 		--report-filename hack/api-rule-violations.list \
+		--output-model-name-file zz_generated.model_name.go \
+		--readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 --readonly-pkg k8s.io/apimachinery/pkg/runtime \
+		--readonly-pkg k8s.io/apimachinery/pkg/version \
 		k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
 		"${aggregated[@]}"
 

@@ -264,7 +264,7 @@ func (r *REST) ConvertToTable(_ context.Context, object runtime.Object, _ runtim
 		{Name: "Checksum", Type: "string", Description: "The first 12 characters of the configuration checksum"},
 		{Name: "Steps", Type: "integer", Description: "Steps in the group's bundle"},
 		{Name: "Size", Type: "string", Description: "Size of the script(s)"},
-		{Name: "Age", Type: "string", Description: "Time since the group's bundle last changed"},
+		{Name: "Age", Type: "string", Description: "Time since the group's bundle was first published"},
 		{Name: "Kubernetes", Type: "string", Priority: 1, Description: "The group's Kubernetes version"},
 		{Name: "CRI", Type: "string", Priority: 1, Description: "The group's container runtime"},
 		{Name: "Full-Checksum", Type: "string", Priority: 1, Description: "The configuration checksum"},

@@ -10,6 +10,7 @@ Copyright The node-manager Authors.
 package openapi
 
 import (
+	v1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	version "k8s.io/apimachinery/pkg/version"
@@ -19,12 +20,12 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.Bashible":            schema_apiserver_apis_bashible_v1alpha1_Bashible(ref),
-		"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.BashibleList":        schema_apiserver_apis_bashible_v1alpha1_BashibleList(ref),
-		"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.Bootstrap":           schema_apiserver_apis_bashible_v1alpha1_Bootstrap(ref),
-		"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.BootstrapList":       schema_apiserver_apis_bashible_v1alpha1_BootstrapList(ref),
-		"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.NodeGroupBundle":     schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundle(ref),
-		"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.NodeGroupBundleList": schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundleList(ref),
+		v1alpha1.Bashible{}.OpenAPIModelName():            schema_apiserver_apis_bashible_v1alpha1_Bashible(ref),
+		v1alpha1.BashibleList{}.OpenAPIModelName():        schema_apiserver_apis_bashible_v1alpha1_BashibleList(ref),
+		v1alpha1.Bootstrap{}.OpenAPIModelName():           schema_apiserver_apis_bashible_v1alpha1_Bootstrap(ref),
+		v1alpha1.BootstrapList{}.OpenAPIModelName():       schema_apiserver_apis_bashible_v1alpha1_BootstrapList(ref),
+		v1alpha1.NodeGroupBundle{}.OpenAPIModelName():     schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundle(ref),
+		v1alpha1.NodeGroupBundleList{}.OpenAPIModelName(): schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundleList(ref),
 		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
 		v1.APIResource{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIResource(ref),
@@ -168,7 +169,7 @@ func schema_apiserver_apis_bashible_v1alpha1_BashibleList(ref common.ReferenceCa
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
 										Default: map[string]interface{}{},
-										Ref:     ref("github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.Bashible"),
+										Ref:     ref(v1alpha1.Bashible{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -179,7 +180,7 @@ func schema_apiserver_apis_bashible_v1alpha1_BashibleList(ref common.ReferenceCa
 			},
 		},
 		Dependencies: []string{
-			"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.Bashible", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.Bashible{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -261,7 +262,7 @@ func schema_apiserver_apis_bashible_v1alpha1_BootstrapList(ref common.ReferenceC
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
 										Default: map[string]interface{}{},
-										Ref:     ref("github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.Bootstrap"),
+										Ref:     ref(v1alpha1.Bootstrap{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -272,7 +273,7 @@ func schema_apiserver_apis_bashible_v1alpha1_BootstrapList(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.Bootstrap", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.Bootstrap{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -362,7 +363,7 @@ func schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundleList(ref common.Refe
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
 										Default: map[string]interface{}{},
-										Ref:     ref("github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.NodeGroupBundle"),
+										Ref:     ref(v1alpha1.NodeGroupBundle{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -373,7 +374,7 @@ func schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundleList(ref common.Refe
 			},
 		},
 		Dependencies: []string{
-			"github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1.NodeGroupBundle", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.NodeGroupBundle{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -2851,7 +2852,7 @@ func schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref common.ReferenceCall
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "RawExtension is used to hold extensions in external versions.\n\nTo use this, make a field which has RawExtension as its type in your external, versioned struct, and Object in your internal struct. You also need to register your various plugin types.\n\n// Internal package:\n\n\ttype MyAPIObject struct {\n\t\truntime.TypeMeta `json:\"\"`\n\t\tMyPlugin runtime.Object `json:\"myPlugin\"`\n\t}\n\n\ttype PluginA struct {\n\t\tAOption string `json:\"aOption\"`\n\t}\n\n// External package:\n\n\ttype MyAPIObject struct {\n\t\truntime.TypeMeta `json:\"\"`\n\t\tMyPlugin runtime.RawExtension `json:\"myPlugin\"`\n\t}\n\n\ttype PluginA struct {\n\t\tAOption string `json:\"aOption\"`\n\t}\n\n// On the wire, the JSON will look something like this:\n\n\t{\n\t\t\"kind\":\"MyAPIObject\",\n\t\t\"apiVersion\":\"v1\",\n\t\t\"myPlugin\": {\n\t\t\t\"kind\":\"PluginA\",\n\t\t\t\"aOption\":\"foo\",\n\t\t},\n\t}\n\nSo what happens? Decode first uses json or yaml to unmarshal the serialized data into your external MyAPIObject. That causes the raw JSON to be stored, but not unpacked. The next step is to copy (using pkg/conversion) into the internal struct. The runtime package's DefaultScheme has conversion functions installed which will unpack the JSON stored in RawExtension, turning it into the correct object type, and storing it in the Object. (TODO: In the case where the object is of an unknown type, a runtime.Unknown object will be created and stored.)",
+				Description: "RawExtension is used to hold extensions in external versions.\n\nTo use this, make a field which has RawExtension as its type in your external, versioned struct, and Object in your internal struct. You also need to register your various plugin types.\n\n// Internal package:\n\n\ttype MyAPIObject struct {\n\t\truntime.TypeMeta `json:\",inline\"`\n\t\tMyPlugin runtime.Object `json:\"myPlugin\"`\n\t}\n\n\ttype PluginA struct {\n\t\tAOption string `json:\"aOption\"`\n\t}\n\n// External package:\n\n\ttype MyAPIObject struct {\n\t\truntime.TypeMeta `json:\",inline\"`\n\t\tMyPlugin runtime.RawExtension `json:\"myPlugin\"`\n\t}\n\n\ttype PluginA struct {\n\t\tAOption string `json:\"aOption\"`\n\t}\n\n// On the wire, the JSON will look something like this:\n\n\t{\n\t\t\"kind\":\"MyAPIObject\",\n\t\t\"apiVersion\":\"v1\",\n\t\t\"myPlugin\": {\n\t\t\t\"kind\":\"PluginA\",\n\t\t\t\"aOption\":\"foo\",\n\t\t},\n\t}\n\nSo what happens? Decode first uses json or yaml to unmarshal the serialized data into your external MyAPIObject. That causes the raw JSON to be stored, but not unpacked. The next step is to copy (using pkg/conversion) into the internal struct. The runtime package's DefaultScheme has conversion functions installed which will unpack the JSON stored in RawExtension, turning it into the correct object type, and storing it in the Object. (TODO: In the case where the object is of an unknown type, a runtime.Unknown object will be created and stored.)",
 				Type:        []string{"object"},
 			},
 		},
@@ -2862,7 +2863,7 @@ func schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref common.ReferenceCallback
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "TypeMeta is shared by all top level objects. The proper way to use it is to inline it in your type, like this:\n\n\ttype MyAwesomeAPIObject struct {\n\t     runtime.TypeMeta    `json:\"\"`\n\t     ... // other fields\n\t}\n\nfunc (obj *MyAwesomeAPIObject) SetGroupVersionKind(gvk *metav1.GroupVersionKind) { metav1.UpdateTypeMeta(obj,gvk) }; GroupVersionKind() *GroupVersionKind\n\nTypeMeta is provided here for convenience. You may use it directly from this package or define your own with the same fields.",
+				Description: "TypeMeta is shared by all top level objects. The proper way to use it is to inline it in your type, like this:\n\n\ttype MyAwesomeAPIObject struct {\n\t     runtime.TypeMeta    `json:\",inline\"`\n\t     ... // other fields\n\t}\n\nfunc (obj *MyAwesomeAPIObject) SetGroupVersionKind(gvk *metav1.GroupVersionKind) { metav1.UpdateTypeMeta(obj,gvk) }; GroupVersionKind() *GroupVersionKind\n\nTypeMeta is provided here for convenience. You may use it directly from this package or define your own with the same fields.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"apiVersion": {

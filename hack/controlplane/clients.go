@@ -220,3 +220,22 @@ func modulePath(gomod []byte) string {
 	}
 	return ""
 }
+
+// IssueServingCert returns a serving certificate and key for loopback and
+// dnsNames, signed by the cluster CA (CACertPEM verifies it).
+func (cp *ControlPlane) IssueServingCert(commonName string, dnsNames ...string) (certPEM, keyPEM []byte, err error) {
+	kp, err := cp.ca.servingCert(commonName, dnsNames, nil)
+	return kp.CertPEM, kp.KeyPEM, err
+}
+
+// IssueClientCert returns a client certificate and key for user and groups,
+// signed by the cluster CA, so kube-apiserver authenticates it as that user.
+func (cp *ControlPlane) IssueClientCert(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	kp, err := cp.ca.clientCert(user, groups...)
+	return kp.CertPEM, kp.KeyPEM, err
+}
+
+// WriteClientKubeconfig writes a kubeconfig for a client certificate.
+func (cp *ControlPlane) WriteClientKubeconfig(path, user string, certPEM, keyPEM []byte) error {
+	return cp.writeClientKubeconfig(path, user, keyPair{CertPEM: certPEM, KeyPEM: keyPEM})
+}

@@ -73,6 +73,7 @@ type ControlPlane struct {
 	admin        keyPair
 	kcmClient    keyPair
 
+	mu       sync.Mutex // guards procs after Start
 	procs    []*process
 	stopping chan struct{}
 	failed   chan error
@@ -159,6 +160,9 @@ func (cp *ControlPlane) watch(p *process) {
 	select {
 	case <-cp.stopping:
 	case <-p.done:
+		if p.stopping.Load() {
+			return
+		}
 		select {
 		case <-cp.stopping:
 		case cp.failed <- p.failure(fmt.Errorf("exited unexpectedly: %v", p.waitErr)):
@@ -183,6 +187,8 @@ func (cp *ControlPlane) path(name string) string { return filepath.Join(cp.dir, 
 
 // Processes lists the running components with their pids and ports.
 func (cp *ControlPlane) Processes() []ProcessInfo {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	out := make([]ProcessInfo, 0, len(cp.procs))
 	for _, p := range cp.procs {
 		out = append(out, ProcessInfo{Name: p.name, PID: p.pid(), Ports: p.ports})
@@ -193,6 +199,8 @@ func (cp *ControlPlane) Processes() []ProcessInfo {
 // LogTails returns the last lines of every component's log, for a test that
 // failed for a reason the components may explain.
 func (cp *ControlPlane) LogTails(lines int) string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	var out string
 	for _, p := range cp.procs {
 		out += fmt.Sprintf("--- %s (%s) ---\n%s\n", p.name, p.logPath, p.tail(lines))
@@ -227,8 +235,11 @@ func (cp *ControlPlane) StopOnSignal() (cancel func()) {
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() {
 		close(cp.stopping)
-		for i := len(cp.procs) - 1; i >= 0; i-- {
-			cp.procs[i].stop(15 * time.Second)
+		cp.mu.Lock()
+		procs := cp.procs
+		cp.mu.Unlock()
+		for i := len(procs) - 1; i >= 0; i-- {
+			procs[i].stop(15 * time.Second)
 		}
 		if cp.removeDir && cp.dir != "" {
 			cp.stopErr = os.RemoveAll(cp.dir)
@@ -484,6 +495,15 @@ func firstLine(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -21,6 +22,9 @@ type process struct {
 	ports   []int
 	done    chan struct{}
 	waitErr error
+	// stopping is set before a deliberate stop, so the exit is not reported
+	// as a failure.
+	stopping atomic.Bool
 }
 
 // startProcess starts binary with args, sending stdout and stderr to
@@ -65,6 +69,7 @@ func (p *process) exited() (bool, error) {
 // stop sends SIGTERM to the process group, waits up to grace, then SIGKILLs
 // the group and waits for the process to be reaped.
 func (p *process) stop(grace time.Duration) {
+	p.stopping.Store(true)
 	if done, _ := p.exited(); done {
 		return
 	}
@@ -103,3 +108,43 @@ func (p *process) failure(err error) error {
 	fmt.Fprintf(&b, "%s: %v\n--- last lines of %s ---\n%s\n--- end of %s log ---", p.name, err, p.logPath, p.tail(40), p.name)
 	return errors.New(b.String())
 }
+
+// Process is a program started next to the control plane (a node-manager
+// component under test). The control plane stops it on Stop if nobody did.
+type Process struct{ p *process }
+
+// StartProcess starts binary with args, logging to <Dir>/<name>.log, and
+// reports it on Failed if it exits before it is stopped.
+func (cp *ControlPlane) StartProcess(name, binary string, args []string, ports ...int) (*Process, error) {
+	p, err := startProcess(name, binary, args, cp.dir, ports...)
+	if err != nil {
+		return nil, err
+	}
+	cp.mu.Lock()
+	cp.procs = append(cp.procs, p)
+	cp.mu.Unlock()
+	go cp.watch(p)
+	return &Process{p: p}, nil
+}
+
+// Stop stops the process (SIGTERM, then SIGKILL after 15 seconds).
+func (p *Process) Stop() { p.p.stop(15 * time.Second) }
+
+// Kill stops the process at once with SIGKILL, as a crash would.
+func (p *Process) Kill() {
+	p.p.stopping.Store(true)
+	_ = syscall.Kill(-p.p.pid(), syscall.SIGKILL)
+	<-p.p.done
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool { done, _ := p.p.exited(); return done }
+
+// PID is the process id.
+func (p *Process) PID() int { return p.p.pid() }
+
+// Tail is the last n lines of the process's log.
+func (p *Process) Tail(n int) string { return p.p.tail(n) }
+
+// Failure wraps err with the process's log tail.
+func (p *Process) Failure(err error) error { return p.p.failure(err) }

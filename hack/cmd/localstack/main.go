@@ -1,8 +1,9 @@
 // Command localstack is what `make run` runs: it starts the local control
-// plane, installs node-manager's CRDs and the example objects, writes an
-// admin kubeconfig to .local/kubeconfig, shows the example node groups, and
-// keeps everything running until Ctrl-C. The kubeconfig exists only while
-// the whole stack is ready; it is removed on exit.
+// plane, installs node-manager's CRDs and the example objects, starts
+// bashible-apiserver and registers it with the aggregator, writes an admin
+// kubeconfig to .local/kubeconfig, shows the node groups and their rendered
+// bundles, and keeps everything running until Ctrl-C. The kubeconfig exists
+// only while the whole stack is ready; it is removed on exit.
 package main
 
 import (
@@ -14,9 +15,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/stack"
 )
 
 func main() {
@@ -60,6 +63,20 @@ func run() error {
 			return err
 		}
 	}
+	fmt.Println("localstack: building and starting bashible-apiserver")
+	if err := stack.BuildBinaries(root); err != nil {
+		return err
+	}
+	if err := stack.InstallBashibleAPIServer(ctx, root, applier); err != nil {
+		return err
+	}
+	bashible, err := stack.StartBashibleAPIServer(ctx, cp, stack.BashibleOptions{BinDir: filepath.Join(root, "bin")})
+	if err != nil {
+		return err
+	}
+	if err := bashible.Register(ctx); err != nil {
+		return err
+	}
 
 	if err := cp.WriteKubeconfig(*kubeconfig); err != nil {
 		return err
@@ -72,11 +89,16 @@ node-manager local stack is ready.
   %s get nodegroups
 
 `, *kubeconfig, kubectl)
-	show := exec.CommandContext(ctx, kubectl, "--kubeconfig", *kubeconfig, "get", "nodegroups")
-	show.Stdout, show.Stderr = os.Stdout, os.Stderr
-	if err := show.Run(); err != nil {
-		return fmt.Errorf("kubectl get nodegroups: %w", err)
+	for _, args := range [][]string{{"get", "nodegroups"}, {"get", "nodegroupbundles"}} {
+		fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
+		show := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", *kubeconfig}, args...)...)
+		show.Stdout, show.Stderr = os.Stdout, os.Stderr
+		if err := show.Run(); err != nil {
+			return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+		}
+		fmt.Println()
 	}
+	fmt.Printf("Try: %s get nodegroupbundles worker -o yaml\n", kubectl)
 	fmt.Printf("\nLogs are in %s. Press Ctrl-C to stop.\n", cp.Dir())
 
 	select {

@@ -12,5 +12,6 @@
 //
 // +k8s:deepcopy-gen=package
 // +k8s:openapi-gen=true
+// +k8s:openapi-model-package=io.deckhouse.bashible.v1alpha1
 // +groupName=bashible.deckhouse.io
 package v1alpha1

@@ -1,0 +1,244 @@
+// Package stack runs node-manager's own components next to a local control
+// plane (hack/controlplane): it builds them, installs their manifests,
+// starts them as processes and registers bashible-apiserver with the
+// aggregator. `make run` and the e2e suites share it.
+package stack
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/node-manager/node-manager/hack/controlplane"
+)
+
+// Fixed names (DESIGN.md §3).
+const (
+	Namespace      = "d8-cloud-instance-manager"
+	ServiceName    = "bashible-api"
+	APIServiceName = "v1alpha1.bashible.deckhouse.io"
+	// ServiceAccountUser is bashible-apiserver's identity; the manifests'
+	// RBAC is bound to this ServiceAccount, and a client certificate with
+	// this name gets exactly those permissions.
+	ServiceAccountUser = "system:serviceaccount:" + Namespace + ":bashible-apiserver"
+)
+
+// BuildBinaries builds node-manager's binaries into <root>/bin.
+func BuildBinaries(root string) error {
+	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./apiserver/cmd/bashible-apiserver")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build bashible-apiserver: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// InstallBashibleAPIServer applies bashible-apiserver's namespace and RBAC
+// from manifests/ (the real ones, so the e2e runs prove them).
+func InstallBashibleAPIServer(ctx context.Context, root string, applier *controlplane.Applier) error {
+	dir := filepath.Join(root, "manifests", "bashible-apiserver")
+	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"))
+}
+
+// BashibleOptions configure one bashible-apiserver replica.
+type BashibleOptions struct {
+	// BinDir holds bashible-apiserver; empty means <root>/bin.
+	BinDir string
+	// Identity names the replica (log file, Lease holder); default "replica-1".
+	Identity string
+	// TemplatesDir is layered over the built-in tree when set.
+	TemplatesDir string
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+}
+
+// Bashible is a running bashible-apiserver replica.
+type Bashible struct {
+	*controlplane.Process
+	// Port is its secure port on 127.0.0.1.
+	Port     int
+	Identity string
+	opts     BashibleOptions
+	cp       *controlplane.ControlPlane
+}
+
+// StartBashibleAPIServer starts a replica authenticated as the
+// bashible-apiserver ServiceAccount and waits until it reports ready.
+func StartBashibleAPIServer(ctx context.Context, cp *controlplane.ControlPlane, opts BashibleOptions) (*Bashible, error) {
+	if opts.Identity == "" {
+		opts.Identity = "replica-1"
+	}
+	if opts.BinDir == "" {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			return nil, err
+		}
+		opts.BinDir = filepath.Join(root, "bin")
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return startOnPort(ctx, cp, opts, port)
+}
+
+func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts BashibleOptions, port int) (*Bashible, error) {
+	dir := filepath.Join(cp.Dir(), "bashible-apiserver-"+opts.Identity)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, err := cp.IssueServingCert("bashible-api", ServiceName+"."+Namespace+".svc")
+	if err != nil {
+		return nil, err
+	}
+	clientCert, clientKey, err := cp.IssueClientCert(ServiceAccountUser)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteClientKubeconfig(kubeconfig, ServiceAccountUser, clientCert, clientKey); err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + filepath.Join(dir, "tls.crt"),
+		"--tls-private-key-file=" + filepath.Join(dir, "tls.key"),
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--namespace=" + Namespace,
+		"--identity=" + opts.Identity,
+		"--v=2",
+	}
+	if opts.TemplatesDir != "" {
+		args = append(args, "--templates-dir="+opts.TemplatesDir)
+	}
+	args = append(args, opts.ExtraArgs...)
+	proc, err := cp.StartProcess("bashible-apiserver-"+opts.Identity, filepath.Join(opts.BinDir, "bashible-apiserver"), args, port)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bashible{Process: proc, Port: port, Identity: opts.Identity, opts: opts, cp: cp}
+	if err := b.waitReady(ctx); err != nil {
+		proc.Stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Restart stops the replica and starts it again on the same port.
+func (b *Bashible) Restart(ctx context.Context) (*Bashible, error) {
+	b.Stop()
+	return startOnPort(ctx, b.cp, b.opts, b.Port)
+}
+
+// URL is the replica's base URL.
+func (b *Bashible) URL() string { return "https://127.0.0.1:" + strconv.Itoa(b.Port) }
+
+func (b *Bashible) waitReady(ctx context.Context) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(b.cp.CACertPEM())
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		if b.Exited() {
+			return false, fmt.Errorf("exited before it was ready")
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL()+"/readyz?verbose", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if resp.StatusCode == http.StatusOK {
+			return true, nil
+		}
+		last = resp.Status
+		return false, nil
+	})
+	if err != nil {
+		return b.Failure(fmt.Errorf("not ready at %s/readyz (last: %s): %w", b.URL(), last, err))
+	}
+	return nil
+}
+
+// Register points the aggregator at b: Service bashible-api as an
+// ExternalName for localhost (Endpoints cannot hold loopback addresses) and
+// APIService v1alpha1.bashible.deckhouse.io on b's port, trusting the
+// cluster CA. It waits until the APIService is Available.
+func (b *Bashible) Register(ctx context.Context) error {
+	dyn, err := dynamic.NewForConfig(b.cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	svc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": ServiceName, "namespace": Namespace},
+		"spec":     map[string]any{"type": "ExternalName", "externalName": "localhost"},
+	}}
+	apiService := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": APIServiceName},
+		"spec": map[string]any{
+			"group": "bashible.deckhouse.io", "version": "v1alpha1",
+			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+			"service":  map[string]any{"name": ServiceName, "namespace": Namespace, "port": int64(b.Port)},
+			"caBundle": b.cp.CACertPEM(),
+		},
+	}}
+	applier, err := b.cp.NewApplier()
+	if err != nil {
+		return err
+	}
+	if err := applier.Apply(ctx, svc, apiService); err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		obj, err := dyn.Resource(gvr).Get(ctx, APIServiceName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Available" {
+				last = fmt.Sprintf("%v: %v", m["reason"], m["message"])
+				return m["status"] == "True", nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("APIService %s did not become Available (%s): %w", APIServiceName, last, err)
+	}
+	return nil
+}
