@@ -450,8 +450,10 @@ func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.No
 			status, reason = metav1.ConditionFalse, "RenderFailed"
 			msg = truncate(strings.Join(failureMessages(r.Failures), "; ")+". The group keeps its last good bundle.", 4000)
 		}
+		// observedGeneration tells a reader which spec this condition is
+		// about, so a new generation is always reported.
 		old := meta.FindStatusCondition(ng.Status.Conditions, ConditionRendered)
-		if old != nil && old.Status == status && old.Reason == reason && (old.Message == msg || status == metav1.ConditionTrue) {
+		if old != nil && old.Status == status && old.Reason == reason && old.Message == msg && old.ObservedGeneration == ng.Generation {
 			continue
 		}
 		transition := metav1.Now()
