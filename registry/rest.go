@@ -198,17 +198,27 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	if err != nil {
 		return nil, err
 	}
-	rv := ""
+	rv, initialEvents := "", false
 	if options != nil {
 		rv = options.ResourceVersion
+		initialEvents = options.SendInitialEvents != nil && *options.SendInitialEvents
 	}
-	sw, err := r.store.Watch(rv)
+	sw, err := r.store.Watch(rv, initialEvents)
 	if err != nil {
 		return nil, err
 	}
 	w := &watcher{source: sw, result: make(chan watch.Event), done: make(chan struct{})}
 	go w.run(ctx, r, f)
 	return w, nil
+}
+
+// initialEventsEnd is the bookmark that ends a streaming list's initial events.
+func (r *REST) initialEventsEnd(rv string) runtime.Object {
+	obj := r.kind.newObj()
+	m := obj.(metav1.Object)
+	m.SetResourceVersion(rv)
+	m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+	return obj
 }
 
 type watcher struct {
@@ -230,11 +240,16 @@ func (w *watcher) run(ctx context.Context, r *REST, f filter) {
 			if !ok {
 				return
 			}
-			if !f.matches(ev.Published) {
+			var out watch.Event
+			if ev.Type == watch.Bookmark {
+				out = watch.Event{Type: watch.Bookmark, Object: r.initialEventsEnd(ev.RV)}
+			} else if f.matches(ev.Published) {
+				out = watch.Event{Type: ev.Type, Object: r.object(ev.Published, ev.Published.Group)}
+			} else {
 				continue
 			}
 			select {
-			case w.result <- watch.Event{Type: ev.Type, Object: r.object(ev.Published, ev.Published.Group)}:
+			case w.result <- out:
 			case <-ctx.Done():
 				return
 			case <-w.done:

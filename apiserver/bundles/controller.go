@@ -159,7 +159,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSync("bashible-bundles", ctx.Done(), c.synced...) {
 		return errors.New("informers did not sync before shutdown")
 	}
-	c.cfg.Store.MarkSynced(c.publishedInformer.LastSyncResourceVersion())
+	c.cfg.Store.MarkSynced()
 	go c.runLeaderElection(ctx)
 	go wait.UntilWithContext(ctx, c.worker, time.Second)
 	c.queue.Add("render")

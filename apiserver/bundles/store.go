@@ -22,20 +22,26 @@ const historySize = 1024
 // its watch is closed (the client then relists).
 const watcherBuffer = 256
 
-// Event is a change to a served group.
+// Event is a change to a served group, or (Type Bookmark, Published nil)
+// the end of a watch's initial events at resourceVersion RV.
 type Event struct {
 	Type      watch.EventType
 	Published *Published
+	RV        string
 	rv        uint64
 }
 
 // Store holds the bundles every replica serves: the contents of the
 // published Secrets, decoded once per change. Reads never wait for a render.
 type Store struct {
-	mu       sync.RWMutex
-	groups   map[string]*Published
-	rv       uint64 // highest resourceVersion seen
-	floor    uint64 // watches from below this resourceVersion get 410
+	mu     sync.RWMutex
+	groups map[string]*Published
+	// rv is the list resourceVersion: the newest resourceVersion among the
+	// served objects and the deletions seen since start. It derives from
+	// the published Secrets alone, so replicas that have seen the same
+	// changes list identically.
+	rv    uint64
+	floor uint64 // watches from below this resourceVersion get 410
 	history  []Event
 	synced   bool
 	watchers map[*storeWatcher]struct{}
@@ -58,13 +64,15 @@ func (s *Store) Handler() cache.ResourceEventHandler {
 }
 
 // MarkSynced records that the informer's initial list is in: history starts
-// here, so a watch from an older resourceVersion must relist.
-func (s *Store) MarkSynced(listRV string) {
-	rv, _ := strconv.ParseUint(listRV, 10, 64)
+// here, so a watch from an older resourceVersion must relist. The floor is
+// the newest object's resourceVersion, which a client listing from any
+// replica can hold; a deletion this replica never saw (it happened before
+// the replica started) cannot be replayed to a client resuming from before
+// it, which a relist corrects.
+func (s *Store) MarkSynced() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.synced = true
-	s.rv = max(s.rv, rv)
 	s.floor = s.rv
 	s.history = nil
 }
@@ -102,8 +110,10 @@ func (s *Store) apply(obj any, deleted bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.groups[group]
-	rv = max(rv, s.rv) // a tombstone may carry an older resourceVersion
-	s.rv = rv
+	if deleted && rv <= s.rv {
+		rv = s.rv // a tombstone may carry an older resourceVersion
+	}
+	s.rv = max(s.rv, rv)
 	var ev Event
 	switch {
 	case deleted && old == nil:
@@ -159,11 +169,15 @@ func (s *Store) List() ([]*Published, string) {
 // Watch streams changes after resourceVersion fromRV ("" or "0": the
 // current state as ADDED events first). A resourceVersion older than the
 // store's history is answered with 410 Gone so the client relists.
-func (s *Store) Watch(fromRV string) (*StoreWatch, error) {
+//
+// With initialEvents (a client's sendInitialEvents=true, the streaming list
+// of client-go informers) the current state comes first whatever fromRV
+// says, followed by a Bookmark event marking the end of the initial events.
+func (s *Store) Watch(fromRV string, initialEvents bool) (*StoreWatch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &storeWatcher{ch: make(chan Event, watcherBuffer)}
-	if fromRV == "" || fromRV == "0" {
+	if initialEvents || fromRV == "" || fromRV == "0" {
 		groups := make([]string, 0, len(s.groups))
 		for g := range s.groups {
 			groups = append(groups, g)
@@ -174,6 +188,9 @@ func (s *Store) Watch(fromRV string) (*StoreWatch, error) {
 		}
 		for _, g := range groups {
 			w.send(Event{Type: watch.Added, Published: s.groups[g], rv: s.rv})
+		}
+		if initialEvents {
+			w.send(Event{Type: watch.Bookmark, RV: strconv.FormatUint(s.rv, 10), rv: s.rv})
 		}
 	} else {
 		rv, err := strconv.ParseUint(fromRV, 10, 64)
