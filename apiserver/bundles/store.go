@@ -40,8 +40,8 @@ type Store struct {
 	// served objects and the deletions seen since start. It derives from
 	// the published Secrets alone, so replicas that have seen the same
 	// changes list identically.
-	rv    uint64
-	floor uint64 // watches from below this resourceVersion get 410
+	rv       uint64
+	floor    uint64 // watches from below this resourceVersion get 410
 	history  []Event
 	synced   bool
 	watchers map[*storeWatcher]struct{}

@@ -70,7 +70,9 @@ func TestScalingCountersDoNotChangeTheChecksum(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), "cloud", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), "cloud", metav1.DeleteOptions{})
+	})
 	waitGroupProcessed(t, "cloud")
 	before := served(t, "cloud")
 
