@@ -101,8 +101,13 @@ test-unit: shellcheck ## unit tests (no control plane), including golden files c
 test-e2e: $(CONTROL_PLANE) ## e2e suites against the local control plane
 	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(E2E_PKGS)
 
+.PHONY: test-fuzz
+test-fuzz: ## a short run of every fuzz target (parsers of outside input)
+	go test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime 5s ./registry
+	go test -run '^$$' -fuzz '^FuzzRenderCustomStep$$' -fuzztime 10s ./templates
+
 .PHONY: test
-test: verify-generated lint test-unit test-e2e ## everything CI runs
+test: verify-generated lint test-unit test-fuzz test-e2e ## everything CI runs
 	@echo "test: all checks passed"
 
 .PHONY: bench

@@ -17,6 +17,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// Limits that keep any template, however written, bounded in time and
+// memory: a script is at most MaxOutputBytes, and sprig's sequence and
+// repeat functions refuse counts above MaxSequence.
+const (
+	MaxOutputBytes = 4 << 20
+	MaxSequence    = 100000
+)
+
 // Engine renders templates with sprig's text functions (without env and
 // expandenv: a template must not read the server's environment) plus toYaml,
 // fromYaml, toJson, fromJson, toToml, tpl, include and required. A missing
@@ -72,11 +80,24 @@ func (e *Engine) Render(name, text string, data any) (string, error) {
 	if _, err := t.Parse(text); err != nil {
 		return "", newRenderError(name, err)
 	}
-	var buf bytes.Buffer
-	if err := t.Execute(&buf, data); err != nil {
+	out := &limitedBuffer{limit: MaxOutputBytes}
+	if err := t.Execute(out, data); err != nil {
 		return "", newRenderError(name, err)
 	}
-	return buf.String(), nil
+	return out.buf.String(), nil
+}
+
+// limitedBuffer fails writes past its limit, which stops the template.
+type limitedBuffer struct {
+	buf   bytes.Buffer
+	limit int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.buf.Len()+len(p) > b.limit {
+		return 0, fmt.Errorf("output is larger than %d bytes", b.limit)
+	}
+	return b.buf.Write(p)
 }
 
 // staticFuncs are the functions that do not depend on the template being
@@ -91,7 +112,48 @@ func staticFuncs() template.FuncMap {
 	funcs["fromJson"] = fromJSON
 	funcs["toToml"] = toTOML
 	funcs["required"] = required
+	// Bounded replacements for functions whose cost a template chooses.
+	until, untilStep, seq, repeat := funcs["until"].(func(int) []int), funcs["untilStep"].(func(int, int, int) []int),
+		funcs["seq"].(func(...int) string), funcs["repeat"].(func(int, string) string)
+	funcs["until"] = func(n int) ([]int, error) {
+		if err := checkCount("until", n); err != nil {
+			return nil, err
+		}
+		return until(n), nil
+	}
+	funcs["untilStep"] = func(start, stop, step int) ([]int, error) {
+		if step == 0 || (stop-start)/step > MaxSequence || (stop-start)/step < -MaxSequence {
+			return nil, fmt.Errorf("untilStep: more than %d elements", MaxSequence)
+		}
+		return untilStep(start, stop, step), nil
+	}
+	funcs["seq"] = func(params ...int) (string, error) {
+		lo, hi := 1, 0
+		switch len(params) {
+		case 1:
+			hi = params[0]
+		case 2, 3:
+			lo, hi = params[0], params[len(params)-1]
+		}
+		if hi-lo > MaxSequence || lo-hi > MaxSequence {
+			return "", fmt.Errorf("seq: more than %d elements", MaxSequence)
+		}
+		return seq(params...), nil
+	}
+	funcs["repeat"] = func(count int, s string) (string, error) {
+		if count < 0 || len(s)*count > MaxOutputBytes {
+			return "", fmt.Errorf("repeat: the result would be larger than %d bytes", MaxOutputBytes)
+		}
+		return repeat(count, s), nil
+	}
 	return funcs
+}
+
+func checkCount(fn string, n int) error {
+	if n > MaxSequence {
+		return fmt.Errorf("%s: %d is more than %d elements", fn, n, MaxSequence)
+	}
+	return nil
 }
 
 func toYAML(v any) (string, error) {

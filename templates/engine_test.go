@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func mustEngine(t *testing.T, library map[string]string) *Engine {
@@ -85,5 +86,29 @@ func TestEngineLibraryParseErrorNamesTheFile(t *testing.T) {
 	var re *RenderError
 	if !errors.As(err, &re) || re.Template != "lib/_bad.tpl" || re.Line != 2 {
 		t.Fatalf("want a RenderError for lib/_bad.tpl line 2, got %v", err)
+	}
+}
+
+func TestEngineBoundsCostlyTemplates(t *testing.T) {
+	e := mustEngine(t, nil)
+	for _, text := range []string{
+		`{{ range until 100000000 }}x{{ end }}`,
+		`{{ range untilStep 0 1000000000 1 }}x{{ end }}`,
+		`{{ seq 1000000000 }}`,
+		`{{ repeat 1000000000 "abc" }}`,
+		`{{ range until 99999 }}{{ repeat 100 "x" }}{{ end }}`,
+		`{{ define "loop" }}{{ template "loop" . }}{{ end }}{{ template "loop" . }}`,
+	} {
+		start := time.Now()
+		out, err := e.Render("costly", text, nil)
+		if err == nil {
+			t.Errorf("%s: rendered %d bytes, want an error", text, len(out))
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: took %s", text, d)
+		}
+	}
+	if out, err := e.Render("ok", `{{ range until 3 }}{{ . }}{{ end }}{{ repeat 2 "ab" }}{{ seq 3 }}`, nil); err != nil || out != "012abab1 2 3" {
+		t.Errorf("small sequences: %q, %v", out, err)
 	}
 }

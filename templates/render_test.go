@@ -208,3 +208,10 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+func workerGroupForFuzz() *deckhousev1.NodeGroup {
+	return &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: deckhousev1.NodeGroupSpec{
+		NodeType:     deckhousev1.NodeTypeStatic,
+		NodeTemplate: &deckhousev1.NodeTemplate{Labels: map[string]string{"a": "1", "b": "2"}},
+	}}
+}

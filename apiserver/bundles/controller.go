@@ -86,7 +86,6 @@ type Controller struct {
 
 	leading  atomic.Bool
 	rendered atomic.Bool
-	lastErr  atomic.Pointer[string]
 }
 
 // NewController sets up the informers; Run starts them.

@@ -26,8 +26,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 )
 
 // Names of the published Secrets.
@@ -115,9 +113,4 @@ func decodeSecret(s *corev1.Secret) (*Published, error) {
 	p.ResourceVersion = s.ResourceVersion
 	p.CreationTimestamp = s.CreationTimestamp
 	return &p, nil
-}
-
-// groupLabels are the labels of every object served for a group.
-func groupLabels(p *Published) map[string]string {
-	return map[string]string{bashiblev1alpha1.GroupLabel: p.Group, bashiblev1alpha1.NodeTypeLabel: p.NodeType}
 }

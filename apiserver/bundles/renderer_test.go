@@ -1,0 +1,71 @@
+package bundles
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/templates"
+)
+
+func group(name string) *deckhousev1.NodeGroup {
+	return &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+}
+
+func config(name string, groups []string, content string) *deckhousev1alpha1.NodeGroupConfiguration {
+	return &deckhousev1alpha1.NodeGroupConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: groups, Bundles: []string{"*"}, Weight: 50, Content: content}}
+}
+
+func newRenderer(t *testing.T) *Renderer {
+	t.Helper()
+	tree, err := templates.LoadTree(templates.Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewRenderer(tree)
+}
+
+func TestRendererRerendersOnlyAffectedGroups(t *testing.T) {
+	r := newRenderer(t)
+	in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a"), group("b"), group("c")}}
+	first := r.RenderAll(in)
+	for g, res := range first {
+		if res.Cached || res.Published == nil {
+			t.Fatalf("%s: first render cached=%v published=%v", g, res.Cached, res.Published != nil)
+		}
+	}
+	in.Configs = []*deckhousev1alpha1.NodeGroupConfiguration{config("only-b.sh", []string{"b"}, "echo b")}
+	second := r.RenderAll(in)
+	if !second["a"].Cached || second["b"].Cached || !second["c"].Cached {
+		t.Fatalf("an NGC for b: cached a=%v b=%v c=%v, want only b re-rendered", second["a"].Cached, second["b"].Cached, second["c"].Cached)
+	}
+	if second["b"].Published.Checksum == first["b"].Published.Checksum || second["a"].Published.Checksum != first["a"].Published.Checksum {
+		t.Error("only b's checksum may change")
+	}
+
+	in.Configs = append(in.Configs, config("all.sh", []string{"*"}, "{{ .nodeGroup.nope }}"))
+	third := r.RenderAll(in)
+	for _, g := range []string{"a", "b", "c"} {
+		if third[g].Published != nil || len(third[g].Failures) != 1 || third[g].Failures[0].Custom != "all.sh" {
+			t.Errorf("%s: a broken NGC for every group must fail every group, attributed to it: %+v", g, third[g].Failures)
+		}
+	}
+
+	in.Configs = in.Configs[:1]
+	in.NodeGroups = in.NodeGroups[:2]
+	fourth := r.RenderAll(in)
+	if len(fourth) != 2 || fourth["a"].Published == nil || fourth["a"].Published.Checksum != first["a"].Published.Checksum {
+		t.Errorf("after fixing and removing c: %+v", fourth)
+	}
+}
+
+func TestRendererFailsEveryGroupOnABadClusterConfiguration(t *testing.T) {
+	r := newRenderer(t)
+	res := r.RenderAll(Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a")}, ClusterConfiguration: []byte("serviceSubnetCIDR: nonsense")})
+	if res["a"].Published != nil || len(res["a"].Failures) != 1 {
+		t.Fatalf("%+v", res["a"])
+	}
+}

@@ -1,0 +1,140 @@
+package bundles
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+func secretFor(t *testing.T, group, checksum string, rv int) *corev1.Secret {
+	t.Helper()
+	data, err := encodeSecretData(&Published{Group: group, NodeType: "Static", Checksum: checksum, Bashible: "b", Steps: map[string]string{"000_a.sh": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretPrefix + group, Namespace: "ns", ResourceVersion: strconv.Itoa(rv)}, Data: data}
+}
+
+func next(t *testing.T, w *StoreWatch) Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.Events():
+		if !ok {
+			t.Fatal("watch closed")
+		}
+		return ev
+	case <-time.After(2 * time.Second):
+		t.Fatal("no event")
+	}
+	return Event{}
+}
+
+func TestStoreListWatchAndExpiry(t *testing.T) {
+	var changes int
+	s := NewStore(func(_, _ *Published) { changes++ })
+	h := s.Handler()
+	h.OnAdd(secretFor(t, "a", "sum-a1", 10), true)
+	h.OnAdd(secretFor(t, "b", "sum-b1", 12), true)
+	s.MarkSynced()
+	if !s.Synced() {
+		t.Fatal("not synced")
+	}
+	all, rv := s.List()
+	if len(all) != 2 || all[0].Group != "a" || rv != "12" {
+		t.Fatalf("list: %d items at rv %s", len(all), rv)
+	}
+
+	if _, err := s.Watch("11", false); !apierrors.IsResourceExpired(err) {
+		t.Fatalf("watch below the floor: want 410, got %v", err)
+	}
+	if _, err := s.Watch("abc", false); !apierrors.IsBadRequest(err) {
+		t.Fatalf("watch from a malformed resourceVersion: want 400, got %v", err)
+	}
+
+	fromList, err := s.Watch(rv, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromList.Stop()
+	h.OnUpdate(nil, secretFor(t, "a", "sum-a2", 15))
+	h.OnDelete(secretFor(t, "b", "sum-b1", 17))
+	if ev := next(t, fromList); ev.Type != watch.Modified || ev.Published.Checksum != "sum-a2" {
+		t.Fatalf("want MODIFIED a, got %s %+v", ev.Type, ev.Published)
+	}
+	if ev := next(t, fromList); ev.Type != watch.Deleted || ev.Published.Group != "b" || ev.Published.ResourceVersion != "17" {
+		t.Fatalf("want DELETED b at 17, got %s %+v", ev.Type, ev.Published)
+	}
+
+	// A watch resuming from between the two changes gets only the second.
+	resumed, err := s.Watch("15", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Stop()
+	if ev := next(t, resumed); ev.Type != watch.Deleted {
+		t.Fatalf("resumed watch: want DELETED, got %s", ev.Type)
+	}
+
+	// A streaming list gets the current state, then the bookmark.
+	initial, err := s.Watch("", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer initial.Stop()
+	if ev := next(t, initial); ev.Type != watch.Added || ev.Published.Group != "a" {
+		t.Fatalf("initial event: %s %+v", ev.Type, ev.Published)
+	}
+	if ev := next(t, initial); ev.Type != watch.Bookmark || ev.RV != "17" {
+		t.Fatalf("want the initial-events bookmark at 17, got %s %q", ev.Type, ev.RV)
+	}
+
+	// A tombstone with an old resourceVersion does not move the list back.
+	h.OnAdd(secretFor(t, "c", "sum-c", 20), false)
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + SecretPrefix + "c", Obj: secretFor(t, "c", "sum-c", 20)})
+	if _, rv := s.List(); rv != "20" {
+		t.Errorf("rv after a tombstone = %s, want 20", rv)
+	}
+	if changes != 6 {
+		t.Errorf("onChange called %d times, want 6", changes)
+	}
+}
+
+func TestStoreKeepsServingWhenASecretIsCorrupt(t *testing.T) {
+	s := NewStore(nil)
+	h := s.Handler()
+	h.OnAdd(secretFor(t, "a", "sum-a1", 10), true)
+	s.MarkSynced()
+	bad := secretFor(t, "a", "x", 11)
+	bad.Data[bundleKey] = []byte("not gzip")
+	h.OnUpdate(nil, bad)
+	if p, ok := s.Get("a"); !ok || p.Checksum != "sum-a1" {
+		t.Fatalf("a corrupt Secret must not replace the served bundle: %+v", p)
+	}
+}
+
+func TestSlowWatcherIsClosed(t *testing.T) {
+	s := NewStore(nil)
+	s.MarkSynced()
+	w, err := s.Watch("0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	for i := range watcherBuffer + 1 {
+		h.OnUpdate(nil, secretFor(t, "a", "sum-"+strconv.Itoa(i), 100+i))
+	}
+	n := 0
+	for range w.Events() {
+		n++
+	}
+	if n != watcherBuffer {
+		t.Fatalf("a watcher that fell behind got %d events before its channel closed, want %d", n, watcherBuffer)
+	}
+	w.Stop()
+}
