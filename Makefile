@@ -74,9 +74,9 @@ verify-generated: $(GENERATORS) ## fail if generated code differs from what the 
 ##@ build, run, test
 
 .PHONY: build
-build: ## compile every package and the local stack
+build: ## compile every package, bashible-apiserver and the local stack
 	go build ./...
-	go build -o $(BIN)/localstack ./hack/cmd/localstack
+	go build -o $(BIN)/ ./apiserver/cmd/bashible-apiserver ./hack/cmd/localstack
 
 .PHONY: run
 run: $(CONTROL_PLANE) build ## start the local control plane and the stack; Ctrl-C stops it
@@ -111,8 +111,8 @@ test: verify-generated lint test-unit test-fuzz test-e2e ## everything CI runs
 	@echo "test: all checks passed"
 
 .PHONY: bench
-bench: ## benchmarks; each prints its figures
-	go test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
+bench: $(CONTROL_PLANE) ## render and serving benchmarks on this machine, one `name: value unit` per line
+	go run ./hack/cmd/bench
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the Go caches)

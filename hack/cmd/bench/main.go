@@ -1,0 +1,334 @@
+// Command bench is what `make bench` runs: it measures bashible-apiserver
+// on this machine and prints one figure per line as `name: value unit`.
+//
+//   - render_full: rendering 100 node groups with 30 NodeGroupConfigurations
+//     from scratch, in process;
+//   - render_one_ngc: re-rendering after one NGC that selects one group changed;
+//   - get_{direct,aggregated,configmap}_{p50,p99,rps,errors}: GETs of a
+//     cached bundle by 100 concurrent clients (each its own connection),
+//     straight from bashible-apiserver, through kube-apiserver's aggregator,
+//     and, for scale, of a ConfigMap of the same size from kube-apiserver;
+//   - rss_100_groups: bashible-apiserver's resident memory serving 100 groups.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/apiserver/bundles"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/templates"
+)
+
+const (
+	groups  = 100
+	configs = 30
+	clients = 100
+)
+
+func main() {
+	duration := flag.Duration("duration", 5*time.Second, "how long each GET load runs")
+	flag.Parse()
+	if err := run(*duration); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func figure(name string, value float64, unit string) {
+	fmt.Printf("%s: %s %s\n", name, strconv.FormatFloat(value, 'f', 2, 64), unit)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// nodeGroups and nodeGroupConfigurations are the benchmark's cluster:
+// groups with varied settings, and NGCs selecting all groups, some groups
+// or one group.
+func nodeGroups() []*deckhousev1.NodeGroup {
+	out := make([]*deckhousev1.NodeGroup, 0, groups)
+	for i := range groups {
+		ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("group-%03d", i)},
+			Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic,
+				Kubelet:      &deckhousev1.KubeletSpec{MaxPods: ptr.To(int32(100 + i))},
+				NodeTemplate: &deckhousev1.NodeTemplate{Labels: map[string]string{"example.com/index": strconv.Itoa(i)}},
+			}}
+		out = append(out, ng)
+	}
+	return out
+}
+
+func nodeGroupConfigurations() []*deckhousev1alpha1.NodeGroupConfiguration {
+	out := make([]*deckhousev1alpha1.NodeGroupConfiguration, 0, configs)
+	for i := range configs {
+		selector := []string{"*"}
+		switch i % 3 {
+		case 1:
+			selector = []string{fmt.Sprintf("group-%03d", i), fmt.Sprintf("group-%03d", i+50)}
+		case 2:
+			selector = []string{fmt.Sprintf("group-%03d", i)}
+		}
+		content := fmt.Sprintf("# step %d\necho {{ .nodeGroup.name }} {{ .kubernetesVersion }}\n{{ range $k, $v := .nodeGroup.nodeTemplate.labels }}echo {{ $k }}={{ $v }}\n{{ end }}%s", i, strings.Repeat("# padding line of a realistic step\n", 40))
+		out = append(out, &deckhousev1alpha1.NodeGroupConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("step-%02d.sh", i), Generation: 1},
+			Spec:       deckhousev1alpha1.NodeGroupConfigurationSpec{Weight: int32(200 + i), NodeGroups: selector, Bundles: []string{"*"}, Content: content},
+		})
+	}
+	return out
+}
+
+func run(duration time.Duration) error {
+	if err := benchRender(); err != nil {
+		return err
+	}
+	return benchServe(duration)
+}
+
+func benchRender() error {
+	tree, err := templates.LoadTree(templates.Builtin())
+	if err != nil {
+		return err
+	}
+	in := bundles.Inputs{NodeGroups: nodeGroups(), Configs: nodeGroupConfigurations(), Endpoints: []string{"192.0.2.10:6443"}}
+	const rounds = 5
+	var full, one []time.Duration
+	for range rounds {
+		r := bundles.NewRenderer(tree)
+		start := time.Now()
+		res := r.RenderAll(in)
+		full = append(full, time.Since(start))
+		for g, rr := range res {
+			if rr.Published == nil {
+				return fmt.Errorf("group %s failed to render: %v", g, rr.Failures)
+			}
+		}
+		// Change the NGC that selects only group-002.
+		changed := slices.Clone(in.Configs)
+		c := changed[2].DeepCopy()
+		c.Spec.Content += "# changed\n"
+		changed[2] = c
+		start = time.Now()
+		res = r.RenderAll(bundles.Inputs{NodeGroups: in.NodeGroups, Configs: changed, Endpoints: in.Endpoints})
+		one = append(one, time.Since(start))
+		rendered := 0
+		for _, rr := range res {
+			if !rr.Cached {
+				rendered++
+			}
+		}
+		if rendered != 1 {
+			return fmt.Errorf("one NGC change re-rendered %d groups, want 1", rendered)
+		}
+	}
+	slices.Sort(full)
+	slices.Sort(one)
+	figure("render_full_100_groups_30_ngcs", ms(full[rounds/2]), "ms")
+	figure("render_one_ngc_change", ms(one[rounds/2]), "ms")
+	return nil
+}
+
+func benchServe(duration time.Duration) error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := stack.BuildBinaries(root); err != nil {
+		return err
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Config{})
+	if err != nil {
+		return err
+	}
+	defer cp.StopOnSignal()()
+	defer func() { _ = cp.Stop() }()
+	applier, err := cp.NewApplier()
+	if err != nil {
+		return err
+	}
+	if err := applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "crds")); err != nil {
+		return err
+	}
+	if err := stack.InstallBashibleAPIServer(ctx, root, applier); err != nil {
+		return err
+	}
+	cfg := cp.AdminConfig()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	nm := versioned.NewForConfigOrDie(cfg)
+	for _, ng := range nodeGroups() {
+		if _, err := nm.DeckhouseV1().NodeGroups().Create(ctx, ng, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	for _, c := range nodeGroupConfigurations() {
+		c.Generation = 0
+		if _, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	server, err := stack.StartBashibleAPIServer(ctx, cp, stack.BashibleOptions{})
+	if err != nil {
+		return err
+	}
+	if err := server.Register(ctx); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := nm.BashibleV1alpha1().NodeGroupBundles().List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == groups, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d groups to be served: %w", groups, err)
+	}
+
+	path := "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/group-050"
+	body, err := get(newClient(cp), cp.APIServerURL+path)
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "same-size", Namespace: "default"}, Data: map[string]string{"payload": strings.Repeat("x", len(body)-150)}}
+	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	figure("bundle_object_size", float64(len(body)), "bytes")
+
+	for _, target := range []struct{ name, url string }{
+		{"direct", server.URL() + path},
+		{"aggregated", cp.APIServerURL + path},
+		{"configmap", cp.APIServerURL + "/api/v1/namespaces/default/configmaps/same-size"},
+	} {
+		res := load(cp, target.url, duration)
+		figure("get_"+target.name+"_p50", ms(res.p50), "ms")
+		figure("get_"+target.name+"_p99", ms(res.p99), "ms")
+		figure("get_"+target.name+"_throughput", res.rps, "req/s")
+		figure("get_"+target.name+"_errors", float64(res.errors), "count")
+	}
+	rss, err := residentMemory(server.PID())
+	if err != nil {
+		return err
+	}
+	figure("rss_100_groups", rss/(1<<20), "MiB")
+	return nil
+}
+
+// newClient is one client with its own connection, authenticated as the admin.
+func newClient(cp *controlplane.ControlPlane) *http.Client {
+	cfg := cp.AdminConfig()
+	cert, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
+	if err != nil {
+		panic(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.CACertPEM())
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true,
+	}}
+}
+
+func get(c *http.Client, url string) ([]byte, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return body, nil
+}
+
+type loadResult struct {
+	p50, p99 time.Duration
+	rps      float64
+	errors   int
+}
+
+// load runs clients concurrent clients GETting url for d after a warm-up.
+func load(cp *controlplane.ControlPlane, url string, d time.Duration) loadResult {
+	cs := make([]*http.Client, clients)
+	for i := range cs {
+		cs[i] = newClient(cp)
+		_, _ = get(cs[i], url) // connect and warm up
+	}
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		errs      int
+		wg        sync.WaitGroup
+	)
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	for _, c := range cs {
+		wg.Add(1)
+		go func(c *http.Client) {
+			defer wg.Done()
+			var mine []time.Duration
+			var bad int
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				if _, err := get(c, url); err != nil {
+					bad++
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, mine...)
+			errs += bad
+			mu.Unlock()
+		}(c)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for _, c := range cs {
+		c.CloseIdleConnections()
+	}
+	slices.Sort(latencies)
+	if len(latencies) == 0 {
+		return loadResult{errors: errs}
+	}
+	pct := func(p float64) time.Duration { return latencies[int(float64(len(latencies)-1)*p)] }
+	return loadResult{p50: pct(0.50), p99: pct(0.99), rps: float64(len(latencies)) / elapsed.Seconds(), errors: errs}
+}
+
+func residentMemory(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("VmRSS not found")
+}
