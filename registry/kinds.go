@@ -20,11 +20,7 @@ func kinds() []kind {
 				obj.(*bashiblev1alpha1.Bashible).Data = map[string]string{bashiblev1alpha1.BashibleScriptKey: p.Bashible}
 			},
 			setItems: func(list runtime.Object, objs []runtime.Object) {
-				l := list.(*bashiblev1alpha1.BashibleList)
-				l.Items = make([]bashiblev1alpha1.Bashible, 0, len(objs))
-				for _, o := range objs {
-					l.Items = append(l.Items, *o.(*bashiblev1alpha1.Bashible))
-				}
+				list.(*bashiblev1alpha1.BashibleList).Items = values[bashiblev1alpha1.Bashible](objs)
 			},
 			size: func(obj runtime.Object) int {
 				return len(obj.(*bashiblev1alpha1.Bashible).Data[bashiblev1alpha1.BashibleScriptKey])
@@ -39,11 +35,7 @@ func kinds() []kind {
 				obj.(*bashiblev1alpha1.NodeGroupBundle).Data = maps.Clone(p.Steps)
 			},
 			setItems: func(list runtime.Object, objs []runtime.Object) {
-				l := list.(*bashiblev1alpha1.NodeGroupBundleList)
-				l.Items = make([]bashiblev1alpha1.NodeGroupBundle, 0, len(objs))
-				for _, o := range objs {
-					l.Items = append(l.Items, *o.(*bashiblev1alpha1.NodeGroupBundle))
-				}
+				list.(*bashiblev1alpha1.NodeGroupBundleList).Items = values[bashiblev1alpha1.NodeGroupBundle](objs)
 			},
 			size: func(obj runtime.Object) int {
 				n := 0
@@ -62,11 +54,7 @@ func kinds() []kind {
 				obj.(*bashiblev1alpha1.Bootstrap).Bootstrap = p.Bootstrap
 			},
 			setItems: func(list runtime.Object, objs []runtime.Object) {
-				l := list.(*bashiblev1alpha1.BootstrapList)
-				l.Items = make([]bashiblev1alpha1.Bootstrap, 0, len(objs))
-				for _, o := range objs {
-					l.Items = append(l.Items, *o.(*bashiblev1alpha1.Bootstrap))
-				}
+				list.(*bashiblev1alpha1.BootstrapList).Items = values[bashiblev1alpha1.Bootstrap](objs)
 			},
 			size:  func(obj runtime.Object) int { return len(obj.(*bashiblev1alpha1.Bootstrap).Bootstrap) },
 			steps: func(runtime.Object) int { return -1 },
@@ -76,22 +64,35 @@ func kinds() []kind {
 
 // listItems returns the items of one of this package's lists.
 func listItems(list runtime.Object) ([]runtime.Object, error) {
-	var out []runtime.Object
 	switch l := list.(type) {
 	case *bashiblev1alpha1.BashibleList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
+		return pointers(l.Items), nil
 	case *bashiblev1alpha1.NodeGroupBundleList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
+		return pointers(l.Items), nil
 	case *bashiblev1alpha1.BootstrapList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
+		return pointers(l.Items), nil
 	default:
 		return nil, fmt.Errorf("cannot print %T", list)
 	}
-	return out, nil
+}
+
+// values turns objects (each a *T) into the []T a list holds.
+func values[T any](objs []runtime.Object) []T {
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, *any(o).(*T))
+	}
+	return out
+}
+
+// pointers turns a list's items into objects.
+func pointers[T any, PT interface {
+	*T
+	runtime.Object
+}](items []T) []runtime.Object {
+	out := make([]runtime.Object, 0, len(items))
+	for i := range items {
+		out = append(out, PT(&items[i]))
+	}
+	return out
 }
