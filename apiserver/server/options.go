@@ -34,6 +34,7 @@ func NewOptions() *Options {
 	generic.Etcd = nil
 	generic.Admission = nil
 	generic.SecureServing.BindPort = 10423
+	generic.SecureServing.MinTLSVersion = "VersionTLS12"
 	hostname, _ := os.Hostname()
 	return &Options{Generic: generic, Namespace: "d8-cloud-instance-manager", Identity: hostname}
 }
