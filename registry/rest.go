@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -112,9 +113,21 @@ func (r *REST) object(p *bundles.Published, name string) runtime.Object {
 	return obj
 }
 
+// notLoaded answers requests that arrive before the published bundles are
+// loaded: a partial answer would look like missing groups.
+func (r *REST) notLoaded() error {
+	if r.store.Synced() {
+		return nil
+	}
+	return apierrors.NewServiceUnavailable("bashible-apiserver has not loaded the published bundles yet; retry shortly")
+}
+
 // Get returns one group's object; name may be the legacy <os>.<group>.
 func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
 	r.counter.Inc(r.kind.resource, "get")
+	if err := r.notLoaded(); err != nil {
+		return nil, err
+	}
 	group, err := ParseName(name)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
@@ -172,6 +185,9 @@ func (f filter) matches(p *bundles.Published) bool {
 // sees only its own group.
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
 	r.counter.Inc(r.kind.resource, "list")
+	if err := r.notLoaded(); err != nil {
+		return nil, err
+	}
 	f, err := r.newFilter(ctx, options)
 	if err != nil {
 		return nil, err
@@ -194,6 +210,9 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 // resourceVersion older than the server's history gets 410 Gone.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
 	r.counter.Inc(r.kind.resource, "watch")
+	if err := r.notLoaded(); err != nil {
+		return nil, err
+	}
 	f, err := r.newFilter(ctx, options)
 	if err != nil {
 		return nil, err
@@ -222,9 +241,10 @@ func (r *REST) initialEventsEnd(rv string) runtime.Object {
 }
 
 type watcher struct {
-	source *bundles.StoreWatch
-	result chan watch.Event
-	done   chan struct{}
+	source   *bundles.StoreWatch
+	result   chan watch.Event
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 func (w *watcher) run(ctx context.Context, r *REST, f filter) {
@@ -261,13 +281,7 @@ func (w *watcher) run(ctx context.Context, r *REST, f filter) {
 
 func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 
-func (w *watcher) Stop() {
-	select {
-	case <-w.done:
-	default:
-		close(w.done)
-	}
-}
+func (w *watcher) Stop() { w.stopOnce.Do(func() { close(w.done) }) }
 
 // ConvertToTable prints objects for kubectl: group, node type, checksum
 // prefix, steps, size and age; -o wide adds the Kubernetes version, the

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/Masterminds/sprig/v3"
@@ -23,6 +25,8 @@ import (
 const (
 	MaxOutputBytes = 4 << 20
 	MaxSequence    = 100000
+	MaxNesting     = 50
+	DefaultTimeout = 10 * time.Second
 )
 
 // Engine renders templates with sprig's text functions (without env and
@@ -35,6 +39,8 @@ const (
 // through include and template.
 type Engine struct {
 	base *template.Template
+	// Timeout bounds one render; zero means DefaultTimeout.
+	Timeout time.Duration
 }
 
 // NewEngine returns an engine whose renders can use the named library
@@ -57,7 +63,62 @@ func noRender(string, any) (string, error) {
 }
 
 // Render executes the template text, named name in errors, with data.
+//
+// A render is bounded: include and tpl may nest at most MaxNesting deep,
+// everything it writes (including what include and tpl produce) counts
+// against MaxOutputBytes, and a render still running after Timeout is
+// reported as failed and abandoned, so one template can neither crash nor
+// stall the server.
 func (e *Engine) Render(name, text string, data any) (string, error) {
+	b := &budget{deadline: time.Now().Add(e.timeout())}
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := e.render(name, text, data, b)
+		done <- result{out, err}
+	}()
+	timer := time.NewTimer(e.timeout())
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-timer.C:
+		return "", &RenderError{Template: name, Message: fmt.Sprintf("rendering took longer than %s and was abandoned", e.timeout())}
+	}
+}
+
+func (e *Engine) timeout() time.Duration {
+	if e.Timeout > 0 {
+		return e.Timeout
+	}
+	return DefaultTimeout
+}
+
+// budget is what one render, with everything it includes, may spend.
+// A render runs on one goroutine, so it needs no lock.
+type budget struct {
+	depth    int
+	bytes    int
+	deadline time.Time
+}
+
+func (b *budget) enter(what string) error {
+	b.depth++
+	if b.depth > MaxNesting {
+		return fmt.Errorf("%s: templates nest deeper than %d", what, MaxNesting)
+	}
+	if time.Now().After(b.deadline) {
+		return fmt.Errorf("%s: the render ran out of time", what)
+	}
+	return nil
+}
+
+func (b *budget) leave() { b.depth-- }
+
+func (e *Engine) render(name, text string, data any, b *budget) (string, error) {
 	t, err := e.base.Clone()
 	if err != nil {
 		return "", newRenderError(name, err)
@@ -65,39 +126,52 @@ func (e *Engine) Render(name, text string, data any) (string, error) {
 	t = t.New(name)
 	t.Funcs(template.FuncMap{
 		"include": func(tmpl string, data any) (string, error) {
-			var buf bytes.Buffer
-			if err := t.ExecuteTemplate(&buf, tmpl, data); err != nil {
+			defer b.leave()
+			if err := b.enter("include " + tmpl); err != nil {
+				return "", err
+			}
+			buf := &limitedBuffer{budget: b}
+			if err := t.ExecuteTemplate(buf, tmpl, data); err != nil {
 				// Keep the included block's own position: text/template
 				// wraps this error, and newRenderError finds it again.
 				return "", newRenderError(tmpl, err)
 			}
-			return buf.String(), nil
+			return buf.buf.String(), nil
 		},
 		"tpl": func(text string, data any) (string, error) {
-			return e.Render(name+"/tpl", text, data)
+			defer b.leave()
+			if err := b.enter("tpl"); err != nil {
+				return "", err
+			}
+			return e.render(name+"/tpl", text, data, b)
 		},
 	})
 	if _, err := t.Parse(text); err != nil {
 		return "", newRenderError(name, err)
 	}
-	out := &limitedBuffer{limit: MaxOutputBytes}
+	out := &limitedBuffer{budget: b}
 	if err := t.Execute(out, data); err != nil {
 		return "", newRenderError(name, err)
 	}
 	return out.buf.String(), nil
 }
 
-// limitedBuffer fails writes past its limit, which stops the template.
+// limitedBuffer charges every write to the render's budget and fails once
+// the render has written too much or run out of time, which stops it.
 type limitedBuffer struct {
-	buf   bytes.Buffer
-	limit int
+	buf    bytes.Buffer
+	budget *budget
 }
 
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if b.buf.Len()+len(p) > b.limit {
-		return 0, fmt.Errorf("output is larger than %d bytes", b.limit)
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.budget.bytes += len(p)
+	if l.budget.bytes > MaxOutputBytes {
+		return 0, fmt.Errorf("output is larger than %d bytes", MaxOutputBytes)
 	}
-	return b.buf.Write(p)
+	if time.Now().After(l.budget.deadline) {
+		return 0, errors.New("the render ran out of time")
+	}
+	return l.buf.Write(p)
 }
 
 // staticFuncs are the functions that do not depend on the template being
@@ -116,13 +190,17 @@ func staticFuncs() template.FuncMap {
 	until, untilStep, seq, repeat := funcs["until"].(func(int) []int), funcs["untilStep"].(func(int, int, int) []int),
 		funcs["seq"].(func(...int) string), funcs["repeat"].(func(int, string) string)
 	funcs["until"] = func(n int) ([]int, error) {
-		if err := checkCount("until", n); err != nil {
-			return nil, err
+		if n > MaxSequence || n < -MaxSequence {
+			return nil, fmt.Errorf("until: %d is more than %d elements", n, MaxSequence)
 		}
 		return until(n), nil
 	}
 	funcs["untilStep"] = func(start, stop, step int) ([]int, error) {
-		if step == 0 || (stop-start)/step > MaxSequence || (stop-start)/step < -MaxSequence {
+		if step == 0 {
+			return nil, errors.New("untilStep: step must not be 0")
+		}
+		// Float arithmetic cannot overflow the way int subtraction can.
+		if math.Abs((float64(stop)-float64(start))/float64(step)) > MaxSequence {
 			return nil, fmt.Errorf("untilStep: more than %d elements", MaxSequence)
 		}
 		return untilStep(start, stop, step), nil
@@ -135,10 +213,17 @@ func staticFuncs() template.FuncMap {
 		case 2, 3:
 			lo, hi = params[0], params[len(params)-1]
 		}
-		if hi-lo > MaxSequence || lo-hi > MaxSequence {
+		if math.Abs(float64(hi)-float64(lo)) > MaxSequence {
 			return "", fmt.Errorf("seq: more than %d elements", MaxSequence)
 		}
 		return seq(params...), nil
+	}
+	// String builders a template could double in a loop.
+	for name, f := range map[string]func(...any) string{"print": fmt.Sprint, "println": fmt.Sprintln, "cat": funcs["cat"].(func(...any) string)} {
+		funcs[name] = boundedString(name, f)
+	}
+	funcs["printf"] = func(format string, args ...any) (string, error) {
+		return boundedString("printf", func(a ...any) string { return fmt.Sprintf(format, a...) })(args...)
 	}
 	funcs["repeat"] = func(count int, s string) (string, error) {
 		if count < 0 || len(s)*count > MaxOutputBytes {
@@ -149,11 +234,16 @@ func staticFuncs() template.FuncMap {
 	return funcs
 }
 
-func checkCount(fn string, n int) error {
-	if n > MaxSequence {
-		return fmt.Errorf("%s: %d is more than %d elements", fn, n, MaxSequence)
+// boundedString wraps a string-building function so its result may not
+// exceed MaxOutputBytes.
+func boundedString(name string, f func(...any) string) func(...any) (string, error) {
+	return func(args ...any) (string, error) {
+		out := f(args...)
+		if len(out) > MaxOutputBytes {
+			return "", fmt.Errorf("%s: the result is larger than %d bytes", name, MaxOutputBytes)
+		}
+		return out, nil
 	}
-	return nil
 }
 
 func toYAML(v any) (string, error) {

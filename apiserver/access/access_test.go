@@ -12,11 +12,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
 func narrowerWith(t *testing.T, objs ...any) *Narrower {
 	t.Helper()
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	instances := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	secrets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, o := range objs {
 		var err error
@@ -25,18 +28,24 @@ func narrowerWith(t *testing.T, objs ...any) *Narrower {
 			err = nodes.Add(o)
 		case *corev1.Secret:
 			err = secrets.Add(o)
+		case *deckhousev1alpha1.Instance:
+			err = instances.Add(o)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	return &Narrower{nodes: corelisters.NewNodeLister(nodes), tokens: corelisters.NewSecretLister(secrets)}
+	return &Narrower{nodes: corelisters.NewNodeLister(nodes), tokens: corelisters.NewSecretLister(secrets),
+		instances: nmlisters.NewInstanceLister(instances)}
 }
 
 func TestScopes(t *testing.T) {
 	n := narrowerWith(t,
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Labels: map[string]string{NodeGroupLabel: "worker"}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare"}},
+		// The node relabelled itself; its Instance says otherwise.
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sneaky", Labels: map[string]string{NodeGroupLabel: "master"}}},
+		&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "sneaky", Labels: map[string]string{NodeGroupLabel: "worker"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-abcdef", Namespace: "kube-system", Labels: map[string]string{TokenNodeGroupLabel: "master"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-nolabl", Namespace: "kube-system"}},
 	)
@@ -53,8 +62,9 @@ func TestScopes(t *testing.T) {
 		{&user.DefaultInfo{Name: "system:bootstrap:nolabl"}, Scope{}, "has no node-manager.deckhouse.io/node-group label"},
 		{&user.DefaultInfo{Name: "system:bootstrap:zzzzzz"}, Scope{}, "is not known"},
 		{&user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}, Scope{All: true}, ""},
-		// A user merely named like a node, without the nodes group, is not narrowed as one.
-		{&user.DefaultInfo{Name: "system:node:w1"}, Scope{All: true}, ""},
+		{&user.DefaultInfo{Name: "system:node:sneaky", Groups: []string{"system:nodes"}}, Scope{Group: "worker"}, ""},
+		// A user named like a node is narrowed as one even without the nodes group.
+		{&user.DefaultInfo{Name: "system:node:w1"}, Scope{Group: "worker"}, ""},
 	}
 	for _, tc := range cases {
 		got, err := n.scopeForUser(tc.user, res, "x")

@@ -1,6 +1,7 @@
 package bundles
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,6 +87,11 @@ type Controller struct {
 
 	leading  atomic.Bool
 	rendered atomic.Bool
+	// leaderCtx is the context of the current term as leader; publishing
+	// uses it, so writes stop when leadership is lost.
+	leaderCtx atomic.Pointer[context.Context]
+	// groups seen in the last render, to drop metrics of vanished ones.
+	groups map[string]bool
 }
 
 // NewController sets up the informers; Run starts them.
@@ -127,6 +133,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		_, _ = inf.AddEventHandler(enqueue)
 	}
 	_, _ = pubInf.Informer().AddEventHandler(cfg.Store.Handler())
+	cfg.Store.SetResourceVersionSource(pubInf.Informer().LastSyncResourceVersion)
 	// A change to what is published may need correcting (someone edited or
 	// deleted a Secret): the leader re-publishes.
 	_, _ = pubInf.Informer().AddEventHandler(enqueue)
@@ -226,7 +233,7 @@ func (c *Controller) inputs() (Inputs, error) {
 	return in, nil
 }
 
-func (c *Controller) sync(ctx context.Context) error {
+func (c *Controller) sync(context.Context) error {
 	in, err := c.inputs()
 	if err != nil {
 		return err
@@ -243,11 +250,21 @@ func (c *Controller) sync(ctx context.Context) error {
 			klog.InfoS("Node group failed to render; it keeps its last good bundle", "group", r.Group, "failures", failureMessages(r.Failures))
 		}
 	}
+	for g := range c.groups {
+		if results[g] == nil {
+			c.cfg.Metrics.ForgetGroup(g)
+		}
+	}
+	c.groups = map[string]bool{}
+	for g := range results {
+		c.groups[g] = true
+	}
 	c.rendered.Store(true)
-	if !c.leading.Load() {
+	leaderCtx := c.leaderCtx.Load()
+	if !c.leading.Load() || leaderCtx == nil || (*leaderCtx).Err() != nil {
 		return nil
 	}
-	return c.publish(ctx, in, results)
+	return c.publish(*leaderCtx, in, results)
 }
 
 func failureMessages(fs []templates.Failure) []string {
@@ -279,8 +296,9 @@ func (c *Controller) runLeaderElection(ctx context.Context) {
 			ReleaseOnCancel: true,
 			Name:            "bashible-apiserver",
 			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
+				OnStartedLeading: func(ctx context.Context) {
 					klog.InfoS("Publishing bundles as the leader", "identity", c.cfg.Identity)
+					c.leaderCtx.Store(&ctx)
 					c.leading.Store(true)
 					c.cfg.Metrics.Leader.Set(1)
 					c.queue.Add("render")
@@ -341,16 +359,11 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	digest := c.cfg.Renderer.TemplatesDigest()
-	if current != nil && current.Annotations[bashiblev1alpha1.ChecksumAnnotation] == p.Checksum && current.Annotations[TemplatesDigestAnnotation] == digest {
-		if _, err := decodeSecret(current); err == nil {
-			return nil
-		}
-	}
 	data, err := encodeSecretData(p)
 	if err != nil {
 		return err
 	}
+	digest := c.cfg.Renderer.TemplatesDigest()
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: c.cfg.Namespace,
@@ -360,11 +373,28 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) error {
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
+	// The encoding is deterministic, so equal bytes mean an equal bundle;
+	// anything else (a new render, or someone's edit) is rewritten.
+	if current != nil && bytes.Equal(current.Data[bundleKey], data[bundleKey]) && len(current.Data) == 1 &&
+		maps.Equal(current.Annotations, secret.Annotations) && maps.Equal(current.Labels, secret.Labels) {
+		return nil
+	}
+	secrets := c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace)
 	if current == nil {
-		_, err = c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
-	} else {
+		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			// It exists but the informer does not see it (its label was
+			// removed): take it over.
+			existing, getErr := secrets.Get(ctx, name, metav1.GetOptions{})
+			if getErr != nil {
+				return fmt.Errorf("publish bundle of group %s: %w", p.Group, getErr)
+			}
+			current = existing
+		}
+	}
+	if current != nil {
 		secret.ResourceVersion = current.ResourceVersion
-		_, err = c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace).Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
 	}
 	if err != nil {
 		return fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
@@ -407,7 +437,16 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 			cond.Message = truncate(strings.Join(parts, "; ")+". The node groups keep their last good bundle until this is fixed.", 4000)
 		} else if groups := applied[ngc.Name]; len(groups) > 0 {
 			cond.Status, cond.Reason = metav1.ConditionTrue, "Rendered"
+			var held []string
+			for _, g := range groups {
+				if results[g].Published == nil {
+					held = append(held, g)
+				}
+			}
 			cond.Message = "Rendered for node groups " + strings.Join(groups, ", ")
+			if len(held) > 0 {
+				cond.Message += fmt.Sprintf("; not served yet to node groups %s, which keep their last good bundle because something else fails to render (see their Rendered condition)", strings.Join(held, ", "))
+			}
 		} else {
 			cond.Status, cond.Reason = metav1.ConditionTrue, "NoNodeGroups"
 			cond.Message = "No node group matches spec.nodeGroups"
@@ -426,7 +465,8 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 			continue
 		}
 		if cond.Status == metav1.ConditionFalse && (old == nil || old.Message != cond.Message) {
-			c.recorder.Eventf(updated, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "%s", cond.Message)
+			// events.k8s.io notes are limited to 1 KiB.
+			c.recorder.Eventf(updated, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "%s", truncate(cond.Message, 1000))
 		}
 	}
 	return errs

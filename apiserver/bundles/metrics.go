@@ -89,3 +89,9 @@ func (m *Metrics) ServedChanged(old, cur *Published) {
 	m.checksums[group] = cur.Checksum
 	m.BundleBytes.WithLabelValues(group).Set(float64(cur.Size()))
 }
+
+// ForgetGroup drops the render series of a group that no longer exists.
+func (m *Metrics) ForgetGroup(group string) {
+	m.RenderDuration.DeleteLabelValues(group)
+	m.RenderErrors.DeleteLabelValues(group)
+}

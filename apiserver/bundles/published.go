@@ -26,6 +26,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/node-manager/node-manager/templates"
 )
 
 // Names of the published Secrets.
@@ -109,6 +111,11 @@ func decodeSecret(s *corev1.Secret) (*Published, error) {
 	}
 	if p.Group == "" || SecretPrefix+p.Group != s.Name || p.Checksum == "" {
 		return nil, fmt.Errorf("secret %s/%s does not hold a bundle of group %q", s.Namespace, s.Name, p.Group)
+	}
+	// Serve only what the checksum describes: an edited Secret is refused
+	// (and the leader rewrites it) rather than served under a false checksum.
+	if sum := templates.Checksum(p.Bashible, p.Steps); sum != p.Checksum {
+		return nil, fmt.Errorf("secret %s/%s: its content does not match its checksum %s", s.Namespace, s.Name, p.Checksum)
 	}
 	p.ResourceVersion = s.ResourceVersion
 	p.CreationTimestamp = s.CreationTimestamp

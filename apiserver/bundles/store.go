@@ -46,6 +46,17 @@ type Store struct {
 	synced   bool
 	watchers map[*storeWatcher]struct{}
 	onChange func(old, cur *Published)
+	// rvSource is the informer's last synced resourceVersion, used to stamp
+	// a deletion the informer noticed only on a relist.
+	rvSource func() string
+}
+
+// SetResourceVersionSource sets where tombstone deletions get their
+// resourceVersion from (the informer's LastSyncResourceVersion).
+func (s *Store) SetResourceVersionSource(f func() string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rvSource = f
 }
 
 // NewStore returns an empty store. onChange, if set, is called for every
@@ -85,8 +96,9 @@ func (s *Store) Synced() bool {
 }
 
 func (s *Store) apply(obj any, deleted bool) {
+	tombstone := false
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
+		obj, tombstone = tomb.Obj, true
 	}
 	secret, ok := obj.(*corev1.Secret)
 	if !ok || !strings.HasPrefix(secret.Name, SecretPrefix) {
@@ -110,8 +122,24 @@ func (s *Store) apply(obj any, deleted bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.groups[group]
-	if deleted && rv <= s.rv {
-		rv = s.rv // a tombstone may carry an older resourceVersion
+	if !deleted && old != nil && old.ResourceVersion == secret.ResourceVersion {
+		return // a relist replays unchanged objects; nothing happened
+	}
+	if tombstone && s.rvSource != nil {
+		// The object carries its last resourceVersion, not the deletion's;
+		// the relist that revealed the deletion is at or after it.
+		if listed, err := strconv.ParseUint(s.rvSource(), 10, 64); err == nil {
+			rv = max(rv, listed)
+		}
+	}
+	switch {
+	case deleted && rv <= s.rv:
+		rv = s.rv // best effort: never move the list backwards
+	case s.synced && rv <= s.rv:
+		// After the initial list, one watch delivers changes in etcd order,
+		// so an older resourceVersion is a stale replay. (The initial list
+		// itself arrives in any order.)
+		return
 	}
 	s.rv = max(s.rv, rv)
 	var ev Event
@@ -138,8 +166,9 @@ func (s *Store) apply(obj any, deleted bool) {
 	}
 	s.history = append(s.history, ev)
 	if len(s.history) > historySize {
-		s.floor = s.history[0].rv
-		s.history = slices.Delete(s.history, 0, len(s.history)-historySize)
+		drop := len(s.history) - historySize
+		s.floor = max(s.floor, s.history[drop-1].rv)
+		s.history = slices.Delete(s.history, 0, drop)
 	}
 	for w := range s.watchers {
 		w.send(ev)
@@ -183,9 +212,8 @@ func (s *Store) Watch(fromRV string, initialEvents bool) (*StoreWatch, error) {
 			groups = append(groups, g)
 		}
 		slices.Sort(groups)
-		if len(groups) > watcherBuffer {
-			w.ch = make(chan Event, len(groups)+watcherBuffer)
-		}
+		// Room for every initial event, the bookmark, and live events.
+		w.ch = make(chan Event, len(groups)+1+watcherBuffer)
 		for _, g := range groups {
 			w.send(Event{Type: watch.Added, Published: s.groups[g], rv: s.rv})
 		}
@@ -200,6 +228,9 @@ func (s *Store) Watch(fromRV string, initialEvents bool) (*StoreWatch, error) {
 		if rv < s.floor {
 			return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, s.floor))
 		}
+		// A client that listed on a replica further ahead must not see
+		// older states again when this one catches up.
+		w.from = rv
 		for _, ev := range s.history {
 			if ev.rv > rv {
 				w.send(ev)
@@ -232,13 +263,14 @@ func (sw *StoreWatch) Stop() {
 
 type storeWatcher struct {
 	ch     chan Event
+	from   uint64
 	closed bool
 }
 
 // send delivers ev or, if the watcher has fallen behind, closes it. Called
 // with the store's lock held.
 func (w *storeWatcher) send(ev Event) {
-	if w.closed {
+	if w.closed || (ev.rv <= w.from && ev.Type != watch.Bookmark) {
 		return
 	}
 	select {

@@ -10,11 +10,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/node-manager/node-manager/templates"
 )
 
-func secretFor(t *testing.T, group, checksum string, rv int) *corev1.Secret {
+// secretFor is a published Secret whose bashible.sh is version (so tests
+// can tell bundles apart) with a true checksum.
+func secretFor(t *testing.T, group, version string, rv int) *corev1.Secret {
 	t.Helper()
-	data, err := encodeSecretData(&Published{Group: group, NodeType: "Static", Checksum: checksum, Bashible: "b", Steps: map[string]string{"000_a.sh": "a"}})
+	steps := map[string]string{"000_a.sh": "a"}
+	data, err := encodeSecretData(&Published{Group: group, NodeType: "Static", Checksum: templates.Checksum(version, steps), Bashible: version, Steps: steps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +69,7 @@ func TestStoreListWatchAndExpiry(t *testing.T) {
 	defer fromList.Stop()
 	h.OnUpdate(nil, secretFor(t, "a", "sum-a2", 15))
 	h.OnDelete(secretFor(t, "b", "sum-b1", 17))
-	if ev := next(t, fromList); ev.Type != watch.Modified || ev.Published.Checksum != "sum-a2" {
+	if ev := next(t, fromList); ev.Type != watch.Modified || ev.Published.Bashible != "sum-a2" {
 		t.Fatalf("want MODIFIED a, got %s %+v", ev.Type, ev.Published)
 	}
 	if ev := next(t, fromList); ev.Type != watch.Deleted || ev.Published.Group != "b" || ev.Published.ResourceVersion != "17" {
@@ -103,6 +108,53 @@ func TestStoreListWatchAndExpiry(t *testing.T) {
 	if changes != 6 {
 		t.Errorf("onChange called %d times, want 6", changes)
 	}
+
+	// A relist replays unchanged objects and, after sync, nothing older
+	// than what is served: neither is an event.
+	replay, err := s.Watch("20", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replay.Stop()
+	h.OnUpdate(nil, secretFor(t, "a", "sum-a2", 15))
+	h.OnAdd(secretFor(t, "d", "sum-d", 21), false)
+	if ev := next(t, replay); ev.Published.Group != "d" {
+		t.Fatalf("want only the new group d, got %s %s", ev.Type, ev.Published.Group)
+	}
+}
+
+func TestTombstoneDeletionIsSeenAfterAList(t *testing.T) {
+	s := NewStore(nil)
+	s.SetResourceVersionSource(func() string { return "40" })
+	h := s.Handler()
+	h.OnAdd(secretFor(t, "a", "sum-a", 30), true)
+	s.MarkSynced()
+	_, rv := s.List()
+	w, err := s.Watch(rv, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + SecretPrefix + "a", Obj: secretFor(t, "a", "sum-a", 30)})
+	if ev := next(t, w); ev.Type != watch.Deleted || ev.rv != 40 {
+		t.Fatalf("want DELETED stamped with the relist's resourceVersion 40, got %s at %d", ev.Type, ev.rv)
+	}
+}
+
+func TestWatchFromAheadSkipsOlderLiveEvents(t *testing.T) {
+	s := NewStore(nil)
+	h := s.Handler()
+	s.MarkSynced()
+	w, err := s.Watch("50", false) // the client listed on a replica further ahead
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	h.OnAdd(secretFor(t, "a", "old", 45), false)
+	h.OnAdd(secretFor(t, "b", "new", 55), false)
+	if ev := next(t, w); ev.Published.Group != "b" {
+		t.Fatalf("the client already had state at 50; want only b at 55, got %s", ev.Published.Group)
+	}
 }
 
 func TestStoreKeepsServingWhenASecretIsCorrupt(t *testing.T) {
@@ -113,7 +165,16 @@ func TestStoreKeepsServingWhenASecretIsCorrupt(t *testing.T) {
 	bad := secretFor(t, "a", "x", 11)
 	bad.Data[bundleKey] = []byte("not gzip")
 	h.OnUpdate(nil, bad)
-	if p, ok := s.Get("a"); !ok || p.Checksum != "sum-a1" {
+	// Content that does not match its checksum is refused too.
+	p := &Published{Group: "a", Checksum: "0000", Bashible: "tampered", Steps: map[string]string{}}
+	tampered, err := encodeSecretData(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := secretFor(t, "a", "x", 12)
+	forged.Data = tampered
+	h.OnUpdate(nil, forged)
+	if p, ok := s.Get("a"); !ok || p.Bashible != "sum-a1" {
 		t.Fatalf("a corrupt Secret must not replace the served bundle: %+v", p)
 	}
 }
@@ -126,15 +187,16 @@ func TestSlowWatcherIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := s.Handler()
-	for i := range watcherBuffer + 1 {
+	capacity := watcherBuffer + 1 // a watch from "0" has room for the bookmark too
+	for i := range capacity + 1 {
 		h.OnUpdate(nil, secretFor(t, "a", "sum-"+strconv.Itoa(i), 100+i))
 	}
 	n := 0
 	for range w.Events() {
 		n++
 	}
-	if n != watcherBuffer {
-		t.Fatalf("a watcher that fell behind got %d events before its channel closed, want %d", n, watcherBuffer)
+	if n != capacity {
+		t.Fatalf("a watcher that fell behind got %d events before its channel closed, want %d", n, capacity)
 	}
 	w.Stop()
 }

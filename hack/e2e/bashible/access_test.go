@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
@@ -120,6 +122,38 @@ func TestNodeReadsOnlyItsGroup(t *testing.T) {
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: want 403 saying it %s, got %v", name, want, err)
 		}
+	}
+}
+
+// TestNodeCannotWidenItsScopeByRelabelling: a kubelet may edit its own
+// Node's labels, so once node-manager has an Instance for the node, the
+// Instance's group is what counts.
+func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
+	ctx := ctxT(t)
+	createNode(t, "node-sneaky", "worker")
+	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-sneaky", Labels: map[string]string{"node.deckhouse.io/group": "worker"}}}
+	if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), "node-sneaky", metav1.DeleteOptions{})
+	})
+	cfg, err := cp.NodeConfig("node-sneaky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node moves itself to master with its own credentials.
+	patch := []byte(`{"metadata":{"labels":{"node.deckhouse.io/group":"master"}}}`)
+	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes().Patch(ctx, "node-sneaky", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the node relabelling itself (allowed by NodeRestriction): %v", err)
+	}
+	c := clientFor(t, cfg)
+	poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
+		_, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if _, err := c.NodeGroupBundles().Get(ctx, "master", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("a relabelled node reading master: want 403, got %v", err)
 	}
 }
 
