@@ -69,7 +69,8 @@ func TestCustomStepsAreOrderedAmongBuiltins(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	want := []string{"000_preflight.sh", "005_early.sh", "010_sysctl.sh", "050_middle.sh", "060_kubelet_config.sh", "999_late.sh"}
+	want := []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "005_early.sh", "010_sysctl.sh",
+		"050_middle.sh", "060_kubelet_config.sh", "099_reboot.sh", "999_late.sh"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("steps in order: %v, want %v", names, want)
 	}
@@ -189,7 +190,7 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tree.StepNames(); !slices.Equal(got, []string{"000_preflight.sh", "060_kubelet_config.sh", "070_extra.sh"}) {
+	if got := tree.StepNames(); !slices.Equal(got, []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "060_kubelet_config.sh", "070_extra.sh", "099_reboot.sh"}) {
 		t.Fatalf("overlay steps: %v", got)
 	}
 	b := mustRender(t, tree, workerContext(t, nil))

@@ -1,23 +1,68 @@
 #!/usr/bin/env bash
 # bashible: the node agent of node group {{ .nodeGroup.name }}, served by
-# bashible-apiserver as bashibles/{{ .nodeGroup.name }}. It fetches the
-# group's bundle, runs its steps in order and records the checksum it applied.
+# bashible-apiserver as bashibles/{{ .nodeGroup.name }} and run every minute by
+# bashible.timer. Each run: take the lock, update itself, skip if the node
+# already runs the group's configuration, otherwise fetch the bundle and run
+# its steps in order, reporting each one; on success record the checksum.
+#
+# Options: --no-lock (the caller holds the lock), --max-retries N (attempts
+# per step, default 10). Environment, mostly for tests: BASHIBLE_ROOT (a
+# directory standing in for /), BASHIBLE_API_ENDPOINTS, BASHIBLE_NODE_NAME,
+# BASHIBLE_RETRY_DELAY (seconds between attempts, default 10),
+# BASHIBLE_STEP_TIMEOUT (seconds, default 1800; a step overrides it with a
+# line "# bashible-timeout: <seconds>").
 set -Eeuo pipefail
 
-readonly NODE_GROUP={{ .nodeGroup.name | squote }}
-readonly BASHIBLE_DIR=/var/lib/bashible
-readonly API_ENDPOINTS=({{ range .normal.apiserverEndpoints }}{{ . | squote }} {{ end }})
-readonly API_PATH=/apis/bashible.deckhouse.io/v1alpha1
+BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
+BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
+LOCK_FILE=${BASHIBLE_ROOT}/var/lock/bashible
+API_PATH=/apis/bashible.deckhouse.io/v1alpha1
+NODE_GROUP={{ .nodeGroup.name | squote }}
+MAX_RETRIES=10
+RETRY_DELAY=${BASHIBLE_RETRY_DELAY:-10}
+STEP_TIMEOUT=${BASHIBLE_STEP_TIMEOUT:-1800}
+USE_LOCK=yes
+export BASHIBLE_ROOT
 
-log() { echo "bashible: $(date -u +%Y-%m-%dT%H:%M:%SZ) $*" >&2; }
+while (( $# > 0 )); do
+  case "$1" in
+    --no-lock) USE_LOCK=no ;;
+    --max-retries) MAX_RETRIES=$2; shift ;;
+    *) echo "bashible: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+mkdir -p "$BASHIBLE_DIR" "$(dirname "$LOCK_FILE")"
+if [[ "$USE_LOCK" == yes ]]; then
+  exec {lock_fd}> "$LOCK_FILE"
+  if ! flock --nonblock "$lock_fd"; then
+    echo "bashible: another run holds $LOCK_FILE; exiting" >&2
+    exit 0
+  fi
+fi
+
+# The library, written only when it changed, then used here and by every step.
+lib_new=$(mktemp "$BASHIBLE_DIR/lib.sh.XXXXXX")
+cat > "$lib_new" <<'BASHIBLE_LIB'
+{{ include "node-lib" . }}
+BASHIBLE_LIB
+if cmp -s "$lib_new" "$BASHIBLE_DIR/lib.sh"; then
+  rm -f "$lib_new"
+else
+  mv -f "$lib_new" "$BASHIBLE_DIR/lib.sh"
+fi
+# shellcheck source=/dev/null
+source "$BASHIBLE_DIR/lib.sh"
 
 # detect_bundle prints the OS bundle of this machine.
 detect_bundle() {
-  local id id_like
-  # shellcheck disable=SC1091 # the file exists on every supported OS
-  id=$(. /etc/os-release && echo "${ID:-}")
-  # shellcheck disable=SC1091
-  id_like=$(. /etc/os-release && echo "${ID_LIKE:-}")
+  local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
+  [[ -r "$os_release" ]] || os_release=/etc/os-release
+  # shellcheck disable=SC1090 # os-release is a shell fragment by definition
+  id=$(. "$os_release" && echo "${ID:-}")
+  # shellcheck disable=SC1090
+  id_like=$(. "$os_release" && echo "${ID_LIKE:-}")
   case "$id" in
     debian) echo debian ;;
     ubuntu) echo ubuntu-lts ;;
@@ -25,57 +70,163 @@ detect_bundle() {
     *)
       case " $id_like " in
         *" rhel "*) echo centos ;;
-        *) log "unsupported OS '$id': supported are debian, ubuntu-lts and centos (RHEL family)"; return 1 ;;
+        *) bb-log "unsupported OS '$id': supported are debian, ubuntu-lts and centos (RHEL family)"; return 1 ;;
       esac
       ;;
   esac
 }
 
-# api_get <resource>: GET <resource>/<group> from the first endpoint that
-# answers, with the kubelet's client certificate once the node has joined
-# and the bootstrap token before. The token is passed in a header file so it
-# never appears in a process list or a log.
-api_get() {
-  local resource=$1 endpoint
-  local -a auth
-  if [[ -f /var/lib/kubelet/pki/kubelet-client-current.pem ]]; then
-    auth=(--cert /var/lib/kubelet/pki/kubelet-client-current.pem --key /var/lib/kubelet/pki/kubelet-client-current.pem)
-  else
-    auth=(-H @"$BASHIBLE_DIR/bootstrap-token-header")
+# self_update runs the served bashible.sh when it differs from this one,
+# and keeps it only if that run succeeds. A served script that is empty or
+# not valid bash is refused, and this one goes on.
+self_update() {
+  [[ "${BASHIBLE_SKIP_UPDATE:-}" == yes ]] && return 0
+  local json new=$BASHIBLE_DIR/bashible-new.sh
+  json=$(bb-kube-api GET "$API_PATH/bashibles/$NODE_GROUP") || return 1
+  jq -r '.data["bashible.sh"] // ""' <<< "$json" > "$new"
+  if [[ ! -s "$new" ]] || [[ "$(head -n 1 "$new")" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
+    bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
+    bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
+    rm -f "$new"
+    return 0
   fi
-  for endpoint in "${API_ENDPOINTS[@]}"; do
-    if curl --silent --show-error --fail --connect-timeout 5 --max-time 60 \
-        --cacert "$BASHIBLE_DIR/ca.crt" "${auth[@]}" \
-        "https://$endpoint$API_PATH/$resource/$NODE_GROUP"; then
+  if cmp -s "$new" "$BASHIBLE_DIR/bashible.sh"; then
+    rm -f "$new"
+    return 0
+  fi
+  bb-log "running the updated bashible.sh"
+  chmod 0755 "$new"
+  if BASHIBLE_SKIP_UPDATE=yes bash "$new" --no-lock --max-retries "$MAX_RETRIES"; then
+    mv -f "$new" "$BASHIBLE_DIR/bashible.sh"
+    exit 0
+  else
+    local rc=$?
+    rm -f "$new"
+    exit "$rc"
+  fi
+}
+
+uptime_seconds() {
+  local f=${BASHIBLE_ROOT}/proc/uptime
+  [[ -r "$f" ]] || f=/proc/uptime
+  cut -d. -f1 < "$f" | cut -d' ' -f1
+}
+
+# in_sync reports whether the node already runs CHECKSUM: same stored
+# checksum, no reboot requested, and no reboot since the last run.
+in_sync() {
+  local checksum=$1 node=$2 stored last_uptime
+  stored=$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)
+  last_uptime=$(cat "$BASHIBLE_DIR/uptime" 2>/dev/null || echo 0)
+  [[ "$stored" == "$checksum" ]] || return 1
+  ! bb-node-has-annotation "$node" update.node.deckhouse.io/reboot || return 1
+  (( $(uptime_seconds) >= last_uptime ))
+}
+
+# step_timeout STEP prints the step's timeout in seconds.
+step_timeout() {
+  local t
+  t=$(sed -n 's/^# bashible-timeout: *\([0-9][0-9]*\) *$/\1/p' "$1" | head -n 1)
+  echo "${t:-$STEP_TIMEOUT}"
+}
+
+# run_step STEP: runs it in a fresh bash with the library, retrying a
+# failure after RETRY_DELAY seconds, with tracing from the third attempt;
+# each attempt is reported as an Event. Returns non-zero after MAX_RETRIES.
+run_step() {
+  local step=$1 name attempt=1 rc start took timeout trace note
+  name=$(basename "$step")
+  timeout=$(step_timeout "$step")
+  while :; do
+    trace=""
+    (( attempt >= 3 )) && trace="set -x;"
+    start=$SECONDS
+    rc=0
+    BASHIBLE_STEP=$name timeout --kill-after=10 "$timeout" \
+      bash --noprofile --norc -c "set -Eeuo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
+      bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step" > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
+    took=$(( SECONDS - start ))
+    if (( rc == 0 )); then
+      bb-event Normal BashibleStepSucceeded "step $name succeeded in ${took}s (attempt $attempt)"
       return 0
     fi
-    log "GET $resource/$NODE_GROUP from $endpoint failed"
+    if (( rc == 124 || rc == 137 )); then
+      note="step $name was killed after its timeout of ${timeout}s (attempt $attempt of $MAX_RETRIES)"
+    else
+      note="step $name failed with exit status $rc after ${took}s (attempt $attempt of $MAX_RETRIES)"
+    fi
+    bb-log "$note"
+    cp "$BASHIBLE_DIR/step.log" "$BASHIBLE_DIR/step.failed.log"
+    bb-event Warning BashibleStepFailed "$note; last output: $(tail -n 10 "$BASHIBLE_DIR/step.log" | tail -c 600)"
+    bb-instance-condition BashibleReady False StepsFailed "$note"
+    if (( attempt >= MAX_RETRIES )); then
+      return 1
+    fi
+    attempt=$(( attempt + 1 ))
+    sleep "$RETRY_DELAY"
   done
-  return 1
+}
+
+# fetch_steps writes the bundle's steps to a new directory, then swaps it
+# in, so a half-written bundle is never run.
+fetch_steps() {
+  local json=$1 new key
+  new=$(mktemp -d "$BASHIBLE_DIR/bundle_steps.new.XXXXXX")
+  while IFS= read -r key; do
+    [[ "$key" =~ ^[0-9]{3}_[-a-zA-Z0-9_.]+$ ]] || { bb-log "refusing a step named '$key'"; rm -rf "$new"; return 1; }
+    jq -r --arg k "$key" '.data[$k]' <<< "$json" > "$new/$key"
+  done < <(jq -r '.data | keys[]' <<< "$json")
+  rm -rf "$BASHIBLE_DIR/bundle_steps.old"
+  if [[ -d "$BASHIBLE_DIR/bundle_steps" ]]; then
+    mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old"
+  fi
+  mv "$new" "$BASHIBLE_DIR/bundle_steps"
+  rm -rf "$BASHIBLE_DIR/bundle_steps.old"
 }
 
 main() {
-  local bundle json checksum steps_dir step
-  bundle=$(detect_bundle)
-  export BASHIBLE_BUNDLE=$bundle
-  json=$(api_get nodegroupbundles)
-  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"]' <<<"$json")
-  if [[ -f "$BASHIBLE_DIR/configuration_checksum" && "$(cat "$BASHIBLE_DIR/configuration_checksum")" == "$checksum" ]]; then
-    log "configuration $checksum is already applied"
-    return 0
+  self_update
+  BASHIBLE_BUNDLE=$(detect_bundle)
+  export BASHIBLE_BUNDLE
+
+  local json checksum node="{}" step
+  json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
+  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json")
+  [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
+
+  if [[ ! -e "$BASHIBLE_DIR/first_run" ]]; then
+    node=$(bb-node-get)
+    if in_sync "$checksum" "$node"; then
+      if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
+        bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c}')"
+      fi
+      bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} is applied; nothing to do"
+      return 0
+    fi
+  else
+    bb-instance-condition BashibleReady Unknown InitialRunInProgress "the first run is in progress"
   fi
-  steps_dir=$(mktemp -d "$BASHIBLE_DIR/bundle_steps.XXXXXX")
-  jq -r '.data | keys[]' <<<"$json" | while read -r step; do
-    jq -r --arg step "$step" '.data[$step]' <<<"$json" > "$steps_dir/$step"
-  done
-  rm -rf "$BASHIBLE_DIR/bundle_steps"
-  mv "$steps_dir" "$BASHIBLE_DIR/bundle_steps"
+
+  fetch_steps "$json"
+  bb-log "converging to configuration ${checksum:0:12}"
+  bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
+  export BASHIBLE_CHECKSUM=$checksum
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
-    log "running $(basename "$step")"
-    bash "$step"
+    [[ -f "$step" ]] || continue
+    run_step "$step" || {
+      bb-log "the run failed at $(basename "$step"); configuration ${checksum:0:12} is not applied"
+      return 1
+    }
   done
+
+  bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c, "update.node.deckhouse.io/reboot": null}')"
   echo "$checksum" > "$BASHIBLE_DIR/configuration_checksum"
-  log "configuration $checksum applied"
+  uptime_seconds > "$BASHIBLE_DIR/uptime"
+  rm -f "$BASHIBLE_DIR/first_run"
+  bb-flag-unset disruption
+  bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
+  bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
+  bb-log "configuration ${checksum:0:12} applied"
 }
 
-main "$@"
+main

@@ -2,12 +2,14 @@
 # First boot of a node of group {{ .nodeGroup.name }}. Run once on a new
 # machine that has its bootstrap token in /var/lib/bashible/bootstrap-token
 # and the cluster CA in /var/lib/bashible/ca.crt: it fetches bashible.sh with
-# the token, marks the first run and converges.
+# the token, marks the first run and converges. BASHIBLE_ROOT and
+# BASHIBLE_API_ENDPOINTS work as in bashible.sh.
 set -Eeuo pipefail
 
-readonly NODE_GROUP={{ .nodeGroup.name | squote }}
-readonly BASHIBLE_DIR=/var/lib/bashible
-readonly API_ENDPOINTS=({{ range .normal.apiserverEndpoints }}{{ . | squote }} {{ end }})
+BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
+BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
+NODE_GROUP={{ .nodeGroup.name | squote }}
+read -r -a ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-{{ join " " .normal.apiserverEndpoints }}}"
 
 for f in bootstrap-token ca.crt; do
   if [[ ! -s "$BASHIBLE_DIR/$f" ]]; then
@@ -15,20 +17,20 @@ for f in bootstrap-token ca.crt; do
     exit 1
   fi
 done
-umask 077
-printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header"
+(umask 077 && printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header")
 
-for endpoint in "${API_ENDPOINTS[@]}"; do
+for endpoint in "${ENDPOINTS[@]}"; do
   if curl --silent --show-error --fail --connect-timeout 5 --max-time 60 \
       --cacert "$BASHIBLE_DIR/ca.crt" -H @"$BASHIBLE_DIR/bootstrap-token-header" \
-      "https://$endpoint/apis/bashible.deckhouse.io/v1alpha1/bashibles/$NODE_GROUP" \
-      | jq -r '.data["bashible.sh"]' > "$BASHIBLE_DIR/bashible.sh.new"; then
+      "https://$endpoint/apis/bashible.deckhouse.io/v1alpha1/bashibles/$NODE_GROUP" |
+      jq -r '.data["bashible.sh"]' > "$BASHIBLE_DIR/bashible.sh.new" &&
+      [[ "$(head -n 1 "$BASHIBLE_DIR/bashible.sh.new")" == "#!/usr/bin/env bash" ]]; then
     mv "$BASHIBLE_DIR/bashible.sh.new" "$BASHIBLE_DIR/bashible.sh"
     chmod 0755 "$BASHIBLE_DIR/bashible.sh"
     touch "$BASHIBLE_DIR/first_run"
-    exec "$BASHIBLE_DIR/bashible.sh"
+    exec bash "$BASHIBLE_DIR/bashible.sh"
   fi
   echo "bootstrap: fetching bashible.sh from $endpoint failed" >&2
 done
-echo "bootstrap: no API endpoint answered: ${API_ENDPOINTS[*]}" >&2
+echo "bootstrap: no API endpoint answered: ${ENDPOINTS[*]}" >&2
 exit 1

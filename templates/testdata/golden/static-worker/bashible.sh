@@ -1,23 +1,253 @@
 #!/usr/bin/env bash
 # bashible: the node agent of node group worker, served by
-# bashible-apiserver as bashibles/worker. It fetches the
-# group's bundle, runs its steps in order and records the checksum it applied.
+# bashible-apiserver as bashibles/worker and run every minute by
+# bashible.timer. Each run: take the lock, update itself, skip if the node
+# already runs the group's configuration, otherwise fetch the bundle and run
+# its steps in order, reporting each one; on success record the checksum.
+#
+# Options: --no-lock (the caller holds the lock), --max-retries N (attempts
+# per step, default 10). Environment, mostly for tests: BASHIBLE_ROOT (a
+# directory standing in for /), BASHIBLE_API_ENDPOINTS, BASHIBLE_NODE_NAME,
+# BASHIBLE_RETRY_DELAY (seconds between attempts, default 10),
+# BASHIBLE_STEP_TIMEOUT (seconds, default 1800; a step overrides it with a
+# line "# bashible-timeout: <seconds>").
 set -Eeuo pipefail
 
-readonly NODE_GROUP='worker'
-readonly BASHIBLE_DIR=/var/lib/bashible
-readonly API_ENDPOINTS=('10.0.0.10:6443' '10.0.0.11:6443' )
-readonly API_PATH=/apis/bashible.deckhouse.io/v1alpha1
+BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
+BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
+LOCK_FILE=${BASHIBLE_ROOT}/var/lock/bashible
+API_PATH=/apis/bashible.deckhouse.io/v1alpha1
+NODE_GROUP='worker'
+MAX_RETRIES=10
+RETRY_DELAY=${BASHIBLE_RETRY_DELAY:-10}
+STEP_TIMEOUT=${BASHIBLE_STEP_TIMEOUT:-1800}
+USE_LOCK=yes
+export BASHIBLE_ROOT
 
-log() { echo "bashible: $(date -u +%Y-%m-%dT%H:%M:%SZ) $*" >&2; }
+while (( $# > 0 )); do
+  case "$1" in
+    --no-lock) USE_LOCK=no ;;
+    --max-retries) MAX_RETRIES=$2; shift ;;
+    *) echo "bashible: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+mkdir -p "$BASHIBLE_DIR" "$(dirname "$LOCK_FILE")"
+if [[ "$USE_LOCK" == yes ]]; then
+  exec {lock_fd}> "$LOCK_FILE"
+  if ! flock --nonblock "$lock_fd"; then
+    echo "bashible: another run holds $LOCK_FILE; exiting" >&2
+    exit 0
+  fi
+fi
+
+# The library, written only when it changed, then used here and by every step.
+lib_new=$(mktemp "$BASHIBLE_DIR/lib.sh.XXXXXX")
+cat > "$lib_new" <<'BASHIBLE_LIB'
+# Library of bashible for node group worker; managed by node-manager.
+# shellcheck shell=bash
+
+# Paths hang off BASHIBLE_ROOT, empty on a real node; tests point it at a
+# directory to run a node without touching the machine.
+BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
+BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
+BASHIBLE_NODE_GROUP='worker'
+BASHIBLE_APPROVAL_MODE='Automatic'
+# API endpoints from the cluster; BASHIBLE_API_ENDPOINTS (space-separated
+# host:port) overrides them where the served ones are not reachable.
+read -r -a BASHIBLE_ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-10.0.0.10:6443 10.0.0.11:6443}"
+BASHIBLE_POLL_SECONDS=${BASHIBLE_POLL_SECONDS:-10}
+
+# bb-log MESSAGE...: a line with the time and the step's name, on stderr.
+bb-log() {
+  printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${BASHIBLE_STEP:-bashible}" "$*" >&2
+}
+
+# Flags carry facts between steps of one run (and across runs until unset).
+bb-flag-set() { mkdir -p "$BASHIBLE_DIR/flags" && touch "$BASHIBLE_DIR/flags/$1"; }
+bb-flag-unset() { rm -f "$BASHIBLE_DIR/flags/$1"; }
+bb-flag-is-set() { [[ -e "$BASHIBLE_DIR/flags/$1" ]]; }
+# Deckhouse's name; in a command position "bb-flag?" is also a glob, so
+# new code calls bb-flag-is-set.
+bb-flag?() { bb-flag-is-set "$@"; }
+
+# bb-node-name prints this node's name.
+bb-node-name() {
+  if [[ -n "${BASHIBLE_NODE_NAME:-}" ]]; then
+    echo "$BASHIBLE_NODE_NAME"
+  elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
+    cat "$BASHIBLE_DIR/discovered-node-name"
+  else
+    hostname -s
+  fi
+}
+
+# bb-kube-api METHOD PATH [CONTENT-TYPE]: one request to the API, body on
+# stdin for writes, response body on stdout. Credentials: the kubelet's
+# client certificate once the node has joined, the bootstrap token before
+# (from a header file, so it never appears in a process list or a log).
+# Endpoints are tried in turn; an HTTP error stops at once with the
+# server's message.
+bb-kube-api() {
+  local method=$1 path=$2 ctype=${3:-application/json}
+  local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
+  local -a args=(--silent --show-error --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
+  if [[ -s "$cert" ]]; then
+    args+=(--cert "$cert" --key "$cert")
+  elif [[ -s "$BASHIBLE_DIR/bootstrap-token" ]]; then
+    (umask 077 && printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header")
+    args+=(-H "@$BASHIBLE_DIR/bootstrap-token-header")
+  else
+    bb-log "no credentials: neither the kubelet certificate nor $BASHIBLE_DIR/bootstrap-token exists"
+    return 1
+  fi
+  if [[ "$method" != GET ]]; then
+    args+=(-H "Content-Type: $ctype" --data-binary @-)
+  fi
+  local body endpoint code out
+  body=$(mktemp)
+  if [[ "$method" != GET ]]; then
+    cat > "$body.in"
+  fi
+  for endpoint in "${BASHIBLE_ENDPOINTS[@]}"; do
+    if [[ "$method" != GET ]]; then
+      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" < "$body.in" 2>/dev/null) || code=000
+    else
+      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" 2>/dev/null) || code=000
+    fi
+    case "$code" in
+      2??)
+        cat "$body"
+        rm -f "$body" "$body.in"
+        return 0
+        ;;
+      000)
+        bb-log "$method $path: $endpoint did not answer"
+        ;;
+      *)
+        out=$(jq -r '.message // empty' "$body" 2>/dev/null || true)
+        bb-log "$method $path: HTTP $code from $endpoint: ${out:-$(head -c 300 "$body")}"
+        rm -f "$body" "$body.in"
+        return 1
+        ;;
+    esac
+  done
+  rm -f "$body" "$body.in"
+  bb-log "$method $path: no API endpoint answered (tried: ${BASHIBLE_ENDPOINTS[*]:-none})"
+  return 1
+}
+
+# bb-node-get prints this node's Node object.
+bb-node-get() { bb-kube-api GET "/api/v1/nodes/$(bb-node-name)"; }
+
+# bb-node-annotate-cas RESOURCE-VERSION ANNOTATIONS-JSON: merge-patches the
+# Node's annotations (null removes one), only if the Node is still at
+# RESOURCE-VERSION: a compare-and-set, so two writers never both win.
+bb-node-annotate-cas() {
+  jq -n --arg rv "$1" --argjson a "$2" '{metadata: {resourceVersion: $rv, annotations: $a}}' |
+    bb-kube-api PATCH "/api/v1/nodes/$(bb-node-name)" application/merge-patch+json > /dev/null
+}
+
+# bb-node-annotate ANNOTATIONS-JSON: read, then compare-and-set, retrying
+# on conflict.
+bb-node-annotate() {
+  local node rv try
+  for try in 1 2 3 4 5; do
+    node=$(bb-node-get) || return 1
+    rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
+    if bb-node-annotate-cas "$rv" "$1" 2>/dev/null; then
+      return 0
+    fi
+    bb-log "annotating the node conflicted (attempt $try); retrying"
+    sleep 1
+  done
+  return 1
+}
+
+# bb-node-has-annotation NODE-JSON KEY
+bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has($k)' <<< "$1" > /dev/null; }
+
+# bb-instance-condition TYPE STATUS REASON MESSAGE: sets one condition on
+# this node's Instance (server-side apply, field manager bashible). The
+# transition time changes only with the status. Best effort: a node whose
+# Instance does not exist yet reports nothing.
+bb-instance-condition() {
+  local type=$1 status=$2 reason=$3 message=$4 name current since
+  name=$(bb-node-name)
+  current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
+  since=$(jq -r --arg t "$type" --arg s "$status" \
+    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current")
+  since=${since:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
+  jq -n --arg n "$name" --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "${message:0:1000}" --arg since "$since" \
+    '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n},
+      status: {conditions: [{type: $t, status: $s, reason: $r, message: $m, lastTransitionTime: $since}]}}' |
+    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible&force=true" \
+      application/apply-patch+yaml > /dev/null || bb-log "could not set $type on Instance $name"
+}
+
+# bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
+bb-event() {
+  local name
+  name=$(bb-node-name)
+  jq -n --arg n "$name" --arg type "$1" --arg reason "$2" --arg note "${3:0:1000}" --arg now "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)" \
+    '{apiVersion: "events.k8s.io/v1", kind: "Event",
+      metadata: {generateName: ("bashible-" + $n + "-"), namespace: "default", labels: {"bashible.deckhouse.io/node": $n}},
+      eventTime: $now, reportingController: "bashible", reportingInstance: $n, action: "Converge",
+      type: $type, reason: $reason, note: $note,
+      regarding: {apiVersion: "v1", kind: "Node", name: $n}}' |
+    bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events > /dev/null || bb-log "could not record event $2"
+}
+
+# bb-disruption-gate: call before anything that disrupts workloads
+# (restarting the container runtime, rebooting). It returns when the
+# disruption may go ahead; on the first run that is at once. In
+# RollingUpdate mode the node asks to be replaced instead and the run stops
+# here.
+bb-disruption-gate() {
+  if [[ -e "$BASHIBLE_DIR/first_run" ]] || bb-flag-is-set disruption; then
+    return 0
+  fi
+  if [[ "$BASHIBLE_APPROVAL_MODE" == RollingUpdate ]]; then
+    bb-log "a disruptive change is needed; in RollingUpdate mode the node asks to be replaced"
+    bb-node-annotate '{"update.node.deckhouse.io/rolling-update": ""}'
+    bb-instance-condition WaitingDisruptionApproval True RollingUpdate "the node waits to be replaced"
+    exit 0
+  fi
+  local node
+  node=$(bb-node-get)
+  if ! bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; then
+    bb-node-annotate '{"update.node.deckhouse.io/disruption-required": ""}'
+    bb-instance-condition WaitingDisruptionApproval True DisruptionApprovalRequired \
+      "approve with: kubectl annotate node $(bb-node-name) update.node.deckhouse.io/disruption-approved="
+    bb-log "waiting for update.node.deckhouse.io/disruption-approved"
+    until bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; do
+      sleep "$BASHIBLE_POLL_SECONDS"
+      node=$(bb-node-get) || true
+    done
+  fi
+  bb-instance-condition WaitingDisruptionApproval False DisruptionApproved ""
+  bb-flag-set disruption
+}
+# The name Deckhouse's steps call.
+bb-deckhouse-get-disruptive-update-approval() { bb-disruption-gate; }
+BASHIBLE_LIB
+if cmp -s "$lib_new" "$BASHIBLE_DIR/lib.sh"; then
+  rm -f "$lib_new"
+else
+  mv -f "$lib_new" "$BASHIBLE_DIR/lib.sh"
+fi
+# shellcheck source=/dev/null
+source "$BASHIBLE_DIR/lib.sh"
 
 # detect_bundle prints the OS bundle of this machine.
 detect_bundle() {
-  local id id_like
-  # shellcheck disable=SC1091 # the file exists on every supported OS
-  id=$(. /etc/os-release && echo "${ID:-}")
-  # shellcheck disable=SC1091
-  id_like=$(. /etc/os-release && echo "${ID_LIKE:-}")
+  local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
+  [[ -r "$os_release" ]] || os_release=/etc/os-release
+  # shellcheck disable=SC1090 # os-release is a shell fragment by definition
+  id=$(. "$os_release" && echo "${ID:-}")
+  # shellcheck disable=SC1090
+  id_like=$(. "$os_release" && echo "${ID_LIKE:-}")
   case "$id" in
     debian) echo debian ;;
     ubuntu) echo ubuntu-lts ;;
@@ -25,57 +255,163 @@ detect_bundle() {
     *)
       case " $id_like " in
         *" rhel "*) echo centos ;;
-        *) log "unsupported OS '$id': supported are debian, ubuntu-lts and centos (RHEL family)"; return 1 ;;
+        *) bb-log "unsupported OS '$id': supported are debian, ubuntu-lts and centos (RHEL family)"; return 1 ;;
       esac
       ;;
   esac
 }
 
-# api_get <resource>: GET <resource>/<group> from the first endpoint that
-# answers, with the kubelet's client certificate once the node has joined
-# and the bootstrap token before. The token is passed in a header file so it
-# never appears in a process list or a log.
-api_get() {
-  local resource=$1 endpoint
-  local -a auth
-  if [[ -f /var/lib/kubelet/pki/kubelet-client-current.pem ]]; then
-    auth=(--cert /var/lib/kubelet/pki/kubelet-client-current.pem --key /var/lib/kubelet/pki/kubelet-client-current.pem)
-  else
-    auth=(-H @"$BASHIBLE_DIR/bootstrap-token-header")
+# self_update runs the served bashible.sh when it differs from this one,
+# and keeps it only if that run succeeds. A served script that is empty or
+# not valid bash is refused, and this one goes on.
+self_update() {
+  [[ "${BASHIBLE_SKIP_UPDATE:-}" == yes ]] && return 0
+  local json new=$BASHIBLE_DIR/bashible-new.sh
+  json=$(bb-kube-api GET "$API_PATH/bashibles/$NODE_GROUP") || return 1
+  jq -r '.data["bashible.sh"] // ""' <<< "$json" > "$new"
+  if [[ ! -s "$new" ]] || [[ "$(head -n 1 "$new")" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
+    bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
+    bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
+    rm -f "$new"
+    return 0
   fi
-  for endpoint in "${API_ENDPOINTS[@]}"; do
-    if curl --silent --show-error --fail --connect-timeout 5 --max-time 60 \
-        --cacert "$BASHIBLE_DIR/ca.crt" "${auth[@]}" \
-        "https://$endpoint$API_PATH/$resource/$NODE_GROUP"; then
+  if cmp -s "$new" "$BASHIBLE_DIR/bashible.sh"; then
+    rm -f "$new"
+    return 0
+  fi
+  bb-log "running the updated bashible.sh"
+  chmod 0755 "$new"
+  if BASHIBLE_SKIP_UPDATE=yes bash "$new" --no-lock --max-retries "$MAX_RETRIES"; then
+    mv -f "$new" "$BASHIBLE_DIR/bashible.sh"
+    exit 0
+  else
+    local rc=$?
+    rm -f "$new"
+    exit "$rc"
+  fi
+}
+
+uptime_seconds() {
+  local f=${BASHIBLE_ROOT}/proc/uptime
+  [[ -r "$f" ]] || f=/proc/uptime
+  cut -d. -f1 < "$f" | cut -d' ' -f1
+}
+
+# in_sync reports whether the node already runs CHECKSUM: same stored
+# checksum, no reboot requested, and no reboot since the last run.
+in_sync() {
+  local checksum=$1 node=$2 stored last_uptime
+  stored=$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)
+  last_uptime=$(cat "$BASHIBLE_DIR/uptime" 2>/dev/null || echo 0)
+  [[ "$stored" == "$checksum" ]] || return 1
+  ! bb-node-has-annotation "$node" update.node.deckhouse.io/reboot || return 1
+  (( $(uptime_seconds) >= last_uptime ))
+}
+
+# step_timeout STEP prints the step's timeout in seconds.
+step_timeout() {
+  local t
+  t=$(sed -n 's/^# bashible-timeout: *\([0-9][0-9]*\) *$/\1/p' "$1" | head -n 1)
+  echo "${t:-$STEP_TIMEOUT}"
+}
+
+# run_step STEP: runs it in a fresh bash with the library, retrying a
+# failure after RETRY_DELAY seconds, with tracing from the third attempt;
+# each attempt is reported as an Event. Returns non-zero after MAX_RETRIES.
+run_step() {
+  local step=$1 name attempt=1 rc start took timeout trace note
+  name=$(basename "$step")
+  timeout=$(step_timeout "$step")
+  while :; do
+    trace=""
+    (( attempt >= 3 )) && trace="set -x;"
+    start=$SECONDS
+    rc=0
+    BASHIBLE_STEP=$name timeout --kill-after=10 "$timeout" \
+      bash --noprofile --norc -c "set -Eeuo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
+      bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step" > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
+    took=$(( SECONDS - start ))
+    if (( rc == 0 )); then
+      bb-event Normal BashibleStepSucceeded "step $name succeeded in ${took}s (attempt $attempt)"
       return 0
     fi
-    log "GET $resource/$NODE_GROUP from $endpoint failed"
+    if (( rc == 124 || rc == 137 )); then
+      note="step $name was killed after its timeout of ${timeout}s (attempt $attempt of $MAX_RETRIES)"
+    else
+      note="step $name failed with exit status $rc after ${took}s (attempt $attempt of $MAX_RETRIES)"
+    fi
+    bb-log "$note"
+    cp "$BASHIBLE_DIR/step.log" "$BASHIBLE_DIR/step.failed.log"
+    bb-event Warning BashibleStepFailed "$note; last output: $(tail -n 10 "$BASHIBLE_DIR/step.log" | tail -c 600)"
+    bb-instance-condition BashibleReady False StepsFailed "$note"
+    if (( attempt >= MAX_RETRIES )); then
+      return 1
+    fi
+    attempt=$(( attempt + 1 ))
+    sleep "$RETRY_DELAY"
   done
-  return 1
+}
+
+# fetch_steps writes the bundle's steps to a new directory, then swaps it
+# in, so a half-written bundle is never run.
+fetch_steps() {
+  local json=$1 new key
+  new=$(mktemp -d "$BASHIBLE_DIR/bundle_steps.new.XXXXXX")
+  while IFS= read -r key; do
+    [[ "$key" =~ ^[0-9]{3}_[-a-zA-Z0-9_.]+$ ]] || { bb-log "refusing a step named '$key'"; rm -rf "$new"; return 1; }
+    jq -r --arg k "$key" '.data[$k]' <<< "$json" > "$new/$key"
+  done < <(jq -r '.data | keys[]' <<< "$json")
+  rm -rf "$BASHIBLE_DIR/bundle_steps.old"
+  if [[ -d "$BASHIBLE_DIR/bundle_steps" ]]; then
+    mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old"
+  fi
+  mv "$new" "$BASHIBLE_DIR/bundle_steps"
+  rm -rf "$BASHIBLE_DIR/bundle_steps.old"
 }
 
 main() {
-  local bundle json checksum steps_dir step
-  bundle=$(detect_bundle)
-  export BASHIBLE_BUNDLE=$bundle
-  json=$(api_get nodegroupbundles)
-  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"]' <<<"$json")
-  if [[ -f "$BASHIBLE_DIR/configuration_checksum" && "$(cat "$BASHIBLE_DIR/configuration_checksum")" == "$checksum" ]]; then
-    log "configuration $checksum is already applied"
-    return 0
+  self_update
+  BASHIBLE_BUNDLE=$(detect_bundle)
+  export BASHIBLE_BUNDLE
+
+  local json checksum node="{}" step
+  json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
+  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json")
+  [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
+
+  if [[ ! -e "$BASHIBLE_DIR/first_run" ]]; then
+    node=$(bb-node-get)
+    if in_sync "$checksum" "$node"; then
+      if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
+        bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c}')"
+      fi
+      bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} is applied; nothing to do"
+      return 0
+    fi
+  else
+    bb-instance-condition BashibleReady Unknown InitialRunInProgress "the first run is in progress"
   fi
-  steps_dir=$(mktemp -d "$BASHIBLE_DIR/bundle_steps.XXXXXX")
-  jq -r '.data | keys[]' <<<"$json" | while read -r step; do
-    jq -r --arg step "$step" '.data[$step]' <<<"$json" > "$steps_dir/$step"
-  done
-  rm -rf "$BASHIBLE_DIR/bundle_steps"
-  mv "$steps_dir" "$BASHIBLE_DIR/bundle_steps"
+
+  fetch_steps "$json"
+  bb-log "converging to configuration ${checksum:0:12}"
+  bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
+  export BASHIBLE_CHECKSUM=$checksum
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
-    log "running $(basename "$step")"
-    bash "$step"
+    [[ -f "$step" ]] || continue
+    run_step "$step" || {
+      bb-log "the run failed at $(basename "$step"); configuration ${checksum:0:12} is not applied"
+      return 1
+    }
   done
+
+  bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c, "update.node.deckhouse.io/reboot": null}')"
   echo "$checksum" > "$BASHIBLE_DIR/configuration_checksum"
-  log "configuration $checksum applied"
+  uptime_seconds > "$BASHIBLE_DIR/uptime"
+  rm -f "$BASHIBLE_DIR/first_run"
+  bb-flag-unset disruption
+  bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
+  bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
+  bb-log "configuration ${checksum:0:12} applied"
 }
 
-main "$@"
+main

@@ -1,0 +1,191 @@
+{{- /* The shell library every step runs with. bashible.sh writes it to
+       /var/lib/bashible/lib.sh and sources it, and each step runs in a fresh
+       bash that sources it first. Everything here is idempotent. */ -}}
+{{- define "node-lib" -}}
+# Library of bashible for node group {{ .nodeGroup.name }}; managed by node-manager.
+# shellcheck shell=bash
+
+# Paths hang off BASHIBLE_ROOT, empty on a real node; tests point it at a
+# directory to run a node without touching the machine.
+BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
+BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
+BASHIBLE_NODE_GROUP={{ .nodeGroup.name | squote }}
+BASHIBLE_APPROVAL_MODE={{ .nodeGroup.disruptions.approvalMode | squote }}
+# API endpoints from the cluster; BASHIBLE_API_ENDPOINTS (space-separated
+# host:port) overrides them where the served ones are not reachable.
+read -r -a BASHIBLE_ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-{{ join " " .normal.apiserverEndpoints }}}"
+BASHIBLE_POLL_SECONDS=${BASHIBLE_POLL_SECONDS:-10}
+
+# bb-log MESSAGE...: a line with the time and the step's name, on stderr.
+bb-log() {
+  printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${BASHIBLE_STEP:-bashible}" "$*" >&2
+}
+
+# Flags carry facts between steps of one run (and across runs until unset).
+bb-flag-set() { mkdir -p "$BASHIBLE_DIR/flags" && touch "$BASHIBLE_DIR/flags/$1"; }
+bb-flag-unset() { rm -f "$BASHIBLE_DIR/flags/$1"; }
+bb-flag-is-set() { [[ -e "$BASHIBLE_DIR/flags/$1" ]]; }
+# Deckhouse's name; in a command position "bb-flag?" is also a glob, so
+# new code calls bb-flag-is-set.
+bb-flag?() { bb-flag-is-set "$@"; }
+
+# bb-node-name prints this node's name.
+bb-node-name() {
+  if [[ -n "${BASHIBLE_NODE_NAME:-}" ]]; then
+    echo "$BASHIBLE_NODE_NAME"
+  elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
+    cat "$BASHIBLE_DIR/discovered-node-name"
+  else
+    hostname -s
+  fi
+}
+
+# bb-kube-api METHOD PATH [CONTENT-TYPE]: one request to the API, body on
+# stdin for writes, response body on stdout. Credentials: the kubelet's
+# client certificate once the node has joined, the bootstrap token before
+# (from a header file, so it never appears in a process list or a log).
+# Endpoints are tried in turn; an HTTP error stops at once with the
+# server's message.
+bb-kube-api() {
+  local method=$1 path=$2 ctype=${3:-application/json}
+  local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
+  local -a args=(--silent --show-error --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
+  if [[ -s "$cert" ]]; then
+    args+=(--cert "$cert" --key "$cert")
+  elif [[ -s "$BASHIBLE_DIR/bootstrap-token" ]]; then
+    (umask 077 && printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header")
+    args+=(-H "@$BASHIBLE_DIR/bootstrap-token-header")
+  else
+    bb-log "no credentials: neither the kubelet certificate nor $BASHIBLE_DIR/bootstrap-token exists"
+    return 1
+  fi
+  if [[ "$method" != GET ]]; then
+    args+=(-H "Content-Type: $ctype" --data-binary @-)
+  fi
+  local body endpoint code out
+  body=$(mktemp)
+  if [[ "$method" != GET ]]; then
+    cat > "$body.in"
+  fi
+  for endpoint in "${BASHIBLE_ENDPOINTS[@]}"; do
+    if [[ "$method" != GET ]]; then
+      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" < "$body.in" 2>/dev/null) || code=000
+    else
+      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" 2>/dev/null) || code=000
+    fi
+    case "$code" in
+      2??)
+        cat "$body"
+        rm -f "$body" "$body.in"
+        return 0
+        ;;
+      000)
+        bb-log "$method $path: $endpoint did not answer"
+        ;;
+      *)
+        out=$(jq -r '.message // empty' "$body" 2>/dev/null || true)
+        bb-log "$method $path: HTTP $code from $endpoint: ${out:-$(head -c 300 "$body")}"
+        rm -f "$body" "$body.in"
+        return 1
+        ;;
+    esac
+  done
+  rm -f "$body" "$body.in"
+  bb-log "$method $path: no API endpoint answered (tried: ${BASHIBLE_ENDPOINTS[*]:-none})"
+  return 1
+}
+
+# bb-node-get prints this node's Node object.
+bb-node-get() { bb-kube-api GET "/api/v1/nodes/$(bb-node-name)"; }
+
+# bb-node-annotate-cas RESOURCE-VERSION ANNOTATIONS-JSON: merge-patches the
+# Node's annotations (null removes one), only if the Node is still at
+# RESOURCE-VERSION: a compare-and-set, so two writers never both win.
+bb-node-annotate-cas() {
+  jq -n --arg rv "$1" --argjson a "$2" '{metadata: {resourceVersion: $rv, annotations: $a}}' |
+    bb-kube-api PATCH "/api/v1/nodes/$(bb-node-name)" application/merge-patch+json > /dev/null
+}
+
+# bb-node-annotate ANNOTATIONS-JSON: read, then compare-and-set, retrying
+# on conflict.
+bb-node-annotate() {
+  local node rv try
+  for try in 1 2 3 4 5; do
+    node=$(bb-node-get) || return 1
+    rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
+    if bb-node-annotate-cas "$rv" "$1" 2>/dev/null; then
+      return 0
+    fi
+    bb-log "annotating the node conflicted (attempt $try); retrying"
+    sleep 1
+  done
+  return 1
+}
+
+# bb-node-has-annotation NODE-JSON KEY
+bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has($k)' <<< "$1" > /dev/null; }
+
+# bb-instance-condition TYPE STATUS REASON MESSAGE: sets one condition on
+# this node's Instance (server-side apply, field manager bashible). The
+# transition time changes only with the status. Best effort: a node whose
+# Instance does not exist yet reports nothing.
+bb-instance-condition() {
+  local type=$1 status=$2 reason=$3 message=$4 name current since
+  name=$(bb-node-name)
+  current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
+  since=$(jq -r --arg t "$type" --arg s "$status" \
+    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current")
+  since=${since:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
+  jq -n --arg n "$name" --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "${message:0:1000}" --arg since "$since" \
+    '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n},
+      status: {conditions: [{type: $t, status: $s, reason: $r, message: $m, lastTransitionTime: $since}]}}' |
+    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible&force=true" \
+      application/apply-patch+yaml > /dev/null || bb-log "could not set $type on Instance $name"
+}
+
+# bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
+bb-event() {
+  local name
+  name=$(bb-node-name)
+  jq -n --arg n "$name" --arg type "$1" --arg reason "$2" --arg note "${3:0:1000}" --arg now "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)" \
+    '{apiVersion: "events.k8s.io/v1", kind: "Event",
+      metadata: {generateName: ("bashible-" + $n + "-"), namespace: "default", labels: {"bashible.deckhouse.io/node": $n}},
+      eventTime: $now, reportingController: "bashible", reportingInstance: $n, action: "Converge",
+      type: $type, reason: $reason, note: $note,
+      regarding: {apiVersion: "v1", kind: "Node", name: $n}}' |
+    bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events > /dev/null || bb-log "could not record event $2"
+}
+
+# bb-disruption-gate: call before anything that disrupts workloads
+# (restarting the container runtime, rebooting). It returns when the
+# disruption may go ahead; on the first run that is at once. In
+# RollingUpdate mode the node asks to be replaced instead and the run stops
+# here.
+bb-disruption-gate() {
+  if [[ -e "$BASHIBLE_DIR/first_run" ]] || bb-flag-is-set disruption; then
+    return 0
+  fi
+  if [[ "$BASHIBLE_APPROVAL_MODE" == RollingUpdate ]]; then
+    bb-log "a disruptive change is needed; in RollingUpdate mode the node asks to be replaced"
+    bb-node-annotate '{"update.node.deckhouse.io/rolling-update": ""}'
+    bb-instance-condition WaitingDisruptionApproval True RollingUpdate "the node waits to be replaced"
+    exit 0
+  fi
+  local node
+  node=$(bb-node-get)
+  if ! bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; then
+    bb-node-annotate '{"update.node.deckhouse.io/disruption-required": ""}'
+    bb-instance-condition WaitingDisruptionApproval True DisruptionApprovalRequired \
+      "approve with: kubectl annotate node $(bb-node-name) update.node.deckhouse.io/disruption-approved="
+    bb-log "waiting for update.node.deckhouse.io/disruption-approved"
+    until bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; do
+      sleep "$BASHIBLE_POLL_SECONDS"
+      node=$(bb-node-get) || true
+    done
+  fi
+  bb-instance-condition WaitingDisruptionApproval False DisruptionApproved ""
+  bb-flag-set disruption
+}
+# The name Deckhouse's steps call.
+bb-deckhouse-get-disruptive-update-approval() { bb-disruption-gate; }
+{{- end -}}
