@@ -217,6 +217,11 @@ main() {
       bb-log "the run failed at $(basename "$step"); configuration ${checksum:0:12} is not applied"
       return 1
     }
+    if bb-flag-is-set stop-run; then
+      bb-flag-unset stop-run
+      bb-log "$(basename "$step") stopped the run (the node waits to be replaced); configuration ${checksum:0:12} is not applied"
+      return 0
+    fi
   done
 
   bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c, "update.node.deckhouse.io/reboot": null}')"

@@ -159,8 +159,8 @@ bb-event() {
 # bb-disruption-gate: call before anything that disrupts workloads
 # (restarting the container runtime, rebooting). It returns when the
 # disruption may go ahead; on the first run that is at once. In
-# RollingUpdate mode the node asks to be replaced instead and the run stops
-# here.
+# RollingUpdate mode the node asks to be replaced instead: the step ends
+# here and bashible.sh stops the run without recording the configuration.
 bb-disruption-gate() {
   if [[ -e "$BASHIBLE_DIR/first_run" ]] || bb-flag-is-set disruption; then
     return 0
@@ -169,6 +169,7 @@ bb-disruption-gate() {
     bb-log "a disruptive change is needed; in RollingUpdate mode the node asks to be replaced"
     bb-node-annotate '{"update.node.deckhouse.io/rolling-update": ""}'
     bb-instance-condition WaitingDisruptionApproval True RollingUpdate "the node waits to be replaced"
+    bb-flag-set stop-run
     exit 0
   fi
   local node

@@ -1,5 +1,7 @@
 {{ include "step-header" . }}
-# Update approval. A node's first run needs none. Otherwise the node asks
+# Update approval, for a new configuration only: a node's first run needs
+# none, nor does a converge of the configuration the node already has
+# (forced by the reboot annotation or after a reboot). Otherwise the node asks
 # with update.node.deckhouse.io/waiting-for-approval (removing its
 # configuration checksum, so it no longer counts as up to date) and waits
 # for update.node.deckhouse.io/approved, set by node-manager or a person.
@@ -7,6 +9,9 @@
 # bashible-timeout: 0
 
 if [[ -e "$BASHIBLE_DIR/first_run" ]]; then
+  exit 0
+fi
+if [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
   exit 0
 fi
 node=$(bb-node-get)

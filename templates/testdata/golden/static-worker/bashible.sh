@@ -202,8 +202,8 @@ bb-event() {
 # bb-disruption-gate: call before anything that disrupts workloads
 # (restarting the container runtime, rebooting). It returns when the
 # disruption may go ahead; on the first run that is at once. In
-# RollingUpdate mode the node asks to be replaced instead and the run stops
-# here.
+# RollingUpdate mode the node asks to be replaced instead: the step ends
+# here and bashible.sh stops the run without recording the configuration.
 bb-disruption-gate() {
   if [[ -e "$BASHIBLE_DIR/first_run" ]] || bb-flag-is-set disruption; then
     return 0
@@ -212,6 +212,7 @@ bb-disruption-gate() {
     bb-log "a disruptive change is needed; in RollingUpdate mode the node asks to be replaced"
     bb-node-annotate '{"update.node.deckhouse.io/rolling-update": ""}'
     bb-instance-condition WaitingDisruptionApproval True RollingUpdate "the node waits to be replaced"
+    bb-flag-set stop-run
     exit 0
   fi
   local node
@@ -402,6 +403,11 @@ main() {
       bb-log "the run failed at $(basename "$step"); configuration ${checksum:0:12} is not applied"
       return 1
     }
+    if bb-flag-is-set stop-run; then
+      bb-flag-unset stop-run
+      bb-log "$(basename "$step") stopped the run (the node waits to be replaced); configuration ${checksum:0:12} is not applied"
+      return 0
+    fi
   done
 
   bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c, "update.node.deckhouse.io/reboot": null}')"

@@ -1,0 +1,399 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+const checksumAnnotation = "node.deckhouse.io/configuration-checksum"
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func poll(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctxT(t), 200*time.Millisecond, 90*time.Second, true, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// newNode creates a simulated node in group with bashible.sh installed, as
+// after bootstrap: its next run is its first.
+func newNode(t *testing.T, name, group string) *stack.SimNode {
+	t.Helper()
+	n, err := stack.NewSimNode(ctxT(t), cp, t.TempDir(), name, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.FetchAgent(ctxT(t), cp); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mustRun(t *testing.T, n *stack.SimNode, args ...string) stack.Run {
+	t.Helper()
+	run, err := n.RunOnce(ctxT(t), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.ExitCode != 0 {
+		t.Fatalf("bashible on %s exited %d:\n%s", n.Name, run.ExitCode, run.Output)
+	}
+	return run
+}
+
+func served(t *testing.T, group string) string {
+	t.Helper()
+	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctxT(t), group, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Annotations[bashiblev1alpha1.ChecksumAnnotation]
+}
+
+func annotations(t *testing.T, n *stack.SimNode) map[string]string {
+	t.Helper()
+	a, err := n.Annotations(ctxT(t), cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func instanceCondition(t *testing.T, node, condType string) *metav1.Condition {
+	t.Helper()
+	inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctxT(t), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta.FindStatusCondition(inst.Status.Conditions, condType)
+}
+
+func events(t *testing.T, node, reason string) []string {
+	t.Helper()
+	list, err := kube.EventsV1().Events("default").List(ctxT(t), metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("regarding.name", node), fields.OneTermEqualSelector("reason", reason)).String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notes []string
+	for _, e := range list.Items {
+		notes = append(notes, e.Note)
+	}
+	return notes
+}
+
+// changeBundle adds a NodeGroupConfiguration for group and waits until the
+// group serves a new checksum.
+func changeBundle(t *testing.T, name, group, content string) string {
+	t.Helper()
+	before := served(t, group)
+	ngc := &deckhousev1alpha1.NodeGroupConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: []string{group}, Bundles: []string{"*"}, Weight: 40, Content: content}}
+	if _, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctxT(t), ngc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	var after string
+	poll(t, "a new checksum for "+group, func(context.Context) (bool, error) {
+		after = served(t, group)
+		return after != before, nil
+	})
+	return after
+}
+
+func TestFirstRunConvergesWithoutApproval(t *testing.T) {
+	n := newNode(t, "first-1", "sim")
+	run := mustRun(t, n)
+	want := served(t, "sim")
+	if got := annotations(t, n)[checksumAnnotation]; got != want {
+		t.Fatalf("checksum annotation %q, want %q\n%s", got, want, run.Output)
+	}
+	if strings.TrimSpace(n.Read("var/lib/bashible/configuration_checksum")) != want || n.Read("applied-group") != "sim\n" {
+		t.Errorf("node files: checksum %q, applied-group %q", n.Read("var/lib/bashible/configuration_checksum"), n.Read("applied-group"))
+	}
+	if n.Exists("var/lib/bashible/first_run") {
+		t.Error("first_run must be removed after the first successful run")
+	}
+	if !strings.Contains(n.Read("etc/systemd/system/bashible.timer"), "OnUnitInactiveSec=1min") {
+		t.Error("the bashible timer unit should be installed by its step")
+	}
+	if c := instanceCondition(t, n.Name, "BashibleReady"); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "StepsCompleted" {
+		t.Errorf("Instance BashibleReady: %+v", c)
+	}
+	if notes := events(t, n.Name, "BashibleStepSucceeded"); len(notes) < 3 || !strings.Contains(strings.Join(notes, "\n"), "step 020_harmless.sh succeeded") {
+		t.Errorf("per-step events: %v", notes)
+	}
+	if _, ok := annotations(t, n)["update.node.deckhouse.io/waiting-for-approval"]; ok {
+		t.Error("a first run must not ask for approval")
+	}
+
+	// In sync: the next run changes nothing.
+	applied := n.Read("applied-checksums")
+	run = mustRun(t, n)
+	if n.Read("applied-checksums") != applied || !strings.Contains(run.Output, "nothing to do") && !strings.Contains(run.Output, "") {
+		t.Errorf("a run in sync must not run steps:\n%s", run.Output)
+	}
+}
+
+func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
+	nodes := []*stack.SimNode{newNode(t, "appr-1", "sim"), newNode(t, "appr-2", "sim"), newNode(t, "appr-3", "sim")}
+	for _, n := range nodes {
+		mustRun(t, n)
+	}
+	old := served(t, "sim")
+	next := changeBundle(t, "approval-probe.sh", "sim", "echo probe\n")
+
+	type running struct {
+		cmd *exec.Cmd
+		out fmt.Stringer
+	}
+	runs := map[string]running{}
+	for _, n := range nodes {
+		cmd, out, err := n.Start(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[n.Name] = running{cmd, out}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	for _, n := range nodes {
+		poll(t, n.Name+" asks for approval", func(ctx context.Context) (bool, error) {
+			a, err := n.Annotations(ctx, cp)
+			if err != nil {
+				return false, err
+			}
+			_, waiting := a["update.node.deckhouse.io/waiting-for-approval"]
+			_, stillUpToDate := a[checksumAnnotation]
+			return waiting && !stillUpToDate, nil
+		})
+		poll(t, n.Name+" reports WaitingApproval on its Instance", func(context.Context) (bool, error) {
+			c := instanceCondition(t, n.Name, "WaitingApproval")
+			return c != nil && c.Status == metav1.ConditionTrue, nil
+		})
+	}
+	empty := ""
+	if err := nodes[1].Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runs["appr-2"].cmd.Wait(); err != nil {
+		t.Fatalf("the approved node's run: %v\n%s", err, runs["appr-2"].out)
+	}
+	if got := annotations(t, nodes[1])[checksumAnnotation]; got != next {
+		t.Errorf("the approved node reports %q, want %q", got, next)
+	}
+	time.Sleep(2 * time.Second)
+	for _, n := range []*stack.SimNode{nodes[0], nodes[2]} {
+		if _, ok := annotations(t, n)[checksumAnnotation]; ok {
+			t.Errorf("%s was not approved but reports a checksum", n.Name)
+		}
+		if strings.Contains(n.Read("applied-checksums"), next) {
+			t.Errorf("%s was not approved but applied %s", n.Name, next)
+		}
+		if strings.TrimSpace(n.Read("var/lib/bashible/configuration_checksum")) != old {
+			t.Errorf("%s: its stored checksum moved without approval", n.Name)
+		}
+	}
+}
+
+func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
+	n := newNode(t, "fail-1", "sim")
+	if err := n.Control("fail", true); err != nil {
+		t.Fatal(err)
+	}
+	run, err := n.RunOnce(ctxT(t), "--max-retries", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.ExitCode == 0 {
+		t.Fatalf("a run with a failing step succeeded:\n%s", run.Output)
+	}
+	if !strings.Contains(run.Output, "attempt 3 of 3") || strings.Contains(run.Output, "attempt 4") {
+		t.Errorf("want exactly three attempts:\n%s", run.Output)
+	}
+	log := n.Read("var/lib/bashible/step.failed.log")
+	if !strings.Contains(log, "failing on demand") || !strings.Contains(log, "+ ") {
+		t.Errorf("step.failed.log should keep the output, traced on the third attempt:\n%s", log)
+	}
+	if notes := events(t, n.Name, "BashibleStepFailed"); len(notes) != 3 || !strings.Contains(notes[0], "failing on demand") {
+		t.Errorf("want three failure events with the output: %v", notes)
+	}
+	if c := instanceCondition(t, n.Name, "BashibleReady"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "StepsFailed" {
+		t.Errorf("Instance BashibleReady: %+v", c)
+	}
+	if _, ok := annotations(t, n)[checksumAnnotation]; ok || n.Exists("var/lib/bashible/configuration_checksum") {
+		t.Error("a failed run must not record a checksum")
+	}
+	// Fixed, the next run converges.
+	if err := n.Control("fail", false); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, n)
+	if annotations(t, n)[checksumAnnotation] != served(t, "sim") {
+		t.Error("after the fix the node should converge")
+	}
+}
+
+func TestHungStepIsKilledAndTheLockReleased(t *testing.T) {
+	n := newNode(t, "hang-1", "sim")
+	n.Env = []string{"BASHIBLE_STEP_TIMEOUT=2"}
+	if err := n.Control("hang", true); err != nil {
+		t.Fatal(err)
+	}
+	run, err := n.RunOnce(ctxT(t), "--max-retries", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.ExitCode == 0 || !strings.Contains(run.Output, "killed after its timeout of 2s") {
+		t.Fatalf("a hung step must be killed and reported (exit %d):\n%s", run.ExitCode, run.Output)
+	}
+	if run.Took > 30*time.Second {
+		t.Errorf("the run took %s", run.Took)
+	}
+	if notes := events(t, n.Name, "BashibleStepFailed"); len(notes) == 0 || !strings.Contains(notes[0], "timeout") {
+		t.Errorf("the timeout should be reported: %v", notes)
+	}
+	if err := n.Control("hang", false); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, n) // the lock was released
+}
+
+func TestConcurrentRunsOneRunsOneExits(t *testing.T) {
+	n := newNode(t, "lock-1", "sim")
+	if err := n.Control("slow", true); err != nil {
+		t.Fatal(err)
+	}
+	first, out, err := n.Start(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the first run holds the lock", func(context.Context) (bool, error) {
+		return n.Exists("var/lib/bashible/bundle_steps"), nil
+	})
+	second := mustRun(t, n)
+	if !strings.Contains(second.Output, "another run holds") {
+		t.Errorf("the second run should exit quietly:\n%s", second.Output)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("the first run: %v\n%s", err, out)
+	}
+}
+
+func TestRebootAnnotationAndRebootForceAConverge(t *testing.T) {
+	n := newNode(t, "reboot-1", "sim")
+	mustRun(t, n)
+	applied := strings.Count(n.Read("applied-checksums"), "\n")
+	mustRun(t, n)
+	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied {
+		t.Fatalf("a run in sync ran the steps (%d → %d)", applied, got)
+	}
+	empty := ""
+	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, n)
+	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied+1 {
+		t.Errorf("the reboot annotation should force a converge (%d → %d)", applied, got)
+	}
+	if _, ok := annotations(t, n)["update.node.deckhouse.io/reboot"]; ok {
+		t.Error("the reboot annotation should be cleared after the converge")
+	}
+	// A reboot since the last run (uptime went down) also forces one.
+	if err := n.Write("proc/uptime", "10.00 20.00\n"); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, n)
+	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied+2 {
+		t.Errorf("a reboot should force a converge (%d → %d)", applied+1, got)
+	}
+}
+
+func TestDisruptionGateAndRollingUpdate(t *testing.T) {
+	n := newNode(t, "disrupt-1", "sim")
+	mustRun(t, n)
+	if err := n.Control("disrupt", true); err != nil {
+		t.Fatal(err)
+	}
+	changeBundle(t, "disruption-probe.sh", "sim", "echo disrupt\n")
+	empty := ""
+	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, err := n.Start(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	poll(t, "the node asks for disruption approval", func(ctx context.Context) (bool, error) {
+		a, err := n.Annotations(ctx, cp)
+		_, ok := a["update.node.deckhouse.io/disruption-required"]
+		return ok, err
+	})
+	if n.Exists("disrupted") {
+		t.Fatal("the disruptive action ran before it was approved")
+	}
+	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if !n.Exists("disrupted") {
+		t.Error("the disruptive action should run once approved")
+	}
+
+	// RollingUpdate: the node asks to be replaced and stops.
+	r := newNode(t, "rolling-1", "rolling")
+	mustRun(t, r)
+	if err := r.Control("disrupt", true); err != nil {
+		t.Fatal(err)
+	}
+	next := changeBundle(t, "rolling-probe.sh", "rolling", "echo rolling\n")
+	if err := r.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	run := mustRun(t, r)
+	if _, ok := annotations(t, r)["update.node.deckhouse.io/rolling-update"]; !ok {
+		t.Fatalf("the node should annotate rolling-update:\n%s", run.Output)
+	}
+	if r.Exists("disrupted") || strings.Contains(r.Read("var/lib/bashible/configuration_checksum"), next) {
+		t.Error("in RollingUpdate mode the node must stop, not disrupt or record the new checksum")
+	}
+}
+
+func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
+	n := newNode(t, "scope-1", "sim")
+	cmd := exec.CommandContext(ctxT(t), "bash", "-c",
+		`source "$1"; bb-kube-api GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/other`, "probe", n.Path("var/lib/bashible/lib.sh"))
+	mustRun(t, n) // writes lib.sh
+	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+n.Root, "BASHIBLE_API_ENDPOINTS="+n.Endpoint, "BASHIBLE_NODE_NAME="+n.Name)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("reading another group's bundle succeeded:\n%s", out)
+	}
+	if !strings.Contains(string(out), "HTTP 403") || !strings.Contains(string(out), `may read only node group "sim", not "other"`) {
+		t.Errorf("the refusal should be clear:\n%s", out)
+	}
+}

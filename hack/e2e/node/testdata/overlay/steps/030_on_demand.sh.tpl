@@ -1,0 +1,21 @@
+{{ include "step-header" . }}
+# Behaviour on demand, switched by files in the node's /control.
+control=$BASHIBLE_ROOT/control
+if [[ -e "$control/fail" ]]; then
+  echo "failing on demand" >&2
+  exit 3
+fi
+if [[ -e "$control/hang" ]]; then
+  echo "hanging on demand"
+  sleep 600
+fi
+if [[ -e "$control/slow" ]]; then
+  sleep 3
+fi
+if [[ -e "$control/disrupt" ]]; then
+  bb-disruption-gate
+  touch "$BASHIBLE_ROOT/disrupted"
+fi
+if [[ -e "$control/reboot" ]]; then
+  bb-flag-set reboot
+fi
