@@ -51,10 +51,10 @@ func NewSimNode(ctx context.Context, cp *controlplane.ControlPlane, dir, name, g
 		return nil, err
 	}
 	files := map[string][]byte{
-		"var/lib/bashible/ca.crt":                         cp.CACertPEM(),
+		"var/lib/bashible/ca.crt":                        cp.CACertPEM(),
 		"var/lib/kubelet/pki/kubelet-client-current.pem": append(append([]byte{}, creds.CertPEM...), creds.KeyPEM...),
-		"etc/os-release":                                  []byte("ID=debian\nVERSION_ID=\"12\"\n"),
-		"proc/uptime":                                     []byte("1000.00 1900.00\n"),
+		"etc/os-release":                                 []byte("ID=debian\nVERSION_ID=\"12\"\n"),
+		"proc/uptime":                                    []byte("1000.00 1900.00\n"),
 	}
 	for path, data := range files {
 		if err := os.WriteFile(filepath.Join(root, path), data, 0o600); err != nil {

@@ -13,9 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	bashibleclient "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
@@ -236,6 +239,9 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 	if !strings.Contains(log, "failing on demand") || !strings.Contains(log, "+ ") {
 		t.Errorf("step.failed.log should keep the output, traced on the third attempt:\n%s", log)
 	}
+	if !strings.Contains(log, "+ bb-kube-api") || strings.Contains(log, "--cert") || strings.Contains(log, "Authorization") {
+		t.Errorf("a traced step shows its API calls but never their credentials:\n%s", log)
+	}
 	if notes := events(t, n.Name, "BashibleStepFailed"); len(notes) != 3 || !strings.Contains(notes[0], "failing on demand") {
 		t.Errorf("want three failure events with the output: %v", notes)
 	}
@@ -396,4 +402,8 @@ func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
 	if !strings.Contains(string(out), "HTTP 403") || !strings.Contains(string(out), `may read only node group "sim", not "other"`) {
 		t.Errorf("the refusal should be clear:\n%s", out)
 	}
+}
+
+func clientFor(cfg *rest.Config) bashibleclient.BashibleV1alpha1Interface {
+	return versioned.NewForConfigOrDie(cfg).BashibleV1alpha1()
 }

@@ -88,8 +88,20 @@ bb-node-name() {
 # client certificate once the node has joined, the bootstrap token before
 # (from a header file, so it never appears in a process list or a log).
 # Endpoints are tried in turn; an HTTP error stops at once with the
-# server's message.
+# server's message. Tracing (set -x) is suspended inside, so a traced step
+# never prints a credential.
 bb-kube-api() {
+  if [[ $- == *x* ]]; then
+    set +x
+    local rc=0
+    bb-kube-api-untraced "$@" || rc=$?
+    set -x
+    return "$rc"
+  fi
+  bb-kube-api-untraced "$@"
+}
+
+bb-kube-api-untraced() {
   local method=$1 path=$2 ctype=${3:-application/json}
   local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
   local -a args=(--silent --show-error --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
@@ -187,7 +199,9 @@ bb-instance-condition() {
 }
 
 # bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
+# Only a joined node reports; a bootstrap token may not create Events.
 bb-event() {
+  [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] || return 0
   local name
   name=$(bb-node-name)
   jq -n --arg n "$name" --arg type "$1" --arg reason "$2" --arg note "${3:0:1000}" --arg now "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)" \

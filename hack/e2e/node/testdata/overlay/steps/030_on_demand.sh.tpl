@@ -2,6 +2,7 @@
 # Behaviour on demand, switched by files in the node's /control.
 control=$BASHIBLE_ROOT/control
 if [[ -e "$control/fail" ]]; then
+  bb-node-get > /dev/null # an API call, traced on the third attempt
   echo "failing on demand" >&2
   exit 3
 fi
