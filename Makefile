@@ -51,15 +51,19 @@ $(BIN)/controller-gen: $(TOOLS_MOD)
 $(BIN)/staticcheck: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ honnef.co/go/tools/cmd/staticcheck
 
-# shellcheck checks every shell script we ship (golden tests run it); it comes
-# from Debian's packages.
-.PHONY: shellcheck
-shellcheck:
-	@command -v shellcheck >/dev/null || { \
-		echo "tools: installing shellcheck from Debian packages"; \
+# Debian packages the tests need: shellcheck checks every shell script we
+# ship (golden tests run it); jq is used by bashible, which the node e2e
+# suite runs on simulated nodes.
+DEBIAN_TOOLS := shellcheck jq
+.PHONY: debian-tools
+debian-tools:
+	@missing=$$(for t in $(DEBIAN_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
+	if [[ -n "$$missing" ]]; then \
+		echo "tools: installing from Debian packages: $$missing"; \
 		if [[ $$(id -u) -eq 0 ]]; then SUDO=; else SUDO=sudo; fi; \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq shellcheck >/dev/null; }
-	@shellcheck --version | sed -n 2p
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@shellcheck --version | sed -n 2p; jq --version
 
 ##@ code generation
 
@@ -94,11 +98,11 @@ lint: $(LINTERS) ## gofmt, go vet and staticcheck; the product module must not d
 	$(BIN)/staticcheck $$(go list ./... | grep -v '/generated/')
 
 .PHONY: test-unit
-test-unit: shellcheck ## unit tests (no control plane), including golden files checked by bash -n and shellcheck
+test-unit: debian-tools ## unit tests (no control plane), including golden files checked by bash -n and shellcheck
 	go test -count=1 -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 
 .PHONY: test-e2e
-test-e2e: $(CONTROL_PLANE) ## e2e suites against the local control plane
+test-e2e: $(CONTROL_PLANE) debian-tools ## e2e suites against the local control plane
 	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(E2E_PKGS)
 
 .PHONY: test-fuzz
