@@ -202,6 +202,9 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	n := newNode(t, "garbage-1", "sim")
 	mustRun(t, n)
 	good := n.Read("var/lib/bashible/bashible.sh")
+	e := newNode(t, "empty-1", "other")
+	mustRun(t, e)
+	goodOther := e.Read("var/lib/bashible/bashible.sh")
 
 	// Only the leader publishes: replace the server with one whose
 	// bashible.sh template renders garbage, then put the real one back.
@@ -210,7 +213,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	if err := os.CopyFS(dir, os.DirFS(overlay)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "bashible.sh.tpl"), []byte("this is not a script for {{ .nodeGroup.name }}\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "bashible.sh.tpl"), []byte("{{ if ne .nodeGroup.name \"other\" }}this is not a script for {{ .nodeGroup.name }}\n{{ end }}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	server.Stop()
@@ -250,5 +253,52 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	}
 	if notes := events(t, n.Name, "BashibleUpdateRefused"); len(notes) == 0 {
 		t.Error("the refusal should be reported as an Event")
+	}
+
+	// An empty script is refused the same way.
+	if err := e.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	if run := mustRun(t, e); !strings.Contains(run.Output, "refusing the served bashible.sh") || e.Read("var/lib/bashible/bashible.sh") != goodOther {
+		t.Errorf("an empty served script should be refused and the node's kept:\n%s", run.Output)
+	}
+}
+
+// TestSelfUpdateKeepsTheNewAgentOnlyIfItsRunSucceeds: a served bashible.sh
+// that differs from the node's is run first, and replaces the node's only
+// when that run succeeds.
+func TestSelfUpdateKeepsTheNewAgentOnlyIfItsRunSucceeds(t *testing.T) {
+	n := newNode(t, "selfupdate-1", "sim")
+	mustRun(t, n)
+	served := n.Read("var/lib/bashible/bashible.sh")
+	old := served + "# an older agent\n"
+	if err := n.Write("var/lib/bashible/bashible.sh", old); err != nil {
+		t.Fatal(err)
+	}
+	empty := ""
+	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	// The new agent's run fails: the old one stays.
+	if err := n.Control("fail", true); err != nil {
+		t.Fatal(err)
+	}
+	run, err := n.RunOnce(ctxT(t), "--max-retries", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.ExitCode == 0 || !strings.Contains(run.Output, "running the updated bashible.sh") {
+		t.Fatalf("the updated agent should run and fail (exit %d):\n%s", run.ExitCode, run.Output)
+	}
+	if n.Read("var/lib/bashible/bashible.sh") != old {
+		t.Fatal("an updated agent whose run failed must not replace the old one")
+	}
+	// It succeeds: it replaces the old one.
+	if err := n.Control("fail", false); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, n)
+	if n.Read("var/lib/bashible/bashible.sh") != served {
+		t.Error("an updated agent whose run succeeded should replace the old one")
 	}
 }
