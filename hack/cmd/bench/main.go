@@ -21,7 +21,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,31 +149,15 @@ func benchRender() error {
 }
 
 func benchServe(duration time.Duration) error {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if err := stack.BuildBinaries(root); err != nil {
-		return err
-	}
-	cp, err := controlplane.Start(ctx, controlplane.Config{})
+	env, err := stack.NewEnvironment(ctx)
 	if err != nil {
 		return err
 	}
+	cp := env.CP
 	defer cp.StopOnSignal()()
 	defer func() { _ = cp.Stop() }()
-	applier, err := cp.NewApplier()
-	if err != nil {
-		return err
-	}
-	if err := applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "crds")); err != nil {
-		return err
-	}
-	if err := stack.InstallBashibleAPIServer(ctx, root, applier); err != nil {
-		return err
-	}
 	cfg := cp.AdminConfig()
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	nm := versioned.NewForConfigOrDie(cfg)
@@ -189,11 +172,8 @@ func benchServe(duration time.Duration) error {
 			return err
 		}
 	}
-	server, err := stack.StartBashibleAPIServer(ctx, cp, stack.BashibleOptions{})
+	server, err := env.StartRegistered(ctx, stack.BashibleOptions{})
 	if err != nil {
-		return err
-	}
-	if err := server.Register(ctx); err != nil {
 		return err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -109,7 +109,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 	if !strings.Contains(bundle.Data["000_preflight.sh"], "set -Eeuo pipefail") {
 		t.Errorf("the preflight step should be served: %v", keys(bundle.Data))
 	}
-	if !strings.Contains(b.Data["bashible.sh"], "'192.0.2.10:6443' '192.0.2.11:6443'") {
+	if !strings.Contains(b.Data["bashible.sh"], "192.0.2.10:6443 192.0.2.11:6443") {
 		t.Errorf("bashible.sh should carry the API endpoints from the EndpointSlice")
 	}
 	// Labels select.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,42 +38,23 @@ func runSuite(m *testing.M) int {
 		}
 		return 1
 	}
-	var err error
-	if repoRoot, err = controlplane.RepoRoot(); err != nil {
-		return fail("%v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := stack.BuildBinaries(repoRoot); err != nil {
-		return fail("%v", err)
+	env, err := stack.NewEnvironment(ctx)
+	if err != nil {
+		return fail("set up: %v", err)
 	}
-	if cp, err = controlplane.Start(ctx, controlplane.Config{}); err != nil {
-		return fail("start control plane: %v", err)
-	}
+	cp, repoRoot = env.CP, env.Root
 	defer cp.StopOnSignal()()
 	defer func() { _ = cp.Stop() }()
-
-	applier, err := cp.NewApplier()
-	if err != nil {
-		return fail("%v", err)
-	}
-	if err := applier.ApplyFiles(ctx, filepath.Join(repoRoot, "manifests", "crds")); err != nil {
-		return fail("install CRDs: %v", err)
-	}
-	if err := stack.InstallBashibleAPIServer(ctx, repoRoot, applier); err != nil {
-		return fail("install bashible-apiserver RBAC: %v", err)
-	}
 	cfg := cp.AdminConfig()
 	kube = kubernetes.NewForConfigOrDie(cfg)
 	nm = versioned.NewForConfigOrDie(cfg)
 	if err := seedCluster(ctx); err != nil {
 		return fail("seed cluster: %v", err)
 	}
-	if replica, err = stack.StartBashibleAPIServer(ctx, cp, stack.BashibleOptions{Identity: "replica-1"}); err != nil {
+	if replica, err = env.StartRegistered(ctx, stack.BashibleOptions{Identity: "replica-1"}); err != nil {
 		return fail("start bashible-apiserver: %v", err)
-	}
-	if err := replica.Register(ctx); err != nil {
-		return fail("register bashible-apiserver: %v", err)
 	}
 	code := m.Run()
 	if code != 0 {

@@ -40,30 +40,15 @@ func runSuite(m *testing.M) int {
 		}
 		return 1
 	}
-	var err error
-	if repoRoot, err = controlplane.RepoRoot(); err != nil {
-		return fail("%v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := stack.BuildBinaries(repoRoot); err != nil {
-		return fail("%v", err)
+	env, err := stack.NewEnvironment(ctx)
+	if err != nil {
+		return fail("set up: %v", err)
 	}
-	if cp, err = controlplane.Start(ctx, controlplane.Config{}); err != nil {
-		return fail("start control plane: %v", err)
-	}
+	cp, repoRoot = env.CP, env.Root
 	defer cp.StopOnSignal()()
 	defer func() { _ = cp.Stop() }()
-	applier, err := cp.NewApplier()
-	if err != nil {
-		return fail("%v", err)
-	}
-	if err := applier.ApplyFiles(ctx, filepath.Join(repoRoot, "manifests", "crds")); err != nil {
-		return fail("install CRDs: %v", err)
-	}
-	if err := stack.InstallBashibleAPIServer(ctx, repoRoot, applier); err != nil {
-		return fail("install bashible-apiserver RBAC: %v", err)
-	}
 	kube = kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	nm = versioned.NewForConfigOrDie(cp.AdminConfig())
 	for name, mode := range map[string]deckhousev1.ApprovalMode{"sim": deckhousev1.ApprovalManual, "rolling": deckhousev1.ApprovalRollingUpdate, "other": deckhousev1.ApprovalAutomatic} {
@@ -74,14 +59,11 @@ func runSuite(m *testing.M) int {
 			return fail("create NodeGroup %s: %v", name, err)
 		}
 	}
-	server, err = stack.StartBashibleAPIServer(ctx, cp, stack.BashibleOptions{
+	server, err = env.StartRegistered(ctx, stack.BashibleOptions{
 		TemplatesDir: filepath.Join(repoRoot, "hack", "e2e", "node", "testdata", "overlay"),
 	})
 	if err != nil {
 		return fail("start bashible-apiserver: %v", err)
-	}
-	if err := server.Register(ctx); err != nil {
-		return fail("register bashible-apiserver: %v", err)
 	}
 	code := m.Run()
 	if code != 0 {
