@@ -41,7 +41,7 @@ type SimNode struct {
 func NewSimNode(ctx context.Context, cp *controlplane.ControlPlane, dir, name, group string) (*SimNode, error) {
 	root := filepath.Join(dir, name)
 	n := &SimNode{Name: name, Group: group, Root: root, Endpoint: strings.TrimPrefix(cp.APIServerURL, "https://")}
-	for _, d := range []string{"var/lib/bashible", "var/lib/kubelet/pki", "etc", "proc", "control"} {
+	for _, d := range []string{"var/lib/bashible", "var/lib/kubelet/pki", "etc", "proc/sys/kernel/random", "control"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return nil, err
 		}
@@ -54,7 +54,7 @@ func NewSimNode(ctx context.Context, cp *controlplane.ControlPlane, dir, name, g
 		"var/lib/bashible/ca.crt":                        cp.CACertPEM(),
 		"var/lib/kubelet/pki/kubelet-client-current.pem": append(append([]byte{}, creds.CertPEM...), creds.KeyPEM...),
 		"etc/os-release":                                 []byte("ID=debian\nVERSION_ID=\"12\"\n"),
-		"proc/uptime":                                    []byte("1000.00 1900.00\n"),
+		"proc/sys/kernel/random/boot_id":                 []byte("00000000-0000-4000-8000-000000000001\n"),
 	}
 	for path, data := range files {
 		if err := os.WriteFile(filepath.Join(root, path), data, 0o600); err != nil {
@@ -137,7 +137,11 @@ type Run struct {
 // Start starts bashible.sh (as the timer would) and returns its command;
 // Wait finishes it.
 func (n *SimNode) Start(ctx context.Context, args ...string) (*exec.Cmd, *bytes.Buffer, error) {
-	cmd := exec.CommandContext(ctx, "bash", append([]string{n.Path("var/lib/bashible/bashible.sh")}, args...)...)
+	bashArgs := []string{n.Path("var/lib/bashible/bashible.sh")}
+	if os.Getenv("SIMNODE_TRACE") != "" { // debugging aid: trace bashible.sh
+		bashArgs = append([]string{"-x"}, bashArgs...)
+	}
+	cmd := exec.CommandContext(ctx, "bash", append(bashArgs, args...)...)
 	cmd.Env = append(os.Environ(),
 		"BASHIBLE_ROOT="+n.Root,
 		"BASHIBLE_API_ENDPOINTS="+n.Endpoint,
@@ -146,6 +150,9 @@ func (n *SimNode) Start(ctx context.Context, args ...string) (*exec.Cmd, *bytes.
 		"BASHIBLE_POLL_SECONDS=1",
 		"BASHIBLE_REBOOT_COMMAND=touch "+n.Path("rebooted"),
 	)
+	if os.Getenv("SIMNODE_TRACE") != "" {
+		cmd.Env = append(cmd.Env, "SHELLOPTS=xtrace") // trace the runs bashible.sh starts too
+	}
 	cmd.Env = append(cmd.Env, n.Env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -12,6 +12,10 @@
 # BASHIBLE_STEP_TIMEOUT (seconds, default 1800; a step overrides it with a
 # line "# bashible-timeout: <seconds>").
 set -Eeuo pipefail
+# Byte-order sorting of step names whatever the locale, and owner-only
+# files for bashible's own state (steps run with the usual 022).
+export LC_ALL=C
+umask 077
 
 BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
 BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
@@ -40,7 +44,13 @@ if [[ "$USE_LOCK" == yes ]]; then
     echo "bashible: another run holds $LOCK_FILE; exiting" >&2
     exit 0
   fi
+  # Steps close it, so nothing a step leaves running can hold the lock.
+  export BASHIBLE_LOCK_FD=$lock_fd
 fi
+# Scratch space for this run, under the lock, removed when the run ends.
+rm -rf "$BASHIBLE_DIR/tmp"
+mkdir -p "$BASHIBLE_DIR/tmp"
+trap 'rm -rf "$BASHIBLE_DIR/tmp"' EXIT
 
 # The library, written only when it changed, then used here and by every step.
 lib_new=$(mktemp "$BASHIBLE_DIR/lib.sh.XXXXXX")
@@ -58,7 +68,6 @@ source "$BASHIBLE_DIR/lib.sh"
 # detect_bundle prints the OS bundle of this machine.
 detect_bundle() {
   local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
-  [[ -r "$os_release" ]] || os_release=/etc/os-release
   # shellcheck disable=SC1090 # os-release is a shell fragment by definition
   id=$(. "$os_release" && echo "${ID:-}")
   # shellcheck disable=SC1090
@@ -83,7 +92,11 @@ self_update() {
   [[ "${BASHIBLE_SKIP_UPDATE:-}" == yes ]] && return 0
   local json new=$BASHIBLE_DIR/bashible-new.sh
   json=$(bb-kube-api GET "$API_PATH/bashibles/$NODE_GROUP") || return 1
-  jq -r '.data["bashible.sh"] // ""' <<< "$json" > "$new"
+  if ! jq -j '.data["bashible.sh"] // ""' <<< "$json" > "$new" 2>/dev/null; then
+    bb-log "the API answered bashibles/$NODE_GROUP with something that is not an object"
+    rm -f "$new"
+    return 1
+  fi
   if [[ ! -s "$new" ]] || [[ "$(head -n 1 "$new")" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
     bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
     bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
@@ -106,21 +119,16 @@ self_update() {
   fi
 }
 
-uptime_seconds() {
-  local f=${BASHIBLE_ROOT}/proc/uptime
-  [[ -r "$f" ]] || f=/proc/uptime
-  cut -d. -f1 < "$f" | cut -d' ' -f1
-}
+# boot_id identifies this boot of the machine; it changes on every reboot.
+boot_id() { cat "${BASHIBLE_ROOT}/proc/sys/kernel/random/boot_id"; }
 
 # in_sync reports whether the node already runs CHECKSUM: same stored
 # checksum, no reboot requested, and no reboot since the last run.
 in_sync() {
-  local checksum=$1 node=$2 stored last_uptime
-  stored=$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)
-  last_uptime=$(cat "$BASHIBLE_DIR/uptime" 2>/dev/null || echo 0)
-  [[ "$stored" == "$checksum" ]] || return 1
+  local checksum=$1 node=$2
+  [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" == "$checksum" ]] || return 1
   ! bb-node-has-annotation "$node" update.node.deckhouse.io/reboot || return 1
-  (( $(uptime_seconds) >= last_uptime ))
+  [[ "$(cat "$BASHIBLE_DIR/boot_id" 2>/dev/null || true)" == "$(boot_id)" ]]
 }
 
 # step_timeout STEP prints the step's timeout in seconds.
@@ -142,9 +150,15 @@ run_step() {
     (( attempt >= 3 )) && trace="set -x;"
     start=$SECONDS
     rc=0
-    BASHIBLE_STEP=$name timeout --kill-after=10 "$timeout" \
-      bash --noprofile --norc -c "set -Eeuo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
-      bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step" > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
+    (
+      if [[ -n "${BASHIBLE_LOCK_FD:-}" ]]; then
+        exec {BASHIBLE_LOCK_FD}>&-
+      fi
+      umask 022
+      BASHIBLE_STEP=$name exec timeout --kill-after=10 "$timeout" \
+        bash --noprofile --norc -c "set -Eeuo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
+        bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step"
+    ) > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
     took=$(( SECONDS - start ))
     if (( rc == 0 )); then
       bb-event Normal BashibleStepSucceeded "step $name succeeded in ${took}s (attempt $attempt)"
@@ -157,7 +171,8 @@ run_step() {
     fi
     bb-log "$note"
     cp "$BASHIBLE_DIR/step.log" "$BASHIBLE_DIR/step.failed.log"
-    bb-event Warning BashibleStepFailed "$note; last output: $(tail -n 10 "$BASHIBLE_DIR/step.log" | tail -c 600)"
+    # The note leaves out trace lines: they may show values a step handles.
+    bb-event Warning BashibleStepFailed "$note; last output: $(grep -v '^+' "$BASHIBLE_DIR/step.log" | tail -n 10 | tail -c 600)"
     bb-instance-condition BashibleReady False StepsFailed "$note"
     if (( attempt >= MAX_RETRIES )); then
       return 1
@@ -168,14 +183,25 @@ run_step() {
 }
 
 # fetch_steps writes the bundle's steps to a new directory, then swaps it
-# in, so a half-written bundle is never run.
+# in, so a half-written bundle is never run. A bundle without steps, or one
+# that does not parse, is refused.
 fetch_steps() {
-  local json=$1 new key
-  new=$(mktemp -d "$BASHIBLE_DIR/bundle_steps.new.XXXXXX")
-  while IFS= read -r key; do
-    [[ "$key" =~ ^[0-9]{3}_[-a-zA-Z0-9_.]+$ ]] || { bb-log "refusing a step named '$key'"; rm -rf "$new"; return 1; }
-    jq -r --arg k "$key" '.data[$k]' <<< "$json" > "$new/$key"
-  done < <(jq -r '.data | keys[]' <<< "$json")
+  local json=$1 new pairs key value
+  if ! jq -e '.data | type == "object" and length > 0' <<< "$json" > /dev/null 2>&1; then
+    bb-log "refusing a bundle without steps"
+    return 1
+  fi
+  pairs=$BASHIBLE_DIR/tmp/steps.pairs
+  # One pass: name NUL script NUL, so no name or script is split.
+  jq -j '.data | to_entries[] | .key, "\u0000", .value, "\u0000"' <<< "$json" > "$pairs"
+  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX")
+  while IFS= read -r -d '' key && IFS= read -r -d '' value; do
+    if [[ ! "$key" =~ ^[0-9]{3}_[-a-zA-Z0-9_.]+$ ]]; then
+      bb-log "refusing a step named '$key'"
+      return 1
+    fi
+    printf '%s' "$value" > "$new/$key"
+  done < "$pairs"
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
   if [[ -d "$BASHIBLE_DIR/bundle_steps" ]]; then
     mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old"
@@ -185,17 +211,21 @@ fetch_steps() {
 }
 
 main() {
+  bb-flag-unset stop-run
   self_update
   BASHIBLE_BUNDLE=$(detect_bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step
+  local json checksum node="{}" step reboot_requested=no
   json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
-  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json")
+  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
   [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
 
   if [[ ! -e "$BASHIBLE_DIR/first_run" ]]; then
     node=$(bb-node-get)
+    if bb-node-has-annotation "$node" update.node.deckhouse.io/reboot; then
+      reboot_requested=yes
+    fi
     if in_sync "$checksum" "$node"; then
       if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
         bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c}')"
@@ -224,14 +254,31 @@ main() {
     fi
   done
 
-  bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c, "update.node.deckhouse.io/reboot": null}')"
-  echo "$checksum" > "$BASHIBLE_DIR/configuration_checksum"
-  uptime_seconds > "$BASHIBLE_DIR/uptime"
+  # Local state first, each file replaced whole: if the run dies after
+  # this, the next run finds the node in sync and re-asserts the annotation.
+  echo "$checksum" > "$BASHIBLE_DIR/configuration_checksum.new"
+  mv -f "$BASHIBLE_DIR/configuration_checksum.new" "$BASHIBLE_DIR/configuration_checksum"
+  boot_id > "$BASHIBLE_DIR/boot_id.new"
+  mv -f "$BASHIBLE_DIR/boot_id.new" "$BASHIBLE_DIR/boot_id"
   rm -f "$BASHIBLE_DIR/first_run"
   bb-flag-unset disruption
+  # The reboot request this run answered is cleared; one made since stays.
+  bb-node-annotate "$(jq -n --arg c "$checksum" --arg answered "$reboot_requested" \
+    '{"node.deckhouse.io/configuration-checksum": $c} + if $answered == "yes" then {"update.node.deckhouse.io/reboot": null} else {} end')"
   bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
   bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
   bb-log "configuration ${checksum:0:12} applied"
+  # Once joined, the node needs its bootstrap token no more.
+  if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]]; then
+    rm -f "$BASHIBLE_DIR/bootstrap-token" "$BASHIBLE_DIR/bootstrap-token-header"
+  fi
+  # A reboot asked for by a step comes last, after everything is recorded.
+  if bb-flag-is-set reboot-pending; then
+    bb-flag-unset reboot-pending
+    bb-log "rebooting, as a step asked"
+    bb-event Normal BashibleReboot "rebooting, as a step asked"
+    ${BASHIBLE_REBOOT_COMMAND:-systemctl reboot}
+  fi
 }
 
 main

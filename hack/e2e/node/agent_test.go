@@ -206,6 +206,10 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 	if got := annotations(t, nodes[1])[checksumAnnotation]; got != next {
 		t.Errorf("the approved node reports %q, want %q", got, next)
 	}
+	// Each condition keeps its own field manager: setting one never drops another.
+	if a, b := instanceCondition(t, "appr-2", "WaitingApproval"), instanceCondition(t, "appr-2", "BashibleReady"); a == nil || a.Status != metav1.ConditionFalse || b == nil || b.Status != metav1.ConditionTrue {
+		t.Errorf("Instance conditions after approval: WaitingApproval %+v, BashibleReady %+v", a, b)
+	}
 	time.Sleep(2 * time.Second)
 	for _, n := range []*stack.SimNode{nodes[0], nodes[2]} {
 		if _, ok := annotations(t, n)[checksumAnnotation]; ok {
@@ -326,8 +330,8 @@ func TestRebootAnnotationAndRebootForceAConverge(t *testing.T) {
 	if _, ok := annotations(t, n)["update.node.deckhouse.io/reboot"]; ok {
 		t.Error("the reboot annotation should be cleared after the converge")
 	}
-	// A reboot since the last run (uptime went down) also forces one.
-	if err := n.Write("proc/uptime", "10.00 20.00\n"); err != nil {
+	// A reboot since the last run (a new boot id) also forces one.
+	if err := n.Write("proc/sys/kernel/random/boot_id", "00000000-0000-4000-8000-000000000002\n"); err != nil {
 		t.Fatal(err)
 	}
 	mustRun(t, n)
@@ -406,4 +410,28 @@ func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
 
 func clientFor(cfg *rest.Config) bashibleclient.BashibleV1alpha1Interface {
 	return versioned.NewForConfigOrDie(cfg).BashibleV1alpha1()
+}
+
+func TestRebootComesLastAfterTheConfigurationIsRecorded(t *testing.T) {
+	n := newNode(t, "reboot-2", "sim")
+	mustRun(t, n)
+	if err := n.Control("reboot", true); err != nil {
+		t.Fatal(err)
+	}
+	empty := ""
+	// Force a converge of the same configuration, with the disruption approved.
+	if err := n.Annotate(ctxT(t), cp, map[string]*string{
+		"update.node.deckhouse.io/reboot": &empty, "update.node.deckhouse.io/disruption-approved": &empty,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The reboot command records what was already written when it ran.
+	n.Env = []string{"BASHIBLE_REBOOT_COMMAND=cp " + n.Path("var/lib/bashible/configuration_checksum") + " " + n.Path("rebooted")}
+	mustRun(t, n)
+	if got := n.Read("rebooted"); strings.TrimSpace(got) != served(t, "sim") {
+		t.Errorf("the reboot must come after the configuration is recorded; at reboot the checksum file held %q", got)
+	}
+	if _, ok := annotations(t, n)["update.node.deckhouse.io/reboot"]; ok {
+		t.Error("the answered reboot request should be cleared")
+	}
 }

@@ -123,8 +123,10 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 	if !errors.As(err, &exit) {
 		t.Fatalf("a run that lost the API should fail:\n%v\n%s", err, out)
 	}
-	if n.Exists("var/lib/bashible/configuration_checksum") {
-		t.Error("a run that lost the API must not record a checksum")
+	// The steps had all run, so the node records locally what it applied,
+	// but the cluster could not be told: no annotation yet.
+	if _, ok := annotations(t, n)[checksumAnnotation]; ok {
+		t.Error("a run that lost the API cannot have reported a checksum")
 	}
 	entries, _ := os.ReadDir(n.Path("var/lib/bashible"))
 	for _, e := range entries {
@@ -138,9 +140,13 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 	if err := n.Control("slow", false); err != nil {
 		t.Fatal(err)
 	}
+	applied := n.Read("applied-checksums")
 	mustRun(t, n)
 	if annotations(t, n)[checksumAnnotation] != served(t, "sim") {
-		t.Error("after the outage the node should converge")
+		t.Error("after the outage the node should report its configuration")
+	}
+	if n.Read("applied-checksums") != applied {
+		t.Error("a node in sync should only re-assert its checksum, not run its steps again")
 	}
 }
 
@@ -192,6 +198,15 @@ func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
 	}
 	if n.Exists("var/lib/bashible/first_run") || !n.Exists("var/lib/bashible/bashible.sh") {
 		t.Error("after bootstrap: bashible.sh installed, first_run cleared")
+	}
+	if n.Exists("var/lib/bashible/bootstrap-token") || n.Exists("var/lib/bashible/bootstrap-token-header") {
+		t.Error("once joined, the node must not keep its bootstrap token")
+	}
+	// Bootstrapping a configured machine again would skip approval: refused.
+	again := exec.CommandContext(ctx, "bash", path)
+	again.Env = cmd.Env
+	if out, err := again.CombinedOutput(); err != nil || !strings.Contains(string(out), "already been configured") || n.Exists("var/lib/bashible/first_run") {
+		t.Errorf("a second bootstrap should change nothing: %v\n%s", err, out)
 	}
 	if strings.Contains(string(out), tok.Secret) {
 		t.Error("the bootstrap token appears in the output")

@@ -36,7 +36,8 @@ bb-node-name() {
   elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
     cat "$BASHIBLE_DIR/discovered-node-name"
   else
-    hostname -s
+    # What the kubelet registers by default: the host name, lowercased.
+    uname -n | tr '[:upper:]' '[:lower:]'
   fi
 }
 
@@ -58,10 +59,12 @@ bb-kube-api() {
   bb-kube-api-untraced "$@"
 }
 
+# Exit status: 0 on success, 9 on 409 Conflict, 1 on anything else.
 bb-kube-api-untraced() {
   local method=$1 path=$2 ctype=${3:-application/json}
   local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
-  local -a args=(--silent --show-error --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
+  # The API is reached directly, never through a proxy from the environment.
+  local -a args=(--silent --show-error --noproxy '*' --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
   if [[ -s "$cert" ]]; then
     args+=(--cert "$cert" --key "$cert")
   elif [[ -s "$BASHIBLE_DIR/bootstrap-token" ]]; then
@@ -75,7 +78,8 @@ bb-kube-api-untraced() {
     args+=(-H "Content-Type: $ctype" --data-binary @-)
   fi
   local body endpoint code out
-  body=$(mktemp)
+  mkdir -p "$BASHIBLE_DIR/tmp"
+  body=$(umask 077 && mktemp "$BASHIBLE_DIR/tmp/api.XXXXXX")
   if [[ "$method" != GET ]]; then
     cat > "$body.in"
   fi
@@ -98,6 +102,7 @@ bb-kube-api-untraced() {
         out=$(jq -r '.message // empty' "$body" 2>/dev/null || true)
         bb-log "$method $path: HTTP $code from $endpoint: ${out:-$(head -c 300 "$body")}"
         rm -f "$body" "$body.in"
+        [[ "$code" == 409 ]] && return 9
         return 1
         ;;
     esac
@@ -119,15 +124,16 @@ bb-node-annotate-cas() {
 }
 
 # bb-node-annotate ANNOTATIONS-JSON: read, then compare-and-set, retrying
-# on conflict.
+# only on a conflict (someone else wrote the Node in between).
 bb-node-annotate() {
-  local node rv try
+  local node rv try rc
   for try in 1 2 3 4 5; do
     node=$(bb-node-get) || return 1
-    rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
-    if bb-node-annotate-cas "$rv" "$1" 2>/dev/null; then
-      return 0
-    fi
+    rv=$(jq -r '.metadata.resourceVersion' <<< "$node") || return 1
+    rc=0
+    bb-node-annotate-cas "$rv" "$1" || rc=$?
+    (( rc == 0 )) && return 0
+    (( rc == 9 )) || return 1
     bb-log "annotating the node conflicted (attempt $try); retrying"
     sleep 1
   done
@@ -138,7 +144,8 @@ bb-node-annotate() {
 bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has($k)' <<< "$1" > /dev/null; }
 
 # bb-instance-condition TYPE STATUS REASON MESSAGE: sets one condition on
-# this node's Instance (server-side apply, field manager bashible). The
+# this node's Instance (server-side apply with a field manager per
+# condition type, so setting one never removes another). The
 # transition time changes only with the status. Best effort: a node whose
 # Instance does not exist yet reports nothing.
 bb-instance-condition() {
@@ -146,12 +153,12 @@ bb-instance-condition() {
   name=$(bb-node-name)
   current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
   since=$(jq -r --arg t "$type" --arg s "$status" \
-    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current")
+    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current" 2>/dev/null) || return 0
   since=${since:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
   jq -n --arg n "$name" --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "${message:0:1000}" --arg since "$since" \
     '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n},
       status: {conditions: [{type: $t, status: $s, reason: $r, message: $m, lastTransitionTime: $since}]}}' |
-    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible&force=true" \
+    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
       application/apply-patch+yaml > /dev/null || bb-log "could not set $type on Instance $name"
 }
 
@@ -176,7 +183,11 @@ bb-event() {
 # RollingUpdate mode the node asks to be replaced instead: the step ends
 # here and bashible.sh stops the run without recording the configuration.
 bb-disruption-gate() {
-  if [[ -e "$BASHIBLE_DIR/first_run" ]] || bb-flag-is-set disruption; then
+  if [[ -e "$BASHIBLE_DIR/first_run" ]]; then
+    return 0
+  fi
+  # Approved for this configuration already (the flag holds its checksum).
+  if [[ "$(cat "$BASHIBLE_DIR/flags/disruption" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
     return 0
   fi
   if [[ "$BASHIBLE_APPROVAL_MODE" == RollingUpdate ]]; then
@@ -199,7 +210,8 @@ bb-disruption-gate() {
     done
   fi
   bb-instance-condition WaitingDisruptionApproval False DisruptionApproved ""
-  bb-flag-set disruption
+  mkdir -p "$BASHIBLE_DIR/flags"
+  echo "${BASHIBLE_CHECKSUM:-}" > "$BASHIBLE_DIR/flags/disruption"
 }
 # The name Deckhouse's steps call.
 bb-deckhouse-get-disruptive-update-approval() { bb-disruption-gate; }

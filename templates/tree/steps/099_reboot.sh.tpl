@@ -1,13 +1,14 @@
 {{ include "step-header" . }}
-# Reboots when a step asked for it (bb-flag-set reboot), once the
-# disruption is approved (see bb-disruption-gate). BASHIBLE_REBOOT_COMMAND
-# replaces the reboot where the machine must not really reboot (tests).
+# A reboot, when a step asked for one (bb-flag-set reboot), once the
+# disruption is approved (see bb-disruption-gate). bashible.sh reboots at
+# the very end of the run, after it has recorded the configuration, so the
+# reboot cannot cut that short. BASHIBLE_REBOOT_COMMAND replaces the
+# reboot where the machine must not really reboot (tests).
 
 if ! bb-flag-is-set reboot; then
   exit 0
 fi
 bb-disruption-gate
 bb-flag-unset reboot
-bb-log "rebooting, as a step asked"
-bb-event Normal BashibleReboot "rebooting, as a step asked"
-${BASHIBLE_REBOOT_COMMAND:-systemctl reboot}
+bb-flag-set reboot-pending
+bb-log "the node will reboot at the end of this run"

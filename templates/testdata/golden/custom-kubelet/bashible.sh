@@ -12,6 +12,10 @@
 # BASHIBLE_STEP_TIMEOUT (seconds, default 1800; a step overrides it with a
 # line "# bashible-timeout: <seconds>").
 set -Eeuo pipefail
+# Byte-order sorting of step names whatever the locale, and owner-only
+# files for bashible's own state (steps run with the usual 022).
+export LC_ALL=C
+umask 077
 
 BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
 BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
@@ -40,7 +44,13 @@ if [[ "$USE_LOCK" == yes ]]; then
     echo "bashible: another run holds $LOCK_FILE; exiting" >&2
     exit 0
   fi
+  # Steps close it, so nothing a step leaves running can hold the lock.
+  export BASHIBLE_LOCK_FD=$lock_fd
 fi
+# Scratch space for this run, under the lock, removed when the run ends.
+rm -rf "$BASHIBLE_DIR/tmp"
+mkdir -p "$BASHIBLE_DIR/tmp"
+trap 'rm -rf "$BASHIBLE_DIR/tmp"' EXIT
 
 # The library, written only when it changed, then used here and by every step.
 lib_new=$(mktemp "$BASHIBLE_DIR/lib.sh.XXXXXX")
@@ -79,7 +89,8 @@ bb-node-name() {
   elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
     cat "$BASHIBLE_DIR/discovered-node-name"
   else
-    hostname -s
+    # What the kubelet registers by default: the host name, lowercased.
+    uname -n | tr '[:upper:]' '[:lower:]'
   fi
 }
 
@@ -101,10 +112,12 @@ bb-kube-api() {
   bb-kube-api-untraced "$@"
 }
 
+# Exit status: 0 on success, 9 on 409 Conflict, 1 on anything else.
 bb-kube-api-untraced() {
   local method=$1 path=$2 ctype=${3:-application/json}
   local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
-  local -a args=(--silent --show-error --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
+  # The API is reached directly, never through a proxy from the environment.
+  local -a args=(--silent --show-error --noproxy '*' --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
   if [[ -s "$cert" ]]; then
     args+=(--cert "$cert" --key "$cert")
   elif [[ -s "$BASHIBLE_DIR/bootstrap-token" ]]; then
@@ -118,7 +131,8 @@ bb-kube-api-untraced() {
     args+=(-H "Content-Type: $ctype" --data-binary @-)
   fi
   local body endpoint code out
-  body=$(mktemp)
+  mkdir -p "$BASHIBLE_DIR/tmp"
+  body=$(umask 077 && mktemp "$BASHIBLE_DIR/tmp/api.XXXXXX")
   if [[ "$method" != GET ]]; then
     cat > "$body.in"
   fi
@@ -141,6 +155,7 @@ bb-kube-api-untraced() {
         out=$(jq -r '.message // empty' "$body" 2>/dev/null || true)
         bb-log "$method $path: HTTP $code from $endpoint: ${out:-$(head -c 300 "$body")}"
         rm -f "$body" "$body.in"
+        [[ "$code" == 409 ]] && return 9
         return 1
         ;;
     esac
@@ -162,15 +177,16 @@ bb-node-annotate-cas() {
 }
 
 # bb-node-annotate ANNOTATIONS-JSON: read, then compare-and-set, retrying
-# on conflict.
+# only on a conflict (someone else wrote the Node in between).
 bb-node-annotate() {
-  local node rv try
+  local node rv try rc
   for try in 1 2 3 4 5; do
     node=$(bb-node-get) || return 1
-    rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
-    if bb-node-annotate-cas "$rv" "$1" 2>/dev/null; then
-      return 0
-    fi
+    rv=$(jq -r '.metadata.resourceVersion' <<< "$node") || return 1
+    rc=0
+    bb-node-annotate-cas "$rv" "$1" || rc=$?
+    (( rc == 0 )) && return 0
+    (( rc == 9 )) || return 1
     bb-log "annotating the node conflicted (attempt $try); retrying"
     sleep 1
   done
@@ -181,7 +197,8 @@ bb-node-annotate() {
 bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has($k)' <<< "$1" > /dev/null; }
 
 # bb-instance-condition TYPE STATUS REASON MESSAGE: sets one condition on
-# this node's Instance (server-side apply, field manager bashible). The
+# this node's Instance (server-side apply with a field manager per
+# condition type, so setting one never removes another). The
 # transition time changes only with the status. Best effort: a node whose
 # Instance does not exist yet reports nothing.
 bb-instance-condition() {
@@ -189,12 +206,12 @@ bb-instance-condition() {
   name=$(bb-node-name)
   current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
   since=$(jq -r --arg t "$type" --arg s "$status" \
-    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current")
+    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current" 2>/dev/null) || return 0
   since=${since:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
   jq -n --arg n "$name" --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "${message:0:1000}" --arg since "$since" \
     '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n},
       status: {conditions: [{type: $t, status: $s, reason: $r, message: $m, lastTransitionTime: $since}]}}' |
-    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible&force=true" \
+    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
       application/apply-patch+yaml > /dev/null || bb-log "could not set $type on Instance $name"
 }
 
@@ -219,7 +236,11 @@ bb-event() {
 # RollingUpdate mode the node asks to be replaced instead: the step ends
 # here and bashible.sh stops the run without recording the configuration.
 bb-disruption-gate() {
-  if [[ -e "$BASHIBLE_DIR/first_run" ]] || bb-flag-is-set disruption; then
+  if [[ -e "$BASHIBLE_DIR/first_run" ]]; then
+    return 0
+  fi
+  # Approved for this configuration already (the flag holds its checksum).
+  if [[ "$(cat "$BASHIBLE_DIR/flags/disruption" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
     return 0
   fi
   if [[ "$BASHIBLE_APPROVAL_MODE" == RollingUpdate ]]; then
@@ -242,7 +263,8 @@ bb-disruption-gate() {
     done
   fi
   bb-instance-condition WaitingDisruptionApproval False DisruptionApproved ""
-  bb-flag-set disruption
+  mkdir -p "$BASHIBLE_DIR/flags"
+  echo "${BASHIBLE_CHECKSUM:-}" > "$BASHIBLE_DIR/flags/disruption"
 }
 # The name Deckhouse's steps call.
 bb-deckhouse-get-disruptive-update-approval() { bb-disruption-gate; }
@@ -258,7 +280,6 @@ source "$BASHIBLE_DIR/lib.sh"
 # detect_bundle prints the OS bundle of this machine.
 detect_bundle() {
   local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
-  [[ -r "$os_release" ]] || os_release=/etc/os-release
   # shellcheck disable=SC1090 # os-release is a shell fragment by definition
   id=$(. "$os_release" && echo "${ID:-}")
   # shellcheck disable=SC1090
@@ -283,7 +304,11 @@ self_update() {
   [[ "${BASHIBLE_SKIP_UPDATE:-}" == yes ]] && return 0
   local json new=$BASHIBLE_DIR/bashible-new.sh
   json=$(bb-kube-api GET "$API_PATH/bashibles/$NODE_GROUP") || return 1
-  jq -r '.data["bashible.sh"] // ""' <<< "$json" > "$new"
+  if ! jq -j '.data["bashible.sh"] // ""' <<< "$json" > "$new" 2>/dev/null; then
+    bb-log "the API answered bashibles/$NODE_GROUP with something that is not an object"
+    rm -f "$new"
+    return 1
+  fi
   if [[ ! -s "$new" ]] || [[ "$(head -n 1 "$new")" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
     bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
     bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
@@ -306,21 +331,16 @@ self_update() {
   fi
 }
 
-uptime_seconds() {
-  local f=${BASHIBLE_ROOT}/proc/uptime
-  [[ -r "$f" ]] || f=/proc/uptime
-  cut -d. -f1 < "$f" | cut -d' ' -f1
-}
+# boot_id identifies this boot of the machine; it changes on every reboot.
+boot_id() { cat "${BASHIBLE_ROOT}/proc/sys/kernel/random/boot_id"; }
 
 # in_sync reports whether the node already runs CHECKSUM: same stored
 # checksum, no reboot requested, and no reboot since the last run.
 in_sync() {
-  local checksum=$1 node=$2 stored last_uptime
-  stored=$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)
-  last_uptime=$(cat "$BASHIBLE_DIR/uptime" 2>/dev/null || echo 0)
-  [[ "$stored" == "$checksum" ]] || return 1
+  local checksum=$1 node=$2
+  [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" == "$checksum" ]] || return 1
   ! bb-node-has-annotation "$node" update.node.deckhouse.io/reboot || return 1
-  (( $(uptime_seconds) >= last_uptime ))
+  [[ "$(cat "$BASHIBLE_DIR/boot_id" 2>/dev/null || true)" == "$(boot_id)" ]]
 }
 
 # step_timeout STEP prints the step's timeout in seconds.
@@ -342,9 +362,15 @@ run_step() {
     (( attempt >= 3 )) && trace="set -x;"
     start=$SECONDS
     rc=0
-    BASHIBLE_STEP=$name timeout --kill-after=10 "$timeout" \
-      bash --noprofile --norc -c "set -Eeuo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
-      bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step" > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
+    (
+      if [[ -n "${BASHIBLE_LOCK_FD:-}" ]]; then
+        exec {BASHIBLE_LOCK_FD}>&-
+      fi
+      umask 022
+      BASHIBLE_STEP=$name exec timeout --kill-after=10 "$timeout" \
+        bash --noprofile --norc -c "set -Eeuo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
+        bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step"
+    ) > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
     took=$(( SECONDS - start ))
     if (( rc == 0 )); then
       bb-event Normal BashibleStepSucceeded "step $name succeeded in ${took}s (attempt $attempt)"
@@ -357,7 +383,8 @@ run_step() {
     fi
     bb-log "$note"
     cp "$BASHIBLE_DIR/step.log" "$BASHIBLE_DIR/step.failed.log"
-    bb-event Warning BashibleStepFailed "$note; last output: $(tail -n 10 "$BASHIBLE_DIR/step.log" | tail -c 600)"
+    # The note leaves out trace lines: they may show values a step handles.
+    bb-event Warning BashibleStepFailed "$note; last output: $(grep -v '^+' "$BASHIBLE_DIR/step.log" | tail -n 10 | tail -c 600)"
     bb-instance-condition BashibleReady False StepsFailed "$note"
     if (( attempt >= MAX_RETRIES )); then
       return 1
@@ -368,14 +395,25 @@ run_step() {
 }
 
 # fetch_steps writes the bundle's steps to a new directory, then swaps it
-# in, so a half-written bundle is never run.
+# in, so a half-written bundle is never run. A bundle without steps, or one
+# that does not parse, is refused.
 fetch_steps() {
-  local json=$1 new key
-  new=$(mktemp -d "$BASHIBLE_DIR/bundle_steps.new.XXXXXX")
-  while IFS= read -r key; do
-    [[ "$key" =~ ^[0-9]{3}_[-a-zA-Z0-9_.]+$ ]] || { bb-log "refusing a step named '$key'"; rm -rf "$new"; return 1; }
-    jq -r --arg k "$key" '.data[$k]' <<< "$json" > "$new/$key"
-  done < <(jq -r '.data | keys[]' <<< "$json")
+  local json=$1 new pairs key value
+  if ! jq -e '.data | type == "object" and length > 0' <<< "$json" > /dev/null 2>&1; then
+    bb-log "refusing a bundle without steps"
+    return 1
+  fi
+  pairs=$BASHIBLE_DIR/tmp/steps.pairs
+  # One pass: name NUL script NUL, so no name or script is split.
+  jq -j '.data | to_entries[] | .key, "\u0000", .value, "\u0000"' <<< "$json" > "$pairs"
+  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX")
+  while IFS= read -r -d '' key && IFS= read -r -d '' value; do
+    if [[ ! "$key" =~ ^[0-9]{3}_[-a-zA-Z0-9_.]+$ ]]; then
+      bb-log "refusing a step named '$key'"
+      return 1
+    fi
+    printf '%s' "$value" > "$new/$key"
+  done < "$pairs"
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
   if [[ -d "$BASHIBLE_DIR/bundle_steps" ]]; then
     mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old"
@@ -385,17 +423,21 @@ fetch_steps() {
 }
 
 main() {
+  bb-flag-unset stop-run
   self_update
   BASHIBLE_BUNDLE=$(detect_bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step
+  local json checksum node="{}" step reboot_requested=no
   json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
-  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json")
+  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
   [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
 
   if [[ ! -e "$BASHIBLE_DIR/first_run" ]]; then
     node=$(bb-node-get)
+    if bb-node-has-annotation "$node" update.node.deckhouse.io/reboot; then
+      reboot_requested=yes
+    fi
     if in_sync "$checksum" "$node"; then
       if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
         bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c}')"
@@ -424,14 +466,31 @@ main() {
     fi
   done
 
-  bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c, "update.node.deckhouse.io/reboot": null}')"
-  echo "$checksum" > "$BASHIBLE_DIR/configuration_checksum"
-  uptime_seconds > "$BASHIBLE_DIR/uptime"
+  # Local state first, each file replaced whole: if the run dies after
+  # this, the next run finds the node in sync and re-asserts the annotation.
+  echo "$checksum" > "$BASHIBLE_DIR/configuration_checksum.new"
+  mv -f "$BASHIBLE_DIR/configuration_checksum.new" "$BASHIBLE_DIR/configuration_checksum"
+  boot_id > "$BASHIBLE_DIR/boot_id.new"
+  mv -f "$BASHIBLE_DIR/boot_id.new" "$BASHIBLE_DIR/boot_id"
   rm -f "$BASHIBLE_DIR/first_run"
   bb-flag-unset disruption
+  # The reboot request this run answered is cleared; one made since stays.
+  bb-node-annotate "$(jq -n --arg c "$checksum" --arg answered "$reboot_requested" \
+    '{"node.deckhouse.io/configuration-checksum": $c} + if $answered == "yes" then {"update.node.deckhouse.io/reboot": null} else {} end')"
   bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
   bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
   bb-log "configuration ${checksum:0:12} applied"
+  # Once joined, the node needs its bootstrap token no more.
+  if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]]; then
+    rm -f "$BASHIBLE_DIR/bootstrap-token" "$BASHIBLE_DIR/bootstrap-token-header"
+  fi
+  # A reboot asked for by a step comes last, after everything is recorded.
+  if bb-flag-is-set reboot-pending; then
+    bb-flag-unset reboot-pending
+    bb-log "rebooting, as a step asked"
+    bb-event Normal BashibleReboot "rebooting, as a step asked"
+    ${BASHIBLE_REBOOT_COMMAND:-systemctl reboot}
+  fi
 }
 
 main

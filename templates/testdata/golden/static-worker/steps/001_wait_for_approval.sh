@@ -18,9 +18,18 @@ if [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" == "${
 fi
 node=$(bb-node-get)
 if ! bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
+  tries=0
   until bb-node-has-annotation "$node" update.node.deckhouse.io/waiting-for-approval; do
     rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
-    if ! bb-node-annotate-cas "$rv" '{"update.node.deckhouse.io/waiting-for-approval": "", "node.deckhouse.io/configuration-checksum": null}'; then
+    rc=0
+    bb-node-annotate-cas "$rv" '{"update.node.deckhouse.io/waiting-for-approval": "", "node.deckhouse.io/configuration-checksum": null}' || rc=$?
+    if (( rc != 0 )); then
+      # Only a conflict (someone else wrote the Node) is worth retrying.
+      tries=$(( tries + 1 ))
+      if (( rc != 9 || tries >= 30 )); then
+        bb-log "could not ask for approval"
+        exit 1
+      fi
       sleep 1
     fi
     node=$(bb-node-get)
