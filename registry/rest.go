@@ -51,6 +51,9 @@ type REST struct {
 	store   *bundles.Store
 	access  *access.Narrower
 	counter Counter
+	// cache keeps encoded objects of canonical names (a legacy name is
+	// built per request, so odd names cannot grow the cache).
+	cache objectCache
 }
 
 // kind describes one resource.
@@ -142,7 +145,11 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 	}
 	p, ok := r.store.Get(group)
 	if !ok {
+		r.cache.forget(group)
 		return nil, apierrors.NewNotFound(r.groupResource(), name)
+	}
+	if name == group {
+		return r.cache.get(group, p.ResourceVersion, func() runtime.Object { return r.object(p, name) }), nil
 	}
 	// The object keeps the requested name (as Deckhouse does for the legacy form).
 	return r.object(p, name), nil
@@ -298,6 +305,9 @@ func (r *REST) ConvertToTable(_ context.Context, object runtime.Object, _ runtim
 		{Name: "CRI", Type: "string", Priority: 1, Description: "The group's container runtime"},
 		{Name: "Full-Checksum", Type: "string", Priority: 1, Description: "The configuration checksum"},
 	}}
+	if co, ok := object.(runtime.CacheableObject); ok {
+		object = co.GetObject()
+	}
 	var objs []runtime.Object
 	if meta, ok := object.(metav1.ListInterface); ok {
 		table.ResourceVersion = meta.GetResourceVersion()

@@ -1,0 +1,98 @@
+package registry
+
+import (
+	"bytes"
+	"io"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// cachedObject is a served object that keeps each of its serializations
+// (JSON, YAML, … — one per encoder), so a bundle is encoded once per
+// version however many nodes fetch it. It is what the apiserver's watch
+// cache does for stored objects (runtime.CacheableObject).
+type cachedObject struct {
+	metav1.Object // metadata accessors of the wrapped object
+	obj           runtime.Object
+
+	mu        sync.Mutex
+	encodings map[runtime.Identifier]*encoding
+}
+
+type encoding struct {
+	once sync.Once
+	data []byte
+	err  error
+}
+
+var (
+	_ runtime.CacheableObject = &cachedObject{}
+	_ metav1.Object           = &cachedObject{}
+)
+
+func newCachedObject(obj runtime.Object) *cachedObject {
+	return &cachedObject{Object: obj.(metav1.Object), obj: obj, encodings: map[runtime.Identifier]*encoding{}}
+}
+
+// CacheEncode writes the serialization for encoder id, encoding a copy of
+// the object the first time (encoders set the kind on what they encode,
+// so concurrent requests must not share it).
+func (c *cachedObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	c.mu.Lock()
+	e, ok := c.encodings[id]
+	if !ok {
+		e = &encoding{}
+		c.encodings[id] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() {
+		var buf bytes.Buffer
+		e.err = encode(c.obj.DeepCopyObject(), &buf)
+		e.data = buf.Bytes()
+	})
+	if e.err != nil {
+		return e.err
+	}
+	_, err := w.Write(e.data)
+	return err
+}
+
+// GetObject returns a copy of the wrapped object.
+func (c *cachedObject) GetObject() runtime.Object { return c.obj.DeepCopyObject() }
+
+// GetObjectKind is the wrapped object's.
+func (c *cachedObject) GetObjectKind() schema.ObjectKind { return c.obj.GetObjectKind() }
+
+// DeepCopyObject copies the wrapped object.
+func (c *cachedObject) DeepCopyObject() runtime.Object { return c.obj.DeepCopyObject() }
+
+// objectCache keeps the current cachedObject of each group, replaced when
+// the group's bundle changes (a new resourceVersion).
+type objectCache struct {
+	mu      sync.Mutex
+	byGroup map[string]*cachedObject
+}
+
+func (oc *objectCache) get(group, rv string, build func() runtime.Object) *cachedObject {
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	if c, ok := oc.byGroup[group]; ok && c.GetResourceVersion() == rv {
+		return c
+	}
+	if oc.byGroup == nil {
+		oc.byGroup = map[string]*cachedObject{}
+	}
+	c := newCachedObject(build())
+	oc.byGroup[group] = c
+	return c
+}
+
+// forget drops a group that is no longer served.
+func (oc *objectCache) forget(group string) {
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	delete(oc.byGroup, group)
+}
