@@ -73,17 +73,16 @@ type Controller struct {
 	cfg   ControllerConfig
 	queue workqueue.TypedRateLimitingInterface[string]
 
-	factories         []interface{ Start(<-chan struct{}) }
-	publishedInformer cache.SharedIndexInformer
-	nodeGroups        nmlistersv1.NodeGroupLister
-	configs           nmlistersv1alpha1.NodeGroupConfigurationLister
-	secretsKS         corelisters.SecretLister
-	configMapsKS      corelisters.ConfigMapLister
-	endpointSlices    discoverylisters.EndpointSliceLister
-	published         corelisters.SecretLister
-	synced            []cache.InformerSynced
-	recorder          events.EventRecorder
-	broadcaster       events.EventBroadcaster
+	factories      []interface{ Start(<-chan struct{}) }
+	nodeGroups     nmlistersv1.NodeGroupLister
+	configs        nmlistersv1alpha1.NodeGroupConfigurationLister
+	secretsKS      corelisters.SecretLister
+	configMapsKS   corelisters.ConfigMapLister
+	endpointSlices discoverylisters.EndpointSliceLister
+	published      corelisters.SecretLister
+	synced         []cache.InformerSynced
+	recorder       events.EventRecorder
+	broadcaster    events.EventBroadcaster
 
 	leading  atomic.Bool
 	rendered atomic.Bool
@@ -143,7 +142,6 @@ func NewController(cfg ControllerConfig) *Controller {
 	c.endpointSlices, c.published = esInf.Lister(), pubInf.Lister()
 	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, secInf.Informer().HasSynced,
 		cmInf.Informer().HasSynced, esInf.Informer().HasSynced, pubInf.Informer().HasSynced}
-	c.publishedInformer = pubInf.Informer()
 
 	scheme := runtime.NewScheme()
 	_ = deckhousev1.AddToScheme(scheme)
@@ -188,13 +186,13 @@ func (c *Controller) Ready() error {
 // Leading reports whether this replica publishes.
 func (c *Controller) Leading() bool { return c.leading.Load() }
 
-func (c *Controller) worker(ctx context.Context) {
+func (c *Controller) worker(context.Context) {
 	for {
 		key, quit := c.queue.Get()
 		if quit {
 			return
 		}
-		err := c.sync(ctx)
+		err := c.sync()
 		c.queue.Done(key)
 		if err != nil {
 			klog.ErrorS(err, "Publishing bundles failed; will retry")
@@ -233,7 +231,7 @@ func (c *Controller) inputs() (Inputs, error) {
 	return in, nil
 }
 
-func (c *Controller) sync(context.Context) error {
+func (c *Controller) sync() error {
 	in, err := c.inputs()
 	if err != nil {
 		return err

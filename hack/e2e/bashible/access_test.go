@@ -2,6 +2,7 @@ package bashible
 
 import (
 	"context"
+	"github.com/node-manager/node-manager/hack/stack"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func createNode(t *testing.T, name, group string) {
 	if group != "" {
 		labels["node.deckhouse.io/group"] = group
 	}
-	if _, err := kube.CoreV1().Nodes().Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Nodes().Create(stack.TestContext(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
@@ -40,7 +41,7 @@ func clientFor(t *testing.T, cfg *rest.Config) bashibleclient.BashibleV1alpha1In
 // objects and nothing of master's, with a 403 that says why.
 func checkScopedToWorker(t *testing.T, c bashibleclient.BashibleV1alpha1Interface, who string) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	if _, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{}); err != nil {
 		t.Fatalf("%s reading its own group: %v", who, err)
 	}
@@ -118,7 +119,7 @@ func TestNodeReadsOnlyItsGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = clientFor(t, cfg).NodeGroupBundles().Get(ctxT(t), "worker", metav1.GetOptions{})
+		_, err = clientFor(t, cfg).NodeGroupBundles().Get(stack.TestContext(t), "worker", metav1.GetOptions{})
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: want 403 saying it %s, got %v", name, want, err)
 		}
@@ -129,7 +130,7 @@ func TestNodeReadsOnlyItsGroup(t *testing.T) {
 // Node's labels, so once node-manager has an Instance for the node, the
 // Instance's group is what counts.
 func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	createNode(t, "node-sneaky", "worker")
 	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-sneaky", Labels: map[string]string{"node.deckhouse.io/group": "worker"}}}
 	if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
@@ -148,7 +149,7 @@ func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
 		t.Fatalf("the node relabelling itself (allowed by NodeRestriction): %v", err)
 	}
 	c := clientFor(t, cfg)
-	poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
 		_, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
 		return err == nil, nil
 	})
@@ -158,13 +159,13 @@ func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
 }
 
 func TestBootstrapTokenReadsOnlyItsGroup(t *testing.T) {
-	tok, err := cp.CreateBootstrapToken(ctxT(t), "worker", time.Hour)
+	tok, err := cp.CreateBootstrapToken(stack.TestContext(t), "worker", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := cp.BootstrapTokenConfig(tok)
 	// The narrower learns of the token from its informer.
-	poll(t, "the token is known", func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "the token is known", func(ctx context.Context) (bool, error) {
 		_, err := clientFor(t, cfg).NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
 		return err == nil, nil
 	})

@@ -2,6 +2,7 @@ package bashible
 
 import (
 	"context"
+	"github.com/node-manager/node-manager/hack/stack"
 	"net/http"
 	"strings"
 	"testing"
@@ -60,7 +61,7 @@ func TestKubectlTablesAndExplain(t *testing.T) {
 	// background after registration, so explain may need a moment.
 	for field, want := range map[string]string{"nodegroupbundle.data": "<NNN>_<step>.sh", "bootstrap.bootstrap": "Bootstrap is the script"} {
 		var out string
-		poll(t, "kubectl explain "+field, func(context.Context) (bool, error) {
+		stack.Poll(t, "kubectl explain "+field, func(context.Context) (bool, error) {
 			var err error
 			out, err = kubectlErr(t, "explain", field)
 			return err == nil, nil
@@ -72,7 +73,7 @@ func TestKubectlTablesAndExplain(t *testing.T) {
 }
 
 func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	c := nm.BashibleV1alpha1()
 	b, err := c.Bashibles().Get(ctx, "worker", metav1.GetOptions{})
 	if err != nil {
@@ -123,7 +124,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 }
 
 func TestErrorsAreTypedAndHelpful(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	c := nm.BashibleV1alpha1().NodeGroupBundles()
 	_, err := c.Get(ctx, "no-such-group", metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {

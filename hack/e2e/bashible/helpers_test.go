@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/node-manager/node-manager/hack/stack"
 	"io"
 	"net/http"
 	"os/exec"
@@ -14,19 +15,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 )
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func createGroup(ctx context.Context, name string, mutate func(*deckhousev1.NodeGroup)) error {
 	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
@@ -37,17 +31,10 @@ func createGroup(ctx context.Context, name string, mutate func(*deckhousev1.Node
 	return err
 }
 
-func poll(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctxT(t), 100*time.Millisecond, 60*time.Second, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
 // served is a group's bundle as the aggregator serves it to the admin.
 func served(t *testing.T, group string) *bashiblev1alpha1.NodeGroupBundle {
 	t.Helper()
-	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctxT(t), group, metav1.GetOptions{})
+	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(stack.TestContext(t), group, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get nodegroupbundles/%s: %v", group, err)
 	}
@@ -63,7 +50,7 @@ func checksum(t *testing.T, group string) string {
 func waitChecksum(t *testing.T, group string, ok func(string) bool) string {
 	t.Helper()
 	var got string
-	poll(t, "checksum of "+group, func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "checksum of "+group, func(ctx context.Context) (bool, error) {
 		b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -79,7 +66,7 @@ func waitChecksum(t *testing.T, group string, ok func(string) bool) string {
 func waitConfigProcessed(t *testing.T, name string, gen int64) metav1.Condition {
 	t.Helper()
 	var cond metav1.Condition
-	poll(t, "Rendered condition of NodeGroupConfiguration "+name, func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "Rendered condition of NodeGroupConfiguration "+name, func(ctx context.Context) (bool, error) {
 		ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -99,7 +86,7 @@ func waitConfigProcessed(t *testing.T, name string, gen int64) metav1.Condition 
 func waitGroupProcessed(t *testing.T, name string) metav1.Condition {
 	t.Helper()
 	var cond metav1.Condition
-	poll(t, "Rendered condition of NodeGroup "+name, func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "Rendered condition of NodeGroup "+name, func(ctx context.Context) (bool, error) {
 		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -116,7 +103,7 @@ func waitGroupProcessed(t *testing.T, name string) metav1.Condition {
 
 func createConfig(t *testing.T, name string, spec deckhousev1alpha1.NodeGroupConfigurationSpec) *deckhousev1alpha1.NodeGroupConfiguration {
 	t.Helper()
-	ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctxT(t), &deckhousev1alpha1.NodeGroupConfiguration{
+	ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(stack.TestContext(t), &deckhousev1alpha1.NodeGroupConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec,
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -140,7 +127,7 @@ func kubectl(t *testing.T, args ...string) string {
 func kubectlErr(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	args = append([]string{"--kubeconfig", cp.KubeconfigPath()}, args...)
-	out, err := exec.CommandContext(ctxT(t), filepath.Join(repoRoot, "bin", "kubectl"), args...).CombinedOutput()
+	out, err := exec.CommandContext(stack.TestContext(t), filepath.Join(repoRoot, "bin", "kubectl"), args...).CombinedOutput()
 	return string(out), err
 }
 

@@ -2,6 +2,7 @@ package bashible
 
 import (
 	"context"
+	"github.com/node-manager/node-manager/hack/stack"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 // TestChecksumFollowsNodeGroupConfigurations: adding, editing and deleting
 // an NGC changes the checksum of exactly the groups it selects.
 func TestChecksumFollowsNodeGroupConfigurations(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	worker0, master0 := checksum(t, "worker"), checksum(t, "master")
 
 	ngc := createConfig(t, "worker-only.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
@@ -60,7 +61,7 @@ func TestChecksumFollowsNodeGroupConfigurations(t *testing.T) {
 // TestScalingCountersDoNotChangeTheChecksum: cloudInstances counters and
 // zones are not part of what nodes receive; kubelet settings are.
 func TestScalingCountersDoNotChangeTheChecksum(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	if err := createGroup(ctx, "cloud", func(ng *deckhousev1.NodeGroup) {
 		ng.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
 		ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
@@ -117,7 +118,7 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxT(t)
+			ctx := stack.TestContext(t)
 			worker0, master0 := served(t, "worker"), served(t, "master")
 			errorsBefore := renderErrors(t, "worker")
 
@@ -138,7 +139,7 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 					t.Errorf("group %s changed although the NGC is broken", group)
 				}
 			}
-			poll(t, "NodeGroup worker Rendered=False naming "+tc.name, func(ctx context.Context) (bool, error) {
+			stack.Poll(t, "NodeGroup worker Rendered=False naming "+tc.name, func(ctx context.Context) (bool, error) {
 				ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
 				if err != nil {
 					return false, err
@@ -146,7 +147,7 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 				c := findCondition(ng.Status.Conditions, "Rendered")
 				return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, tc.name), nil
 			})
-			poll(t, "a Warning event about "+tc.name, func(ctx context.Context) (bool, error) {
+			stack.Poll(t, "a Warning event about "+tc.name, func(ctx context.Context) (bool, error) {
 				evs, err := kube.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("regarding.name", tc.name).String()})
 				if err != nil {
 					return false, err
@@ -181,7 +182,7 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitChecksum(t, "worker", func(s string) bool { return s == checksum0(worker0) })
-			poll(t, "NodeGroup worker Rendered again", func(ctx context.Context) (bool, error) {
+			stack.Poll(t, "NodeGroup worker Rendered again", func(ctx context.Context) (bool, error) {
 				ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
 				if err != nil {
 					return false, err

@@ -27,7 +27,7 @@ import (
 // the same objects, checksums and resourceVersions.
 func TestRestartServesIdenticalObjects(t *testing.T) {
 	before := map[string]*bashiblev1alpha1.NodeGroupBundle{"worker": served(t, "worker"), "master": served(t, "master")}
-	restarted, err := replica.Restart(ctxT(t))
+	restarted, err := replica.Restart(stack.TestContext(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestRestartServesIdenticalObjects(t *testing.T) {
 
 // TestTwoReplicasServeIdenticalObjects asks each replica directly.
 func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
-	second, err := stack.StartBashibleAPIServer(ctxT(t), cp, stack.BashibleOptions{Identity: "replica-2"})
+	second, err := stack.StartBashibleAPIServer(stack.TestContext(t), cp, stack.BashibleOptions{Identity: "replica-2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
 			t.Errorf("%s differs between replicas:\n%.300s\n%.300s", path, body1, body2)
 		}
 	}
-	lease, err := kube.CoordinationV1().Leases(stack.Namespace).Get(ctxT(t), "bashible-apiserver", metav1.GetOptions{})
+	lease, err := kube.CoordinationV1().Leases(stack.Namespace).Get(stack.TestContext(t), "bashible-apiserver", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
 // TestWatchResumesAndExpires: a watch from a list's resourceVersion sees
 // later changes only; one from before the server's history gets 410 Gone.
 func TestWatchResumesAndExpires(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	// A restarted replica's history starts at the newest bundle, so an
 	// older resourceVersion cannot be resumed there.
 	restarted, err := replica.Restart(ctx)
@@ -131,7 +131,7 @@ func TestWatchResumesAndExpires(t *testing.T) {
 // TestInformersFollowGroups runs a generated client-go informer against the
 // aggregated API.
 func TestInformersFollowGroups(t *testing.T) {
-	ctx, cancel := context.WithCancel(ctxT(t))
+	ctx, cancel := context.WithCancel(stack.TestContext(t))
 	factory := externalversions.NewSharedInformerFactory(nm, 0)
 	lister := factory.Bashible().V1alpha1().NodeGroupBundles().Lister()
 	informer := factory.Bashible().V1alpha1().NodeGroupBundles().Informer()
@@ -147,14 +147,14 @@ func TestInformersFollowGroups(t *testing.T) {
 	if err := createGroup(ctx, "informed", nil); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the informer sees the new group", func(context.Context) (bool, error) {
+	stack.Poll(t, "the informer sees the new group", func(context.Context) (bool, error) {
 		_, err := lister.Get("informed")
 		return err == nil, nil
 	})
 	if err := nm.DeckhouseV1().NodeGroups().Delete(ctx, "informed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the informer sees the group go", func(context.Context) (bool, error) {
+	stack.Poll(t, "the informer sees the group go", func(context.Context) (bool, error) {
 		all, err := lister.List(labels.Everything())
 		for _, b := range all {
 			if b.Name == "informed" {
@@ -182,7 +182,7 @@ func TestManifestsApplyCleanly(t *testing.T) {
 
 // TestKubectlGetWatch: kubectl get -w prints a row when a bundle changes.
 func TestKubectlGetWatch(t *testing.T) {
-	ctx, cancel := context.WithTimeout(ctxT(t), 30*time.Second)
+	ctx, cancel := context.WithTimeout(stack.TestContext(t), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", cp.KubeconfigPath(),
 		"get", "nodegroupbundles", "-w", "--output-watch-events")
@@ -192,7 +192,7 @@ func TestKubectlGetWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cancel(); _ = cmd.Wait() }()
-	poll(t, "kubectl get -w lists the groups", func(context.Context) (bool, error) {
+	stack.Poll(t, "kubectl get -w lists the groups", func(context.Context) (bool, error) {
 		return strings.Contains(out.String(), "ADDED") && strings.Contains(out.String(), "worker"), nil
 	})
 	ngc := createConfig(t, "watched-by-kubectl.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
@@ -200,7 +200,7 @@ func TestKubectlGetWatch(t *testing.T) {
 	})
 	waitConfigProcessed(t, ngc.Name, ngc.Generation)
 	sum := waitChecksum(t, "worker", func(string) bool { return true })
-	poll(t, "kubectl get -w prints the change", func(context.Context) (bool, error) {
+	stack.Poll(t, "kubectl get -w prints the change", func(context.Context) (bool, error) {
 		return strings.Contains(out.String(), "MODIFIED") && strings.Contains(out.String(), sum[:12]), nil
 	})
 }

@@ -19,6 +19,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/generated/informers/externalversions"
+	"github.com/node-manager/node-manager/hack/stack"
 )
 
 var (
@@ -42,12 +43,6 @@ func nodeGroup(name string, spec obj) *unstructured.Unstructured {
 
 func ngc(name string, spec obj) *unstructured.Unstructured {
 	return object("deckhouse.io/v1alpha1", "NodeGroupConfiguration", name, spec)
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // TestInvalidObjectsAreRejected sends invalid NodeGroups and
@@ -98,9 +93,9 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := dyn.Resource(tc.gvr).Create(ctxT(t), tc.object, metav1.CreateOptions{})
+			_, err := dyn.Resource(tc.gvr).Create(stack.TestContext(t), tc.object, metav1.CreateOptions{})
 			if err == nil {
-				_ = dyn.Resource(tc.gvr).Delete(ctxT(t), tc.object.GetName(), metav1.DeleteOptions{})
+				_ = dyn.Resource(tc.gvr).Delete(stack.TestContext(t), tc.object.GetName(), metav1.DeleteOptions{})
 				t.Fatalf("kube-apiserver accepted an invalid %s", tc.object.GetKind())
 			}
 			if !apierrors.IsInvalid(err) {
@@ -117,14 +112,14 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 // silently pruned when the client asks for strict validation (kubectl does).
 func TestUnknownFieldsAreRefusedUnderStrictValidation(t *testing.T) {
 	ng := nodeGroup("typo", obj{"nodeType": "Static", "nodeTempalte": obj{}})
-	_, err := dyn.Resource(nodeGroupsGVR).Create(ctxT(t), ng, metav1.CreateOptions{FieldValidation: "Strict"})
+	_, err := dyn.Resource(nodeGroupsGVR).Create(stack.TestContext(t), ng, metav1.CreateOptions{FieldValidation: "Strict"})
 	if err == nil || !strings.Contains(err.Error(), "nodeTempalte") {
 		t.Fatalf("want the unknown field named in the error, got %v", err)
 	}
 }
 
 func TestStaticInstancesSelectorCanBeAddedButNotChanged(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	ngs := nm.DeckhouseV1().NodeGroups()
 	ng := &deckhousev1.NodeGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: "caps"},
@@ -151,7 +146,7 @@ func TestStaticInstancesSelectorCanBeAddedButNotChanged(t *testing.T) {
 // TestExamplesAreAcceptedWithDefaults applies manifests/examples the way
 // `make run` does and reads the objects back through the generated clients.
 func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	applier, err := cp.NewApplier()
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +215,7 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 // TestKubectlShowsNodeGroupColumns checks the printer columns users see,
 // with status counters written through the status subresource.
 func TestKubectlShowsNodeGroupColumns(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	ngs := nm.DeckhouseV1().NodeGroups()
 	ng, err := ngs.Create(ctx, &deckhousev1.NodeGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: "columns"},
@@ -274,7 +269,7 @@ func TestKubectlShowsNodeGroupColumns(t *testing.T) {
 // TestGeneratedInformersAndListers runs the generated informer factory and
 // lister against the live API.
 func TestGeneratedInformersAndListers(t *testing.T) {
-	ctx, cancel := context.WithCancel(ctxT(t))
+	ctx, cancel := context.WithCancel(stack.TestContext(t))
 	factory := externalversions.NewSharedInformerFactory(nm, 0)
 	lister := factory.Deckhouse().V1().NodeGroups().Lister()
 	factory.Start(ctx.Done())

@@ -20,12 +20,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/stack"
 )
 
 func whoAmI(t *testing.T, cfg *rest.Config) (string, []string, error) {
@@ -34,18 +34,11 @@ func whoAmI(t *testing.T, cfg *rest.Config) (string, []string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctxT(t), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(stack.TestContext(t), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		return "", nil, err
 	}
 	return review.Status.UserInfo.Username, review.Status.UserInfo.Groups, nil
-}
-
-func poll(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctxT(t), 100*time.Millisecond, 45*time.Second, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }
 
 func TestNodeIdentity(t *testing.T) {
@@ -63,18 +56,18 @@ func TestNodeIdentity(t *testing.T) {
 	// The Node authorizer and NodeRestriction admission apply, as in a real
 	// cluster: a node may create its own Node object and no other.
 	node := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
-	if _, err := node.Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := node.Create(stack.TestContext(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("node-a creating its own Node: %v", err)
 	}
 	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}) })
-	_, err = node.Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, metav1.CreateOptions{})
+	_, err = node.Create(stack.TestContext(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("node-a creating Node node-b: want Forbidden, got %v", err)
 	}
 }
 
 func TestBootstrapTokenIdentity(t *testing.T) {
-	tok, err := cp.CreateBootstrapToken(ctxT(t), "worker", time.Hour)
+	tok, err := cp.CreateBootstrapToken(stack.TestContext(t), "worker", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +78,7 @@ func TestBootstrapTokenIdentity(t *testing.T) {
 	if user != "system:bootstrap:"+tok.ID || !slices.Contains(groups, "system:bootstrappers") || !slices.Contains(groups, controlplane.BootstrapGroup) {
 		t.Fatalf("bootstrap token authenticates as %q %v", user, groups)
 	}
-	secret, err := kube.CoreV1().Secrets("kube-system").Get(ctxT(t), "bootstrap-token-"+tok.ID, metav1.GetOptions{})
+	secret, err := kube.CoreV1().Secrets("kube-system").Get(stack.TestContext(t), "bootstrap-token-"+tok.ID, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +94,7 @@ func TestBootstrapTokenIdentity(t *testing.T) {
 }
 
 func TestAnonymousIsRefused(t *testing.T) {
-	_, err := kubernetes.NewForConfigOrDie(cp.AnonymousConfig()).CoreV1().Secrets("kube-system").List(ctxT(t), metav1.ListOptions{})
+	_, err := kubernetes.NewForConfigOrDie(cp.AnonymousConfig()).CoreV1().Secrets("kube-system").List(stack.TestContext(t), metav1.ListOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("anonymous listing secrets: want Forbidden, got %v", err)
 	}
@@ -111,7 +104,7 @@ func TestAnonymousIsRefused(t *testing.T) {
 // bootstrap token submits a client CSR, kube-controller-manager approves
 // and signs it, and the issued certificate authenticates as the node.
 func TestTLSBootstrapWithBootstrapToken(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	for name, role := range map[string]string{
 		"e2e-bootstrappers-create-csr":  "system:node-bootstrapper",
 		"e2e-bootstrappers-autoapprove": "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
@@ -155,7 +148,7 @@ func TestTLSBootstrapWithBootstrapToken(t *testing.T) {
 		t.Fatalf("bootstrap token creating a CSR: %v", err)
 	}
 	var certPEM []byte
-	poll(t, "kube-controller-manager approves and signs the node's CSR", func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "kube-controller-manager approves and signs the node's CSR", func(ctx context.Context) (bool, error) {
 		got, err := kube.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -182,13 +175,13 @@ func TestTLSBootstrapWithBootstrapToken(t *testing.T) {
 // controllers node-manager relies on are running: token cleaner, bootstrap
 // signer, disruption (PDB status), garbage collector and namespace.
 func TestControllerManagerControllers(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	t.Run("token cleaner removes an expired token", func(t *testing.T) {
 		tok, err := cp.CreateBootstrapToken(ctx, "worker", -time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "the expired token Secret is deleted", func(ctx context.Context) (bool, error) {
+		stack.Poll(t, "the expired token Secret is deleted", func(ctx context.Context) (bool, error) {
 			_, err := kube.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tok.ID, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
@@ -205,7 +198,7 @@ func TestControllerManagerControllers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "cluster-info gets the token's signature", func(ctx context.Context) (bool, error) {
+		stack.Poll(t, "cluster-info gets the token's signature", func(ctx context.Context) (bool, error) {
 			cm, err := kube.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
 			return err == nil && cm.Data["jws-kubeconfig-"+tok.ID] != "", err
 		})
@@ -226,7 +219,7 @@ func TestControllerManagerControllers(t *testing.T) {
 		if _, err := kube.PolicyV1().PodDisruptionBudgets(ns.Name).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "the PDB's status is computed", func(ctx context.Context) (bool, error) {
+		stack.Poll(t, "the PDB's status is computed", func(ctx context.Context) (bool, error) {
 			got, err := kube.PolicyV1().PodDisruptionBudgets(ns.Name).Get(ctx, "app", metav1.GetOptions{})
 			return err == nil && got.Status.ObservedGeneration == got.Generation && len(got.Status.Conditions) > 0, err
 		})
@@ -244,7 +237,7 @@ func TestControllerManagerControllers(t *testing.T) {
 		if err := kube.CoreV1().ConfigMaps(ns.Name).Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "the garbage collector deletes the dependent", func(ctx context.Context) (bool, error) {
+		stack.Poll(t, "the garbage collector deletes the dependent", func(ctx context.Context) (bool, error) {
 			_, err := kube.CoreV1().ConfigMaps(ns.Name).Get(ctx, "dependent", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
@@ -252,7 +245,7 @@ func TestControllerManagerControllers(t *testing.T) {
 		if err := kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "the namespace controller finishes deleting the namespace", func(ctx context.Context) (bool, error) {
+		stack.Poll(t, "the namespace controller finishes deleting the namespace", func(ctx context.Context) (bool, error) {
 			_, err := kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})

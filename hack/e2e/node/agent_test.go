@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
@@ -24,28 +23,15 @@ import (
 
 const checksumAnnotation = "node.deckhouse.io/configuration-checksum"
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func poll(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctxT(t), 200*time.Millisecond, 90*time.Second, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
 // newNode creates a simulated node in group with bashible.sh installed, as
 // after bootstrap: its next run is its first.
 func newNode(t *testing.T, name, group string) *stack.SimNode {
 	t.Helper()
-	n, err := stack.NewSimNode(ctxT(t), cp, t.TempDir(), name, group)
+	n, err := stack.NewSimNode(stack.TestContext(t), cp, t.TempDir(), name, group)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.FetchAgent(ctxT(t), cp); err != nil {
+	if err := n.FetchAgent(stack.TestContext(t), cp); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -53,7 +39,7 @@ func newNode(t *testing.T, name, group string) *stack.SimNode {
 
 func mustRun(t *testing.T, n *stack.SimNode, args ...string) stack.Run {
 	t.Helper()
-	run, err := n.RunOnce(ctxT(t), args...)
+	run, err := n.RunOnce(stack.TestContext(t), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +51,7 @@ func mustRun(t *testing.T, n *stack.SimNode, args ...string) stack.Run {
 
 func served(t *testing.T, group string) string {
 	t.Helper()
-	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctxT(t), group, metav1.GetOptions{})
+	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(stack.TestContext(t), group, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +60,7 @@ func served(t *testing.T, group string) string {
 
 func annotations(t *testing.T, n *stack.SimNode) map[string]string {
 	t.Helper()
-	a, err := n.Annotations(ctxT(t), cp)
+	a, err := n.Annotations(stack.TestContext(t), cp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +69,7 @@ func annotations(t *testing.T, n *stack.SimNode) map[string]string {
 
 func instanceCondition(t *testing.T, node, condType string) *metav1.Condition {
 	t.Helper()
-	inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctxT(t), node, metav1.GetOptions{})
+	inst, err := nm.DeckhouseV1alpha1().Instances().Get(stack.TestContext(t), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +78,7 @@ func instanceCondition(t *testing.T, node, condType string) *metav1.Condition {
 
 func events(t *testing.T, node, reason string) []string {
 	t.Helper()
-	list, err := kube.EventsV1().Events("default").List(ctxT(t), metav1.ListOptions{
+	list, err := kube.EventsV1().Events("default").List(stack.TestContext(t), metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("regarding.name", node), fields.OneTermEqualSelector("reason", reason)).String(),
 	})
 	if err != nil {
@@ -112,14 +98,14 @@ func changeBundle(t *testing.T, name, group, content string) string {
 	before := served(t, group)
 	ngc := &deckhousev1alpha1.NodeGroupConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: []string{group}, Bundles: []string{"*"}, Weight: 40, Content: content}}
-	if _, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctxT(t), ngc, metav1.CreateOptions{}); err != nil {
+	if _, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(stack.TestContext(t), ngc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	var after string
-	poll(t, "a new checksum for "+group, func(context.Context) (bool, error) {
+	stack.Poll(t, "a new checksum for "+group, func(context.Context) (bool, error) {
 		after = served(t, group)
 		return after != before, nil
 	})
@@ -174,7 +160,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 	}
 	runs := map[string]running{}
 	for _, n := range nodes {
-		cmd, out, err := n.Start(ctxT(t))
+		cmd, out, err := n.Start(stack.TestContext(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +168,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
 	for _, n := range nodes {
-		poll(t, n.Name+" asks for approval", func(ctx context.Context) (bool, error) {
+		stack.Poll(t, n.Name+" asks for approval", func(ctx context.Context) (bool, error) {
 			a, err := n.Annotations(ctx, cp)
 			if err != nil {
 				return false, err
@@ -191,13 +177,13 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 			_, stillUpToDate := a[checksumAnnotation]
 			return waiting && !stillUpToDate, nil
 		})
-		poll(t, n.Name+" reports WaitingApproval on its Instance", func(context.Context) (bool, error) {
+		stack.Poll(t, n.Name+" reports WaitingApproval on its Instance", func(context.Context) (bool, error) {
 			c := instanceCondition(t, n.Name, "WaitingApproval")
 			return c != nil && c.Status == metav1.ConditionTrue, nil
 		})
 	}
 	empty := ""
-	if err := nodes[1].Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := nodes[1].Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := runs["appr-2"].cmd.Wait(); err != nil {
@@ -229,7 +215,7 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 	if err := n.Control("fail", true); err != nil {
 		t.Fatal(err)
 	}
-	run, err := n.RunOnce(ctxT(t), "--max-retries", "3")
+	run, err := n.RunOnce(stack.TestContext(t), "--max-retries", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +257,7 @@ func TestHungStepIsKilledAndTheLockReleased(t *testing.T) {
 	if err := n.Control("hang", true); err != nil {
 		t.Fatal(err)
 	}
-	run, err := n.RunOnce(ctxT(t), "--max-retries", "1")
+	run, err := n.RunOnce(stack.TestContext(t), "--max-retries", "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,11 +281,11 @@ func TestConcurrentRunsOneRunsOneExits(t *testing.T) {
 	if err := n.Control("slow", true); err != nil {
 		t.Fatal(err)
 	}
-	first, out, err := n.Start(ctxT(t))
+	first, out, err := n.Start(stack.TestContext(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the first run holds the lock", func(context.Context) (bool, error) {
+	stack.Poll(t, "the first run holds the lock", func(context.Context) (bool, error) {
 		return n.Exists("var/lib/bashible/bundle_steps"), nil
 	})
 	second := mustRun(t, n)
@@ -320,7 +306,7 @@ func TestRebootAnnotationAndRebootForceAConverge(t *testing.T) {
 		t.Fatalf("a run in sync ran the steps (%d → %d)", applied, got)
 	}
 	empty := ""
-	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	mustRun(t, n)
@@ -348,15 +334,15 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	}
 	changeBundle(t, "disruption-probe.sh", "sim", "echo disrupt\n")
 	empty := ""
-	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
-	cmd, out, err := n.Start(ctxT(t))
+	cmd, out, err := n.Start(stack.TestContext(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	poll(t, "the node asks for disruption approval", func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "the node asks for disruption approval", func(ctx context.Context) (bool, error) {
 		a, err := n.Annotations(ctx, cp)
 		_, ok := a["update.node.deckhouse.io/disruption-required"]
 		return ok, err
@@ -364,7 +350,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	if n.Exists("disrupted") {
 		t.Fatal("the disruptive action ran before it was approved")
 	}
-	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -381,7 +367,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := changeBundle(t, "rolling-probe.sh", "rolling", "echo rolling\n")
-	if err := r.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := r.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, r)
@@ -395,7 +381,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 
 func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
 	n := newNode(t, "scope-1", "sim")
-	cmd := exec.CommandContext(ctxT(t), "bash", "-c",
+	cmd := exec.CommandContext(stack.TestContext(t), "bash", "-c",
 		`source "$1"; bb-kube-api GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/other`, "probe", n.Path("var/lib/bashible/lib.sh"))
 	mustRun(t, n) // writes lib.sh
 	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+n.Root, "BASHIBLE_API_ENDPOINTS="+n.Endpoint, "BASHIBLE_NODE_NAME="+n.Name)
@@ -420,7 +406,7 @@ func TestRebootComesLastAfterTheConfigurationIsRecorded(t *testing.T) {
 	}
 	empty := ""
 	// Force a converge of the same configuration, with the disruption approved.
-	if err := n.Annotate(ctxT(t), cp, map[string]*string{
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{
 		"update.node.deckhouse.io/reboot": &empty, "update.node.deckhouse.io/disruption-approved": &empty,
 	}); err != nil {
 		t.Fatal(err)

@@ -94,7 +94,7 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 
 	// Down from the start: the run fails and writes no steps.
 	px.cut()
-	run, err := n.RunOnce(ctxT(t))
+	run, err := n.RunOnce(stack.TestContext(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +110,11 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 	if err := n.Control("slow", true); err != nil {
 		t.Fatal(err)
 	}
-	cmd, out, err := n.Start(ctxT(t))
+	cmd, out, err := n.Start(stack.TestContext(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the run reaches its steps", func(context.Context) (bool, error) {
+	stack.Poll(t, "the run reaches its steps", func(context.Context) (bool, error) {
 		return n.Exists("applied-group"), nil
 	})
 	px.cut()
@@ -151,7 +151,7 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 }
 
 func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := stack.TestContext(t)
 	n, err := stack.NewSimNode(ctx, cp, t.TempDir(), "boot-1", "sim")
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	var script string
-	poll(t, "the token can read bootstrap/sim", func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "the token can read bootstrap/sim", func(ctx context.Context) (bool, error) {
 		cfg := cp.BootstrapTokenConfig(tok)
 		b, err := clientFor(cfg).Bootstraps().Get(ctx, "sim", metav1.GetOptions{})
 		if err != nil {
@@ -232,7 +232,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	server.Stop()
-	garbage, err := stack.StartBashibleAPIServer(ctxT(t), cp, stack.BashibleOptions{Identity: "garbage", TemplatesDir: dir})
+	garbage, err := stack.StartBashibleAPIServer(stack.TestContext(t), cp, stack.BashibleOptions{Identity: "garbage", TemplatesDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,16 +247,16 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 			t.Fatalf("re-register the server: %v", err)
 		}
 	}()
-	if err := garbage.Register(ctxT(t)); err != nil {
+	if err := garbage.Register(stack.TestContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the garbage bashible.sh is served", func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "the garbage bashible.sh is served", func(ctx context.Context) (bool, error) {
 		b, err := nm.BashibleV1alpha1().Bashibles().Get(ctx, "sim", metav1.GetOptions{})
 		return err == nil && strings.HasPrefix(b.Data["bashible.sh"], "this is not"), nil
 	})
 	// The checksum covers bashible.sh, so this is a new configuration: approve it.
 	empty := ""
-	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, n)
@@ -271,7 +271,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	}
 
 	// An empty script is refused the same way.
-	if err := e.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := e.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if run := mustRun(t, e); !strings.Contains(run.Output, "refusing the served bashible.sh") || e.Read("var/lib/bashible/bashible.sh") != goodOther {
@@ -291,14 +291,14 @@ func TestSelfUpdateKeepsTheNewAgentOnlyIfItsRunSucceeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	empty := ""
-	if err := n.Annotate(ctxT(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	// The new agent's run fails: the old one stays.
 	if err := n.Control("fail", true); err != nil {
 		t.Fatal(err)
 	}
-	run, err := n.RunOnce(ctxT(t), "--max-retries", "1")
+	run, err := n.RunOnce(stack.TestContext(t), "--max-retries", "1")
 	if err != nil {
 		t.Fatal(err)
 	}
