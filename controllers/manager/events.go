@@ -1,0 +1,26 @@
+package manager
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+
+	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
+)
+
+// recorder keeps the broadcaster so the manager can start and stop it.
+type recorder struct {
+	events.EventRecorder
+	broadcaster events.EventBroadcaster
+}
+
+// scheme knows the core and node-manager types, so events can refer to
+// Nodes, NodeGroups and Secrets.
+func eventScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = kubescheme.AddToScheme(s)
+	_ = nmscheme.AddToScheme(s)
+	_ = corev1.AddToScheme(s)
+	return s
+}

@@ -1,0 +1,352 @@
+// Package manager runs node-manager-controller: it builds the clients and
+// shared informers, serves metrics and probes, takes the leader Lease, and
+// runs every controller while it holds the Lease.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/node-manager/node-manager/controllers/loop"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
+)
+
+// Name is the controller's name: its Lease, field manager and event source.
+const Name = "node-manager-controller"
+
+// Options are the command-line settings.
+type Options struct {
+	Kubeconfig    string
+	Namespace     string
+	Identity      string
+	ListenAddress string
+	Workers       int
+
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+
+	// EvictionRetry is how long a drain waits before evicting a pod again
+	// after a PodDisruptionBudget refused it.
+	EvictionRetry time.Duration
+	// DrainTimeout applies to groups without nodeDrainTimeoutSecond.
+	DrainTimeout time.Duration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	host, _ := os.Hostname()
+	return &Options{
+		Namespace:     "d8-cloud-instance-manager",
+		Identity:      host,
+		ListenAddress: ":9680",
+		Workers:       2,
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   2 * time.Second,
+		EvictionRetry: 20 * time.Second,
+		DrainTimeout:  10 * time.Minute,
+	}
+}
+
+// AddFlags registers the options.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster configuration")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of node-manager's Secrets and Lease")
+	fs.StringVar(&o.Identity, "identity", o.Identity, "leader election identity (defaults to the host name)")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics, /healthz and /readyz")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "workers per controller")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "leader Lease duration")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often candidates try to take the Lease")
+	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
+	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Identity == "" {
+		errs = append(errs, errors.New("--identity is empty and the host name is unknown; set --identity"))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers=%d: at least 1 is needed", o.Workers))
+	}
+	if o.RenewDeadline >= o.LeaseDuration {
+		errs = append(errs, fmt.Errorf("--leader-elect-renew-deadline (%s) must be shorter than --leader-elect-lease-duration (%s)", o.RenewDeadline, o.LeaseDuration))
+	}
+	if o.EvictionRetry <= 0 || o.DrainTimeout <= 0 {
+		errs = append(errs, errors.New("--eviction-retry-interval and --default-drain-timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Informers are the shared informer factories, one per scope so each
+// controller watches only what it needs.
+type Informers struct {
+	Cluster     informers.SharedInformerFactory // Nodes
+	KubeSystem  informers.SharedInformerFactory // bootstrap token Secrets, kube-root-ca.crt
+	Namespace   informers.SharedInformerFactory // node-manager's Secrets
+	Default     informers.SharedInformerFactory // the kubernetes EndpointSlice
+	NodeManager nminformers.SharedInformerFactory
+}
+
+func (i *Informers) start(stop <-chan struct{}) {
+	i.Cluster.Start(stop)
+	i.KubeSystem.Start(stop)
+	i.Namespace.Start(stop)
+	i.Default.Start(stop)
+	i.NodeManager.Start(stop)
+}
+
+func (i *Informers) synced(stop <-chan struct{}) bool {
+	ok := true
+	for _, res := range i.Cluster.WaitForCacheSync(stop) {
+		ok = ok && res
+	}
+	for _, res := range i.KubeSystem.WaitForCacheSync(stop) {
+		ok = ok && res
+	}
+	for _, res := range i.Namespace.WaitForCacheSync(stop) {
+		ok = ok && res
+	}
+	for _, res := range i.Default.WaitForCacheSync(stop) {
+		ok = ok && res
+	}
+	for _, res := range i.NodeManager.WaitForCacheSync(stop) {
+		ok = ok && res
+	}
+	return ok
+}
+
+// Deps is what every controller is built from.
+type Deps struct {
+	Kube        kubernetes.Interface
+	NodeManager versioned.Interface
+	Informers   *Informers
+	Nodes       *nodes.Cache
+	Recorder    events.EventRecorder
+	Clock       clock.Clock
+	Registry    prometheus.Registerer
+	Loops       *loop.Metrics
+	Namespace   string
+	Options     *Options
+}
+
+// Controller is one controller: Run blocks until ctx ends.
+type Controller interface {
+	Name() string
+	Run(ctx context.Context, workers int)
+}
+
+// NewDeps builds clients, informers and the event recorder.
+func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Registerer) (*Deps, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = Name
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	nm, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the node-manager client: %w", err)
+	}
+	return NewDepsForClients(kube, nm, opts, clk, reg), nil
+}
+
+// NewDepsForClients builds the rest from given clients (tests pass fakes).
+func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *Options, clk clock.Clock, reg prometheus.Registerer) *Deps {
+	const resync = 10 * time.Minute
+	inf := &Informers{
+		Cluster:     informers.NewSharedInformerFactory(kube, resync),
+		KubeSystem:  informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem)),
+		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(opts.Namespace)),
+		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceDefault)),
+		NodeManager: nminformers.NewSharedInformerFactory(nm, resync),
+	}
+	nodeInformer := inf.Cluster.Core().V1().Nodes()
+	cache := nodes.NewCache(nodeInformer.Lister(), clk)
+	_, _ = nodeInformer.Informer().AddEventHandler(nodes.CacheHandler(cache))
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	return &Deps{
+		Kube:        kube,
+		NodeManager: nm,
+		Informers:   inf,
+		Nodes:       cache,
+		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), Name), broadcaster: broadcaster},
+		Clock:       clk,
+		Registry:    reg,
+		Loops:       loop.NewMetrics(reg),
+		Namespace:   opts.Namespace,
+		Options:     opts,
+	}
+}
+
+// Manager runs controllers under leader election.
+type Manager struct {
+	deps        *Deps
+	opts        *Options
+	controllers []Controller
+	synced      atomic.Bool
+	leading     atomic.Bool
+	leaderLost  atomic.Bool
+}
+
+// New makes a manager for the given controllers, built from deps.
+func New(deps *Deps, opts *Options, controllers ...Controller) *Manager {
+	return &Manager{deps: deps, opts: opts, controllers: controllers}
+}
+
+// Leading reports whether this process holds the Lease.
+func (m *Manager) Leading() bool { return m.leading.Load() }
+
+// Handler serves /metrics, /healthz and /readyz. /readyz is true once the
+// informers have synced; /healthz fails once leadership was lost (the
+// process is about to exit and must not be considered healthy).
+func (m *Manager) Handler(gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if m.leaderLost.Load() {
+			http.Error(w, "leadership lost; restarting", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.synced.Load() {
+			http.Error(w, "informers have not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
+
+// Run starts informers, waits for them, then campaigns for the Lease and
+// runs the controllers while leading. It returns when ctx ends, or with an
+// error when leadership is lost (the caller exits; a restart starts clean).
+func (m *Manager) Run(ctx context.Context) error {
+	m.deps.Informers.start(ctx.Done())
+	if !m.deps.Informers.synced(ctx.Done()) {
+		return fmt.Errorf("informers did not sync: %w", ctx.Err())
+	}
+	m.synced.Store(true)
+	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+Name, "identity", m.opts.Identity)
+	if r, ok := m.deps.Recorder.(*recorder); ok {
+		r.broadcaster.StartRecordingToSink(ctx.Done())
+		defer r.broadcaster.Shutdown()
+	}
+
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: Name},
+		Client:     m.deps.Kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: m.opts.Identity},
+	}
+	var wg sync.WaitGroup
+	leCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   m.opts.LeaseDuration,
+		RenewDeadline:   m.opts.RenewDeadline,
+		RetryPeriod:     m.opts.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
+				m.leading.Store(true)
+				for _, c := range m.controllers {
+					wg.Go(func() { c.Run(ctx, m.opts.Workers) })
+				}
+			},
+			OnStoppedLeading: func() {
+				m.leading.Store(false)
+				if ctx.Err() == nil {
+					m.leaderLost.Store(true)
+				}
+				cancel()
+			},
+		},
+	})
+	wg.Wait()
+	if m.leaderLost.Load() {
+		return errors.New("lost the leader Lease; exiting so that a restart begins from fresh state")
+	}
+	return nil
+}
+
+// Serve listens on the options' address until ctx ends.
+func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s for metrics and probes: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Metrics and probes server stopped")
+		}
+	}()
+	return ln.Addr(), nil
+}
+
+// NewRegistry is a Prometheus registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// LoadConfig reads a kubeconfig, or the in-cluster configuration when path is empty.
+func LoadConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// HasSynced is a helper for controllers that wait on their own informers.
+func HasSynced(ctx context.Context, name string, synced ...cache.InformerSynced) bool {
+	return cache.WaitForNamedCacheSync(name, ctx.Done(), synced...)
+}

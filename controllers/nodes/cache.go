@@ -1,0 +1,146 @@
+package nodes
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+var metav1PatchOptions = metav1.PatchOptions{FieldManager: "node-manager-controller"}
+
+// writeTTL bounds how long a written Node shadows the informer's copy if
+// the informer never delivers that exact version (after a relist, say).
+const writeTTL = 30 * time.Second
+
+// Cache is the informer's view of Nodes with read-your-writes: a Node the
+// controller patched is served from the patch response until the informer
+// has caught up with it. Without it, a second decision made before the
+// watch event arrives would see the old Node — and could, for example,
+// approve one node more than maxConcurrent allows.
+type Cache struct {
+	lister corelisters.NodeLister
+	clock  clock.PassiveClock
+
+	mu      sync.Mutex
+	written map[string]written
+}
+
+type written struct {
+	node *corev1.Node
+	at   time.Time
+}
+
+// NewCache wraps a Node lister.
+func NewCache(lister corelisters.NodeLister, clk clock.PassiveClock) *Cache {
+	return &Cache{lister: lister, clock: clk, written: map[string]written{}}
+}
+
+// Wrote records a Node returned by a write.
+func (c *Cache) Wrote(n *corev1.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.written[n.Name] = written{node: n, at: c.clock.Now()}
+}
+
+// Observe is called with every Node the informer delivers; once it
+// delivers the version we wrote (or a newer one), the informer is current.
+func (c *Cache) Observe(n *corev1.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.written[n.Name]
+	if ok && !olderThan(n.ResourceVersion, w.node.ResourceVersion) {
+		delete(c.written, n.Name)
+	}
+}
+
+// Forget drops a deleted Node.
+func (c *Cache) Forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.written, name)
+}
+
+// olderThan reports whether resource version a is known to be older than b.
+// Resource versions are opaque to clients, but every apiserver backed by
+// etcd issues increasing integers; anything else is treated as not older.
+func olderThan(a, b string) bool {
+	ai, err1 := strconv.ParseUint(a, 10, 64)
+	bi, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && ai < bi
+}
+
+func (c *Cache) fresh(n *corev1.Node) *corev1.Node {
+	w, ok := c.written[n.Name]
+	if !ok {
+		return n
+	}
+	if c.clock.Since(w.at) > writeTTL || !olderThan(n.ResourceVersion, w.node.ResourceVersion) {
+		delete(c.written, n.Name)
+		return n
+	}
+	return w.node
+}
+
+// Get returns the freshest known copy of a Node. Callers must not modify it.
+func (c *Cache) Get(name string) (*corev1.Node, error) {
+	n, err := c.lister.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fresh(n), nil
+}
+
+// List returns the freshest known copies of the Nodes matching selector.
+func (c *Cache) List(selector labels.Selector) ([]*corev1.Node, error) {
+	ns, err := c.lister.List(selector)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*corev1.Node, 0, len(ns))
+	for _, n := range ns {
+		if f := c.fresh(n); selector.Matches(labels.Set(f.Labels)) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// InGroup lists the Nodes of one node group.
+func (c *Cache) InGroup(group string) ([]*corev1.Node, error) {
+	return c.List(labels.SelectorFromSet(labels.Set{GroupLabel: group}))
+}
+
+// CacheHandler keeps a Cache informed of what the informer delivers.
+func CacheHandler(c *Cache) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				c.Observe(n)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				c.Observe(n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				c.Forget(n.Name)
+			}
+		},
+	}
+}
