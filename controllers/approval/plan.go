@@ -1,0 +1,267 @@
+// Package approval is the cluster side of the update protocol: it approves
+// updates one slot at a time, approves disruptions (draining first where
+// that is wanted), and clears the protocol's annotations once a node has
+// applied its group's configuration. The decisions are a pure function of
+// the group, its checksum, its nodes and the time (Plan), so they are
+// tested exhaustively without a cluster; the controller only applies them.
+package approval
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+// Input is everything one decision for one group depends on.
+type Input struct {
+	Group *deckhousev1.NodeGroup
+	// Checksum is the group's current configuration checksum, from its
+	// NodeGroupBundle. Empty means unknown: nothing is decided.
+	Checksum string
+	Nodes    []*corev1.Node
+	Now      time.Time
+}
+
+// Event is something worth telling people about a node.
+type Event struct {
+	Node    string
+	Type    string // Normal or Warning
+	Reason  string
+	Message string
+}
+
+// Decision is what to change on which node, what to report, and when the
+// group should be looked at again even if nothing else changes.
+type Decision struct {
+	Changes map[string]*nodes.Change
+	Events  []Event
+	// RecheckAt is when a disruption window next opens, if a node waits for one.
+	RecheckAt time.Time
+}
+
+func (d *Decision) change(n string) *nodes.Change {
+	if d.Changes[n] == nil {
+		d.Changes[n] = &nodes.Change{}
+	}
+	return d.Changes[n]
+}
+
+// MaxConcurrent is how many nodes of a group of size n may be approved at
+// once: the number, or the percentage of n rounded down, and at least 1.
+func MaxConcurrent(v string, n int) int {
+	limit := 1
+	if p, ok := strings.CutSuffix(v, "%"); ok {
+		if pct, err := strconv.Atoi(p); err == nil {
+			limit = n * pct / 100
+		}
+	} else if i, err := strconv.Atoi(v); err == nil {
+		limit = i
+	}
+	return max(limit, 1)
+}
+
+func maxConcurrent(g *deckhousev1.NodeGroup, n int) int {
+	if g.Spec.Update == nil || g.Spec.Update.MaxConcurrent == nil {
+		return 1
+	}
+	return MaxConcurrent(g.Spec.Update.MaxConcurrent.String(), n)
+}
+
+// Mode is the group's disruption approval mode (Automatic by default).
+func Mode(g *deckhousev1.NodeGroup) deckhousev1.ApprovalMode {
+	if g.Spec.Disruptions == nil || g.Spec.Disruptions.ApprovalMode == "" {
+		return deckhousev1.ApprovalAutomatic
+	}
+	return g.Spec.Disruptions.ApprovalMode
+}
+
+func windows(g *deckhousev1.NodeGroup) []deckhousev1.DisruptionWindow {
+	d := g.Spec.Disruptions
+	switch {
+	case d == nil:
+		return nil
+	case Mode(g) == deckhousev1.ApprovalRollingUpdate && d.RollingUpdate != nil:
+		return d.RollingUpdate.Windows
+	case Mode(g) == deckhousev1.ApprovalAutomatic && d.Automatic != nil:
+		return d.Automatic.Windows
+	}
+	return nil
+}
+
+func drainBeforeApproval(g *deckhousev1.NodeGroup) bool {
+	d := g.Spec.Disruptions
+	if d == nil || d.Automatic == nil || d.Automatic.DrainBeforeApproval == nil {
+		return true
+	}
+	return *d.Automatic.DrainBeforeApproval
+}
+
+// Plan decides, for one group, in three passes over one consistent view:
+//  1. nodes that applied the group's checksum and are Ready lose the
+//     protocol annotations (and are uncordoned if we drained them);
+//  2. nodes asking for a disruption get it as the mode allows;
+//  3. waiting nodes are approved while fewer than maxConcurrent are.
+//
+// Each pass sees the changes of the ones before it.
+func Plan(in Input) Decision {
+	d := Decision{Changes: map[string]*nodes.Change{}}
+	if in.Checksum == "" || in.Group == nil {
+		return d
+	}
+	view := make([]*corev1.Node, 0, len(in.Nodes))
+	for _, n := range in.Nodes {
+		view = append(view, n.DeepCopy())
+	}
+	slices.SortFunc(view, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	apply := func(n *corev1.Node, c *nodes.Change) {
+		c.ApplyTo(n)
+		d.change(n.Name).Merge(c)
+	}
+
+	// 1. Finished updates. A node can also finish while a drain we asked
+	// for is still running (its configuration changed to one that needs no
+	// disruption): that drain is called off, and its cordon lifted.
+	for _, n := range view {
+		ours := nodes.DrainedByUs(n) || drainingByUs(n)
+		if !(nodes.Has(n, nodes.Approved) || ours) || n.Annotations[nodes.ChecksumAnnotation] != in.Checksum || !nodes.IsReady(n) {
+			continue
+		}
+		c := (&nodes.Change{}).Remove(n, nodes.Approved, nodes.WaitingForApproval, nodes.DisruptionRequired,
+			nodes.DisruptionApproved, nodes.Drained, nodes.DrainFailed, nodes.RollingUpdate, replacementReported)
+		if drainingByUs(n) {
+			c.Remove(n, nodes.Draining)
+		}
+		if ours && n.Spec.Unschedulable {
+			c.SetUnschedulable(false)
+		}
+		apply(n, c)
+		d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "UpdateFinished",
+			fmt.Sprintf("configuration %.12s is applied", in.Checksum)})
+	}
+
+	// 2. Disruptions.
+	mode := Mode(in.Group)
+	ready := 0
+	for _, n := range view {
+		if nodes.IsReady(n) {
+			ready++
+		}
+	}
+	for _, n := range view {
+		wantsDisruption := nodes.Has(n, nodes.DisruptionRequired) && !nodes.Has(n, nodes.DisruptionApproved)
+		wantsReplacement := nodes.Has(n, nodes.RollingUpdate)
+		if !wantsDisruption && !wantsReplacement {
+			continue
+		}
+		if mode == deckhousev1.ApprovalManual {
+			continue // a person approves: never automatic
+		}
+		if !InWindow(windows(in.Group), in.Now) {
+			next := NextOpening(windows(in.Group), in.Now)
+			if d.RecheckAt.IsZero() || next.Before(d.RecheckAt) {
+				d.RecheckAt = next
+			}
+			continue
+		}
+		if mode == deckhousev1.ApprovalRollingUpdate || wantsReplacement {
+			if !nodes.Has(n, nodes.RollingUpdate) {
+				apply(n, (&nodes.Change{}).Set(nodes.RollingUpdate, ""))
+			}
+			if _, managed := n.Annotations[MachineAnnotation]; !managed && !nodes.Has(n, replacementReported) {
+				apply(n, (&nodes.Change{}).Set(replacementReported, ""))
+				d.Events = append(d.Events, Event{n.Name, corev1.EventTypeWarning, "ReplacementNeeded",
+					"the group's approvalMode is RollingUpdate, but no machine controller manages this node: replace it by hand, or set approvalMode to Automatic or Manual"})
+			}
+			continue
+		}
+		// Automatic.
+		onlyMaster := in.Group.Name == "master" && len(view) == 1
+		lastReady := nodes.IsReady(n) && ready <= 1
+		switch {
+		case !drainBeforeApproval(in.Group) || onlyMaster || lastReady:
+			reason := "drainBeforeApproval is off"
+			if onlyMaster {
+				reason = "the only master is never drained"
+			} else if lastReady {
+				reason = "the group's last Ready node is never drained"
+			}
+			apply(n, (&nodes.Change{}).Set(nodes.DisruptionApproved, "").Remove(n, nodes.DisruptionRequired))
+			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DisruptionApproved",
+				"disruption approved without draining: " + reason})
+		case nodes.Has(n, nodes.Drained):
+			apply(n, (&nodes.Change{}).Set(nodes.DisruptionApproved, "").Remove(n, nodes.DisruptionRequired))
+			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DisruptionApproved", "disruption approved: the node is drained"})
+		case !nodes.Has(n, nodes.Draining):
+			apply(n, (&nodes.Change{}).Set(nodes.Draining, nodes.DrainSourceBashible))
+			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainRequested", "draining before the disruptive update"})
+		}
+		// Otherwise the drain is under way (or failed and being retried).
+	}
+
+	// 3. Update approvals.
+	limit := maxConcurrent(in.Group, len(view))
+	approved := 0
+	var waiting []*corev1.Node
+	allReady := true
+	for _, n := range view {
+		if nodes.Has(n, nodes.Approved) {
+			approved++
+		} else if nodes.Has(n, nodes.WaitingForApproval) {
+			waiting = append(waiting, n)
+		}
+		allReady = allReady && nodes.IsReady(n)
+	}
+	// Nodes that are not Ready go first: they cannot get worse, and their
+	// update may be what mends them. While the group is not healthy only
+	// they are approved.
+	slices.SortStableFunc(waiting, func(a, b *corev1.Node) int {
+		ra, rb := nodes.IsReady(a), nodes.IsReady(b)
+		switch {
+		case ra == rb:
+			return 0
+		case !ra:
+			return -1
+		}
+		return 1
+	})
+	for _, n := range waiting {
+		if approved >= limit {
+			break
+		}
+		if !allReady && nodes.IsReady(n) {
+			break
+		}
+		apply(n, (&nodes.Change{}).Set(nodes.Approved, "").Remove(n, nodes.WaitingForApproval))
+		approved++
+		d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "UpdateApproved",
+			fmt.Sprintf("update to configuration %.12s approved (%d of at most %d at a time)", in.Checksum, approved, limit)})
+	}
+
+	for name, c := range d.Changes {
+		if c.Empty() {
+			delete(d.Changes, name)
+		}
+	}
+	return d
+}
+
+// MachineAnnotation marks a node whose machine a Cluster API controller
+// manages; such a controller replaces nodes marked rolling-update.
+const MachineAnnotation = "cluster.x-k8s.io/machine"
+
+// replacementReported remembers that a RollingUpdate node without a machine
+// controller was reported, so the warning is given once per update.
+const replacementReported = nodes.UpdatePrefix + "replacement-reported"
+
+// drainingByUs reports whether node-manager asked for the node's drain.
+func drainingByUs(n *corev1.Node) bool {
+	v, ok := n.Annotations[nodes.Draining]
+	return ok && (v == "" || v == nodes.DrainSourceBashible)
+}

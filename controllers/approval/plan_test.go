@@ -1,0 +1,276 @@
+package approval
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+const sum = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// noon on a Wednesday.
+var noon = time.Date(2026, 11, 18, 12, 0, 0, 0, time.UTC)
+
+func group(name string, mutate ...func(*deckhousev1.NodeGroup)) *deckhousev1.NodeGroup {
+	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+	for _, m := range mutate {
+		m(g)
+	}
+	return g
+}
+
+func maxc(v intstr.IntOrString) func(*deckhousev1.NodeGroup) {
+	return func(g *deckhousev1.NodeGroup) { g.Spec.Update = &deckhousev1.UpdateSpec{MaxConcurrent: &v} }
+}
+
+func mode(m deckhousev1.ApprovalMode, drain *bool, w ...deckhousev1.DisruptionWindow) func(*deckhousev1.NodeGroup) {
+	return func(g *deckhousev1.NodeGroup) {
+		g.Spec.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: m}
+		switch m {
+		case deckhousev1.ApprovalAutomatic:
+			g.Spec.Disruptions.Automatic = &deckhousev1.AutomaticDisruptions{DrainBeforeApproval: drain, Windows: w}
+		case deckhousev1.ApprovalRollingUpdate:
+			g.Spec.Disruptions.RollingUpdate = &deckhousev1.RollingUpdateDisruptions{Windows: w}
+		}
+	}
+}
+
+func node(name string, ready bool, ann ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+	for i := 0; i+1 < len(ann); i += 2 {
+		n.Annotations[ann[i]] = ann[i+1]
+	}
+	return n
+}
+
+func after(in Input) map[string]*corev1.Node {
+	d := Plan(in)
+	out := map[string]*corev1.Node{}
+	for _, n := range in.Nodes {
+		c := n.DeepCopy()
+		if ch := d.Changes[n.Name]; ch != nil {
+			ch.ApplyTo(c)
+		}
+		out[n.Name] = c
+	}
+	return out
+}
+
+func approvedNames(m map[string]*corev1.Node) []string {
+	var out []string
+	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
+		if n, ok := m[name]; ok && nodes.Has(n, nodes.Approved) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func TestMaxConcurrent(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		n    int
+		want int
+	}{{"1", 5, 1}, {"2", 5, 2}, {"40%", 5, 2}, {"10%", 5, 1}, {"100%", 3, 3}, {"50%", 1, 1}, {"3", 0, 3}} {
+		if got := MaxConcurrent(c.v, c.n); got != c.want {
+			t.Errorf("MaxConcurrent(%q, %d) = %d, want %d", c.v, c.n, got, c.want)
+		}
+	}
+}
+
+func TestApprovesUpToMaxConcurrentWhileHealthy(t *testing.T) {
+	for _, c := range []struct {
+		max  intstr.IntOrString
+		want []string
+	}{
+		{intstr.FromInt32(1), []string{"a"}},
+		{intstr.FromInt32(2), []string{"a", "b"}},
+		{intstr.FromString("40%"), []string{"a", "b"}},
+		{intstr.FromString("100%"), []string{"a", "b", "c", "d", "e"}},
+	} {
+		var ns []*corev1.Node
+		for _, name := range []string{"e", "d", "c", "b", "a"} {
+			ns = append(ns, node(name, true, nodes.WaitingForApproval, ""))
+		}
+		got := approvedNames(after(Input{Group: group("w", maxc(c.max)), Checksum: sum, Nodes: ns, Now: noon}))
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("maxConcurrent %s: approved %v, want %v", c.max.String(), got, c.want)
+		}
+	}
+}
+
+func TestApprovalCountsNodesAlreadyApproved(t *testing.T) {
+	ns := []*corev1.Node{
+		node("a", true, nodes.Approved, ""),
+		node("b", true, nodes.WaitingForApproval, ""),
+	}
+	if got := approvedNames(after(Input{Group: group("w"), Checksum: sum, Nodes: ns, Now: noon})); fmt.Sprint(got) != "[a]" {
+		t.Errorf("approved %v, want only a (one slot, taken)", got)
+	}
+}
+
+func TestUnhealthyGroupApprovesOnlyNotReadyWaitingNodes(t *testing.T) {
+	ns := []*corev1.Node{
+		node("a", true, nodes.WaitingForApproval, ""),
+		node("b", false),
+		node("c", true, nodes.WaitingForApproval, ""),
+	}
+	if got := approvedNames(after(Input{Group: group("w", maxc(intstr.FromInt32(3))), Checksum: sum, Nodes: ns, Now: noon})); got != nil {
+		t.Errorf("a group with a NotReady node approved %v; want it to wait", got)
+	}
+	ns[1] = node("b", false, nodes.WaitingForApproval, "")
+	if got := approvedNames(after(Input{Group: group("w", maxc(intstr.FromInt32(1))), Checksum: sum, Nodes: ns, Now: noon})); fmt.Sprint(got) != "[b]" {
+		t.Errorf("approved %v; want the NotReady waiting node b first", got)
+	}
+}
+
+func TestFinishedNodeIsCleanedAndUncordonedOnlyIfWeDrainedIt(t *testing.T) {
+	n := node("a", true, nodes.Approved, "", nodes.ChecksumAnnotation, sum, nodes.DisruptionApproved, "", nodes.Drained, "bashible")
+	n.Spec.Unschedulable = true
+	user := node("b", true, nodes.Approved, "", nodes.ChecksumAnnotation, sum, nodes.Drained, "user")
+	user.Spec.Unschedulable = true
+	out := after(Input{Group: group("w"), Checksum: sum, Nodes: []*corev1.Node{n, user}, Now: noon})
+	if a := out["a"]; len(a.Annotations) != 1 || a.Spec.Unschedulable {
+		t.Errorf("node a after finishing: annotations %v unschedulable %v; want only the checksum, uncordoned", a.Annotations, a.Spec.Unschedulable)
+	}
+	if b := out["b"]; !b.Spec.Unschedulable {
+		t.Error("node b was drained by a user; node-manager must not uncordon it")
+	}
+}
+
+func TestNodeNotReadyOrOnOldChecksumIsNotFinished(t *testing.T) {
+	ns := []*corev1.Node{
+		node("a", false, nodes.Approved, "", nodes.ChecksumAnnotation, sum),
+		node("b", true, nodes.Approved, "", nodes.ChecksumAnnotation, "old"),
+	}
+	out := after(Input{Group: group("w", maxc(intstr.FromInt32(2))), Checksum: sum, Nodes: ns, Now: noon})
+	for _, n := range out {
+		if !nodes.Has(n, nodes.Approved) {
+			t.Errorf("node %s lost approved before it was Ready on the group's checksum", n.Name)
+		}
+	}
+}
+
+func TestManualNeverApprovesDisruptions(t *testing.T) {
+	ns := []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true)}
+	out := after(Input{Group: group("w", mode(deckhousev1.ApprovalManual, nil)), Checksum: sum, Nodes: ns, Now: noon})
+	if a := out["a"]; nodes.Has(a, nodes.DisruptionApproved) || nodes.Has(a, nodes.Draining) {
+		t.Errorf("Manual mode acted on its own: %v", a.Annotations)
+	}
+	if s := State(out["a"], group("w", mode(deckhousev1.ApprovalManual, nil)), sum); s != StateWaitingForManualDisruptionApproval {
+		t.Errorf("state %s, want %s", s, StateWaitingForManualDisruptionApproval)
+	}
+}
+
+func TestAutomaticDrainsThenApprovesInsideItsWindow(t *testing.T) {
+	window := deckhousev1.DisruptionWindow{From: "13:00", To: "14:00"}
+	g := group("w", mode(deckhousev1.ApprovalAutomatic, nil, window))
+	ns := []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true)}
+
+	d := Plan(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})
+	if len(d.Changes) != 0 {
+		t.Fatalf("outside the window: changes %v", d.Changes)
+	}
+	if want := time.Date(2026, 11, 18, 13, 0, 0, 0, time.UTC); !d.RecheckAt.Equal(want) {
+		t.Errorf("recheck at %v, want %v", d.RecheckAt, want)
+	}
+	in := noon.Add(90 * time.Minute)
+	out := after(Input{Group: g, Checksum: sum, Nodes: ns, Now: in})
+	if !nodes.Has(out["a"], nodes.Draining) || nodes.Has(out["a"], nodes.DisruptionApproved) {
+		t.Fatalf("inside the window: want draining first, got %v", out["a"].Annotations)
+	}
+	// Still draining, then failed: no approval.
+	failed := node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Draining, "bashible", nodes.DrainFailed, "timeout")
+	if out := after(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{failed, ns[1]}, Now: in}); nodes.Has(out["a"], nodes.DisruptionApproved) {
+		t.Fatal("a failed drain led to a disruption approval")
+	}
+	drained := node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Drained, "bashible")
+	out = after(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{drained, ns[1]}, Now: in})
+	if !nodes.Has(out["a"], nodes.DisruptionApproved) || nodes.Has(out["a"], nodes.DisruptionRequired) {
+		t.Fatalf("drained node: want disruption-approved, got %v", out["a"].Annotations)
+	}
+}
+
+func TestNoDrainForOnlyMasterLastReadyNodeOrWhenTurnedOff(t *testing.T) {
+	cases := map[string]Input{
+		"only master": {Group: group("master"), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "")}},
+		"last ready":  {Group: group("w"), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", false)}},
+		"turned off":  {Group: group("w", mode(deckhousev1.ApprovalAutomatic, ptr.To(false))), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true)}},
+	}
+	for name, in := range cases {
+		in.Checksum, in.Now = sum, noon
+		out := after(in)
+		if a := out["a"]; !nodes.Has(a, nodes.DisruptionApproved) || nodes.Has(a, nodes.Draining) {
+			t.Errorf("%s: want disruption-approved without draining, got %v", name, a.Annotations)
+		}
+	}
+}
+
+func TestRollingUpdateMarksAndReportsOnce(t *testing.T) {
+	g := group("w", mode(deckhousev1.ApprovalRollingUpdate, nil))
+	n := node("a", true, nodes.Approved, "", nodes.RollingUpdate, "")
+	d := Plan(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{n}, Now: noon})
+	if len(d.Events) != 1 || d.Events[0].Reason != "ReplacementNeeded" {
+		t.Fatalf("events %+v, want one ReplacementNeeded", d.Events)
+	}
+	d.Changes["a"].ApplyTo(n)
+	if d := Plan(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{n}, Now: noon}); len(d.Events) != 0 || len(d.Changes) != 0 {
+		t.Errorf("second pass: events %+v changes %v; want nothing new", d.Events, d.Changes)
+	}
+	if s := State(n, g, sum); s != StateRollingUpdate {
+		t.Errorf("state %s, want RollingUpdate", s)
+	}
+	machine := node("b", true, nodes.Approved, "", nodes.DisruptionRequired, "", MachineAnnotation, "md-1")
+	d = Plan(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{machine}, Now: noon})
+	if len(d.Events) != 0 || d.Changes["b"] == nil || d.Changes["b"].Annotations[nodes.RollingUpdate] == nil {
+		t.Errorf("a machine-managed node should be marked rolling-update silently; got events %+v changes %v", d.Events, d.Changes)
+	}
+}
+
+func TestUnknownChecksumDecidesNothing(t *testing.T) {
+	d := Plan(Input{Group: group("w"), Nodes: []*corev1.Node{node("a", true, nodes.WaitingForApproval, "")}, Now: noon})
+	if len(d.Changes) != 0 {
+		t.Errorf("changes %v without a checksum", d.Changes)
+	}
+}
+
+func TestWindows(t *testing.T) {
+	wed := time.Date(2026, 11, 18, 0, 0, 0, 0, time.UTC)
+	at := func(day time.Time, hhmm string) time.Time {
+		return day.Add(time.Duration(minutes(hhmm)) * time.Minute)
+	}
+	cases := []struct {
+		w    deckhousev1.DisruptionWindow
+		t    time.Time
+		want bool
+	}{
+		{deckhousev1.DisruptionWindow{From: "08:00", To: "10:00"}, at(wed, "09:59"), true},
+		{deckhousev1.DisruptionWindow{From: "08:00", To: "10:00"}, at(wed, "10:00"), false},
+		{deckhousev1.DisruptionWindow{From: "08:00", To: "10:00", Days: []deckhousev1.Weekday{"Tue"}}, at(wed, "09:00"), false},
+		{deckhousev1.DisruptionWindow{From: "22:00", To: "02:00", Days: []deckhousev1.Weekday{"Tue"}}, at(wed, "01:00"), true},
+		{deckhousev1.DisruptionWindow{From: "22:00", To: "02:00", Days: []deckhousev1.Weekday{"Wed"}}, at(wed, "01:00"), false},
+		{deckhousev1.DisruptionWindow{From: "22:00", To: "02:00", Days: []deckhousev1.Weekday{"Wed"}}, at(wed, "23:00"), true},
+	}
+	for _, c := range cases {
+		if got := InWindow([]deckhousev1.DisruptionWindow{c.w}, c.t); got != c.want {
+			t.Errorf("window %+v at %s: %v, want %v", c.w, c.t.Format("Mon 15:04"), got, c.want)
+		}
+	}
+	next := NextOpening([]deckhousev1.DisruptionWindow{{From: "08:00", To: "10:00", Days: []deckhousev1.Weekday{"Mon"}}}, at(wed, "12:00"))
+	if want := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC); !next.Equal(want) {
+		t.Errorf("next opening %v, want %v", next, want)
+	}
+}

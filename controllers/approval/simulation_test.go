@@ -1,0 +1,298 @@
+package approval
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/drain"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+// simNode is one node's agent in the simulation: it follows bashible's
+// side of the protocol (templates/tree: 001_wait_for_approval and
+// bb-disruption-gate), one small step at a time.
+type simNode struct {
+	node       *corev1.Node
+	disruptive bool // whether applying the current target needs a disruption
+	target     string
+}
+
+// world is a group under rollout: the nodes, the drain controller's
+// in-flight drains, a clock, and the invariant checks.
+type world struct {
+	t      *testing.T
+	rng    *rand.Rand
+	group  *deckhousev1.NodeGroup
+	sum    string
+	nodes  []*simNode
+	now    time.Time
+	drains map[string]int // node -> steps the drain has been running (controller memory)
+	step   int
+	// blocked makes every drain fail, like a PodDisruptionBudget that
+	// forbids eviction.
+	blocked bool
+}
+
+func (w *world) fail(format string, args ...any) {
+	w.t.Helper()
+	w.t.Fatalf("step %d (group %s, maxConcurrent %v, mode %s): %s", w.step, w.group.Name,
+		w.group.Spec.Update.MaxConcurrent, Mode(w.group), fmt.Sprintf(format, args...))
+}
+
+func (w *world) approved() int {
+	c := 0
+	for _, n := range w.nodes {
+		if nodes.Has(n.node, nodes.Approved) {
+			c++
+		}
+	}
+	return c
+}
+
+// controller runs one Plan over the current state and checks what it did.
+func (w *world) controller() {
+	in := Input{Group: w.group, Checksum: w.sum, Now: w.now}
+	for _, n := range w.nodes {
+		in.Nodes = append(in.Nodes, n.node)
+	}
+	before := w.approved()
+	d := Plan(in)
+	limit := MaxConcurrent(w.group.Spec.Update.MaxConcurrent.String(), len(w.nodes))
+	grantedApproval := false
+	for _, n := range w.nodes {
+		c := d.Changes[n.node.Name]
+		if c == nil {
+			continue
+		}
+		if v, ok := c.Annotations[nodes.Approved]; ok && v != nil {
+			grantedApproval = true
+		}
+		if v, ok := c.Annotations[nodes.DisruptionApproved]; ok && v != nil {
+			if Mode(w.group) == deckhousev1.ApprovalManual {
+				w.fail("node %s: disruption approved automatically in Manual mode", n.node.Name)
+			}
+			if !InWindow(windows(w.group), w.now) {
+				w.fail("node %s: disruption approved outside the windows at %s", n.node.Name, w.now.Format("Mon 15:04"))
+			}
+			if drainBeforeApproval(w.group) && !nodes.Has(n.node, nodes.Drained) && len(w.nodes) > 1 && w.readyCount() > 1 {
+				w.fail("node %s: disruption approved without a finished drain (annotations %v)", n.node.Name, n.node.Annotations)
+			}
+		}
+		c.ApplyTo(n.node)
+	}
+	if after := w.approved(); grantedApproval && after > limit {
+		w.fail("approved %d nodes (was %d) with maxConcurrent %d", after, before, limit)
+	}
+}
+
+func (w *world) readyCount() int {
+	c := 0
+	for _, n := range w.nodes {
+		if nodes.IsReady(n.node) {
+			c++
+		}
+	}
+	return c
+}
+
+// drainer plays the drain controller: a drain takes a few steps and then
+// succeeds, unless blocked, in which case it fails and keeps retrying.
+func (w *world) drainer() {
+	for _, n := range w.nodes {
+		if !nodes.Has(n.node, nodes.Draining) {
+			delete(w.drains, n.node.Name)
+			continue
+		}
+		drain.Cordon(n.node).ApplyTo(n.node)
+		w.drains[n.node.Name]++
+		switch {
+		case w.blocked || w.rng.IntN(10) == 0:
+			drain.Failed(n.node, "evicting pod default/web-0: Cannot evict pod as it would violate the pod's disruption budget").ApplyTo(n.node)
+		case w.drains[n.node.Name] >= 2:
+			drain.Succeeded(n.node).ApplyTo(n.node)
+			delete(w.drains, n.node.Name)
+		}
+		if nodes.Has(n.node, nodes.Drained) && nodes.Has(n.node, nodes.DrainFailed) {
+			w.fail("node %s is both drained and drain-failed", n.node.Name)
+		}
+	}
+}
+
+// agents play bashible on every Ready node.
+func (w *world) agents() {
+	for _, n := range w.nodes {
+		if !nodes.IsReady(n.node) && w.rng.IntN(3) != 0 {
+			continue // a NotReady node's bashible often cannot run at all
+		}
+		a := n.node.Annotations
+		if n.target != w.sum {
+			n.target, n.disruptive = w.sum, w.rng.IntN(3) == 0
+		}
+		if a[nodes.ChecksumAnnotation] == n.target && !nodes.Has(n.node, nodes.Approved) {
+			continue // in sync
+		}
+		switch {
+		case !nodes.Has(n.node, nodes.Approved) && !nodes.Has(n.node, nodes.WaitingForApproval):
+			a[nodes.WaitingForApproval] = ""
+			delete(a, nodes.ChecksumAnnotation)
+		case !nodes.Has(n.node, nodes.Approved):
+			// waiting
+		case a[nodes.ChecksumAnnotation] == n.target:
+			// applied; waiting for node-manager to clean up
+		case n.disruptive && !nodes.Has(n.node, nodes.DisruptionApproved):
+			if Mode(w.group) == deckhousev1.ApprovalRollingUpdate {
+				a[nodes.RollingUpdate] = ""
+			} else {
+				a[nodes.DisruptionRequired] = ""
+			}
+		default:
+			a[nodes.ChecksumAnnotation] = n.target
+		}
+	}
+}
+
+// machines plays a machine controller for RollingUpdate groups: a node
+// marked for replacement is replaced by a fresh one with the current
+// configuration.
+func (w *world) machines() {
+	for i, n := range w.nodes {
+		if nodes.Has(n.node, nodes.RollingUpdate) && w.rng.IntN(2) == 0 {
+			fresh := node(fmt.Sprintf("%s-r%d", n.node.Name, w.step), true, nodes.ChecksumAnnotation, w.sum, MachineAnnotation, "m")
+			w.nodes[i] = &simNode{node: fresh, target: w.sum}
+		}
+	}
+}
+
+func (w *world) chaos() {
+	r := w.rng.IntN(100)
+	n := w.nodes[w.rng.IntN(len(w.nodes))]
+	switch {
+	case r < 5: // a node fails or recovers
+		ready := !nodes.IsReady(n.node)
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		n.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+	case r < 8: // a person approves an update by hand
+		if nodes.Has(n.node, nodes.WaitingForApproval) {
+			n.node.Annotations[nodes.Approved] = ""
+		}
+	case r < 10: // the controller restarts: in-flight drains are forgotten
+		w.drains = map[string]int{}
+	case r < 11: // a new configuration
+		w.sum = fmt.Sprintf("sum-%d", w.step)
+	case r < 16: // time passes
+		w.now = w.now.Add(time.Duration(w.rng.IntN(240)) * time.Minute)
+	}
+	if Mode(w.group) == deckhousev1.ApprovalManual && w.rng.IntN(10) == 0 {
+		// a person drains and approves a disruption
+		for _, n := range w.nodes {
+			if nodes.Has(n.node, nodes.DisruptionRequired) {
+				n.node.Annotations[nodes.DisruptionApproved] = ""
+				delete(n.node.Annotations, nodes.DisruptionRequired)
+				break
+			}
+		}
+	}
+}
+
+func randomGroup(rng *rand.Rand, i int) *deckhousev1.NodeGroup {
+	maxes := []intstr.IntOrString{intstr.FromInt32(1), intstr.FromInt32(2), intstr.FromString("40%"), intstr.FromString("100%")}
+	g := group(fmt.Sprintf("g%d", i), maxc(maxes[rng.IntN(len(maxes))]))
+	var w []deckhousev1.DisruptionWindow
+	if rng.IntN(2) == 0 {
+		w = []deckhousev1.DisruptionWindow{{From: "01:00", To: "05:00"}, {From: "13:00", To: "14:00", Days: []deckhousev1.Weekday{"Sat", "Sun"}}}
+	}
+	switch rng.IntN(4) {
+	case 0:
+		mode(deckhousev1.ApprovalManual, nil)(g)
+	case 1:
+		mode(deckhousev1.ApprovalAutomatic, ptr.To(false), w...)(g)
+	case 2:
+		mode(deckhousev1.ApprovalRollingUpdate, nil, w...)(g)
+	default:
+		mode(deckhousev1.ApprovalAutomatic, nil, w...)(g)
+	}
+	if rng.IntN(5) == 0 {
+		g.Name = "master"
+	}
+	return g
+}
+
+// TestSimulatedRollouts runs randomized rollouts and checks the safety
+// invariants after every controller pass: never more approved than
+// maxConcurrent by the controller, never drained after a failed drain, never
+// a disruption approved in Manual mode, outside a window, or without a
+// finished drain where one is required. Then, with failures stopped, every
+// rollout must finish: all nodes on the group's checksum, no protocol
+// annotations left, nothing cordoned.
+func TestSimulatedRollouts(t *testing.T) {
+	const rollouts = 300
+	for i := range rollouts {
+		seed := uint64(i)
+		rng := rand.New(rand.NewPCG(seed, 42))
+		w := &world{t: t, rng: rng, group: randomGroup(rng, i), sum: "sum-0", drains: map[string]int{},
+			now: time.Date(2026, 11, 16, rng.IntN(24), 0, 0, 0, time.UTC)}
+		for j := range 2 + rng.IntN(6) {
+			w.nodes = append(w.nodes, &simNode{node: node(fmt.Sprintf("n%d", j), true, nodes.ChecksumAnnotation, "initial", MachineAnnotation, "m")})
+		}
+		w.blocked = rng.IntN(5) == 0
+		for w.step = 0; w.step < 150; w.step++ {
+			w.chaos()
+			w.agents()
+			w.controller()
+			w.drainer()
+			w.machines()
+		}
+		// Calm: every node Ready, drains can succeed, time inside windows,
+		// a person approves manual disruptions.
+		w.blocked = false
+		for _, n := range w.nodes {
+			n.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		}
+		for ; w.step < 400 && !w.done(); w.step++ {
+			if !InWindow(windows(w.group), w.now) {
+				w.now = NextOpening(windows(w.group), w.now)
+			}
+			if Mode(w.group) == deckhousev1.ApprovalManual {
+				for _, n := range w.nodes {
+					if nodes.Has(n.node, nodes.DisruptionRequired) {
+						n.node.Annotations[nodes.DisruptionApproved] = ""
+						delete(n.node.Annotations, nodes.DisruptionRequired)
+					}
+				}
+			}
+			w.agents()
+			w.controller()
+			w.drainer()
+			w.machines()
+		}
+		if !w.done() {
+			var states []string
+			for _, n := range w.nodes {
+				states = append(states, fmt.Sprintf("%s=%s%v", n.node.Name, State(n.node, w.group, w.sum), n.node.Annotations))
+			}
+			slices.Sort(states)
+			w.fail("the rollout did not finish (seed %d): %v", seed, states)
+		}
+	}
+	t.Logf("%d randomized rollouts finished with every invariant held", rollouts)
+}
+
+func (w *world) done() bool {
+	for _, n := range w.nodes {
+		if n.node.Annotations[nodes.ChecksumAnnotation] != w.sum || nodes.HasUpdateAnnotation(n.node) || n.node.Spec.Unschedulable {
+			return false
+		}
+	}
+	return true
+}
