@@ -1,0 +1,155 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/loop"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
+	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
+)
+
+// Controller applies Plan to each group whenever one of its nodes, the
+// group, or the group's bundle changes.
+type Controller struct {
+	d       *manager.Deps
+	groups  nmlisters.NodeGroupLister
+	bundles bashiblelisters.NodeGroupBundleLister
+	synced  []cache.InformerSynced
+	loop    *loop.Loop
+}
+
+// New wires the controller to the shared informers.
+func New(d *manager.Deps) *Controller {
+	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
+	bundles := d.Informers.NodeManager.Bashible().V1alpha1().NodeGroupBundles()
+	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
+	c := &Controller{
+		d:       d,
+		groups:  ng.Lister(),
+		bundles: bundles.Lister(),
+		synced:  []cache.InformerSynced{ng.Informer().HasSynced, bundles.Informer().HasSynced, nodeInformer.HasSynced},
+	}
+	c.loop = loop.New("update-approval", d.Loops, c.sync)
+	_, _ = nodeInformer.AddEventHandler(GroupHandler(c.loop.Add, nodeGroupOf))
+	_, _ = ng.Informer().AddEventHandler(GroupHandler(c.loop.Add, nameOf))
+	_, _ = bundles.Informer().AddEventHandler(GroupHandler(c.loop.Add, nameOf))
+	return c
+}
+
+// Name implements manager.Controller.
+func (c *Controller) Name() string { return "update-approval" }
+
+// Run implements manager.Controller.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	if !manager.HasSynced(ctx, c.Name(), c.synced...) {
+		return
+	}
+	c.loop.Run(ctx, workers)
+}
+
+// Checksum is a group's current configuration checksum as served by
+// bashible-apiserver ("" while the group has no bundle yet).
+func Checksum(l bashiblelisters.NodeGroupBundleLister, group string) string {
+	b, err := l.Get(group)
+	if err != nil {
+		return ""
+	}
+	return b.Annotations[bashiblev1alpha1.ChecksumAnnotation]
+}
+
+func (c *Controller) sync(ctx context.Context, group string) error {
+	g, err := c.groups.Get(group)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ns, err := c.d.Nodes.InGroup(group)
+	if err != nil {
+		return err
+	}
+	checksum := Checksum(c.bundles, group)
+	if checksum == "" {
+		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
+		return nil
+	}
+	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
+	byName := map[string]*corev1.Node{}
+	for _, n := range ns {
+		byName[n.Name] = n
+	}
+	var errs []error
+	written := map[string]bool{}
+	for name, ch := range d.Changes {
+		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], ch); err != nil {
+			// A conflict means the node changed under us: decide again on
+			// the new state rather than writing this one.
+			errs = append(errs, err)
+			continue
+		}
+		written[name] = true
+		klog.InfoS("Updated node for its update", "group", group, "node", name, "change", ch.String())
+	}
+	for _, e := range d.Events {
+		if n := byName[e.Node]; n != nil && written[e.Node] {
+			c.d.Recorder.Eventf(n, groupRef(g), e.Type, e.Reason, "Update", "%s", e.Message)
+		}
+	}
+	if !d.RecheckAt.IsZero() {
+		c.loop.AddAfter(group, d.RecheckAt.Sub(c.d.Clock.Now()))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("group %s: %w", group, err)
+	}
+	return nil
+}
+
+func groupRef(g *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
+	ref := g.DeepCopy()
+	ref.APIVersion, ref.Kind = deckhousev1.SchemeGroupVersion.String(), "NodeGroup"
+	return ref
+}
+
+func nodeGroupOf(obj any) string {
+	if n, ok := obj.(*corev1.Node); ok {
+		return nodes.Group(n)
+	}
+	return ""
+}
+
+func nameOf(obj any) string {
+	if o, ok := obj.(interface{ GetName() string }); ok {
+		return o.GetName()
+	}
+	return ""
+}
+
+// GroupHandler enqueues the group an object belongs to (on add, update and
+// delete, and for both sides of a change of group).
+func GroupHandler(add func(string), groupOf func(any) string) cache.ResourceEventHandler {
+	enqueue := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if g := groupOf(obj); g != "" {
+			add(g)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(old, cur any) { enqueue(old); enqueue(cur) },
+		DeleteFunc: enqueue,
+	}
+}
