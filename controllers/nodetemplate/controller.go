@@ -1,0 +1,226 @@
+package nodetemplate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/loop"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	listers "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
+)
+
+// Name is the controller's name (work queue, metrics, logs).
+const Name = "node-template"
+
+// Event reasons.
+const (
+	// ReasonReservedKeys: a NodeGroup's template names keys of node-manager's
+	// own protocol; they are skipped.
+	ReasonReservedKeys = "NodeTemplateReservedKeys"
+	// ReasonBadLastApplied: a node's last-applied annotation was unreadable;
+	// nothing was removed and the annotation was rewritten.
+	ReasonBadLastApplied = "NodeTemplateLastAppliedInvalid"
+)
+
+// UnmanagedNodesMetric is 1 for every node without a group label.
+const UnmanagedNodesMetric = "d8_unmanaged_nodes_on_cluster"
+
+// Controller applies node templates. Its key is a node name.
+type Controller struct {
+	*loop.Loop
+	d            *manager.Deps
+	groups       listers.NodeGroupLister
+	nodesSynced  cache.InformerSynced
+	groupsSynced cache.InformerSynced
+	unmanaged    *prometheus.GaugeVec
+
+	mu sync.Mutex
+	// unknownLogged holds the missing groups already logged, so a node of
+	// a group that does not exist is reported once, not on every event.
+	unknownLogged map[string]bool
+	// warned holds the generation of each group whose reserved keys were
+	// already reported.
+	warned map[string]int64
+}
+
+// New builds the controller and registers its informer handlers and its
+// metric; call it before the informer factories start.
+func New(d *manager.Deps) *Controller {
+	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
+	groupInformer := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
+	c := &Controller{
+		d:             d,
+		groups:        groupInformer.Lister(),
+		nodesSynced:   nodeInformer.HasSynced,
+		groupsSynced:  groupInformer.Informer().HasSynced,
+		unknownLogged: map[string]bool{},
+		warned:        map[string]int64{},
+		unmanaged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: UnmanagedNodesMetric,
+			Help: "1 for every Node without the node.deckhouse.io/group label: node-manager does not manage it.",
+		}, []string{"node"}),
+	}
+	c.Loop = loop.New(Name, d.Loops, c.sync)
+	d.Registry.MustRegister(c.unmanaged)
+
+	_, _ = nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueNode,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			// Status-only updates (heartbeats) cannot change the outcome;
+			// a resync (same version) is let through to heal drift.
+			if ok1 && ok2 && o.ResourceVersion != n.ResourceVersion && !metadataChanged(o, n) {
+				return
+			}
+			c.enqueueNode(newObj)
+		},
+		DeleteFunc: c.enqueueNode,
+	})
+	_, _ = groupInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if ng, ok := obj.(*deckhousev1.NodeGroup); ok {
+				c.mu.Lock()
+				delete(c.unknownLogged, ng.Name)
+				c.mu.Unlock()
+				c.warnReserved(ng)
+				c.enqueueGroup(ng.Name)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*deckhousev1.NodeGroup)
+			n, ok2 := newObj.(*deckhousev1.NodeGroup)
+			if !ok1 || !ok2 {
+				return
+			}
+			c.warnReserved(n)
+			// Status updates are frequent and change nothing here.
+			if o.Spec.NodeType != n.Spec.NodeType || !equality.Semantic.DeepEqual(o.Spec.NodeTemplate, n.Spec.NodeTemplate) {
+				c.enqueueGroup(n.Name)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if ng, ok := obj.(*deckhousev1.NodeGroup); ok {
+				c.mu.Lock()
+				delete(c.warned, ng.Name)
+				c.mu.Unlock()
+			}
+		},
+	})
+	return c
+}
+
+// Run waits for the Node and NodeGroup caches, then works the queue.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	if !manager.HasSynced(ctx, Name, c.nodesSynced, c.groupsSynced) {
+		return
+	}
+	c.Loop.Run(ctx, workers)
+}
+
+func metadataChanged(o, n *corev1.Node) bool {
+	return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+		!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+		!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+}
+
+func (c *Controller) enqueueNode(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		c.Add(t.Key)
+		return
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		c.Add(n.Name)
+	}
+}
+
+func (c *Controller) enqueueGroup(group string) {
+	ns, err := c.d.Nodes.InGroup(group)
+	if err != nil {
+		klog.ErrorS(err, "Listing the nodes of a group", "controller", Name, "nodeGroup", group)
+		return
+	}
+	for _, n := range ns {
+		c.Add(n.Name)
+	}
+}
+
+// warnReserved reports, once per generation, template keys that are
+// skipped because they belong to node-manager's protocol.
+func (c *Controller) warnReserved(ng *deckhousev1.NodeGroup) {
+	keys := ReservedKeys(ng)
+	c.mu.Lock()
+	seen, ok := c.warned[ng.Name]
+	if len(keys) == 0 || (ok && seen == ng.Generation) {
+		c.mu.Unlock()
+		return
+	}
+	c.warned[ng.Name] = ng.Generation
+	c.mu.Unlock()
+	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeWarning, ReasonReservedKeys, "ApplyNodeTemplate",
+		"nodeTemplate keys in node-manager's own namespaces (%s) are not applied to nodes: %s",
+		strings.Join(reservedPrefixes, ", "), strings.Join(keys, ", "))
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	n, err := c.d.Nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.unmanaged.DeleteLabelValues(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	group := nodes.Group(n)
+	if group == "" {
+		c.unmanaged.WithLabelValues(name).Set(1)
+		return nil
+	}
+	c.unmanaged.DeleteLabelValues(name)
+
+	ng, err := c.groups.Get(group)
+	if apierrors.IsNotFound(err) {
+		c.mu.Lock()
+		logged := c.unknownLogged[group]
+		c.unknownLogged[group] = true
+		c.mu.Unlock()
+		if !logged {
+			klog.V(2).InfoS("Node of an unknown group left alone", "controller", Name, "node", name, "nodeGroup", group)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+
+	res := Compute(n, ng)
+	if res.LastAppliedErr != nil {
+		c.d.Recorder.Eventf(n, ng, corev1.EventTypeWarning, ReasonBadLastApplied, "ApplyNodeTemplate",
+			"%v; removed nothing and rewrote it", res.LastAppliedErr)
+	}
+	if res.Change.Empty() {
+		return nil
+	}
+	klog.V(2).InfoS("Applying the node template", "controller", Name, "node", name, "nodeGroup", group, "change", res.Change.String())
+	if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, res.Change); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("applying the template of group %s: %w", group, err)
+	}
+	return nil
+}

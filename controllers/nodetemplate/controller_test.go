@@ -1,0 +1,199 @@
+package nodetemplate
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
+)
+
+// countPatches counts the Node patches the controller sends.
+func countPatches(kube *kubefake.Clientset) int {
+	n := 0
+	for _, a := range kube.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "nodes" {
+			n++
+		}
+	}
+	return n
+}
+
+// newNodeManagerClientset is the fake without field management: the
+// field-managed NewClientset finds no structured-merge schema for the
+// generated NodeGroup type and refuses updates.
+func newNodeManagerClientset(objs ...runtime.Object) *nmfake.Clientset {
+	return nmfake.NewSimpleClientset(objs...)
+}
+
+func TestControllerAgainstFakeClients(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	managed := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "managed", Labels: map[string]string{nodes.GroupLabel: "worker", "foreign": "x"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			taint(cloudUninit, "true", corev1.TaintEffectNoSchedule),
+			taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
+		}},
+	}
+	unmanaged := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "unmanaged", Labels: map[string]string{"foreign": "x"}}}
+	orphan := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "orphan", Labels: map[string]string{nodes.GroupLabel: "ghost"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)}},
+	}
+	worker := group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
+		Labels: map[string]string{"tier": "db"},
+		Taints: []deckhousev1.Taint{ngTaint("dedicated", "db", "NoSchedule"), ngTaint(nodes.UninitializedTaint, "", "NoSchedule")},
+	})
+	kube := kubefake.NewClientset(managed, unmanaged, orphan)
+	nm := newNodeManagerClientset(worker)
+	reg := prometheus.NewRegistry()
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clock.RealClock{}, reg)
+	recorder := events.NewFakeRecorder(10)
+	d.Recorder = recorder
+	c := New(d)
+	d.Informers.Cluster.Start(ctx.Done())
+	d.Informers.NodeManager.Start(ctx.Done())
+	go c.Run(ctx, 1)
+
+	poll := func(what string, cond func() (bool, error)) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond() }); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	getNode := func(name string) *corev1.Node {
+		t.Helper()
+		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	poll("the template on node managed", func() (bool, error) {
+		n := getNode("managed")
+		return n.Labels["tier"] == "db" && n.Labels[nodes.TypeLabel] == "Static", nil
+	})
+	n := getNode("managed")
+	if n.Labels["foreign"] != "x" || n.Annotations[ScaleDownDisabledAnnotation] != "true" || n.Labels["node-role.kubernetes.io/worker"] != "" {
+		t.Errorf("managed node metadata: labels %v annotations %v", n.Labels, n.Annotations)
+	}
+	if want := []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint("dedicated", "db", corev1.TaintEffectNoSchedule)}; !equalTaints(n.Spec.Taints, want) {
+		t.Errorf("managed node taints = %v, want %v", n.Spec.Taints, want)
+	}
+
+	select {
+	case e := <-recorder.Events:
+		if !strings.Contains(e, ReasonReservedKeys) || !strings.Contains(e, "taint "+nodes.UninitializedTaint+":NoSchedule") {
+			t.Errorf("event = %q, want a %s warning naming the uninitialized taint", e, ReasonReservedKeys)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no warning about the template's reserved taint")
+	}
+
+	poll("the unmanaged gauge of node unmanaged", func() (bool, error) {
+		return testutil.CollectAndCount(c.unmanaged) == 1 && testutil.ToFloat64(c.unmanaged.WithLabelValues("unmanaged")) == 1, nil
+	})
+
+	// Idempotence: meeting the converged node again writes nothing. The
+	// fake issues no resource versions, so the cache cannot tell its
+	// written copy is newer than the informer's: wait for the informer.
+	poll("the informer's copy of node managed", func() (bool, error) {
+		n, err := d.Nodes.Get("managed")
+		return err == nil && n.Labels["tier"] == "db", err
+	})
+	patches := countPatches(kube)
+	for _, name := range []string{"managed", "unmanaged", "orphan"} {
+		if err := c.sync(ctx, name); err != nil {
+			t.Fatalf("sync %s: %v", name, err)
+		}
+	}
+	if got := countPatches(kube); got != patches {
+		t.Errorf("a second reconcile patched nodes: %d patches, want %d", got, patches)
+	}
+	if o := getNode("orphan"); len(o.Spec.Taints) != 1 || len(o.Annotations) != 0 {
+		t.Errorf("a node of an unknown group was changed: %+v", o)
+	}
+
+	// A NodeGroup change reaches its nodes: a label is removed, a taint changed.
+	worker, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Spec.NodeTemplate = &deckhousev1.NodeTemplate{Taints: []deckhousev1.Taint{ngTaint("dedicated", "web", "NoSchedule")}}
+	worker.Generation++
+	if _, err := nm.DeckhouseV1().NodeGroups().Update(ctx, worker, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the changed template on node managed", func() (bool, error) {
+		n := getNode("managed")
+		_, hasTier := n.Labels["tier"]
+		return !hasTier && equalTaints(n.Spec.Taints, []corev1.Taint{
+			taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint("dedicated", "web", corev1.TaintEffectNoSchedule),
+		}), nil
+	})
+	if n := getNode("managed"); n.Labels["foreign"] != "x" {
+		t.Errorf("the foreign label is gone: %v", n.Labels)
+	}
+
+	// The unmanaged node joins a group: its series goes; a deleted
+	// unmanaged node's series goes too.
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "stray"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("two unmanaged series", func() (bool, error) { return testutil.CollectAndCount(c.unmanaged) == 2, nil })
+	u := getNode("unmanaged")
+	u.Labels[nodes.GroupLabel] = "worker"
+	if _, err := kube.CoreV1().Nodes().Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.CoreV1().Nodes().Delete(ctx, "stray", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("no unmanaged series", func() (bool, error) { return testutil.CollectAndCount(c.unmanaged) == 0, nil })
+	poll("the template on the node that joined", func() (bool, error) {
+		return getNode("unmanaged").Labels[nodes.TypeLabel] == "Static", nil
+	})
+}
+
+// A conflict (someone changed the node since the cache saw it) is an
+// error, so the loop retries from fresh state rather than overwriting.
+func TestSyncReturnsConflicts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{nodes.GroupLabel: "worker"}}}
+	kube := kubefake.NewClientset(node)
+	kube.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "n1", errors.New("changed meanwhile"))
+	})
+	nm := newNodeManagerClientset(group("worker", deckhousev1.NodeTypeStatic, nil))
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clock.RealClock{}, prometheus.NewRegistry())
+	c := New(d)
+	d.Informers.Cluster.Start(ctx.Done())
+	d.Informers.NodeManager.Start(ctx.Done())
+	if !manager.HasSynced(ctx, "test", c.nodesSynced, c.groupsSynced) {
+		t.Fatal("caches did not sync")
+	}
+	if err := c.sync(ctx, "n1"); err == nil {
+		t.Fatal("sync swallowed a conflict")
+	}
+}
