@@ -157,7 +157,8 @@ func checkCA(ca string) error {
 	return nil
 }
 
-// shellQuote quotes s for bash: single quotes, with each ' written as '\”.
+// shellQuote quotes s for bash in single quotes; a quote inside s closes
+// them, is written escaped, and reopens them.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -315,3 +315,12 @@ func TestScriptReportsRefusedToken(t *testing.T) {
 		t.Errorf("with a token the API refuses: exit %d\n%s", code, out)
 	}
 }
+
+func TestShellQuote(t *testing.T) {
+	for _, s := range []string{"", "worker", "it's", `a"b$c` + "`d`\\e'", "'''"} {
+		out, err := exec.Command("bash", "-c", "printf %s "+shellQuote(s)).Output()
+		if err != nil || string(out) != s {
+			t.Errorf("shellQuote(%q) reads back as %q (%v)", s, out, err)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+// Package bootstrap is the e2e suite of the bootstrap-token and
+// manual-bootstrap controller: the controller runs in-process on a fake
+// clock against the local control plane, with bashible-apiserver
+// registered, and the manual-bootstrap script it writes is run the way an
+// administrator runs it on a new machine.
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	testclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/bootstrap"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
+	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+// The groups of the suite: one joined by hand, one ordered from a cloud.
+const (
+	staticGroup    = "worker"
+	ephemeralGroup = "cloud"
+	// documentedEndpoint stands in for the API servers' address in the
+	// EndpointSlice: loopback addresses cannot be stored there, so the
+	// script's runs point BASHIBLE_API_ENDPOINTS at the local server.
+	documentedEndpoint = "192.0.2.10:6443"
+)
+
+var (
+	cp    *controlplane.ControlPlane
+	kube  kubernetes.Interface
+	nm    versioned.Interface
+	clock *testclock.FakeClock
+)
+
+func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
+
+func runSuite(m *testing.M) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+		if cp != nil {
+			fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(40))
+		}
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	env, err := stack.NewEnvironment(ctx)
+	if err != nil {
+		return fail("set up: %v", err)
+	}
+	cp = env.CP
+	defer cp.StopOnSignal()()
+	defer func() { _ = cp.Stop() }()
+	cfg := cp.AdminConfig()
+	kube = kubernetes.NewForConfigOrDie(cfg)
+	nm = versioned.NewForConfigOrDie(cfg)
+	if err := seedCluster(ctx); err != nil {
+		return fail("seed cluster: %v", err)
+	}
+	replica, err := env.StartRegistered(ctx, stack.BashibleOptions{Identity: "replica-1"})
+	if err != nil {
+		return fail("start bashible-apiserver: %v", err)
+	}
+	defer replica.Stop()
+
+	stop, err := startController()
+	if err != nil {
+		return fail("start the bootstrap controller: %v", err)
+	}
+	defer stop()
+
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(60))
+	}
+	return code
+}
+
+// seedCluster writes the API endpoints (the local kube-apiserver runs
+// without an endpoint reconciler) and the suite's groups. The CA
+// (kube-system/kube-root-ca.crt) is published by kube-controller-manager.
+func seedCluster(ctx context.Context) error {
+	https := "https"
+	_, err := kube.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "e2e",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &https, Port: ptr.To[int32](6443)}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	for name, nodeType := range map[string]deckhousev1.NodeType{
+		staticGroup:    deckhousev1.NodeTypeStatic,
+		ephemeralGroup: deckhousev1.NodeTypeCloudEphemeral,
+	} {
+		ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: nodeType}}
+		if nodeType == deckhousev1.NodeTypeCloudEphemeral {
+			ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
+				ClassReference: deckhousev1.ClassReference{Kind: "OpenStackInstanceClass", Name: "small"},
+				MaxPerZone:     1,
+			}
+		}
+		if _, err := nm.DeckhouseV1().NodeGroups().Create(ctx, ng, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startController runs the controller as node-manager-controller would,
+// but on a fake clock that starts at the real time (kube-apiserver judges
+// the tokens by the real clock) and with events recorded to the API.
+func startController() (func(), error) {
+	clock = testclock.NewFakeClock(time.Now())
+	d, err := manager.NewDeps(cp.AdminConfig(), manager.NewOptions(), clock, prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := kubescheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := nmscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
+	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
+
+	c := bootstrap.New(d)
+	runCtx, cancel := context.WithCancel(context.Background())
+	broadcaster.StartRecordingToSink(runCtx.Done())
+	d.Informers.KubeSystem.Start(runCtx.Done())
+	d.Informers.Namespace.Start(runCtx.Done())
+	d.Informers.Default.Start(runCtx.Done())
+	d.Informers.NodeManager.Start(runCtx.Done())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(runCtx, 2)
+	}()
+	return func() {
+		cancel()
+		<-done
+		broadcaster.Shutdown()
+	}, nil
+}
