@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -337,6 +339,8 @@ func TestNoSecretWithoutCAOrEndpoints(t *testing.T) {
 func TestNoDuplicateTokenWhenTheCacheLags(t *testing.T) {
 	h := newHarness(t, t0, group("worker", deckhousev1.NodeTypeStatic))
 	h.settle()
+	// A token cache that never catches up.
+	h.c.tokens = corelisters.NewSecretLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
 	for range 3 {
 		if err := h.c.sync(h.ctx, "worker"); err != nil {
 			t.Fatal(err)
