@@ -1,0 +1,396 @@
+package nodetemplate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/controllers/nodetemplate"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+const cloudUninitialized = "node.cloudprovider.kubernetes.io/uninitialized"
+
+// foreign is what other actors put on every test node: none of it may
+// ever be changed by the controller.
+var foreign = expect{
+	labels:      map[string]string{"topology.kubernetes.io/zone": "zone-a", "example.com/owner": "someone-else"},
+	annotations: map[string]string{"csi.volume.kubernetes.io/nodeid": `{"csi.example.com":"n"}`},
+	taints: []corev1.Taint{
+		{Key: cloudUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "example.com/maintenance", Value: "planned", Effect: corev1.TaintEffectNoExecute},
+	},
+}
+
+// expect is a partial view of a node: what it must carry and what it must not.
+type expect struct {
+	labels        map[string]string
+	noLabels      []string
+	annotations   map[string]string
+	noAnnotations []string
+	taints        []corev1.Taint
+	// noTaints are keys no taint of the node may have.
+	noTaints []string
+}
+
+func (e expect) and(o expect) expect {
+	r := expect{labels: map[string]string{}, annotations: map[string]string{}}
+	for _, x := range []expect{e, o} {
+		for k, v := range x.labels {
+			r.labels[k] = v
+		}
+		for k, v := range x.annotations {
+			r.annotations[k] = v
+		}
+		r.noLabels = append(r.noLabels, x.noLabels...)
+		r.noAnnotations = append(r.noAnnotations, x.noAnnotations...)
+		r.taints = append(r.taints, x.taints...)
+		r.noTaints = append(r.noTaints, x.noTaints...)
+	}
+	return r
+}
+
+// mismatch describes how n differs from e, or is "" when it does not.
+func (e expect) mismatch(n *corev1.Node) string {
+	var out []string
+	for k, v := range e.labels {
+		if got, ok := n.Labels[k]; !ok || got != v {
+			out = append(out, fmt.Sprintf("label %s=%q missing (have %q, %v)", k, v, got, ok))
+		}
+	}
+	for _, k := range e.noLabels {
+		if _, ok := n.Labels[k]; ok {
+			out = append(out, "label "+k+" present")
+		}
+	}
+	for k, v := range e.annotations {
+		if got, ok := n.Annotations[k]; !ok || got != v {
+			out = append(out, fmt.Sprintf("annotation %s=%q missing (have %q, %v)", k, v, got, ok))
+		}
+	}
+	for _, k := range e.noAnnotations {
+		if _, ok := n.Annotations[k]; ok {
+			out = append(out, "annotation "+k+" present")
+		}
+	}
+	for _, t := range e.taints {
+		if !slices.ContainsFunc(n.Spec.Taints, func(h corev1.Taint) bool {
+			return h.Key == t.Key && h.Effect == t.Effect && h.Value == t.Value
+		}) {
+			out = append(out, "taint "+t.ToString()+" missing")
+		}
+	}
+	for _, k := range e.noTaints {
+		if slices.ContainsFunc(n.Spec.Taints, func(h corev1.Taint) bool { return h.Key == k }) {
+			out = append(out, "taint "+k+" present")
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+// waitNode waits until node name matches e, and fails naming the
+// differences that remained.
+func waitNode(t *testing.T, name string, e expect) *corev1.Node {
+	t.Helper()
+	var last string
+	var node *corev1.Node
+	err := wait.PollUntilContextTimeout(stack.TestContext(t), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if node == nil {
+				last = err.Error()
+			}
+			return false, nil
+		}
+		node, last = n, e.mismatch(n)
+		return last == "", nil
+	})
+	if err != nil {
+		if node != nil {
+			last += fmt.Sprintf("\ntaints: %v", node.Spec.Taints)
+		}
+		t.Fatalf("node %s: %v: %s", name, err, last)
+	}
+	return node
+}
+
+// createNode creates a Node the way a machine registers: with its group
+// label (unless group is empty), the foreign metadata and the taints a
+// fresh node carries.
+func createNode(t *testing.T, name, group string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+	for k, v := range foreign.labels {
+		n.Labels[k] = v
+	}
+	for k, v := range foreign.annotations {
+		n.Annotations[k] = v
+	}
+	if group != "" {
+		n.Labels[nodes.GroupLabel] = group
+	}
+	n.Spec.Taints = append(slices.Clone(foreign.taints), corev1.Taint{Key: nodes.UninitializedTaint, Effect: corev1.TaintEffectNoSchedule})
+	if _, err := kube.CoreV1().Nodes().Create(stack.TestContext(t), n, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+func createGroup(t *testing.T, name string, typ deckhousev1.NodeType, tmpl *deckhousev1.NodeTemplate) {
+	t.Helper()
+	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: typ, NodeTemplate: tmpl}}
+	if typ == deckhousev1.NodeTypeCloudEphemeral {
+		ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
+			ClassReference: deckhousev1.ClassReference{Kind: "TestInstanceClass", Name: "test"},
+			MinPerZone:     0, MaxPerZone: 1,
+		}
+	}
+	if _, err := nm.DeckhouseV1().NodeGroups().Create(stack.TestContext(t), ng, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create NodeGroup %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// setTemplate replaces a group's nodeTemplate in one write, so the nodes
+// never see an intermediate template.
+func setTemplate(t *testing.T, group string, tmpl *deckhousev1.NodeTemplate) {
+	t.Helper()
+	ctx := stack.TestContext(t)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ng.Spec.NodeTemplate = tmpl
+		_, err = nm.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("set the template of %s: %v", group, err)
+	}
+}
+
+func roleOf(group string) string { return nodes.RoleLabelPrefix + group }
+
+// The template's labels, annotations and taints are added, changed and
+// removed on every node of the group, while the labels, annotations and
+// taints other actors put there survive every step, the first one included.
+func TestTemplateAddChangeRemove(t *testing.T) {
+	// One node exists before its group (reached through the NodeGroup's
+	// event), one registers after it (reached through its own).
+	createNode(t, "tmpl-early", "tmpl")
+	createGroup(t, "tmpl", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
+		Labels:      map[string]string{"example.com/tier": "db", "example.com/gone": "soon"},
+		Annotations: map[string]string{"example.com/contact": "team-a"},
+		Taints: []deckhousev1.Taint{
+			{Key: "example.com/dedicated", Value: "db", Effect: "NoSchedule"},
+			{Key: "example.com/gone", Effect: "PreferNoSchedule"},
+		},
+	})
+	createNode(t, "tmpl-late", "tmpl")
+
+	applied := foreign.and(expect{
+		labels: map[string]string{
+			nodes.TypeLabel: "Static", roleOf("tmpl"): "",
+			"example.com/tier": "db", "example.com/gone": "soon",
+		},
+		annotations: map[string]string{"example.com/contact": "team-a", nodetemplate.ScaleDownDisabledAnnotation: "true"},
+		taints: []corev1.Taint{
+			{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "example.com/gone", Effect: corev1.TaintEffectPreferNoSchedule},
+		},
+		noTaints: []string{nodes.UninitializedTaint},
+	})
+	for _, n := range []string{"tmpl-early", "tmpl-late"} {
+		node := waitNode(t, n, applied)
+		if _, ok := node.Annotations[nodetemplate.LastAppliedAnnotation]; !ok {
+			t.Errorf("node %s has no %s annotation", n, nodetemplate.LastAppliedAnnotation)
+		}
+	}
+
+	// Change a label and a taint's value, add a label and a taint, remove a
+	// label, an annotation and a taint.
+	setTemplate(t, "tmpl", &deckhousev1.NodeTemplate{
+		Labels: map[string]string{"example.com/tier": "web", "example.com/new": ""},
+		Taints: []deckhousev1.Taint{
+			{Key: "example.com/dedicated", Value: "web", Effect: "NoSchedule"},
+			{Key: "example.com/batch", Effect: "NoExecute"},
+		},
+	})
+	changed := foreign.and(expect{
+		labels:        map[string]string{nodes.TypeLabel: "Static", roleOf("tmpl"): "", "example.com/tier": "web", "example.com/new": ""},
+		noLabels:      []string{"example.com/gone"},
+		annotations:   map[string]string{nodetemplate.ScaleDownDisabledAnnotation: "true"},
+		noAnnotations: []string{"example.com/contact"},
+		taints: []corev1.Taint{
+			{Key: "example.com/dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "example.com/batch", Effect: corev1.TaintEffectNoExecute},
+		},
+		noTaints: []string{"example.com/gone", nodes.UninitializedTaint},
+	})
+	for _, n := range []string{"tmpl-early", "tmpl-late"} {
+		node := waitNode(t, n, changed)
+		if c := countTaints(node, "example.com/dedicated"); c != 1 {
+			t.Errorf("node %s has %d example.com/dedicated taints, want 1: %v", n, c, node.Spec.Taints)
+		}
+	}
+
+	// Remove the whole template: only what the template put there goes.
+	setTemplate(t, "tmpl", nil)
+	for _, n := range []string{"tmpl-early", "tmpl-late"} {
+		waitNode(t, n, foreign.and(expect{
+			labels:        map[string]string{nodes.TypeLabel: "Static", roleOf("tmpl"): ""},
+			noLabels:      []string{"example.com/tier", "example.com/new"},
+			annotations:   map[string]string{nodetemplate.ScaleDownDisabledAnnotation: "true"},
+			noAnnotations: []string{"example.com/contact"},
+			noTaints:      []string{"example.com/dedicated", "example.com/batch", nodes.UninitializedTaint},
+		}))
+	}
+}
+
+func countTaints(n *corev1.Node, key string) int {
+	c := 0
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			c++
+		}
+	}
+	return c
+}
+
+// The first apply of an empty template keeps every taint but node-manager's
+// own (Deckhouse PR 22958 stripped the cloud provider's taint here), and
+// master nodes get the control-plane role.
+func TestFirstApplyKeepsForeignTaintsOnMaster(t *testing.T) {
+	createGroup(t, "master", deckhousev1.NodeTypeCloudPermanent, nil)
+	createNode(t, "master-0", "master")
+	waitNode(t, "master-0", foreign.and(expect{
+		labels: map[string]string{
+			nodes.TypeLabel: "CloudPermanent", roleOf("master"): "", nodetemplate.ControlPlaneRoleLabel: "",
+		},
+		annotations: map[string]string{nodetemplate.ScaleDownDisabledAnnotation: "true"},
+		noTaints:    []string{nodes.UninitializedTaint},
+	}))
+}
+
+// A CloudEphemeral machine not made by Cluster API got its template from
+// its machine controller: only the uninitialized taint is removed.
+func TestCloudEphemeralGetsOnlyTheTaintFixUp(t *testing.T) {
+	createGroup(t, "ephemeral", deckhousev1.NodeTypeCloudEphemeral, &deckhousev1.NodeTemplate{
+		Labels: map[string]string{"example.com/tier": "batch"},
+	})
+	createNode(t, "ephemeral-0", "ephemeral")
+	node := waitNode(t, "ephemeral-0", foreign.and(expect{
+		noLabels:      []string{"example.com/tier", nodes.TypeLabel},
+		noAnnotations: []string{nodetemplate.LastAppliedAnnotation, nodetemplate.ScaleDownDisabledAnnotation},
+		noTaints:      []string{nodes.UninitializedTaint},
+	}))
+	if len(node.Spec.Taints) < len(foreign.taints) {
+		t.Errorf("taints = %v, want the foreign ones kept", node.Spec.Taints)
+	}
+}
+
+// A template that names node-manager's own taint is warned about on the
+// NodeGroup, and the taint is still removed rather than fought over.
+func TestReservedTemplateKeysAreSkipped(t *testing.T) {
+	createGroup(t, "reserved", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
+		Labels: map[string]string{"example.com/ok": "1"},
+		Taints: []deckhousev1.Taint{{Key: nodes.UninitializedTaint, Effect: "NoSchedule"}},
+	})
+	createNode(t, "reserved-0", "reserved")
+	waitNode(t, "reserved-0", foreign.and(expect{
+		labels:   map[string]string{"example.com/ok": "1"},
+		noTaints: []string{nodes.UninitializedTaint},
+	}))
+	stack.Poll(t, "a "+nodetemplate.ReasonReservedKeys+" event on NodeGroup reserved", func(ctx context.Context) (bool, error) {
+		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == nodetemplate.ReasonReservedKeys && e.Regarding.Kind == "NodeGroup" && e.Regarding.Name == "reserved" &&
+				e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, nodes.UninitializedTaint) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// A node without a group is reported by the unmanaged-node gauge and left
+// alone; a node of a group that does not exist is left alone until the
+// group appears; joining a group ends the gauge's series.
+func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
+	createNode(t, "ghost-0", "ghost")
+	createNode(t, "stray-0", "")
+	stack.Poll(t, "the unmanaged gauge of stray-0", func(context.Context) (bool, error) {
+		v, ok := unmanagedGauge("stray-0")
+		return ok && v == 1, nil
+	})
+	if _, ok := unmanagedGauge("ghost-0"); ok {
+		t.Error("a node with a group label is counted as unmanaged")
+	}
+	// ghost-0 was queued before stray-0, so by now it has been seen.
+	for _, name := range []string{"ghost-0", "stray-0"} {
+		n, err := kube.CoreV1().Nodes().Get(stack.TestContext(t), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if countTaints(n, nodes.UninitializedTaint) != 1 || nodes.Has(n, nodetemplate.LastAppliedAnnotation) || n.Labels[nodes.TypeLabel] != "" {
+			t.Errorf("node %s was changed: labels %v, annotations %v, taints %v", name, n.Labels, n.Annotations, n.Spec.Taints)
+		}
+	}
+
+	createGroup(t, "ghost", deckhousev1.NodeTypeStatic, nil)
+	waitNode(t, "ghost-0", foreign.and(expect{
+		labels:   map[string]string{nodes.TypeLabel: "Static", roleOf("ghost"): ""},
+		noTaints: []string{nodes.UninitializedTaint},
+	}))
+
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"ghost"}}}`, nodes.GroupLabel)
+	if _, err := kube.CoreV1().Nodes().Patch(stack.TestContext(t), "stray-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.Poll(t, "the unmanaged series of stray-0 to go", func(context.Context) (bool, error) {
+		_, ok := unmanagedGauge("stray-0")
+		return !ok, nil
+	})
+	waitNode(t, "stray-0", foreign.and(expect{
+		labels:   map[string]string{nodes.TypeLabel: "Static", roleOf("ghost"): ""},
+		noTaints: []string{nodes.UninitializedTaint},
+	}))
+}
+
+// unmanagedGauge reads d8_unmanaged_nodes_on_cluster{node} from the
+// controller's registry.
+func unmanagedGauge(node string) (float64, bool) {
+	mfs, err := registry.Gather()
+	if err != nil {
+		return 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != nodetemplate.UnmanagedNodesMetric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "node" && l.GetValue() == node {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
