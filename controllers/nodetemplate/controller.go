@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -25,13 +26,16 @@ const Name = "node-template"
 
 // Event reasons.
 const (
-	// ReasonReservedKeys: a NodeGroup's template names keys of node-manager's
-	// own protocol; they are skipped.
-	ReasonReservedKeys = "NodeTemplateReservedKeys"
+	// ReasonSkippedKeys: a NodeGroup's template has entries in node-manager's
+	// own namespaces or that the Node API would reject; they are skipped.
+	ReasonSkippedKeys = "NodeTemplateKeysSkipped"
 	// ReasonBadLastApplied: a node's last-applied annotation was unreadable;
 	// nothing was removed and the annotation was rewritten.
 	ReasonBadLastApplied = "NodeTemplateLastAppliedInvalid"
 )
+
+// maxNote bounds an event's note below the Events API's 1 KiB limit.
+const maxNote = 1000
 
 // UnmanagedNodesMetric is 1 for every node without a group label.
 const UnmanagedNodesMetric = "d8_unmanaged_nodes_on_cluster"
@@ -49,7 +53,7 @@ type Controller struct {
 	// unknownLogged holds the missing groups already logged, so a node of
 	// a group that does not exist is reported once, not on every event.
 	unknownLogged map[string]bool
-	// warned holds the generation of each group whose reserved keys were
+	// warned holds the generation of each group whose skipped entries were
 	// already reported.
 	warned map[string]int64
 }
@@ -94,7 +98,7 @@ func New(d *manager.Deps) *Controller {
 				c.mu.Lock()
 				delete(c.unknownLogged, ng.Name)
 				c.mu.Unlock()
-				c.warnReserved(ng)
+				c.warnSkipped(ng)
 				c.enqueueGroup(ng.Name)
 			}
 		},
@@ -104,7 +108,7 @@ func New(d *manager.Deps) *Controller {
 			if !ok1 || !ok2 {
 				return
 			}
-			c.warnReserved(n)
+			c.warnSkipped(n)
 			// Status updates are frequent and change nothing here.
 			if o.Spec.NodeType != n.Spec.NodeType || !equality.Semantic.DeepEqual(o.Spec.NodeTemplate, n.Spec.NodeTemplate) {
 				c.enqueueGroup(n.Name)
@@ -159,10 +163,10 @@ func (c *Controller) enqueueGroup(group string) {
 	}
 }
 
-// warnReserved reports, once per generation, template keys that are
-// skipped because they belong to node-manager's protocol.
-func (c *Controller) warnReserved(ng *deckhousev1.NodeGroup) {
-	keys := ReservedKeys(ng)
+// warnSkipped reports, once per generation, the template entries that are
+// not applied.
+func (c *Controller) warnSkipped(ng *deckhousev1.NodeGroup) {
+	keys := Skipped(ng)
 	c.mu.Lock()
 	seen, ok := c.warned[ng.Name]
 	if len(keys) == 0 || (ok && seen == ng.Generation) {
@@ -171,9 +175,18 @@ func (c *Controller) warnReserved(ng *deckhousev1.NodeGroup) {
 	}
 	c.warned[ng.Name] = ng.Generation
 	c.mu.Unlock()
-	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeWarning, ReasonReservedKeys, "ApplyNodeTemplate",
-		"nodeTemplate keys in node-manager's own namespaces (%s) are not applied to nodes: %s",
+	note := fmt.Sprintf("nodeTemplate entries not applied to nodes (keys in %s are node-manager's own): %s",
 		strings.Join(reservedPrefixes, ", "), strings.Join(keys, ", "))
+	// The Events API refuses notes of 1 KiB and more.
+	if len(note) > maxNote {
+		n := maxNote - 3
+		for n > 0 && !utf8.RuneStart(note[n]) {
+			n--
+		}
+		note = note[:n] + "..."
+	}
+	klog.InfoS("NodeGroup template entries skipped", "controller", Name, "nodeGroup", ng.Name, "entries", keys)
+	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeWarning, ReasonSkippedKeys, "ApplyNodeTemplate", "%s", note)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {

@@ -103,8 +103,8 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 
 	select {
 	case e := <-recorder.Events:
-		if !strings.Contains(e, ReasonReservedKeys) || !strings.Contains(e, "taint "+nodes.UninitializedTaint+":NoSchedule") {
-			t.Errorf("event = %q, want a %s warning naming the uninitialized taint", e, ReasonReservedKeys)
+		if !strings.Contains(e, ReasonSkippedKeys) || !strings.Contains(e, "taint "+nodes.UninitializedTaint+":NoSchedule") {
+			t.Errorf("event = %q, want a %s warning naming the uninitialized taint", e, ReasonSkippedKeys)
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("no warning about the template's reserved taint")

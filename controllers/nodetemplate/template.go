@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
@@ -51,27 +52,45 @@ func Reserved(key string) bool {
 	return false
 }
 
-// ReservedKeys lists the template's keys that Compute skips, described as
-// "label k", "annotation k" or "taint k:Effect", sorted.
-func ReservedKeys(ng *deckhousev1.NodeGroup) []string {
+// skipReason says why a template entry is not applied, or "" when it is.
+// Entries the Node API would reject are skipped one by one, so a single
+// bad key does not hold back the rest of the template on every node.
+func skipReason(key string, value *string) string {
+	if Reserved(key) {
+		return "reserved for node-manager"
+	}
+	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+		return "invalid key: " + strings.Join(errs, "; ")
+	}
+	if value != nil {
+		if errs := validation.IsValidLabelValue(*value); len(errs) > 0 {
+			return "invalid value: " + strings.Join(errs, "; ")
+		}
+	}
+	return ""
+}
+
+// Skipped lists the template's entries that Desired leaves out, each as
+// "label k (reason)", "annotation k (reason)" or "taint k:Effect (reason)", sorted.
+func Skipped(ng *deckhousev1.NodeGroup) []string {
 	t := ng.Spec.NodeTemplate
 	if t == nil {
 		return nil
 	}
 	var out []string
-	for k := range t.Labels {
-		if Reserved(k) {
-			out = append(out, "label "+k)
+	for k, v := range t.Labels {
+		if r := skipReason(k, &v); r != "" {
+			out = append(out, "label "+k+" ("+r+")")
 		}
 	}
 	for k := range t.Annotations {
-		if Reserved(k) {
-			out = append(out, "annotation "+k)
+		if r := skipReason(k, nil); r != "" {
+			out = append(out, "annotation "+k+" ("+r+")")
 		}
 	}
 	for _, tt := range t.Taints {
-		if Reserved(tt.Key) {
-			out = append(out, "taint "+tt.Key+":"+string(tt.Effect))
+		if r := skipReason(tt.Key, &tt.Value); r != "" {
+			out = append(out, "taint "+tt.Key+":"+string(tt.Effect)+" ("+r+")")
 		}
 	}
 	slices.Sort(out)
@@ -117,7 +136,7 @@ func LastApplied(n *corev1.Node) (Applied, error) {
 }
 
 // Desired is what the group wants on the node: its template without the
-// reserved keys, plus the type and role labels and, for nodes no
+// skipped entries (see Skipped), plus the type and role labels and, for nodes no
 // autoscaler owns, the scale-down-disabled annotation.
 func Desired(ng *deckhousev1.NodeGroup) Applied {
 	d := Applied{
@@ -138,17 +157,17 @@ func Desired(ng *deckhousev1.NodeGroup) Applied {
 		return d
 	}
 	for k, v := range t.Labels {
-		if !Reserved(k) {
+		if skipReason(k, &v) == "" {
 			d.Labels[k] = v
 		}
 	}
 	for k, v := range t.Annotations {
-		if !Reserved(k) {
+		if skipReason(k, nil) == "" {
 			d.Annotations[k] = v
 		}
 	}
 	for _, tt := range t.Taints {
-		if Reserved(tt.Key) {
+		if skipReason(tt.Key, &tt.Value) != "" {
 			continue
 		}
 		taint := corev1.Taint{Key: tt.Key, Value: tt.Value, Effect: corev1.TaintEffect(tt.Effect)}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,10 +286,10 @@ func TestCompute(t *testing.T) {
 			wantLastApplied:  true,
 		},
 		{
-			name: "keys in node-manager's namespaces are skipped, a template uninitialized taint included",
+			name: "keys in node-manager's namespaces and entries the API would refuse are skipped, a template uninitialized taint included",
 			node: nodeSpec{taints: []corev1.Taint{taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)}},
 			group: group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
-				Labels:      map[string]string{"node.deckhouse.io/group": "evil", "ok": "1"},
+				Labels:      map[string]string{"node.deckhouse.io/group": "evil", "ok": "1", "bad key": "1", "bad-value": "a b"},
 				Annotations: map[string]string{LastAppliedAnnotation: "{}", "update.node.deckhouse.io/approved": ""},
 				Taints:      []deckhousev1.Taint{ngTaint(nodes.UninitializedTaint, "", "NoSchedule")},
 			}),
@@ -457,18 +458,47 @@ func TestComputeSequence(t *testing.T) {
 	}
 }
 
-func TestReservedKeys(t *testing.T) {
+func TestSkipped(t *testing.T) {
 	ng := group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
-		Labels:      map[string]string{"node.deckhouse.io/type": "x", "dedicated.example.com/x": ""},
-		Annotations: map[string]string{"update.node.deckhouse.io/approved": ""},
-		Taints:      []deckhousev1.Taint{ngTaint(nodes.UninitializedTaint, "", "NoSchedule"), ngTaint("dedicated", "", "NoSchedule")},
+		Labels: map[string]string{"node.deckhouse.io/type": "x", "dedicated.example.com/x": "", "bad key": "v",
+			"example.com/bad-value": "has spaces"},
+		Annotations: map[string]string{"update.node.deckhouse.io/approved": "", "example.com/any-value": "spaces are fine here"},
+		Taints: []deckhousev1.Taint{ngTaint(nodes.UninitializedTaint, "", "NoSchedule"), ngTaint("dedicated", "", "NoSchedule"),
+			ngTaint("dedicated", "bad value", "NoExecute")},
 	})
-	want := []string{"annotation update.node.deckhouse.io/approved", "label node.deckhouse.io/type", "taint node.deckhouse.io/uninitialized:NoSchedule"}
-	if got := ReservedKeys(ng); !reflect.DeepEqual(got, want) {
-		t.Errorf("ReservedKeys = %v, want %v", got, want)
+	got := Skipped(ng)
+	wantPrefixes := []string{
+		"annotation update.node.deckhouse.io/approved (reserved",
+		"label bad key (invalid key",
+		"label example.com/bad-value (invalid value",
+		"label node.deckhouse.io/type (reserved",
+		"taint dedicated:NoExecute (invalid value",
+		"taint node.deckhouse.io/uninitialized:NoSchedule (reserved",
 	}
-	if got := ReservedKeys(group("worker", deckhousev1.NodeTypeStatic, nil)); got != nil {
-		t.Errorf("ReservedKeys of a group without a template = %v", got)
+	if len(got) != len(wantPrefixes) {
+		t.Fatalf("Skipped = %q, want %d entries", got, len(wantPrefixes))
+	}
+	for i, w := range wantPrefixes {
+		if !strings.HasPrefix(got[i], w) {
+			t.Errorf("Skipped[%d] = %q, want prefix %q", i, got[i], w)
+		}
+	}
+	if got := Skipped(group("worker", deckhousev1.NodeTypeStatic, nil)); got != nil {
+		t.Errorf("Skipped of a group without a template = %v", got)
+	}
+	// What Skipped reports is exactly what Desired leaves out.
+	d := Desired(ng)
+	if _, ok := d.Labels["bad key"]; ok {
+		t.Error("Desired keeps an invalid label key")
+	}
+	if _, ok := d.Labels["example.com/bad-value"]; ok {
+		t.Error("Desired keeps an invalid label value")
+	}
+	if d.Annotations["example.com/any-value"] != "spaces are fine here" {
+		t.Error("Desired dropped an annotation whose value is valid")
+	}
+	if want := []corev1.Taint{taint("dedicated", "", corev1.TaintEffectNoSchedule)}; !equalTaints(d.Taints, want) {
+		t.Errorf("Desired taints = %v, want %v", d.Taints, want)
 	}
 }
 

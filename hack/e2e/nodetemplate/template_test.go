@@ -302,26 +302,28 @@ func TestCloudEphemeralGetsOnlyTheTaintFixUp(t *testing.T) {
 	}
 }
 
-// A template that names node-manager's own taint is warned about on the
-// NodeGroup, and the taint is still removed rather than fought over.
-func TestReservedTemplateKeysAreSkipped(t *testing.T) {
+// A template that names node-manager's own taint, or a label the Node API
+// would refuse, is warned about on the NodeGroup; the rest of the template
+// is applied and the uninitialized taint is still removed, not fought over.
+func TestSkippedTemplateKeys(t *testing.T) {
 	createGroup(t, "reserved", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
-		Labels: map[string]string{"example.com/ok": "1"},
+		Labels: map[string]string{"example.com/ok": "1", "example.com/bad": "not a label value"},
 		Taints: []deckhousev1.Taint{{Key: nodes.UninitializedTaint, Effect: "NoSchedule"}},
 	})
 	createNode(t, "reserved-0", "reserved")
 	waitNode(t, "reserved-0", foreign.and(expect{
 		labels:   map[string]string{"example.com/ok": "1"},
+		noLabels: []string{"example.com/bad"},
 		noTaints: []string{nodes.UninitializedTaint},
 	}))
-	stack.Poll(t, "a "+nodetemplate.ReasonReservedKeys+" event on NodeGroup reserved", func(ctx context.Context) (bool, error) {
+	stack.Poll(t, "a "+nodetemplate.ReasonSkippedKeys+" event on NodeGroup reserved", func(ctx context.Context) (bool, error) {
 		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.Reason == nodetemplate.ReasonReservedKeys && e.Regarding.Kind == "NodeGroup" && e.Regarding.Name == "reserved" &&
-				e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, nodes.UninitializedTaint) {
+			if e.Reason == nodetemplate.ReasonSkippedKeys && e.Regarding.Kind == "NodeGroup" && e.Regarding.Name == "reserved" &&
+				e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, nodes.UninitializedTaint) && strings.Contains(e.Note, "example.com/bad") {
 				return true, nil
 			}
 		}
