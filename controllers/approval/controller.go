@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,9 +92,18 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	for _, n := range ns {
 		byName[n.Name] = n
 	}
+	// Approvals are granted only after every other change landed: a slot
+	// freed by a finished node must really be free (its patch may fail)
+	// before another node takes it, so maxConcurrent holds at every moment.
 	var errs []error
 	written := map[string]bool{}
-	for name, ch := range d.Changes {
+	var grants []string
+	for _, name := range slices.Sorted(maps.Keys(d.Changes)) {
+		ch := d.Changes[name]
+		if v, ok := ch.Annotations[nodes.Approved]; ok && v != nil {
+			grants = append(grants, name)
+			continue
+		}
 		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], ch); err != nil {
 			// A conflict means the node changed under us: decide again on
 			// the new state rather than writing this one.
@@ -101,6 +112,17 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		}
 		written[name] = true
 		klog.InfoS("Updated node for its update", "group", group, "node", name, "change", ch.String())
+	}
+	for _, name := range grants {
+		if len(errs) > 0 {
+			break
+		}
+		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], d.Changes[name]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		written[name] = true
+		klog.InfoS("Approved update", "group", group, "node", name)
 	}
 	for _, e := range d.Events {
 		if n := byName[e.Node]; n != nil && written[e.Node] {

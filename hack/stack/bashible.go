@@ -39,10 +39,11 @@ const (
 
 // BuildBinaries builds node-manager's binaries into <root>/bin.
 func BuildBinaries(root string) error {
-	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./apiserver/cmd/bashible-apiserver")
+	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/",
+		"./apiserver/cmd/bashible-apiserver", "./controllers/cmd/node-manager-controller")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build bashible-apiserver: %w\n%s", err, out)
+		return fmt.Errorf("build bashible-apiserver and node-manager-controller: %w\n%s", err, out)
 	}
 	return nil
 }

@@ -17,10 +17,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/node-manager/node-manager/controllers/approval"
+	"github.com/node-manager/node-manager/controllers/bootstrap"
 	"github.com/node-manager/node-manager/controllers/checksums"
 	"github.com/node-manager/node-manager/controllers/drain"
 	"github.com/node-manager/node-manager/controllers/instances"
 	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodetemplate"
 	"github.com/node-manager/node-manager/controllers/status"
 )
 
@@ -60,6 +62,8 @@ func run() error {
 		drain.New(deps),
 		checksums.New(deps),
 		instances.New(deps),
+		nodetemplate.New(deps),
+		bootstrap.New(deps),
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

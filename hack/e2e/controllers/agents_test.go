@@ -1,0 +1,240 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+// agent plays bashible's side of the update protocol for a Node in Go (the
+// same steps as templates/tree: ask for approval while removing the
+// checksum, wait, ask for a disruption if the update needs one, then
+// report the checksum), and plays the kubelet's heartbeat. TestRollout
+// WithRealBashible runs the real bashible.sh; these agents make the
+// protocol tests fast and their timing controllable.
+type agent struct {
+	name, group string
+	// disruptive says whether applying a checksum needs a disruption.
+	disruptive atomic.Bool
+	// ready is the Ready condition the agent reports.
+	ready atomic.Bool
+	// paused stops the agent from acting (a node whose bashible is stuck).
+	paused atomic.Bool
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// newAgent registers a Node in group and starts its agent; it starts on
+// the group's current checksum, as a node that has joined and converged.
+func newAgent(t *testing.T, name, group string) *agent {
+	t.Helper()
+	ctx := testCtx(t)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodes.GroupLabel: group}}}
+	if sum := served(t, group); sum != "" {
+		node.Annotations = map[string]string{nodes.ChecksumAnnotation: sum}
+	}
+	if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+	a := &agent{name: name, group: group, done: make(chan struct{})}
+	a.ready.Store(true)
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	a.stop = cancel
+	go a.run(actx)
+	t.Cleanup(func() {
+		a.stop()
+		<-a.done
+		_ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return a
+}
+
+func (a *agent) heartbeat(ctx context.Context) error {
+	st := corev1.ConditionFalse
+	if a.ready.Load() {
+		st = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: st, Reason: "SimulatedKubelet", LastHeartbeatTime: now, LastTransitionTime: now,
+	}}, "nodeInfo": map[string]any{"kubeletVersion": "v1.36.3"},
+		"capacity":    map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"},
+		"allocatable": map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"}}})
+	_, err := kube.CoreV1().Nodes().PatchStatus(ctx, a.name, patch)
+	if err != nil {
+		return fmt.Errorf("heartbeat of %s: %w", a.name, err)
+	}
+	return nil
+}
+
+func (a *agent) run(ctx context.Context) {
+	defer close(a.done)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	lastBeat, lastReady := time.Time{}, true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if time.Since(lastBeat) > 5*time.Second || a.ready.Load() != lastReady {
+			if a.heartbeat(ctx) == nil {
+				lastBeat, lastReady = time.Now(), a.ready.Load()
+			}
+		}
+		if !a.paused.Load() {
+			a.step(ctx)
+		}
+	}
+}
+
+// step does one thing of the protocol, guarded by the Node's resourceVersion.
+func (a *agent) step(ctx context.Context) {
+	n, err := kube.CoreV1().Nodes().Get(ctx, a.name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, a.group, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	target := b.Annotations[bashiblev1alpha1.ChecksumAnnotation]
+	has := func(k string) bool { return nodes.Has(n, k) }
+	var set map[string]any
+	switch {
+	case n.Annotations[nodes.ChecksumAnnotation] == target && !has(nodes.WaitingForApproval):
+		return // in sync (or applied and waiting for node-manager to clean up)
+	case !has(nodes.Approved) && !has(nodes.WaitingForApproval):
+		set = map[string]any{nodes.WaitingForApproval: "", nodes.ChecksumAnnotation: nil}
+	case !has(nodes.Approved):
+		return // waiting for approval
+	case a.disruptive.Load() && !has(nodes.DisruptionApproved):
+		if has(nodes.DisruptionRequired) {
+			return
+		}
+		set = map[string]any{nodes.DisruptionRequired: ""}
+	default:
+		set = map[string]any{nodes.ChecksumAnnotation: target}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
+	_, _ = kube.CoreV1().Nodes().Patch(ctx, a.name, types.MergePatchType, patch, metav1.PatchOptions{})
+}
+
+// monitor watches the Nodes of a group and records the most nodes ever
+// approved at once, and every moment a node was drained while its drain
+// had failed.
+type monitor struct {
+	mu          sync.Mutex
+	maxApproved int
+	violations  []string
+	stop        func()
+}
+
+func watchGroup(t *testing.T, group string) *monitor {
+	t.Helper()
+	m := &monitor{}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: nodes.GroupLabel + "=" + group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		state := map[string]*corev1.Node{}
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				delete(state, n.Name)
+			} else {
+				state[n.Name] = n
+			}
+			approved := 0
+			for _, s := range state {
+				if nodes.Has(s, nodes.Approved) {
+					approved++
+				}
+			}
+			m.mu.Lock()
+			m.maxApproved = max(m.maxApproved, approved)
+			if nodes.Has(n, nodes.Drained) && nodes.Has(n, nodes.DrainFailed) {
+				m.violations = append(m.violations, fmt.Sprintf("%s is drained and drain-failed at once", n.Name))
+			}
+			m.mu.Unlock()
+		}
+	}()
+	m.stop = func() { cancel(); w.Stop(); <-done }
+	t.Cleanup(m.stop)
+	return m
+}
+
+func (m *monitor) reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.maxApproved = 0
+}
+
+func (m *monitor) check(t *testing.T, limit int) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.maxApproved > limit {
+		t.Errorf("%d nodes were approved at once; maxConcurrent allows %d", m.maxApproved, limit)
+	}
+	for _, v := range m.violations {
+		t.Error(v)
+	}
+}
+
+// kubelet finishes the deletion of evicted pods on simulated nodes (there
+// is no kubelet to do it) and keeps created pods Running and Ready, so
+// kube-controller-manager counts them for PodDisruptionBudgets.
+func kubelet(ctx context.Context) {
+	w, err := kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" || ev.Type == watch.Deleted {
+			continue
+		}
+		if p.DeletionTimestamp != nil {
+			err := kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+				GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				fmt.Printf("kubelet: finishing deletion of %s/%s: %v\n", p.Namespace, p.Name, err)
+			}
+			continue
+		}
+		if p.Status.Phase == corev1.PodPending {
+			p = p.DeepCopy()
+			now := metav1.Now()
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+			p.Status.StartTime = &now
+			_, _ = kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		}
+	}
+}
