@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
@@ -118,7 +119,13 @@ func (l *Loop) next(ctx context.Context) bool {
 	if l.metrics != nil {
 		l.metrics.Reconciles.WithLabelValues(l.name, "error").Inc()
 	}
-	if ctx.Err() == nil {
+	switch {
+	case ctx.Err() != nil:
+	case apierrors.IsConflict(err):
+		// Someone else wrote the object since we read it: routine, and the
+		// retry decides again on the new state.
+		klog.V(2).InfoS("Object changed meanwhile; deciding again", "controller", l.name, "key", key, "err", err)
+	default:
 		klog.ErrorS(err, "Reconcile failed; retrying with backoff", "controller", l.name, "key", key,
 			"attempt", l.queue.NumRequeues(key)+1)
 	}

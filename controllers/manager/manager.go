@@ -215,11 +215,17 @@ type Manager struct {
 	synced      atomic.Bool
 	leading     atomic.Bool
 	leaderLost  atomic.Bool
+	leaderGauge prometheus.Gauge
 }
 
 // New makes a manager for the given controllers, built from deps.
 func New(deps *Deps, opts *Options, controllers ...Controller) *Manager {
-	return &Manager{deps: deps, opts: opts, controllers: controllers}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "node_manager_leader",
+		Help: "1 while this process holds the node-manager-controller Lease and runs the controllers.",
+	})
+	deps.Registry.MustRegister(g)
+	return &Manager{deps: deps, opts: opts, controllers: controllers, leaderGauge: g}
 }
 
 // Leading reports whether this process holds the Lease.
@@ -282,12 +288,14 @@ func (m *Manager) Run(ctx context.Context) error {
 			OnStartedLeading: func(ctx context.Context) {
 				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
 				m.leading.Store(true)
+				m.leaderGauge.Set(1)
 				for _, c := range m.controllers {
 					wg.Go(func() { c.Run(ctx, m.opts.Workers) })
 				}
 			},
 			OnStoppedLeading: func() {
 				m.leading.Store(false)
+				m.leaderGauge.Set(0)
 				if ctx.Err() == nil {
 					m.leaderLost.Store(true)
 				}

@@ -33,6 +33,9 @@ type agent struct {
 	ready atomic.Bool
 	// paused stops the agent from acting (a node whose bashible is stuck).
 	paused atomic.Bool
+	// applyTakes is how long applying an approved update takes (nanoseconds).
+	applyTakes atomic.Int64
+	approvedAt time.Time // owned by the agent's goroutine
 	stop   context.CancelFunc
 	done   chan struct{}
 }
@@ -131,6 +134,13 @@ func (a *agent) step(ctx context.Context) {
 		}
 		set = map[string]any{nodes.DisruptionRequired: ""}
 	default:
+		if a.approvedAt.IsZero() {
+			a.approvedAt = time.Now()
+		}
+		if time.Since(a.approvedAt) < time.Duration(a.applyTakes.Load()) {
+			return
+		}
+		a.approvedAt = time.Time{}
 		set = map[string]any{nodes.ChecksumAnnotation: target}
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})

@@ -1,0 +1,91 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+// leaseHolder is who holds node-manager-controller's Lease.
+func leaseHolder(ctx context.Context) string {
+	l, err := kube.CoordinationV1().Leases(stack.Namespace).Get(ctx, "node-manager-controller", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// TestLeaderFailoverMidRollout runs last in the suite: it kills the
+// controller the other tests used, mid-rollout, and leaves the survivor.
+func TestLeaderFailoverMidRollout(t *testing.T) {
+	const group = "failover"
+	newGroup(t, group, nil)
+	var agents []*agent
+	for i := range 4 {
+		a := newAgent(t, fmt.Sprintf("failover-%d", i), group)
+		a.applyTakes.Store(int64(2 * time.Second))
+		agents = append(agents, a)
+	}
+	waitRolledOut(t, group, served(t, group), 4)
+	standby, err := env.StartController(testCtx(t), stack.ControllerOptions{Identity: "controller-2", ExtraArgs: controllerArgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := ctrl
+	ctrl = standby // whatever happens, later tests use the survivor
+	if got := leaseHolder(testCtx(t)); got != leader.Identity {
+		t.Fatalf("the Lease is held by %q; want the first controller %q", got, leader.Identity)
+	}
+	for _, c := range []*stack.Controller{leader, standby} {
+		if code, _, err := c.Get(testCtx(t), "/readyz"); err != nil || code != http.StatusOK {
+			t.Fatalf("%s /readyz: %d %v", c.Identity, code, err)
+		}
+	}
+	if metric(t, standby, "node_manager_leader") != "0" || metric(t, leader, "node_manager_leader") != "1" {
+		t.Fatal("node_manager_leader does not tell the leader from the standby")
+	}
+
+	m := watchGroup(t, group)
+	sum := newConfiguration(t, group, "echo failover\n")
+	stack.Poll(t, "first approval", func(ctx context.Context) (bool, error) {
+		for _, a := range agents {
+			if has(ctx, a.name, nodes.Approved) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	leader.Kill() // as a crash: the Lease is not released
+	stack.Poll(t, "the standby takes the Lease", func(ctx context.Context) (bool, error) {
+		return leaseHolder(ctx) == standby.Identity, nil
+	})
+	waitRolledOut(t, group, sum, 4)
+	m.check(t, 1)
+	if metric(t, standby, "node_manager_leader") != "1" {
+		t.Error("the new leader does not report itself as leader")
+	}
+}
+
+// metric returns the value of an unlabelled metric from a controller.
+func metric(t *testing.T, c *stack.Controller, name string) string {
+	t.Helper()
+	_, body, err := c.Get(testCtx(t), "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("%s has no metric %s", c.Identity, name)
+	return ""
+}
