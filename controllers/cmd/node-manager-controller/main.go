@@ -56,15 +56,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	m := manager.New(deps, opts,
-		status.New(deps),
-		approval.New(deps),
-		drain.New(deps),
-		checksums.New(deps),
-		instances.New(deps),
-		nodetemplate.New(deps),
-		bootstrap.New(deps),
-	)
+	m := manager.New(deps, opts, all(deps)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	addr, err := manager.Serve(ctx, opts.ListenAddress, m.Handler(reg))
@@ -73,4 +65,17 @@ func run() error {
 	}
 	klog.InfoS("Serving metrics and probes", "address", addr.String())
 	return m.Run(ctx)
+}
+
+// all builds every controller the binary runs.
+func all(deps *manager.Deps) []manager.Controller {
+	return []manager.Controller{
+		status.New(deps),
+		approval.New(deps),
+		drain.New(deps),
+		checksums.New(deps),
+		instances.New(deps),
+		nodetemplate.New(deps),
+		bootstrap.New(deps),
+	}
 }
