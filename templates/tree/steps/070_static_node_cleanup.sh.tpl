@@ -30,7 +30,7 @@ done
 pkill -f containerd-shim 2> /dev/null || true
 
 # Unmount what the kubelet and containerd mounted, deepest first.
-awk '{ print $2 }' /proc/mounts | grep -E '^(/var/lib/kubelet|{{ .nodeGroup.kubelet.rootDir | regexQuoteMeta }}|/var/lib/containerd|/run/containerd)(/|$)' | sort -r |
+awk '{ print $2 }' /proc/mounts | { grep -E '^(/var/lib/kubelet|{{ .nodeGroup.kubelet.rootDir | regexQuoteMeta }}|/var/lib/containerd|/run/containerd)(/|$)' || true; } | sort -r |
   while read -r mount; do
     umount "$mount" 2> /dev/null || umount -l "$mount" || true
   done
