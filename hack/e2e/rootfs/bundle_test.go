@@ -265,12 +265,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 		}},
 		Containerd: map[string]templates.ContainerdRelease{"ContainerdV2": {Version: ctrdVersion, SHA256: sums(ctrdSum)}},
 	}
-	overrideYAML, err := yaml.Marshal(override)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := "apiVersion: deckhouse.io/v1\nkind: ClusterConfiguration\ndefaultCRI: ContainerdV2\npackageSource:\n  url: " + m.URL + "\n  versions:\n" +
-		indent(string(overrideYAML), "    ")
+	cc := clusterConfiguration(t, m.URL, override)
 
 	tree, err := templates.LoadTree(templates.Builtin())
 	if err != nil {
@@ -416,6 +411,36 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	}
 	n.applied(more.Checksum)
 
+	// A new containerd version is a disruption: the step asks for approval
+	// (bb-disruption-gate) before it replaces anything. No API runs here, so
+	// asking fails, and the run stops with containerd untouched.
+	newer := ctrdVersion + "0"
+	m.addTarball(t, "containerd/v"+newer+"/containerd-"+newer+"-linux-"+arch+".tar.gz",
+		[]string{filepath.Join(bin, "containerd"), filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(bin, "ctr")})
+	override.Containerd["ContainerdV2"] = templates.ContainerdRelease{Version: newer, SHA256: sums(ctrdSum)}
+	n.cc = clusterConfiguration(t, m.URL, override)
+	upgrade := n.render(func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+	})
+	n.install(upgrade)
+	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, root)
+	out, calls, err = n.runSteps(upgrade.Checksum)
+	if err == nil || !strings.Contains(out, "containerd "+ctrdVersion+" is to be replaced by "+newer) || !strings.Contains(out, "=== 040_containerd.sh failed") {
+		t.Errorf("a containerd upgrade should stop at the disruption gate (err %v):\n%s", err, tail(out, 20))
+	}
+	// Asking the API writes the bootstrap token's header file (bb-kube-api);
+	// nothing else may change.
+	if changed := changedFiles(before, snapshot(t, root)); !slices.Equal(changed, []string{"var/lib/bashible/bootstrap-token-header"}) {
+		t.Errorf("a containerd upgrade without approval changed files: %v", changed)
+	}
+	if c := changes(calls); len(c) > 0 {
+		t.Errorf("a containerd upgrade without approval made the calls %v", c)
+	}
+	n.install(more)
+
 	// The cleanup script refuses without its flag, and with it takes away
 	// what the bundle installed and reboots.
 	if out, err := runInRoot(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh"); err == nil || !strings.Contains(out, "--yes-i-am-sane") {
@@ -440,6 +465,18 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 			t.Errorf("the cleanup should have called %q; calls: %v", c, calls)
 		}
 	}
+}
+
+// clusterConfiguration points nodes at the mirror and gives the sums of
+// what it serves, as an air-gapped cluster would.
+func clusterConfiguration(t *testing.T, url string, versions templates.VersionMap) string {
+	t.Helper()
+	data, err := yaml.Marshal(versions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "apiVersion: deckhouse.io/v1\nkind: ClusterConfiguration\ndefaultCRI: ContainerdV2\npackageSource:\n  url: " + url + "\n  versions:\n" +
+		indent(string(data), "    ")
 }
 
 func indent(s, prefix string) string {
