@@ -127,6 +127,17 @@ func freshRoot(t *testing.T, packages []string) string {
 	t.Helper()
 	cached := cachedRoot(t, packages)
 	root := filepath.Join(t.TempDir(), "root")
+	// Registered after TempDir's removal, so it runs before it.
+	t.Cleanup(func() {
+		mounts, err := os.ReadFile("/proc/self/mounts")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if strings.Contains(string(mounts), " "+root) {
+			t.Errorf("left mounted under %s:\n%s", root, mounts)
+		}
+	})
 	start := time.Now()
 	if out, err := exec.Command("cp", "-a", cached, root).CombinedOutput(); err != nil {
 		t.Fatalf("copy the root: %v\n%s", err, out)
