@@ -130,6 +130,8 @@ type node struct {
 	repo   string
 	mirror *mirror
 	cc     string
+	// endpoints are the API servers' host:port.
+	endpoints []string
 }
 
 // render renders the Static worker group with the e2e cluster settings.
@@ -144,7 +146,7 @@ func (n *node) render(mutate func(*deckhousev1.NodeGroup)) *templates.Bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, err := templates.NewContext(ng, settings, []string{"10.0.0.10:6443", "10.0.0.11:6443"}, clusterCA)
+	ctx, err := templates.NewContext(ng, settings, n.endpoints, clusterCA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +222,9 @@ func changes(calls []string) []string {
 // TestDebianWorkerBundle runs the Static worker's bundle on Debian
 // bookworm: the first run installs and configures everything, from the
 // package mirror, verified; the second changes nothing; a new maxPods
-// rewrites one file and restarts only the kubelet; the cleanup script
-// takes it all away.
+// rewrites one file and restarts only the kubelet; a new API endpoint
+// rewrites one file and reloads only the API proxy; a newer containerd
+// waits for disruption approval; the cleanup script takes it all away.
 func TestDebianWorkerBundle(t *testing.T) {
 	requireRoot(t)
 	repo, err := controlplane.RepoRoot()
@@ -271,7 +274,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: cc}
+	n := &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: cc, endpoints: []string{"10.0.0.10:6443", "10.0.0.11:6443"}}
 	bundle := n.render(nil)
 	n.install(bundle)
 	bdir := filepath.Join(root, "var/lib/bashible")
@@ -411,6 +414,32 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	}
 	n.applied(more.Checksum)
 
+	// New API endpoints reconfigure the local API proxy: its configuration
+	// is rewritten and HAProxy reloaded, nothing else.
+	n.endpoints = []string{"10.0.0.10:6443", "10.0.0.11:6443", "10.0.0.12:6443"}
+	moved := n.render(func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+	})
+	n.install(moved)
+	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, root)
+	out, calls, err = n.runSteps(moved.Checksum)
+	if err != nil {
+		t.Fatalf("run with a new endpoint: %v\n%s", err, tail(out, 60))
+	}
+	if changed := changedFiles(before, snapshot(t, root)); !slices.Equal(changed, []string{"etc/node-manager/kubernetes-api-proxy.cfg"}) {
+		t.Errorf("a new endpoint changed files %v, want only the API proxy's configuration", changed)
+	}
+	if !strings.Contains(readFile(t, filepath.Join(root, "etc/node-manager/kubernetes-api-proxy.cfg")), "server apiserver-2 10.0.0.12:6443 check") {
+		t.Error("the API proxy should balance over the new endpoint too")
+	}
+	if c := changes(calls); !slices.Equal(c, []string{"systemctl daemon-reload", "systemctl reload-or-restart kubernetes-api-proxy.service"}) {
+		t.Errorf("a new endpoint made the calls %v, want only the API proxy reloaded", c)
+	}
+	n.applied(moved.Checksum)
+
 	// A new containerd version is a disruption: the step asks for approval
 	// (bb-disruption-gate) before it replaces anything. No API runs here, so
 	// asking fails, and the run stops with containerd untouched.
@@ -439,7 +468,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	if c := changes(calls); len(c) > 0 {
 		t.Errorf("a containerd upgrade without approval made the calls %v", c)
 	}
-	n.install(more)
+	n.install(moved)
 
 	// The cleanup script refuses without its flag, and with it takes away
 	// what the bundle installed and reboots.
