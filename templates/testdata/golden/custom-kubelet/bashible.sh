@@ -425,7 +425,8 @@ bb-package-install() {
         bb-with-proxy timeout 600 dnf makecache -q || true
         ;;
       *)
-        if bb-with-proxy timeout 900 env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        # needrestart (Ubuntu) must not restart services behind the steps' back.
+        if bb-with-proxy timeout 900 env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 NEEDRESTART_MODE=l apt-get install -y -q --no-install-recommends \
             -o DPkg::Lock::Timeout=300 -o Dpkg::Options::=--force-confold -o Acquire::Retries=3 "${missing[@]}"; then
           return 0
         fi

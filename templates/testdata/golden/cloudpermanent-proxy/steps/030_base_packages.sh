@@ -10,7 +10,7 @@ fi
 # bashible-timeout: 3600
 
 case "$(bb-bundle)" in
-  centos) bb-package-install ca-certificates curl jq conntrack-tools ethtool iproute iptables-nft kmod socat runc haproxy tar ;;
+  centos) bb-package-install ca-certificates jq conntrack-tools ethtool iproute iptables-nft kmod socat runc haproxy tar ;;
   debian) bb-package-install ca-certificates curl jq conntrack ethtool iproute2 iptables kmod socat runc haproxy ;;
   ubuntu-lts) bb-package-install ca-certificates curl jq conntrack ethtool iproute2 iptables kmod socat runc haproxy ;;
   *) bb-log "no base packages are listed for bundle $(bb-bundle)"; exit 1 ;;
