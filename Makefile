@@ -17,7 +17,15 @@ CONTROL_PLANE := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manage
 GENERATORS    := $(BIN)/deepcopy-gen $(BIN)/client-gen $(BIN)/lister-gen $(BIN)/informer-gen \
                  $(BIN)/applyconfiguration-gen $(BIN)/openapi-gen $(BIN)/controller-gen
 LINTERS       := $(BIN)/staticcheck
-TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS)
+# What the rootfs e2e suite's local package mirror serves in place of the
+# upstream downloads: the kubelet and kubectl from hack/tools, containerd
+# from its own module (its dependencies clash with k8s.io/kubernetes).
+# Static builds (CGO_ENABLED=0), so they run in the Debian root.
+CTRD_DIR      := $(CURDIR)/hack/tools/containerd
+CTRD_MOD      := $(CTRD_DIR)/go.mod $(CTRD_DIR)/go.sum
+CTRD_VERSION   = $(shell cd $(CTRD_DIR) && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
+NODE_BINARIES := $(BIN)/kubelet $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr
+TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES)
 
 # Packages with e2e suites need the local control plane; the rest are unit tests.
 E2E_PKGS   = $(shell go list ./hack/e2e/...)
@@ -42,6 +50,11 @@ $(BIN)/kube-controller-manager: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kube-controller-manager "$(K8S_LDFLAGS)"
 $(BIN)/kubectl: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kubectl "$(K8S_LDFLAGS)"
+$(BIN)/kubelet: $(TOOLS_MOD)
+	@CGO_ENABLED=0 hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kubelet "$(K8S_LDFLAGS)"
+$(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr: $(BIN)/%: $(CTRD_MOD)
+	@TOOLS_MODULE=hack/tools/containerd CGO_ENABLED=0 hack/build-tool.sh $@ github.com/containerd/containerd/v2/cmd/$* \
+		"-X github.com/containerd/containerd/v2/version.Version=$(patsubst v%,%,$(CTRD_VERSION))"
 $(BIN)/%-gen: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/code-generator/cmd/$*-gen
 $(BIN)/openapi-gen: $(TOOLS_MOD)
@@ -53,17 +66,18 @@ $(BIN)/staticcheck: $(TOOLS_MOD)
 
 # Debian packages the tests need: shellcheck checks every shell script we
 # ship (golden tests run it); jq is used by bashible, which the node e2e
-# suite runs on simulated nodes.
-DEBIAN_TOOLS := shellcheck jq
+# suite runs on simulated nodes; debootstrap builds the Debian root the
+# rootfs e2e suite runs the bundle in.
+DEBIAN_TOOLS := shellcheck jq debootstrap
 .PHONY: debian-tools
 debian-tools:
-	@missing=$$(for t in $(DEBIAN_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
+	@export PATH=$$PATH:/usr/sbin:/sbin; missing=$$(for t in $(DEBIAN_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
 	if [[ -n "$$missing" ]]; then \
 		echo "tools: installing from Debian packages: $$missing"; \
 		if [[ $$(id -u) -eq 0 ]]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@shellcheck --version | sed -n 2p; jq --version
+	@shellcheck --version | sed -n 2p; jq --version; echo "debootstrap $$(debootstrap --version | cut -d' ' -f2)"
 
 ##@ code generation
 
@@ -102,7 +116,7 @@ test-unit: debian-tools ## unit tests (no control plane), including golden files
 	go test -count=1 -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 
 .PHONY: test-e2e
-test-e2e: $(CONTROL_PLANE) debian-tools ## e2e suites against the local control plane
+test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
 	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(E2E_PKGS)
 
 .PHONY: test-fuzz

@@ -3,16 +3,19 @@
 # does and reporting progress while the (possibly long) build runs.
 #
 # usage: hack/build-tool.sh <output> <package> [ldflags]
+# TOOLS_MODULE (default hack/tools) is the pinning module to build in;
+# the environment (CGO_ENABLED, ...) is passed to go build.
 set -Eeuo pipefail
 
 out=$1 pkg=$2 ldflags=${3:-}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+module=$root/${TOOLS_MODULE:-hack/tools}
 name=$(basename "$out")
-version=$(cd "$root/hack/tools" && go list -m -f '{{.Version}}' "$(go list -f '{{.Module.Path}}' "$pkg")" 2>/dev/null || true)
+version=$(cd "$module" && go list -m -f '{{.Version}}' "$(go list -f '{{.Module.Path}}' "$pkg")" 2>/dev/null || true)
 
 echo "tools: building $name from $pkg${version:+ $version} (a cold build of the Kubernetes binaries takes minutes; later builds use the Go cache)"
 start=$SECONDS
-(cd "$root/hack/tools" && exec go build -ldflags "$ldflags" -o "$out" "$pkg") &
+(cd "$module" && exec go build -ldflags "$ldflags" -o "$out" "$pkg") &
 pid=$!
 next=15
 while kill -0 "$pid" 2>/dev/null; do

@@ -1,12 +1,17 @@
 package templates
 
 import (
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,6 +30,9 @@ const (
 	DefaultCRI               = "Containerd"
 	DefaultCRISocketPath     = "/run/containerd/containerd.sock"
 	BootstrapTokenPath       = "/var/lib/bashible/bootstrap-token"
+	// Upstream package sources, used unless packageSource.url says otherwise.
+	DefaultKubernetesPackageSource = "https://dl.k8s.io/release"
+	DefaultContainerdPackageSource = "https://github.com/containerd/containerd/releases/download"
 )
 
 // clusterConfiguration is the part of Deckhouse's ClusterConfiguration
@@ -43,12 +51,33 @@ type clusterConfiguration struct {
 		HTTPSProxy string   `json:"httpsProxy"`
 		NoProxy    []string `json:"noProxy"`
 	} `json:"proxy"`
+	// The fields below are node-manager's own (Deckhouse keeps them
+	// elsewhere); they are documented in templates/README.md.
+	PackageSource struct {
+		URL      string      `json:"url"`
+		Versions *VersionMap `json:"versions"`
+	} `json:"packageSource"`
+	Registry struct {
+		Mirrors []struct {
+			Host      string   `json:"host"`
+			Endpoints []string `json:"endpoints"`
+			CA        string   `json:"ca"`
+			Auth      string   `json:"auth"`
+			Username  string   `json:"username"`
+			Password  string   `json:"password"`
+		} `json:"mirrors"`
+	} `json:"registry"`
+	ExtraCACertificates []string `json:"extraCACertificates"`
 }
 
 // ClusterSettings are the cluster-wide parts of every group's context.
 type ClusterSettings struct {
-	Cluster Cluster
-	Proxy   Proxy
+	Cluster       Cluster
+	Proxy         Proxy
+	PackageSource PackageSource
+	Registry      Registry
+	// Versions is the built-in version map with the cluster's entries over it.
+	Versions VersionMap
 }
 
 // ParseClusterConfiguration reads ClusterConfiguration YAML; empty input
@@ -91,10 +120,122 @@ func ParseClusterConfiguration(data []byte) (ClusterSettings, error) {
 	c.ClusterDNSAddress = dns
 
 	p := Proxy{HTTPProxy: cc.Proxy.HTTPProxy, HTTPSProxy: cc.Proxy.HTTPSProxy, NoProxy: []string{}}
+	for field, u := range map[string]string{"proxy.httpProxy": p.HTTPProxy, "proxy.httpsProxy": p.HTTPSProxy} {
+		if u != "" && !urlRE.MatchString(u) {
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: %s: %q is not an http:// or https:// URL", field, u)
+		}
+	}
+	for _, n := range cc.Proxy.NoProxy {
+		if !noProxyRE.MatchString(n) {
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: proxy.noProxy: %q is not a host, domain, address or CIDR", n)
+		}
+	}
 	if p.HTTPProxy != "" || p.HTTPSProxy != "" {
 		p.NoProxy = append([]string{"127.0.0.1", "169.254.169.254", c.ClusterDomain, c.PodSubnetCIDR, c.ServiceSubnetCIDR}, cc.Proxy.NoProxy...)
 	}
-	return ClusterSettings{Cluster: c, Proxy: p}, nil
+
+	c.ExtraCACertificates = []string{}
+	for i, pemText := range cc.ExtraCACertificates {
+		if err := checkCertificates(pemText); err != nil {
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: extraCACertificates[%d]: %w", i, err)
+		}
+		c.ExtraCACertificates = append(c.ExtraCACertificates, strings.TrimSpace(pemText)+"\n")
+	}
+
+	source := PackageSource{Kubernetes: DefaultKubernetesPackageSource, Containerd: DefaultContainerdPackageSource}
+	if u := strings.TrimRight(cc.PackageSource.URL, "/"); u != "" {
+		if !urlRE.MatchString(u) {
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: packageSource.url: %q is not an http:// or https:// URL", cc.PackageSource.URL)
+		}
+		source = PackageSource{Kubernetes: u + "/kubernetes", Containerd: u + "/containerd"}
+	}
+	versions := BuiltinVersions()
+	if o := cc.PackageSource.Versions; o != nil {
+		if err := o.Validate(); err != nil {
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: packageSource.versions: %w", err)
+		}
+		versions = versions.Merge(*o)
+	}
+
+	registry, err := parseRegistry(cc)
+	if err != nil {
+		return ClusterSettings{}, err
+	}
+	return ClusterSettings{Cluster: c, Proxy: p, PackageSource: source, Registry: registry, Versions: versions}, nil
+}
+
+var (
+	// urlRE: an http(s) URL that is safe to write into shell and TOML
+	// unquoted-or-quoted alike: no whitespace, quotes, backslashes or $.
+	urlRE = regexp.MustCompile(`^https?://[^\s"'\\$` + "`" + `]+$`)
+	// noProxyRE: a host, .domain, address or CIDR.
+	noProxyRE = regexp.MustCompile(`^[-a-zA-Z0-9.*:/\[\]]+$`)
+	// registryHostRE: a registry host as images name it, with an optional port.
+	registryHostRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?$`)
+)
+
+func parseRegistry(cc clusterConfiguration) (Registry, error) {
+	r := Registry{Mirrors: []RegistryMirror{}}
+	seen := map[string]bool{}
+	for i, m := range cc.Registry.Mirrors {
+		field := fmt.Sprintf("cluster-configuration.yaml: registry.mirrors[%d]", i)
+		if !registryHostRE.MatchString(m.Host) {
+			return Registry{}, fmt.Errorf("%s.host: %q is not a registry host such as docker.io or registry.corp:5000", field, m.Host)
+		}
+		if seen[m.Host] {
+			return Registry{}, fmt.Errorf("%s.host: %s is listed twice", field, m.Host)
+		}
+		seen[m.Host] = true
+		if len(m.Endpoints) == 0 {
+			return Registry{}, fmt.Errorf("%s.endpoints: at least one endpoint is needed", field)
+		}
+		for _, e := range m.Endpoints {
+			if !urlRE.MatchString(e) {
+				return Registry{}, fmt.Errorf("%s.endpoints: %q is not an http:// or https:// URL", field, e)
+			}
+		}
+		mirror := RegistryMirror{Host: m.Host, Endpoints: slices.Clone(m.Endpoints), Auth: m.Auth}
+		if m.CA != "" {
+			if err := checkCertificates(m.CA); err != nil {
+				return Registry{}, fmt.Errorf("%s.ca: %w", field, err)
+			}
+			mirror.CA = strings.TrimSpace(m.CA) + "\n"
+		}
+		switch {
+		case m.Auth != "" && (m.Username != "" || m.Password != ""):
+			return Registry{}, fmt.Errorf("%s: give either auth or username and password, not both", field)
+		case m.Username != "":
+			mirror.Auth = base64.StdEncoding.EncodeToString([]byte(m.Username + ":" + m.Password))
+		case m.Auth != "":
+			decoded, err := base64.StdEncoding.DecodeString(m.Auth)
+			if err != nil || !strings.Contains(string(decoded), ":") {
+				return Registry{}, fmt.Errorf("%s.auth: not base64 of user:password", field)
+			}
+		}
+		r.Mirrors = append(r.Mirrors, mirror)
+	}
+	slices.SortFunc(r.Mirrors, func(a, b RegistryMirror) int { return strings.Compare(a.Host, b.Host) })
+	return r, nil
+}
+
+// checkCertificates accepts one or more PEM certificates and nothing else.
+func checkCertificates(pemText string) error {
+	rest := []byte(strings.TrimSpace(pemText))
+	if len(rest) == 0 {
+		return fmt.Errorf("empty")
+	}
+	for len(rest) > 0 {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil || block.Type != "CERTIFICATE" {
+			return fmt.Errorf("not a PEM certificate")
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return fmt.Errorf("not a PEM certificate: %w", err)
+		}
+		rest = []byte(strings.TrimSpace(string(rest)))
+	}
+	return nil
 }
 
 func tenthAddress(cidr string) (string, error) {
@@ -134,8 +275,10 @@ func APIServerEndpoints(endpointSlices []*discoveryv1.EndpointSlice) []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// NewContext resolves a NodeGroup against the cluster's settings.
-func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints []string, caPEM string) Context {
+// NewContext resolves a NodeGroup against the cluster's settings. It fails
+// when the version map has no entry for the group's Kubernetes minor or
+// managed container runtime.
+func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints []string, caPEM string) (Context, error) {
 	cluster := settings.Cluster
 	spec := ng.Spec
 	version := or(spec.KubernetesVersion, cluster.KubernetesVersion)
@@ -189,6 +332,20 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 	if endpoints == nil {
 		endpoints = []string{}
 	}
+	vm := settings.Versions
+	k8s, ok := vm.Kubernetes[version]
+	if !ok {
+		return Context{}, fmt.Errorf("kubernetesVersion %s is not in the version map (supported: %s)", version, strings.Join(vm.KubernetesMinors(), ", "))
+	}
+	versions := Versions{Kubernetes: k8s, SandboxImage: vm.SandboxImage, BasePackages: vm.BasePackages}
+	if versions.BasePackages == nil {
+		versions.BasePackages = map[string][]string{}
+	}
+	if cri.Type != "NotManaged" {
+		if versions.Containerd, ok = vm.Containerd[cri.Type]; !ok {
+			return Context{}, fmt.Errorf("cri.type %s has no containerd release in the version map", cri.Type)
+		}
+	}
 	return Context{
 		RunType:           "Normal",
 		NodeGroup:         ngc,
@@ -202,8 +359,11 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 			APIServerEndpoints: endpoints,
 			KubernetesCA:       caPEM,
 		},
-		Proxy: settings.Proxy,
-	}
+		Proxy:         settings.Proxy,
+		PackageSource: settings.PackageSource,
+		Versions:      versions,
+		Registry:      settings.Registry,
+	}, nil
 }
 
 func resolveKubelet(k *deckhousev1.KubeletSpec, podPrefix int) Kubelet {

@@ -37,10 +37,40 @@ func TestParseClusterConfiguration(t *testing.T) {
 		"serviceSubnetCIDR: nonsense",
 		"podSubnetNodeCIDRPrefix: \"40\"",
 		"clusterDomain: [",
+		"proxy: {httpProxy: \"http://p:3128; rm -rf /\"}",
+		"proxy: {httpProxy: http://p, noProxy: [\"a b\"]}",
+		"packageSource: {url: ftp://mirror}",
+		"extraCACertificates: [\"not a certificate\"]",
+		"registry: {mirrors: [{host: docker.io}]}",
+		"registry: {mirrors: [{host: \"Docker.io/x\", endpoints: [https://m]}]}",
+		"registry: {mirrors: [{host: docker.io, endpoints: [https://m]}, {host: docker.io, endpoints: [https://n]}]}",
+		"registry: {mirrors: [{host: docker.io, endpoints: [https://m], auth: nonsense}]}",
+		"registry: {mirrors: [{host: docker.io, endpoints: [https://m], auth: dTpw, username: u}]}",
+		"registry: {mirrors: [{host: docker.io, endpoints: [https://m], ca: nope}]}",
 	} {
 		if _, err := ParseClusterConfiguration([]byte(bad)); err == nil {
 			t.Errorf("%q: want an error", bad)
 		}
+	}
+}
+
+func TestRegistryMirrors(t *testing.T) {
+	got, err := ParseClusterConfiguration([]byte(`
+registry:
+  mirrors:
+    - {host: registry.k8s.io, endpoints: ["https://m:5000"], auth: dTpw}
+    - {host: docker.io, endpoints: ["https://m:5000", "http://c"], username: puller, password: s3cret}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []RegistryMirror{
+		{Host: "docker.io", Endpoints: []string{"https://m:5000", "http://c"}, Auth: "cHVsbGVyOnMzY3JldA=="},
+		{Host: "registry.k8s.io", Endpoints: []string{"https://m:5000"}, Auth: "dTpw"},
+	}
+	if len(got.Registry.Mirrors) != 2 || got.Registry.Mirrors[0].Auth != want[0].Auth || got.Registry.Mirrors[1].Host != want[1].Host ||
+		!slices.Equal(got.Registry.Mirrors[0].Endpoints, want[0].Endpoints) {
+		t.Errorf("mirrors %+v, want %+v", got.Registry.Mirrors, want)
 	}
 }
 
@@ -51,7 +81,10 @@ func TestNewContextResolvesDefaults(t *testing.T) {
 	}
 	ng := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
 	ng.Name = "w"
-	ctx := NewContext(ng, settings, nil, "")
+	ctx, err := NewContext(ng, settings, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if ctx.NodeGroup.Kubelet.MaxPods != 500 || ctx.CRI != "ContainerdV2" || ctx.KubernetesVersion != "1.35" ||
 		ctx.Normal.APIServerEndpoints == nil || ctx.NodeGroup.Disruptions.ApprovalMode != "Automatic" {
 		t.Errorf("context: %+v", ctx)
@@ -61,7 +94,9 @@ func TestNewContextResolvesDefaults(t *testing.T) {
 	ng.Spec.Kubelet = &deckhousev1.KubeletSpec{ResourceReservation: &deckhousev1.ResourceReservationSpec{
 		Mode: deckhousev1.ResourceReservationStatic, Static: &deckhousev1.StaticResourceReservation{CPU: ptrTo(resource.MustParse("500m"))},
 	}}
-	ctx = NewContext(ng, settings, nil, "")
+	if ctx, err = NewContext(ng, settings, nil, ""); err != nil {
+		t.Fatal(err)
+	}
 	if ctx.KubernetesVersion != "1.36" || ctx.CRI != "NotManaged" || ctx.NodeGroup.CRI.NotManaged.CRISocketPath != "/run/crio/crio.sock" ||
 		ctx.NodeGroup.Kubelet.ResourceReservation.Static.CPU != "500m" || ctx.NodeGroup.Kubelet.ResourceReservation.Static.Memory != "" {
 		t.Errorf("context with overrides: %+v", ctx.NodeGroup)

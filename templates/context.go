@@ -34,6 +34,61 @@ type Context struct {
 	Normal Normal `json:"normal"`
 	// Proxy is the HTTP proxy nodes use, empty when there is none.
 	Proxy Proxy `json:"proxy"`
+	// PackageSource is where nodes download Kubernetes and containerd.
+	PackageSource PackageSource `json:"packageSource"`
+	// Versions is what this group's nodes install, from the version map:
+	// only the group's own Kubernetes minor and containerd line.
+	Versions Versions `json:"versions"`
+	// Registry is how containerd reaches container registries.
+	Registry Registry `json:"registry"`
+}
+
+// PackageSource holds base URLs (no trailing slash) under which nodes find
+// files in the upstream layout. Both default to upstream; ClusterConfiguration
+// packageSource.url <U> makes them <U>/kubernetes and <U>/containerd.
+type PackageSource struct {
+	// Kubernetes: <base>/v<version>/bin/linux/<arch>/{kubelet,kubectl}.
+	// Default https://dl.k8s.io/release.
+	Kubernetes string `json:"kubernetes"`
+	// Containerd: <base>/v<version>/containerd-<version>-linux-<arch>.tar.gz.
+	// Default https://github.com/containerd/containerd/releases/download.
+	Containerd string `json:"containerd"`
+}
+
+// Versions is the group's part of the version map (versions.yaml, with the
+// cluster's packageSource.versions over it).
+type Versions struct {
+	// Kubernetes is the release of the group's minor: version (such as
+	// 1.36.3) and sha256.{kubelet,kubectl}.{amd64,arm64}.
+	Kubernetes KubernetesRelease `json:"kubernetes"`
+	// Containerd is the release for the group's cri.type: version and
+	// sha256.{amd64,arm64} of the release archive. Empty for NotManaged.
+	Containerd ContainerdRelease `json:"containerd"`
+	// SandboxImage is the pod sandbox image, such as registry.k8s.io/pause:3.10.1.
+	SandboxImage string `json:"sandboxImage"`
+	// BasePackages maps each bundle (debian, ubuntu-lts, centos) to the OS
+	// packages every node gets.
+	BasePackages map[string][]string `json:"basePackages"`
+}
+
+// Registry is how containerd reaches container registries.
+type Registry struct {
+	// Mirrors, sorted by host; empty when there are none.
+	Mirrors []RegistryMirror `json:"mirrors"`
+}
+
+// RegistryMirror sends pulls from one registry host to other endpoints.
+type RegistryMirror struct {
+	// Host is the registry as images name it: docker.io, registry.k8s.io,
+	// registry.corp:5000.
+	Host string `json:"host"`
+	// Endpoints are tried in order (http:// or https:// URLs), then the host itself.
+	Endpoints []string `json:"endpoints"`
+	// CA (PEM) the endpoints' certificates are checked against; empty for
+	// the system trust.
+	CA string `json:"ca"`
+	// Auth is base64 of "user:password" for the endpoints, empty for none.
+	Auth string `json:"auth"`
 }
 
 // NodeGroup is a group's configuration as templates see it.
@@ -191,6 +246,9 @@ type Cluster struct {
 	DefaultCRI string `json:"defaultCRI"`
 	// KubernetesVersion is the cluster's minor, default DefaultKubernetesVersion.
 	KubernetesVersion string `json:"kubernetesVersion"`
+	// ExtraCACertificates are PEM certificates every node trusts in addition
+	// to its OS's (for a proxy or a mirror that re-signs TLS); empty by default.
+	ExtraCACertificates []string `json:"extraCACertificates"`
 }
 
 // Normal holds what a node needs to reach and trust the API.

@@ -14,7 +14,7 @@ func FuzzRenderCustomStep(f *testing.F) {
 		"{{ range $k, $v := .nodeGroup.nodeTemplate.labels }}{{ $k }}{{ end }}",
 		"{{ .missing }}", "{{ if }}", "{{ fail \"x\" }}", "{{ tpl \"{{ .cri }}\" . }}",
 		"{{ include \"step-header\" . }}", "{{ range until 100000000 }}x{{ end }}",
-		"{{ toYaml . | fromYaml | toJson }}", "{{ template \"write-if-changed\" . }}", "{{", "}}{{-",
+		"{{ toYaml . | fromYaml | toJson }}", "{{ template \"machine-step-header\" . }}", "{{", "}}{{-",
 	} {
 		f.Add(seed)
 	}
@@ -46,5 +46,9 @@ func FuzzRenderCustomStep(f *testing.F) {
 
 func fuzzContext(settings ClusterSettings) Context {
 	ng := workerGroupForFuzz()
-	return NewContext(ng, settings, []string{"10.0.0.1:6443"}, testCA)
+	ctx, err := NewContext(ng, settings, []string{"10.0.0.1:6443"}, testCA)
+	if err != nil {
+		panic(err) // the built-in version map covers the default Kubernetes version
+	}
+	return ctx
 }

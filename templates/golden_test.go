@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -51,7 +52,11 @@ func loadFixture(t *testing.T, path string) (Context, []CustomStep) {
 	for _, s := range f.CustomSteps {
 		custom = append(custom, CustomStep{Name: s.Name, Weight: s.Weight, Bundles: s.Bundles, Content: s.Content})
 	}
-	return NewContext(&f.NodeGroup, settings, f.Endpoints, testCA), custom
+	ctx, err := NewContext(&f.NodeGroup, settings, f.Endpoints, testCA)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return ctx, custom
 }
 
 // renderedFiles lays a bundle out as files: bashible.sh, bootstrap.sh,
@@ -108,6 +113,9 @@ func TestGolden(t *testing.T) {
 			for file, content := range files {
 				if strings.HasSuffix(file, ".sh") {
 					checkShell(t, file, content)
+					for i, script := range embeddedScripts(content) {
+						checkShell(t, fmt.Sprintf("%s (embedded script %d)", file, i+1), script)
+					}
 				}
 			}
 		})
@@ -163,6 +171,30 @@ func firstDifference(want, got string) string {
 		}
 	}
 	return "(only trailing differences)"
+}
+
+// heredocRE finds the start of a quoted here-document: <<'WORD' and the
+// rest of its line.
+var heredocRE = regexp.MustCompile(`<<'([A-Z_]+)'[^\n]*\n`)
+
+// embeddedScripts returns the bash scripts a script writes from quoted
+// here-documents (the library in bashible.sh, cleanup_static_node.sh):
+// those whose first line is a bash shebang or a shellcheck shell directive.
+func embeddedScripts(script string) []string {
+	var out []string
+	for _, m := range heredocRE.FindAllStringSubmatchIndex(script, -1) {
+		word, body := script[m[2]:m[3]], script[m[1]:]
+		end := strings.Index(body, "\n"+word+"\n")
+		if end < 0 {
+			continue
+		}
+		body = body[:end+1]
+		first, _, _ := strings.Cut(body, "\n")
+		if first == "#!/usr/bin/env bash" || strings.Contains(body[:min(len(body), 300)], "# shellcheck shell=bash") {
+			out = append(out, body)
+		}
+	}
+	return out
 }
 
 // checkShell runs bash -n and shellcheck on a rendered script.

@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,7 +32,11 @@ func workerContext(t *testing.T, mutate func(*deckhousev1.NodeGroup)) Context {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewContext(ng, settings, []string{"10.0.0.1:6443"}, testCA)
+	ctx, err := NewContext(ng, settings, []string{"10.0.0.1:6443"}, testCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
 }
 
 func mustRender(t *testing.T, tree *Tree, ctx Context, custom ...CustomStep) *Bundle {
@@ -69,8 +74,9 @@ func TestCustomStepsAreOrderedAmongBuiltins(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	want := []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "005_early.sh", "010_sysctl.sh",
-		"050_middle.sh", "060_kubelet_config.sh", "099_reboot.sh", "999_late.sh"}
+	want := []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "005_early.sh", "010_node_identity.sh",
+		"015_kernel.sh", "020_proxy_and_ca.sh", "030_base_packages.sh", "040_containerd.sh", "050_kubernetes_binaries.sh",
+		"050_middle.sh", "055_api_proxy.sh", "060_kubelet.sh", "070_static_node_cleanup.sh", "099_reboot.sh", "999_late.sh"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("steps in order: %v, want %v", names, want)
 	}
@@ -87,7 +93,7 @@ func TestBrokenCustomStepsAreAttributedAndNothingIsServed(t *testing.T) {
 		{CustomStep{Name: "parse.sh", Weight: 30, Content: "echo\n{{ if }}"}, "line 2"},
 		{CustomStep{Name: "missing.sh", Weight: 30, Content: "{{ .nodeGroup.nope }}"}, `no entry for key "nope"`},
 		{CustomStep{Name: "fail.sh", Weight: 30, Content: `{{ fail "not here" }}`}, "not here"},
-		{CustomStep{Name: "sysctl.sh", Weight: 10, Content: "true"}, "built-in step"},
+		{CustomStep{Name: "kernel.sh", Weight: 15, Content: "true"}, "built-in step"},
 		{CustomStep{Name: "heavy.sh", Weight: 1000, Content: "true"}, "outside 0..999"},
 	}
 	for _, tc := range cases {
@@ -177,9 +183,9 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"steps/010_sysctl.sh.tpl":         "",                                     // removed
-		"steps/060_kubelet_config.sh.tpl": "echo overlay {{ .nodeGroup.name }}\n", // replaced
-		"steps/070_extra.sh.tpl":          "echo extra\n",                         // added
+		"steps/015_kernel.sh.tpl":  "",                                     // removed
+		"steps/060_kubelet.sh.tpl": "echo overlay {{ .nodeGroup.name }}\n", // replaced
+		"steps/075_extra.sh.tpl":   "echo extra\n",                         // added
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
@@ -190,12 +196,15 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tree.StepNames(); !slices.Equal(got, []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "060_kubelet_config.sh", "070_extra.sh", "099_reboot.sh"}) {
+	want := []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "010_node_identity.sh",
+		"020_proxy_and_ca.sh", "030_base_packages.sh", "040_containerd.sh", "050_kubernetes_binaries.sh", "055_api_proxy.sh",
+		"060_kubelet.sh", "070_static_node_cleanup.sh", "075_extra.sh", "099_reboot.sh"}
+	if got := tree.StepNames(); !slices.Equal(got, want) {
 		t.Fatalf("overlay steps: %v", got)
 	}
 	b := mustRender(t, tree, workerContext(t, nil))
-	if b.Steps["060_kubelet_config.sh"] != "echo overlay worker\n" {
-		t.Errorf("overlaid step rendered %q", b.Steps["060_kubelet_config.sh"])
+	if b.Steps["060_kubelet.sh"] != "echo overlay worker\n" {
+		t.Errorf("overlaid step rendered %q", b.Steps["060_kubelet.sh"])
 	}
 	if tree.Digest() == builtinTree(t).Digest() {
 		t.Error("an overlay must change the tree digest")
@@ -205,6 +214,49 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 	}
 	if _, err := LoadTree(Overlay(Builtin(), dir)); err == nil || !strings.Contains(err.Error(), "bad name.sh.tpl") {
 		t.Fatalf("a badly named step must be refused naming the file, got %v", err)
+	}
+}
+
+// TestOneSettingChangesOnlyItsStep: a group setting reaches only the step
+// that uses it (and so the checksum), and a scaling counter reaches nothing.
+func TestOneSettingChangesOnlyItsStep(t *testing.T) {
+	tree := builtinTree(t)
+	cloud := func(maxPerZone int32, maxPods *int32) func(*deckhousev1.NodeGroup) {
+		return func(ng *deckhousev1.NodeGroup) {
+			ng.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
+			ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
+				ClassReference: deckhousev1.ClassReference{Kind: "OpenStackInstanceClass", Name: "large"}, MinPerZone: 1, MaxPerZone: maxPerZone,
+			}
+			if maxPods != nil {
+				ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: maxPods}
+			}
+		}
+	}
+	base := mustRender(t, tree, workerContext(t, cloud(3, nil)))
+
+	scaled := mustRender(t, tree, workerContext(t, cloud(30, nil)))
+	if scaled.Checksum != base.Checksum || scaled.Bashible != base.Bashible || scaled.Bootstrap != base.Bootstrap || !maps.Equal(scaled.Steps, base.Steps) {
+		t.Error("changing cloudInstances.maxPerZone must change nothing nodes receive")
+	}
+
+	morePods := mustRender(t, tree, workerContext(t, cloud(3, ptrTo[int32](200))))
+	if morePods.Checksum == base.Checksum {
+		t.Error("changing maxPods must change the checksum")
+	}
+	if morePods.Bashible != base.Bashible || morePods.Bootstrap != base.Bootstrap {
+		t.Error("changing maxPods must not change bashible.sh or the bootstrap script")
+	}
+	var changed []string
+	for name := range base.Steps {
+		if morePods.Steps[name] != base.Steps[name] {
+			changed = append(changed, name)
+		}
+	}
+	if !slices.Equal(changed, []string{"060_kubelet.sh"}) || len(morePods.Steps) != len(base.Steps) {
+		t.Errorf("changing maxPods changed steps %v, want only 060_kubelet.sh", changed)
+	}
+	if !strings.Contains(morePods.Steps["060_kubelet.sh"], "\nmaxPods: 200\n") {
+		t.Error("the kubelet step should carry maxPods: 200")
 	}
 }
 

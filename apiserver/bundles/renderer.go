@@ -76,7 +76,11 @@ func (r *Renderer) RenderAll(in Inputs) map[string]*Result {
 				Failures: []templates.Failure{{Err: fmt.Errorf("kube-system/d8-cluster-configuration: %w", settingsErr)}}}
 			continue
 		}
-		ctx := templates.NewContext(ng, settings, in.Endpoints, in.CA)
+		ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
+		if err != nil {
+			results[ng.Name] = &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: fmt.Errorf("NodeGroup %s: %w", ng.Name, err)}}}
+			continue
+		}
 		hash, err := inputHash(r.tree.Digest(), &ctx, custom)
 		if err != nil {
 			results[ng.Name] = &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: err}}}

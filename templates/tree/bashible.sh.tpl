@@ -65,26 +65,6 @@ fi
 # shellcheck source=/dev/null
 source "$BASHIBLE_DIR/lib.sh"
 
-# detect_bundle prints the OS bundle of this machine.
-detect_bundle() {
-  local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
-  # shellcheck disable=SC1090 # os-release is a shell fragment by definition
-  id=$(. "$os_release" && echo "${ID:-}")
-  # shellcheck disable=SC1090
-  id_like=$(. "$os_release" && echo "${ID_LIKE:-}")
-  case "$id" in
-    debian) echo debian ;;
-    ubuntu) echo ubuntu-lts ;;
-    centos|rocky|almalinux|rhel) echo centos ;;
-    *)
-      case " $id_like " in
-        *" rhel "*) echo centos ;;
-        *) bb-log "unsupported OS '$id': supported are debian, ubuntu-lts and centos (RHEL family)"; return 1 ;;
-      esac
-      ;;
-  esac
-}
-
 # self_update runs the served bashible.sh when it differs from this one,
 # and keeps it only if that run succeeds. A served script that is empty or
 # not valid bash is refused, and this one goes on.
@@ -213,7 +193,7 @@ fetch_steps() {
 main() {
   bb-flag-unset stop-run
   self_update
-  BASHIBLE_BUNDLE=$(detect_bundle)
+  BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
   local json checksum node="{}" step reboot_requested=no

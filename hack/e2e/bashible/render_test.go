@@ -92,7 +92,7 @@ func TestScalingCountersDoNotChangeTheChecksum(t *testing.T) {
 	}
 	patch(`{"spec":{"kubelet":{"maxPods":42}}}`)
 	sum := waitChecksum(t, "cloud", func(s string) bool { return s != checksum0(before) })
-	if !strings.Contains(served(t, "cloud").Data["060_kubelet_config.sh"], "maxPods: 42") {
+	if !strings.Contains(served(t, "cloud").Data["060_kubelet.sh"], "maxPods: 42") {
 		t.Errorf("maxPods 42 should reach the kubelet step (checksum %s)", sum)
 	}
 }
@@ -114,7 +114,7 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 		{"broken-parse.sh", "echo one\n{{ if }}\n", 71, []string{"NodeGroupConfiguration/broken-parse.sh, line 2", "missing value for if"}},
 		{"broken-key.sh", "echo\necho\n{{ .nodeGroup.nmae }}\n", 72, []string{"line 3", `map has no entry for key "nmae"`}},
 		{"broken-fail.sh", `{{ fail "this step is not ready" }}`, 73, []string{"line 1", "this step is not ready"}},
-		{"sysctl", "echo collide\n", 10, []string{"010_sysctl.sh is a built-in step"}},
+		{"kernel", "echo collide\n", 15, []string{"015_kernel.sh is a built-in step"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

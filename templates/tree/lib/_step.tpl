@@ -5,19 +5,14 @@
 set -Eeuo pipefail
 {{- end -}}
 
-{{- /* write-if-changed <path>: a bash function call that replaces <path>
-       with stdin only when the content differs, and says so. */ -}}
-{{- define "write-if-changed" -}}
-write_if_changed() {
-  local path=$1 tmp
-  tmp=$(mktemp "${path}.XXXXXX")
-  cat > "$tmp"
-  if [[ -f "$path" ]] && cmp -s "$tmp" "$path"; then
-    rm -f "$tmp"
-    return 1
-  fi
-  chmod 0644 "$tmp"
-  mv -f "$tmp" "$path"
-  echo "updated $path"
-}
+{{- /* The first lines of a step that configures the machine itself. Tests
+       that run bashible with its root redirected (BASHIBLE_ROOT) drop these
+       steps; the guard makes a forgotten one fail instead of touching the
+       machine the test runs on. */ -}}
+{{- define "machine-step-header" -}}
+{{ include "step-header" . }}
+if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
+  echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
+  exit 1
+fi
 {{- end -}}

@@ -62,6 +62,7 @@ cat > "$lib_new" <<'BASHIBLE_LIB'
 # directory to run a node without touching the machine.
 BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
 BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
+# shellcheck disable=SC2034 # for the steps that source this library
 BASHIBLE_NODE_GROUP='databases'
 BASHIBLE_APPROVAL_MODE='Automatic'
 # API endpoints from the cluster; BASHIBLE_API_ENDPOINTS (space-separated
@@ -268,17 +269,12 @@ bb-disruption-gate() {
 }
 # The name Deckhouse's steps call.
 bb-deckhouse-get-disruptive-update-approval() { bb-disruption-gate; }
-BASHIBLE_LIB
-if cmp -s "$lib_new" "$BASHIBLE_DIR/lib.sh"; then
-  rm -f "$lib_new"
-else
-  mv -f "$lib_new" "$BASHIBLE_DIR/lib.sh"
-fi
-# shellcheck source=/dev/null
-source "$BASHIBLE_DIR/lib.sh"
 
-# detect_bundle prints the OS bundle of this machine.
-detect_bundle() {
+# ---- Helpers for configuration steps (documented in templates/AUTHORING.md).
+
+# bb-bundle prints this machine's OS bundle (debian, ubuntu-lts or centos),
+# from /etc/os-release; on any other OS it fails, naming what is supported.
+bb-bundle() {
   local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
   # shellcheck disable=SC1090 # os-release is a shell fragment by definition
   id=$(. "$os_release" && echo "${ID:-}")
@@ -291,11 +287,193 @@ detect_bundle() {
     *)
       case " $id_like " in
         *" rhel "*) echo centos ;;
-        *) bb-log "unsupported OS '$id': supported are debian, ubuntu-lts and centos (RHEL family)"; return 1 ;;
+        *) bb-log "unsupported OS '$id': supported are debian (12, 13), ubuntu-lts (22.04, 24.04) and centos (RHEL family 9: Rocky, Alma, CentOS Stream)"; return 1 ;;
       esac
       ;;
   esac
 }
+
+# bb-arch prints the machine's architecture as Kubernetes names it: amd64 or arm64.
+bb-arch() {
+  case "$(uname -m)" in
+    x86_64) echo amd64 ;;
+    aarch64|arm64) echo arm64 ;;
+    *) bb-log "unsupported architecture $(uname -m): supported are amd64 and arm64"; return 1 ;;
+  esac
+}
+
+# Changes are recorded as marks that outlive the step (and a failed run),
+# so the unit that depends on a file is restarted even if the step that
+# wrote it, or the run, failed before the restart: a mark is cleared only
+# once the restart succeeded.
+bb-mark-changed() { bb-flag-set "changed-$1"; }
+bb-changed() { bb-flag-is-set "changed-$1"; }
+bb-changed-clear() { bb-flag-unset "changed-$1"; }
+
+# bb-write-if-changed PATH [MODE] [MARK]: writes stdin to PATH only when the
+# content or the mode (default 0644) differs, atomically, and then logs it
+# and sets MARK (see bb-changed). Always returns 0 when nothing failed.
+bb-write-if-changed() {
+  local path=$1 mode=${2:-0644} mark=${3:-} tmp
+  mkdir -p "$(dirname "$path")"
+  tmp=$(mktemp "${path}.XXXXXX")
+  cat > "$tmp"
+  if [[ -f "$path" && ! -L "$path" ]] && cmp -s "$tmp" "$path" && [[ "$(stat -c %a "$path")" == "${mode#0}" ]]; then
+    rm -f "$tmp"
+    return 0
+  fi
+  chmod "$mode" "$tmp"
+  mv -f "$tmp" "$path"
+  bb-log "wrote $path"
+  if [[ -n "$mark" ]]; then
+    bb-mark-changed "$mark"
+  fi
+}
+
+# bb-remove PATH [MARK]: removes a file (or directory) if it exists, then
+# logs it and sets MARK.
+bb-remove() {
+  if [[ -e "$1" || -L "$1" ]]; then
+    rm -rf "$1"
+    bb-log "removed $1"
+    if [[ -n "${2:-}" ]]; then
+      bb-mark-changed "$2"
+    fi
+  fi
+}
+
+# bb-with-proxy COMMAND...: runs COMMAND with the cluster's proxy settings
+# (written by the proxy step to /etc/node-manager/proxy.env) in its environment.
+bb-with-proxy() {
+  (
+    if [[ -f /etc/node-manager/proxy.env ]]; then
+      set -a
+      # shellcheck disable=SC1091 # written by the proxy step
+      . /etc/node-manager/proxy.env
+      set +a
+    fi
+    exec "$@"
+  )
+}
+
+# bb-sha256 FILE prints the file's sha256.
+bb-sha256() { sha256sum "$1" | cut -d' ' -f1; }
+
+# bb-download URL SHA256 DEST [MODE] [MARK]: makes DEST the file at URL,
+# verified against SHA256. Nothing is fetched when DEST already has that
+# sum. The download is retried, bounded in time, goes through the
+# cluster's proxy, and replaces DEST only once verified; then MARK is set.
+bb-download() {
+  local url=$1 sum=$2 dest=$3 mode=${4:-0644} mark=${5:-} tmp got
+  if [[ -z "$sum" ]]; then
+    bb-log "no sha256 is recorded for $url; refusing to install it unverified (fill the version map: hack/update-versions.sh, or ClusterConfiguration packageSource.versions)"
+    return 1
+  fi
+  if [[ -f "$dest" ]] && [[ "$(bb-sha256 "$dest")" == "$sum" ]]; then
+    if [[ "$(stat -c %a "$dest")" != "${mode#0}" ]]; then
+      chmod "$mode" "$dest"
+    fi
+    return 0
+  fi
+  mkdir -p "$(dirname "$dest")"
+  tmp=$(mktemp "${dest}.XXXXXX")
+  bb-log "downloading $url"
+  if ! bb-with-proxy curl --fail --silent --show-error --location --retry 5 --retry-delay 3 --retry-all-errors \
+      --connect-timeout 10 --max-time 900 -o "$tmp" "$url"; then
+    rm -f "$tmp"
+    bb-log "downloading $url failed"
+    return 1
+  fi
+  got=$(bb-sha256 "$tmp")
+  if [[ "$got" != "$sum" ]]; then
+    rm -f "$tmp"
+    bb-log "$url has sha256 $got, not the recorded $sum; refusing it"
+    return 1
+  fi
+  chmod "$mode" "$tmp"
+  mv -f "$tmp" "$dest"
+  bb-log "installed $dest ($sum)"
+  if [[ -n "$mark" ]]; then
+    bb-mark-changed "$mark"
+  fi
+}
+
+# bb-package-install PACKAGE...: installs the packages that are missing,
+# with apt-get or dnf, through the cluster's proxy. Installed packages are
+# left alone (no upgrade). Each attempt is bounded in time; a failed one
+# refreshes the package lists and is retried, three attempts in all.
+bb-package-install() {
+  local bundle pkg missing=() try
+  bundle=$(bb-bundle)
+  for pkg in "$@"; do
+    case "$bundle" in
+      centos) rpm -q --quiet "$pkg" || missing+=("$pkg") ;;
+      *) [[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" == "install ok installed" ]] || missing+=("$pkg") ;;
+    esac
+  done
+  if (( ${#missing[@]} == 0 )); then
+    return 0
+  fi
+  bb-log "installing ${missing[*]}"
+  for try in 1 2 3; do
+    case "$bundle" in
+      centos)
+        if bb-with-proxy timeout 900 dnf install -y -q --setopt=install_weak_deps=False "${missing[@]}"; then
+          return 0
+        fi
+        bb-log "dnf install failed (attempt $try of 3); refreshing the package metadata"
+        bb-with-proxy timeout 600 dnf makecache -q || true
+        ;;
+      *)
+        # needrestart (Ubuntu) must not restart services behind the steps' back.
+        if bb-with-proxy timeout 900 env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 NEEDRESTART_MODE=l apt-get install -y -q --no-install-recommends \
+            -o DPkg::Lock::Timeout=300 -o Dpkg::Options::=--force-confold -o Acquire::Retries=3 "${missing[@]}"; then
+          return 0
+        fi
+        bb-log "apt-get install failed (attempt $try of 3); refreshing the package lists"
+        bb-with-proxy timeout 600 apt-get update -q -o DPkg::Lock::Timeout=300 -o Acquire::Retries=3 || true
+        ;;
+    esac
+    sleep "$(( try * 5 ))"
+  done
+  bb-log "could not install ${missing[*]}"
+  return 1
+}
+
+# bb-unit-converge UNIT [MARK] [restart|reload]: makes a systemd unit
+# enabled and running its current configuration. When MARK (default: the
+# unit's name) is set, systemd reloads the unit files and the unit is
+# restarted (or reloaded), and the mark is cleared; otherwise the unit is
+# only enabled and started if it is not already. Nothing else is touched,
+# so an unchanged node sees no restart.
+bb-unit-converge() {
+  local unit=$1 mark=${2:-$1} how=${3:-restart}
+  if bb-changed "$mark"; then
+    systemctl daemon-reload
+    systemctl is-enabled --quiet "$unit" 2>/dev/null || systemctl enable --quiet "$unit"
+    if [[ "$how" == reload ]]; then
+      systemctl reload-or-restart "$unit"
+    else
+      systemctl restart "$unit"
+    fi
+    bb-changed-clear "$mark"
+    bb-log "$unit: ${how}ed for its new configuration"
+    return 0
+  fi
+  systemctl is-enabled --quiet "$unit" 2>/dev/null || systemctl enable --quiet "$unit"
+  if ! systemctl is-active --quiet "$unit"; then
+    systemctl start "$unit"
+    bb-log "$unit: started"
+  fi
+}
+BASHIBLE_LIB
+if cmp -s "$lib_new" "$BASHIBLE_DIR/lib.sh"; then
+  rm -f "$lib_new"
+else
+  mv -f "$lib_new" "$BASHIBLE_DIR/lib.sh"
+fi
+# shellcheck source=/dev/null
+source "$BASHIBLE_DIR/lib.sh"
 
 # self_update runs the served bashible.sh when it differs from this one,
 # and keeps it only if that run succeeds. A served script that is empty or
@@ -425,7 +603,7 @@ fetch_steps() {
 main() {
   bb-flag-unset stop-run
   self_update
-  BASHIBLE_BUNDLE=$(detect_bundle)
+  BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
   local json checksum node="{}" step reboot_requested=no

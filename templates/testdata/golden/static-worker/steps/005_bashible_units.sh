@@ -1,25 +1,11 @@
 #!/usr/bin/env bash
 # Managed by node-manager for node group worker; changes are overwritten.
 set -Eeuo pipefail
-write_if_changed() {
-  local path=$1 tmp
-  tmp=$(mktemp "${path}.XXXXXX")
-  cat > "$tmp"
-  if [[ -f "$path" ]] && cmp -s "$tmp" "$path"; then
-    rm -f "$tmp"
-    return 1
-  fi
-  chmod 0644 "$tmp"
-  mv -f "$tmp" "$path"
-  echo "updated $path"
-}
 # bashible runs every minute from a systemd timer; a run may take at most
 # three hours (systemd stops it after that).
 
 units=${BASHIBLE_ROOT}/etc/systemd/system
-mkdir -p "$units"
-changed=no
-if write_if_changed "$units/bashible.service" <<'UNIT'
+bb-write-if-changed "$units/bashible.service" 0644 bashible.timer <<'UNIT'
 [Unit]
 Description=bashible: node configuration by node-manager
 Wants=network-online.target
@@ -31,10 +17,7 @@ EnvironmentFile=-/etc/environment
 ExecStart=/bin/bash --noprofile --norc /var/lib/bashible/bashible.sh --max-retries 10
 RuntimeMaxSec=3h
 UNIT
-then
-  changed=yes
-fi
-if write_if_changed "$units/bashible.timer" <<'UNIT'
+bb-write-if-changed "$units/bashible.timer" 0644 bashible.timer <<'UNIT'
 [Unit]
 Description=bashible every minute
 
@@ -45,12 +28,9 @@ OnUnitInactiveSec=1min
 [Install]
 WantedBy=timers.target
 UNIT
-then
-  changed=yes
-fi
 # Only on a real machine: a test node under BASHIBLE_ROOT has no systemd.
-if [[ "$changed" == yes && -z "$BASHIBLE_ROOT" ]] && command -v systemctl > /dev/null; then
-  systemctl daemon-reload
-  systemctl enable bashible.timer
-  systemctl restart bashible.timer
+if [[ -z "$BASHIBLE_ROOT" ]]; then
+  bb-unit-converge bashible.timer
+else
+  bb-changed-clear bashible.timer
 fi

@@ -3,4 +3,4 @@ case "${BASHIBLE_BUNDLE:?bashible.sh exports BASHIBLE_BUNDLE}" in
   ubuntu-lts|debian) ;;
   *) echo "step skipped: bundle ${BASHIBLE_BUNDLE} is not one of: ubuntu-lts debian"; exit 0 ;;
 esac
-echo "group databases on 1.35"
+echo "group frontend on 1.36"

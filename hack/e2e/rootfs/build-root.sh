@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the Debian root the rootfs e2e suite runs bundles in, once per
+# package list: a minimal bookworm with what a machine has before bashible
+# (curl, jq, ca-certificates: what the bootstrap script needs), plus the
+# .deb files of the bundle's base packages downloaded but NOT installed, so
+# the base-packages step really installs them, offline, during the test.
+#
+# usage: build-root.sh DIR MIRROR PACKAGE...
+# DIR must not exist; it is created with DIR/root inside. Run as root.
+set -Eeuo pipefail
+
+dir=$1 mirror=$2
+shift 2
+packages=("$@")
+root=$dir/root
+
+mkdir -p "$dir"
+debootstrap --variant=minbase --include=ca-certificates,curl,jq bookworm "$root" "$mirror"
+
+# apt inside the root, in namespaces of its own: a fresh /proc that goes
+# away with them, the host's resolver for the download.
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+# shellcheck disable=SC2016 # expanded by the inner bash
+unshare --mount --pid --fork --propagation private bash -Eeuo pipefail -c '
+  mount -t proc proc "$1/proc"
+  chroot "$1" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    bash -Eeuo pipefail -c "apt-get clean && apt-get update -q && apt-get install -y -q --no-install-recommends --download-only \"\$@\"" apt "${@:2}"
+' build "$root" "${packages[@]}"
+rm -f "$root/etc/resolv.conf"
+echo "build-root.sh: $(find "$root/var/cache/apt/archives" -name '*.deb' | wc -l) packages downloaded, not installed"

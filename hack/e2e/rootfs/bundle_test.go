@@ -1,0 +1,519 @@
+package rootfs
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/templates"
+)
+
+// mirror is a package source on loopback in the upstream layout, serving
+// the binaries built from the pinned modules. It counts requests.
+type mirror struct {
+	URL  string
+	root string
+
+	mu       sync.Mutex
+	requests []string
+}
+
+func startMirror(t *testing.T) *mirror {
+	t.Helper()
+	m := &mirror{root: t.TempDir()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := http.FileServer(http.Dir(m.root))
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		m.requests = append(m.requests, r.URL.Path)
+		m.mu.Unlock()
+		files.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	m.URL = "http://" + ln.Addr().String()
+	return m
+}
+
+// add copies a file into the mirror at path and returns its sha256.
+func (m *mirror) add(t *testing.T, path, from string) string {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatalf("%v (make tools builds it)", err)
+	}
+	writeFile(t, filepath.Join(m.root, path), string(data), 0o644)
+	return sha256File(t, filepath.Join(m.root, path))
+}
+
+// addTarball packs files into a release archive of containerd's layout
+// (bin/<name>) at path and returns its sha256.
+func (m *mirror) addTarball(t *testing.T, path string, files []string) string {
+	t.Helper()
+	dest := filepath.Join(m.root, path)
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz := gzip.NewWriter(f)
+	tw := tar.NewWriter(gz)
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("%v (make tools builds it)", err)
+		}
+		hdr := &tar.Header{Name: "bin/" + filepath.Base(file), Mode: 0o755, Size: int64(len(data)), ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []interface{ Close() error }{tw, gz, f} {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sha256File(t, dest)
+}
+
+func (m *mirror) takeRequests() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.requests
+	m.requests = nil
+	return r
+}
+
+// pinnedVersion reads a module's version from a go.mod.
+func pinnedVersion(t *testing.T, goMod, module string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(module) + ` v(\S+)`).FindStringSubmatch(readFile(t, goMod))
+	if m == nil {
+		t.Fatalf("%s does not require %s", goMod, module)
+	}
+	return m[1]
+}
+
+const (
+	bootstrapToken = "e2e0ab.0123456789abcdef"
+	clusterCA      = "-----BEGIN CERTIFICATE-----\nMIIBe2eTestCA\n-----END CERTIFICATE-----\n"
+)
+
+// node is a Debian root set up to run bundles the way bashible.sh runs them.
+type node struct {
+	t      *testing.T
+	root   string
+	tree   *templates.Tree
+	repo   string
+	mirror *mirror
+	cc     string
+	// endpoints are the API servers' host:port.
+	endpoints []string
+}
+
+// render renders the Static worker group with the e2e cluster settings.
+func (n *node) render(mutate func(*deckhousev1.NodeGroup)) *templates.Bundle {
+	t := n.t
+	t.Helper()
+	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+	if mutate != nil {
+		mutate(ng)
+	}
+	settings, err := templates.ParseClusterConfiguration([]byte(n.cc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := templates.NewContext(ng, settings, n.endpoints, clusterCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, failures := n.tree.Render(&ctx, nil)
+	if failures != nil {
+		t.Fatalf("render: %v", failures)
+	}
+	return b
+}
+
+// install writes the library and the steps as bashible.sh would.
+func (n *node) install(b *templates.Bundle) {
+	t := n.t
+	t.Helper()
+	const start, end = "<<'BASHIBLE_LIB'\n", "\nBASHIBLE_LIB\n"
+	i, j := strings.Index(b.Bashible, start), strings.Index(b.Bashible, end)
+	if i < 0 || j < i {
+		t.Fatal("bashible.sh does not carry the library where expected")
+	}
+	dir := filepath.Join(n.root, "var/lib/bashible")
+	writeFile(t, filepath.Join(dir, "lib.sh"), b.Bashible[i+len(start):j+1], 0o600)
+	if err := os.RemoveAll(filepath.Join(dir, "bundle_steps")); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range b.Steps {
+		writeFile(t, filepath.Join(dir, "bundle_steps", name), content, 0o600)
+	}
+}
+
+// runSteps runs every step in order the way bashible.sh's run_step does:
+// a fresh bash that sources the library, then the step, from
+// /var/lib/bashible. It returns the output and the stubs' calls.
+func (n *node) runSteps(checksum string) (string, []string, error) {
+	t := n.t
+	t.Helper()
+	stubLog := filepath.Join(n.root, "var/log/stub-calls.log")
+	_ = os.Remove(stubLog)
+	const script = `umask 022
+for step in /var/lib/bashible/bundle_steps/*; do
+  name=${step##*/}
+  echo "=== $name"
+  BASHIBLE_STEP=$name bash --noprofile --norc -c 'set -Eeuo pipefail; source "$1"; cd "$2"; source "$3"' \
+    bashible /var/lib/bashible/lib.sh /var/lib/bashible "$step" || { echo "=== $name failed"; exit 1; }
+done`
+	start := time.Now()
+	out, err := runInRoot(t, n.root, []string{"BASHIBLE_CHECKSUM=" + checksum}, script)
+	t.Logf("the bundle ran in %s", time.Since(start).Round(time.Millisecond))
+	var calls []string
+	if data, rerr := os.ReadFile(stubLog); rerr == nil {
+		calls = strings.Split(strings.TrimSpace(string(data)), "\n")
+	}
+	return out, calls, err
+}
+
+// applied records a successful run as bashible.sh does.
+func (n *node) applied(checksum string) {
+	writeFile(n.t, filepath.Join(n.root, "var/lib/bashible/configuration_checksum"), checksum+"\n", 0o600)
+	_ = os.Remove(filepath.Join(n.root, "var/lib/bashible/first_run"))
+}
+
+// changes are the calls that change something: everything but queries.
+func changes(calls []string) []string {
+	var out []string
+	for _, c := range calls {
+		if strings.HasPrefix(c, "systemctl is-enabled") || strings.HasPrefix(c, "systemctl is-active") || c == "swapon --show=NAME --noheadings" {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestDebianWorkerBundle runs the Static worker's bundle on Debian
+// bookworm: the first run installs and configures everything, from the
+// package mirror, verified; the second changes nothing; a new maxPods
+// rewrites one file and restarts only the kubelet; a new API endpoint
+// rewrites one file and reloads only the API proxy; a newer containerd
+// waits for disruption approval; the cleanup script takes it all away.
+func TestDebianWorkerBundle(t *testing.T) {
+	requireRoot(t)
+	repo, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtin := templates.BuiltinVersions()
+	packages := builtin.BasePackages["debian"]
+	root := freshRoot(t, packages)
+	installStubs(t, root)
+
+	// The package source: binaries built from the pinned modules, at the
+	// versions the version map names, which must be the pinned ones.
+	k8sVersion := builtin.Kubernetes[templates.DefaultKubernetesVersion].Version
+	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/go.mod"), "k8s.io/kubernetes"); pinned != k8sVersion {
+		t.Fatalf("the version map has Kubernetes %s, hack/tools pins %s", k8sVersion, pinned)
+	}
+	ctrdVersion := builtin.Containerd["ContainerdV2"].Version
+	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/containerd/go.mod"), "github.com/containerd/containerd/v2"); pinned != ctrdVersion {
+		t.Fatalf("the version map has containerd %s, hack/tools/containerd pins %s", ctrdVersion, pinned)
+	}
+	arch := runtime.GOARCH
+	bin := filepath.Join(repo, "bin")
+	m := startMirror(t)
+	kubeletSum := m.add(t, "kubernetes/v"+k8sVersion+"/bin/linux/"+arch+"/kubelet", filepath.Join(bin, "kubelet"))
+	kubectlSum := m.add(t, "kubernetes/v"+k8sVersion+"/bin/linux/"+arch+"/kubectl", filepath.Join(bin, "kubectl"))
+	ctrdSum := m.addTarball(t, "containerd/v"+ctrdVersion+"/containerd-"+ctrdVersion+"-linux-"+arch+".tar.gz",
+		[]string{filepath.Join(bin, "containerd"), filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(bin, "ctr")})
+
+	// The sums reach the node the way an air-gapped cluster gives them:
+	// ClusterConfiguration packageSource.versions.
+	sums := func(s string) templates.ArchSums {
+		if arch == "arm64" {
+			return templates.ArchSums{ARM64: s}
+		}
+		return templates.ArchSums{AMD64: s}
+	}
+	override := templates.VersionMap{
+		Kubernetes: map[string]templates.KubernetesRelease{templates.DefaultKubernetesVersion: {
+			Version: k8sVersion, SHA256: templates.KubernetesSums{Kubelet: sums(kubeletSum), Kubectl: sums(kubectlSum)},
+		}},
+		Containerd: map[string]templates.ContainerdRelease{"ContainerdV2": {Version: ctrdVersion, SHA256: sums(ctrdSum)}},
+	}
+	cc := clusterConfiguration(t, m.URL, override)
+
+	tree, err := templates.LoadTree(templates.Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: cc, endpoints: []string{"10.0.0.10:6443", "10.0.0.11:6443"}}
+	bundle := n.render(nil)
+	n.install(bundle)
+	bdir := filepath.Join(root, "var/lib/bashible")
+	writeFile(t, filepath.Join(bdir, "first_run"), "", 0o600)
+	writeFile(t, filepath.Join(bdir, "bootstrap-token"), bootstrapToken+"\n", 0o600)
+	writeFile(t, filepath.Join(bdir, "ca.crt"), clusterCA, 0o600)
+
+	// The first run: the machine is configured.
+	out, calls, err := n.runSteps(bundle.Checksum)
+	if err != nil {
+		t.Fatalf("first run: %v\n%s", err, tail(out, 60))
+	}
+	t.Logf("first run, last lines:\n%s", tail(out, 15))
+	// The base packages were installed from the .deb files the cached root
+	// holds, with no package list refresh (the run is offline).
+	if !strings.Contains(out, "030_base_packages.sh: installing conntrack ethtool iproute2 iptables kmod socat runc haproxy") ||
+		strings.Contains(out, "refreshing the package lists") {
+		t.Errorf("the base packages step should have installed the missing packages at once:\n%s", out)
+	}
+
+	status, err := runInRoot(t, root, nil, "dpkg-query -W -f='${Package} ${Status}\\n' "+strings.Join(packages, " "))
+	if err != nil {
+		t.Fatalf("dpkg-query: %v\n%s", err, status)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(status), "\n") {
+		if !strings.HasSuffix(line, " install ok installed") {
+			t.Errorf("base package not installed: %s", line)
+		}
+	}
+	for path, want := range map[string]string{
+		"usr/local/bin/kubelet":                 kubeletSum,
+		"usr/local/bin/kubectl":                 kubectlSum,
+		"usr/local/bin/containerd":              sha256File(t, filepath.Join(bin, "containerd")),
+		"usr/local/bin/containerd-shim-runc-v2": sha256File(t, filepath.Join(bin, "containerd-shim-runc-v2")),
+		"usr/local/bin/ctr":                     sha256File(t, filepath.Join(bin, "ctr")),
+	} {
+		if got := sha256File(t, filepath.Join(root, path)); got != want {
+			t.Errorf("/%s has sha256 %s, want %s", path, got, want)
+		}
+	}
+	if got := m.takeRequests(); len(got) != 3 {
+		t.Errorf("the first run should download kubelet, kubectl and containerd once each, got %v", got)
+	}
+	for path, expect := range map[string][]string{
+		"etc/containerd/config.toml":                                {"version = 3", "max_concurrent_downloads = 3", `sandbox = "` + builtin.SandboxImage + `"`, "SystemdCgroup = true"},
+		"etc/kubernetes/kubelet/config.yaml":                        {"maxPods: 120", "clusterDNS:\n  - 10.222.0.10", "cgroupDriver: systemd", "systemReserved:\n  cpu: "},
+		"etc/kubernetes/bootstrap-kubelet.conf":                     {"server: https://127.0.0.1:6445", "token: " + bootstrapToken},
+		"etc/kubernetes/pki/ca.crt":                                 {clusterCA},
+		"etc/systemd/system/kubelet.service.d/10-node-manager.conf": {"--node-labels=node.deckhouse.io/group=worker,node.deckhouse.io/type=Static", "--register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule"},
+		"etc/node-manager/kubernetes-api-proxy.cfg":                 {"bind 127.0.0.1:6445", "server apiserver-0 10.0.0.10:6443 check", "server apiserver-1 10.0.0.11:6443 check"},
+		"etc/sysctl.d/90-node-manager.conf":                         {"net.ipv4.ip_forward = 1", "net.bridge.bridge-nf-call-iptables = 1"},
+		"etc/modules-load.d/node-manager.conf":                      {"overlay\nbr_netfilter\nnf_conntrack\n"},
+		"etc/hosts":                                                 {"127.0.1.1 e2e-worker # node-manager"},
+		"var/lib/bashible/cleanup_static_node.sh":                   {"--yes-i-am-sane-and-i-understand-what-i-am-doing"},
+		"etc/systemd/system/bashible.timer":                         {"OnUnitInactiveSec=1min"},
+	} {
+		content := readFile(t, filepath.Join(root, path))
+		for _, w := range expect {
+			if !strings.Contains(content, w) {
+				t.Errorf("/%s lacks %q:\n%s", path, w, content)
+			}
+		}
+	}
+	for path, mode := range map[string]os.FileMode{"etc/kubernetes/bootstrap-kubelet.conf": 0o600, "var/lib/bashible/cleanup_static_node.sh": 0o700, "usr/local/bin/kubelet": 0o755} {
+		if info, err := os.Stat(filepath.Join(root, path)); err != nil || info.Mode().Perm() != mode {
+			t.Errorf("/%s: mode %v, want %v (%v)", path, info.Mode().Perm(), mode, err)
+		}
+	}
+	wantCalls := []string{
+		"modprobe overlay", "modprobe br_netfilter", "modprobe nf_conntrack",
+		"sysctl --quiet --load /etc/sysctl.d/90-node-manager.conf",
+		"systemctl restart bashible.timer", "systemctl restart containerd.service",
+		"systemctl restart kubernetes-api-proxy.service", "systemctl restart kubelet.service",
+	}
+	for _, c := range wantCalls {
+		if !slices.Contains(calls, c) {
+			t.Errorf("the first run should have called %q; calls: %v", c, calls)
+		}
+	}
+
+	// The binaries are real: they run in the root, and containerd takes
+	// the generated configuration.
+	check, err := runInRoot(t, root, nil, `kubelet --version
+containerd --version
+containerd --config /etc/containerd/config.toml config dump > /tmp/dump
+grep -F "max_concurrent_downloads = 3" /tmp/dump
+grep -F "SystemdCgroup = true" /tmp/dump
+grep -F "config_path = '/etc/containerd/certs.d'" /tmp/dump
+haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
+	if err != nil {
+		t.Fatalf("the installed binaries: %v\n%s", err, check)
+	}
+	if !strings.Contains(check, "Kubernetes v"+k8sVersion) || !strings.Contains(check, ctrdVersion) {
+		t.Errorf("versions:\n%s", check)
+	}
+
+	// The second run changes nothing: no file written, no restart, no download.
+	n.applied(bundle.Checksum)
+	before := snapshot(t, root)
+	out, calls, err = n.runSteps(bundle.Checksum)
+	if err != nil {
+		t.Fatalf("second run: %v\n%s", err, tail(out, 60))
+	}
+	if changed := changedFiles(before, snapshot(t, root)); len(changed) > 0 {
+		t.Errorf("the second run changed files: %v\n%s", changed, tail(out, 40))
+	}
+	if c := changes(calls); len(c) > 0 {
+		t.Errorf("the second run made changing calls: %v", c)
+	}
+	if strings.Contains(out, ": wrote ") || strings.Contains(out, "installing") {
+		t.Errorf("the second run reports changes:\n%s", out)
+	}
+	if got := m.takeRequests(); len(got) > 0 {
+		t.Errorf("the second run downloaded %v", got)
+	}
+
+	// One group setting changes one file and restarts only the kubelet.
+	more := n.render(func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+	})
+	n.install(more)
+	// A new configuration first asks the cluster for approval (001), and
+	// no API runs here: the node suite proves that step; this run leaves it out.
+	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, root)
+	out, calls, err = n.runSteps(more.Checksum)
+	if err != nil {
+		t.Fatalf("run with maxPods 200: %v\n%s", err, tail(out, 60))
+	}
+	if changed := changedFiles(before, snapshot(t, root)); !slices.Equal(changed, []string{"etc/kubernetes/kubelet/config.yaml"}) {
+		t.Errorf("a new maxPods changed files %v, want only the kubelet configuration", changed)
+	}
+	if c := changes(calls); !slices.Equal(c, []string{"systemctl daemon-reload", "systemctl restart kubelet.service"}) {
+		t.Errorf("a new maxPods made the calls %v, want only the kubelet restarted", c)
+	}
+	n.applied(more.Checksum)
+
+	// New API endpoints reconfigure the local API proxy: its configuration
+	// is rewritten and HAProxy reloaded, nothing else.
+	n.endpoints = []string{"10.0.0.10:6443", "10.0.0.11:6443", "10.0.0.12:6443"}
+	moved := n.render(func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+	})
+	n.install(moved)
+	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, root)
+	out, calls, err = n.runSteps(moved.Checksum)
+	if err != nil {
+		t.Fatalf("run with a new endpoint: %v\n%s", err, tail(out, 60))
+	}
+	if changed := changedFiles(before, snapshot(t, root)); !slices.Equal(changed, []string{"etc/node-manager/kubernetes-api-proxy.cfg"}) {
+		t.Errorf("a new endpoint changed files %v, want only the API proxy's configuration", changed)
+	}
+	if !strings.Contains(readFile(t, filepath.Join(root, "etc/node-manager/kubernetes-api-proxy.cfg")), "server apiserver-2 10.0.0.12:6443 check") {
+		t.Error("the API proxy should balance over the new endpoint too")
+	}
+	if c := changes(calls); !slices.Equal(c, []string{"systemctl daemon-reload", "systemctl reload-or-restart kubernetes-api-proxy.service"}) {
+		t.Errorf("a new endpoint made the calls %v, want only the API proxy reloaded", c)
+	}
+	n.applied(moved.Checksum)
+
+	// A new containerd version is a disruption: the step asks for approval
+	// (bb-disruption-gate) before it replaces anything. No API runs here, so
+	// asking fails, and the run stops with containerd untouched.
+	newer := ctrdVersion + "0"
+	m.addTarball(t, "containerd/v"+newer+"/containerd-"+newer+"-linux-"+arch+".tar.gz",
+		[]string{filepath.Join(bin, "containerd"), filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(bin, "ctr")})
+	override.Containerd["ContainerdV2"] = templates.ContainerdRelease{Version: newer, SHA256: sums(ctrdSum)}
+	n.cc = clusterConfiguration(t, m.URL, override)
+	upgrade := n.render(func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+	})
+	n.install(upgrade)
+	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, root)
+	out, calls, err = n.runSteps(upgrade.Checksum)
+	if err == nil || !strings.Contains(out, "containerd "+ctrdVersion+" is to be replaced by "+newer) || !strings.Contains(out, "=== 040_containerd.sh failed") {
+		t.Errorf("a containerd upgrade should stop at the disruption gate (err %v):\n%s", err, tail(out, 20))
+	}
+	// Asking the API writes the bootstrap token's header file (bb-kube-api);
+	// nothing else may change.
+	if changed := changedFiles(before, snapshot(t, root)); !slices.Equal(changed, []string{"var/lib/bashible/bootstrap-token-header"}) {
+		t.Errorf("a containerd upgrade without approval changed files: %v", changed)
+	}
+	if c := changes(calls); len(c) > 0 {
+		t.Errorf("a containerd upgrade without approval made the calls %v", c)
+	}
+	n.install(moved)
+
+	// The cleanup script refuses without its flag, and with it takes away
+	// what the bundle installed and reboots.
+	if out, err := runInRoot(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh"); err == nil || !strings.Contains(out, "--yes-i-am-sane") {
+		t.Errorf("cleanup_static_node.sh without its flag should refuse (err %v):\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/kubelet")); err != nil {
+		t.Fatal("the refused cleanup removed something")
+	}
+	_ = os.Remove(filepath.Join(root, "var/log/stub-calls.log"))
+	if out, err := runInRoot(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh --yes-i-am-sane-and-i-understand-what-i-am-doing"); err != nil {
+		t.Fatalf("cleanup_static_node.sh: %v\n%s", err, out)
+	}
+	for _, gone := range []string{"usr/local/bin/kubelet", "usr/local/bin/containerd", "etc/kubernetes", "etc/containerd", "var/lib/bashible",
+		"etc/systemd/system/kubelet.service", "etc/sysctl.d/90-node-manager.conf", "etc/node-manager"} {
+		if _, err := os.Lstat(filepath.Join(root, gone)); err == nil {
+			t.Errorf("/%s is left after the cleanup", gone)
+		}
+	}
+	calls = strings.Split(strings.TrimSpace(readFile(t, filepath.Join(root, "var/log/stub-calls.log"))), "\n")
+	for _, c := range []string{"systemctl disable --now kubelet.service", "systemctl disable --now containerd.service", "systemctl reboot"} {
+		if !slices.Contains(calls, c) {
+			t.Errorf("the cleanup should have called %q; calls: %v", c, calls)
+		}
+	}
+}
+
+// clusterConfiguration points nodes at the mirror and gives the sums of
+// what it serves, as an air-gapped cluster would.
+func clusterConfiguration(t *testing.T, url string, versions templates.VersionMap) string {
+	t.Helper()
+	data, err := yaml.Marshal(versions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "apiVersion: deckhouse.io/v1\nkind: ClusterConfiguration\ndefaultCRI: ContainerdV2\npackageSource:\n  url: " + url + "\n  versions:\n" +
+		indent(string(data), "    ")
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = prefix + lines[i]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func ptrTo[T any](v T) *T { return &v }

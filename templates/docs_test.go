@@ -1,0 +1,77 @@
+package templates
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// contextPaths lists the template paths of every leaf field of a type:
+// ".nodeGroup.kubelet.maxPods", ".registry.mirrors[].host", ...
+func contextPaths(t reflect.Type, prefix string) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		path := prefix + "." + strings.Split(f.Tag.Get("json"), ",")[0]
+		switch {
+		case f.Type.Kind() == reflect.Struct:
+			out = append(out, contextPaths(f.Type, path)...)
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			out = append(out, contextPaths(f.Type.Elem(), path+"[]")...)
+		default:
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// TestContextFieldsAreDocumented: README.md's table names every field a
+// template can read.
+func TestContextFieldsAreDocumented(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := contextPaths(reflect.TypeOf(Context{}), "")
+	if len(paths) < 50 {
+		t.Fatalf("only %d context fields found: %v", len(paths), paths)
+	}
+	for _, p := range paths {
+		if !strings.Contains(string(readme), "| `"+p+"` |") {
+			t.Errorf("README.md does not document the context field %s", p)
+		}
+	}
+}
+
+// TestLibraryHelpersAreDocumented: AUTHORING.md describes every function
+// of the library steps run with.
+func TestLibraryHelpersAreDocumented(t *testing.T) {
+	lib, err := os.ReadFile("tree/lib/_node_lib.tpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("AUTHORING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpers := regexp.MustCompile(`(?m)^(bb-[-a-z?]+)\(\)`).FindAllStringSubmatch(string(lib), -1)
+	if len(helpers) < 20 {
+		t.Fatalf("only %d helpers found", len(helpers))
+	}
+	for _, h := range helpers {
+		if !strings.Contains(string(doc), "`"+h[1]) {
+			t.Errorf("AUTHORING.md does not describe the library helper %s", h[1])
+		}
+	}
+	tree, err := LoadTree(Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range tree.StepNames() {
+		if !strings.Contains(string(doc), "| `"+strings.TrimSuffix(step, ".sh")+"` |") {
+			t.Errorf("AUTHORING.md does not list the built-in step %s", step)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Managed by node-manager for node group databases; changes are overwritten.
+set -Eeuo pipefail
+if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
+  echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
+  exit 1
+fi
+# The kernel for Kubernetes: modules loaded now and at every boot, sysctl
+# settings for pod networking and limits, and swap as the group allows
+# (kubelet.memorySwap.swapBehavior: LimitedSwap).
+
+bb-write-if-changed /etc/modules-load.d/node-manager.conf 0644 kernel-modules <<'CONF'
+# Managed by node-manager.
+overlay
+br_netfilter
+nf_conntrack
+CONF
+if bb-changed kernel-modules; then
+  for module in overlay br_netfilter nf_conntrack; do
+    modprobe "$module"
+  done
+  bb-changed-clear kernel-modules
+fi
+
+bb-write-if-changed /etc/sysctl.d/90-node-manager.conf 0644 sysctl <<'CONF'
+# Managed by node-manager.
+# Pod networking: forwarding, and bridged traffic seen by iptables.
+net.ipv4.ip_forward = 1
+net.ipv6.conf.all.forwarding = 1
+net.bridge.bridge-nf-call-iptables = 1
+net.bridge.bridge-nf-call-ip6tables = 1
+net.netfilter.nf_conntrack_max = 1048576
+# Limits many containers need.
+fs.inotify.max_user_watches = 524288
+fs.inotify.max_user_instances = 8192
+fs.file-max = 2097152
+vm.max_map_count = 262144
+kernel.pid_max = 4194304
+# What the kubelet expects of the kernel.
+vm.overcommit_memory = 1
+kernel.panic = 10
+kernel.panic_on_oops = 1
+vm.swappiness = 10
+CONF
+if bb-changed sysctl; then
+  sysctl --quiet --load /etc/sysctl.d/90-node-manager.conf
+  bb-changed-clear sysctl
+fi
+
+# Swap is allowed: pods may use it within their limits. Without any swap, a swap
+# file of 4G is made.
+if [[ -z "$(swapon --show=NAME --noheadings)" ]]; then
+  if [[ ! -f /var/swapfile ]]; then
+    fallocate -l '4G' /var/swapfile
+    chmod 0600 /var/swapfile
+    mkswap /var/swapfile > /dev/null
+    bb-log "made a swap file of 4G"
+  fi
+  swapon /var/swapfile
+fi
+if ! grep -q '^/var/swapfile ' /etc/fstab; then
+  { cat /etc/fstab; echo '/var/swapfile none swap sw 0 0'; } | bb-write-if-changed /etc/fstab 0644
+fi

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Managed by node-manager for node group crio; changes are overwritten.
+set -Eeuo pipefail
+if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
+  echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
+  exit 1
+fi
+# /var/lib/bashible/cleanup_static_node.sh takes a Static machine back out of
+# the cluster: it undoes what this bundle installed and reboots. It is only
+# written here; an administrator (or Cluster API Provider Static) runs it.
+
+bb-write-if-changed /var/lib/bashible/cleanup_static_node.sh 0700 <<'SCRIPT'
+#!/usr/bin/env bash
+# Managed by node-manager: takes this machine out of the cluster. It stops
+# and removes what node-manager's bundle installed (bashible, the kubelet,
+# containerd, the local API proxy, their files and data), then reboots.
+# Run as root with --yes-i-am-sane-and-i-understand-what-i-am-doing.
+set -Eeuo pipefail
+
+if [[ "${1:-}" != --yes-i-am-sane-and-i-understand-what-i-am-doing ]]; then
+  echo "cleanup_static_node.sh removes Kubernetes and everything node-manager installed from this machine, then reboots it." >&2
+  echo "Run it with --yes-i-am-sane-and-i-understand-what-i-am-doing if that is what you want." >&2
+  exit 1
+fi
+if [[ $EUID -ne 0 ]]; then
+  echo "cleanup_static_node.sh must run as root" >&2
+  exit 1
+fi
+
+units=(bashible.timer bashible.service kubelet.service containerd.service kubernetes-api-proxy.service)
+for unit in "${units[@]}"; do
+  systemctl disable --now "$unit" 2> /dev/null || true
+done
+# Containers outlive containerd (KillMode=process): stop their shims.
+pkill -f containerd-shim 2> /dev/null || true
+
+# Unmount what the kubelet and containerd mounted, deepest first.
+awk '{ print $2 }' /proc/mounts | { grep -E '^(/var/lib/kubelet|/var/lib/kubelet|/var/lib/containerd|/run/containerd)(/|$)' || true; } | sort -r |
+  while read -r mount; do
+    umount "$mount" 2> /dev/null || umount -l "$mount" || true
+  done
+
+paths=(
+  /etc/systemd/system/bashible.service
+  /etc/systemd/system/bashible.timer
+  /etc/systemd/system/kubelet.service
+  /etc/systemd/system/kubelet.service.d
+  /etc/systemd/system/containerd.service
+  /etc/systemd/system/kubernetes-api-proxy.service
+  /usr/local/bin/kubelet
+  /usr/local/bin/kubectl
+  /etc/kubernetes
+  /etc/containerd
+  /etc/node-manager
+  /etc/modules-load.d/node-manager.conf
+  /etc/sysctl.d/90-node-manager.conf
+  /var/lib/kubelet
+  '/var/lib/kubelet'
+  /var/lib/containerd
+  /var/lib/node-manager
+  /var/lib/cni
+  /etc/cni
+  /opt/cni
+  /run/containerd
+  /var/lock/bashible
+)
+# containerd's binaries are those of its release archive.
+for binary in containerd containerd-shim containerd-shim-runc-v1 containerd-shim-runc-v2 containerd-stress ctr; do
+  paths+=("/usr/local/bin/$binary")
+done
+rm -rf "${paths[@]}"
+rm -f /usr/local/share/ca-certificates/node-manager-*.crt /etc/pki/ca-trust/source/anchors/node-manager-*.crt
+systemctl daemon-reload || true
+# Last, bashible's own directory (this script is in it).
+rm -rf /var/lib/bashible
+echo "cleanup_static_node.sh: done; rebooting" >&2
+systemctl reboot
+SCRIPT

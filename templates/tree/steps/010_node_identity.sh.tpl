@@ -1,0 +1,41 @@
+{{ include "machine-step-header" . }}
+# The node's name is its host name. {{ if has .nodeGroup.nodeType (list "CloudEphemeral" "CloudPermanent") -}}
+This group's machines come from a cloud ({{ .nodeGroup.nodeType }}):
+# their host name is made short and lowercase, as the node is named.
+{{- else -}}
+This group's machines are the
+# administrator's ({{ .nodeGroup.nodeType }}): their host name is never changed, only checked.
+{{- end }}
+# The host name must resolve on the machine itself: /etc/hosts gets a line
+# for it unless it already has one.
+
+current=$(uname -n)
+{{- if has .nodeGroup.nodeType (list "CloudEphemeral" "CloudPermanent") }}
+wanted=$(tr '[:upper:]' '[:lower:]' <<< "${current%%.*}")
+if [[ "$wanted" != "$current" ]]; then
+  if command -v hostnamectl > /dev/null; then
+    hostnamectl set-hostname "$wanted"
+  else
+    echo "$wanted" > /etc/hostname
+    hostname "$wanted"
+  fi
+  bb-log "host name changed from $current to $wanted"
+fi
+{{- else }}
+wanted=$current
+{{- end }}
+# What the kubelet registers the node as: a lowercase DNS-1123 name.
+if [[ ! "${wanted,,}" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$ ]] || (( ${#wanted} > 63 )); then
+  bb-log "host name '$wanted' cannot be a node name (lowercase letters, digits, '-' and '.', at most 63 characters); rename the machine"
+  exit 1
+fi
+
+# The line this step owns is marked; an administrator's own line for the
+# name is kept and then none is added.
+mark='# node-manager: the node name resolves locally'
+others=$(grep -v -F "$mark" /etc/hosts 2>/dev/null || true)
+if awk -v name="$wanted" '!/^[[:space:]]*#/ { for (i = 2; i <= NF; i++) if ($i == name) found = 1 } END { exit !found }' <<< "$others"; then
+  printf '%s\n' "$others" | bb-write-if-changed /etc/hosts 0644
+else
+  printf '%s\n127.0.1.1 %s %s\n' "$others" "$wanted" "$mark" | bb-write-if-changed /etc/hosts 0644
+fi

@@ -1,0 +1,174 @@
+{{ include "machine-step-header" . }}
+{{- $k := .nodeGroup.kubelet }}
+{{- $rr := $k.resourceReservation }}
+{{- $tm := $k.topologyManager }}
+{{- $socket := "/run/containerd/containerd.sock" }}
+{{- if eq .cri "NotManaged" }}{{ $socket = .nodeGroup.cri.notManaged.criSocketPath }}{{ end }}
+# The kubelet: its configuration from the group, its credentials (TLS
+# bootstrap with the bootstrap token on the first join, its own rotated
+# certificate after), its systemd unit; restarted only when something it
+# reads changed (here, its binary, the proxy or the trusted CAs).
+
+# The cluster CA the kubelet trusts the API with.
+{{- if .normal.kubernetesCA }}
+bb-write-if-changed /etc/kubernetes/pki/ca.crt 0644 kubelet <<'PEM'
+{{ .normal.kubernetesCA | trimSuffix "\n" }}
+PEM
+{{- else }}
+bb-write-if-changed /etc/kubernetes/pki/ca.crt 0644 kubelet < /var/lib/bashible/ca.crt
+{{- end }}
+
+{{- if eq $rr.mode "Auto" }}
+
+# Resource reservation (mode Auto), from this machine's size: CPU 6% of the
+# first core, 1% of the second, 0.5% of the next two and 0.25% of the
+# rest; memory 25% of the first 4 GiB, 20% of the next 4, 10% of the next
+# 8, 6% of the next 112 and 2% of the rest.
+cpus=$(nproc)
+cpu_m=60
+(( cpus >= 2 )) && cpu_m=$(( cpu_m + 10 ))
+(( cpus >= 3 )) && cpu_m=$(( cpu_m + 5 * ( (cpus < 4 ? cpus : 4) - 2 ) ))
+(( cpus > 4 )) && cpu_m=$(( cpu_m + (cpus - 4) * 25 / 10 ))
+mem_mib=$(( $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) / 1024 ))
+reserved_mib=0
+left=$mem_mib
+for tier in "4096 25" "4096 20" "8192 10" "114688 6" "999999999 2"; do
+  read -r size percent <<< "$tier"
+  part=$(( left < size ? left : size ))
+  reserved_mib=$(( reserved_mib + part * percent / 100 ))
+  left=$(( left - part ))
+  (( left > 0 )) || break
+done
+reservation="systemReserved:
+  cpu: ${cpu_m}m
+  memory: ${reserved_mib}Mi
+  ephemeral-storage: 1Gi"
+{{- else if eq $rr.mode "Static" }}
+
+# Resource reservation (mode Static), as the group sets it.
+reservation="systemReserved:
+{{- with $rr.static.cpu }}
+  cpu: {{ . }}
+{{- end }}
+{{- with $rr.static.memory }}
+  memory: {{ . }}
+{{- end }}
+{{- with $rr.static.ephemeralStorage }}
+  ephemeral-storage: {{ . }}
+{{- end }}"
+{{- else }}
+
+# Resource reservation is Off.
+reservation="systemReserved: {}"
+{{- end }}
+
+{
+  cat <<'YAML'
+# Managed by node-manager.
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+readOnlyPort: 0
+cgroupDriver: systemd
+containerRuntimeEndpoint: unix://{{ $socket }}
+staticPodPath: /etc/kubernetes/manifests
+clusterDomain: {{ .normal.clusterDomain }}
+clusterDNS:
+  - {{ .normal.clusterDNSAddress }}
+maxPods: {{ $k.maxPods }}
+containerLogMaxSize: {{ $k.containerLogMaxSize }}
+containerLogMaxFiles: {{ $k.containerLogMaxFiles }}
+seccompDefault: {{ $k.seccompDefault }}
+rotateCertificates: true
+serverTLSBootstrap: true
+{{- if eq $k.memorySwap.swapBehavior "LimitedSwap" }}
+failSwapOn: false
+memorySwap:
+  swapBehavior: LimitedSwap
+{{- else }}
+failSwapOn: true
+memorySwap:
+  swapBehavior: NoSwap
+{{- end }}
+{{- if $tm.enabled }}
+topologyManagerScope: {{ $tm.scope | lower }}
+topologyManagerPolicy: {{ $tm.policy | kebabcase }}
+{{- if ne $rr.mode "Off" }}
+cpuManagerPolicy: static
+{{- end }}
+{{- end }}
+YAML
+  echo "$reservation"
+} | bb-write-if-changed /etc/kubernetes/kubelet/config.yaml 0644 kubelet
+
+# Credentials: once the kubelet has its kubeconfig, the bootstrap one goes.
+if [[ -s /etc/kubernetes/kubelet.conf ]]; then
+  bb-remove /etc/kubernetes/bootstrap-kubelet.conf
+elif [[ -s {{ .normal.bootstrapTokenPath }} ]]; then
+  # The token is put in by awk, so a traced run never shows it.
+  put_token=(awk -v token_file={{ .normal.bootstrapTokenPath }} 'BEGIN { getline token < token_file } { sub(/@TOKEN@/, token) } 1')
+  "${put_token[@]}" <<'KUBECONFIG' | bb-write-if-changed /etc/kubernetes/bootstrap-kubelet.conf 0600 kubelet
+apiVersion: v1
+kind: Config
+clusters:
+  - name: kubernetes
+    cluster:
+      server: https://127.0.0.1:6445
+      certificate-authority: /etc/kubernetes/pki/ca.crt
+contexts:
+  - name: bootstrap
+    context:
+      cluster: kubernetes
+      user: bootstrap
+current-context: bootstrap
+users:
+  - name: bootstrap
+    user:
+      token: @TOKEN@
+KUBECONFIG
+else
+  bb-log "the node cannot join: neither /etc/kubernetes/kubelet.conf nor the bootstrap token {{ .normal.bootstrapTokenPath }} exists"
+  exit 1
+fi
+
+mkdir -p {{ $k.rootDir | squote }} /var/lib/kubelet/pki /etc/kubernetes/manifests
+bb-write-if-changed /etc/systemd/system/kubelet.service 0644 kubelet <<'UNIT'
+# Managed by node-manager.
+[Unit]
+Description=kubelet: the Kubernetes node agent
+Wants=network-online.target kubernetes-api-proxy.service
+After=network-online.target kubernetes-api-proxy.service{{ if ne .cri "NotManaged" }} containerd.service{{ end }}
+
+[Service]
+ExecStart=/usr/local/bin/kubelet
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+bb-write-if-changed /etc/systemd/system/kubelet.service.d/10-node-manager.conf 0644 kubelet <<'UNIT'
+# Managed by node-manager: the node registers with its group's labels and
+# the uninitialized taint, which node-manager removes once it has applied
+# the group's node template.
+[Service]
+EnvironmentFile=-/etc/node-manager/proxy.env
+ExecStart=
+ExecStart=/usr/local/bin/kubelet \
+  --config=/etc/kubernetes/kubelet/config.yaml \
+  --kubeconfig=/etc/kubernetes/kubelet.conf \
+  --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
+  --root-dir={{ $k.rootDir }} \
+  --cert-dir=/var/lib/kubelet/pki \
+  --node-labels=node.deckhouse.io/group={{ .nodeGroup.name }},node.deckhouse.io/type={{ .nodeGroup.nodeType }} \
+  --register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule
+UNIT
+bb-unit-converge kubelet.service kubelet
