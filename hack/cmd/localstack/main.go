@@ -1,8 +1,9 @@
 // Command localstack is what `make run` runs: it starts the local control
 // plane, installs node-manager's CRDs and the example objects, starts
-// bashible-apiserver and registers it with the aggregator, writes an admin
-// kubeconfig to .local/kubeconfig, shows the node groups and their rendered
-// bundles, and keeps everything running until Ctrl-C. The kubeconfig exists
+// bashible-apiserver and registers it with the aggregator, starts
+// node-manager-controller (as its ServiceAccount), writes an admin
+// kubeconfig to .local/kubeconfig, shows the node groups, their rendered
+// bundles and manual-bootstrap Secrets, and keeps everything running until Ctrl-C. The kubeconfig exists
 // only while the whole stack is ready; it is removed on exit.
 package main
 
@@ -17,6 +18,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/stack"
@@ -77,6 +83,28 @@ func run() error {
 	if err := bashible.Register(ctx); err != nil {
 		return err
 	}
+	// Stand-ins for the control-plane addresses a real cluster publishes;
+	// they end up in rendered bundles and manual-bootstrap scripts.
+	if err := stack.PublishAPIEndpoints(ctx, kubernetes.NewForConfigOrDie(cp.AdminConfig()), "192.0.2.10"); err != nil {
+		return err
+	}
+	fmt.Println("localstack: starting node-manager-controller")
+	env := &stack.Environment{CP: cp, Root: root, Applier: applier}
+	if err := stack.InstallController(ctx, root, applier); err != nil {
+		return err
+	}
+	if _, err := env.StartController(ctx, stack.ControllerOptions{}); err != nil {
+		return err
+	}
+	// The controller writes group status and a manual-bootstrap Secret per
+	// group; show the stack once it has.
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "manual-bootstrap-for-worker", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("node-manager-controller did not write manual-bootstrap-for-worker: %w", err)
+	}
 
 	if err := cp.WriteKubeconfig(*kubeconfig); err != nil {
 		return err
@@ -89,7 +117,8 @@ node-manager local stack is ready.
   %s get nodegroups
 
 `, *kubeconfig, kubectl)
-	for _, args := range [][]string{{"get", "nodegroups"}, {"get", "nodegroupbundles"}} {
+	for _, args := range [][]string{{"get", "nodegroups"}, {"get", "nodegroupbundles"},
+		{"-n", stack.Namespace, "get", "secrets", "-l", "node-manager.deckhouse.io/node-group"}} {
 		fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
 		show := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", *kubeconfig}, args...)...)
 		show.Stdout, show.Stderr = os.Stdout, os.Stderr
@@ -99,6 +128,7 @@ node-manager local stack is ready.
 		fmt.Println()
 	}
 	fmt.Printf("Try: %s get nodegroupbundles worker -o yaml\n", kubectl)
+	fmt.Printf("     %s -n %s get secret manual-bootstrap-for-worker -o jsonpath='{.data.bootstrap\\.sh}' | base64 -d\n", kubectl, stack.Namespace)
 	fmt.Printf("\nLogs are in %s. Press Ctrl-C to stop.\n", cp.Dir())
 
 	select {

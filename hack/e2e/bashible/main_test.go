@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
@@ -67,16 +64,7 @@ func runSuite(m *testing.M) int {
 // local kube-apiserver's loopback address cannot be stored, so a
 // documentation address stands in), a cluster configuration, and two groups.
 func seedCluster(ctx context.Context) error {
-	https := "https"
-	_, err := kube.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "e2e",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}}, {Addresses: []string{"192.0.2.11"}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &https, Port: ptr.To[int32](6443)}},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	if err := stack.PublishAPIEndpoints(ctx, kube, "192.0.2.10", "192.0.2.11"); err != nil {
 		return err
 	}
 	for _, ng := range []string{"master", "worker"} {

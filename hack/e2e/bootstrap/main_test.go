@@ -13,14 +13,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	testclock "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/bootstrap"
@@ -96,16 +94,7 @@ func runSuite(m *testing.M) int {
 // without an endpoint reconciler) and the suite's groups. The CA
 // (kube-system/kube-root-ca.crt) is published by kube-controller-manager.
 func seedCluster(ctx context.Context) error {
-	https := "https"
-	_, err := kube.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "e2e",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &https, Port: ptr.To[int32](6443)}},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	if err := stack.PublishAPIEndpoints(ctx, kube, "192.0.2.10"); err != nil {
 		return err
 	}
 	for name, nodeType := range map[string]deckhousev1.NodeType{

@@ -36,8 +36,8 @@ type agent struct {
 	// applyTakes is how long applying an approved update takes (nanoseconds).
 	applyTakes atomic.Int64
 	approvedAt time.Time // owned by the agent's goroutine
-	stop   context.CancelFunc
-	done   chan struct{}
+	stop       context.CancelFunc
+	done       chan struct{}
 }
 
 // newAgent registers a Node in group and starts its agent; it starts on
