@@ -1,0 +1,69 @@
+package nodes
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestPatchIsGuardedAndRemovesKeys(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "7", Annotations: map[string]string{Approved: ""}}}
+	c := (&Change{}).Remove(n, Approved, Draining).Set(Drained, "bashible").SetUnschedulable(false)
+	body, err := c.patch(n.ResourceVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatal(err)
+	}
+	meta := p["metadata"].(map[string]any)
+	ann := meta["annotations"].(map[string]any)
+	if meta["resourceVersion"] != "7" || ann[Approved] != nil || ann[Drained] != "bashible" {
+		t.Errorf("patch %s", body)
+	}
+	if _, ok := ann[Draining]; ok {
+		t.Errorf("removing an absent key should not be in the patch: %s", body)
+	}
+	if spec := p["spec"].(map[string]any); spec["unschedulable"] != nil {
+		t.Errorf("uncordon must clear spec.unschedulable: %s", body)
+	}
+}
+
+func TestCacheServesOwnWritesUntilTheInformerCatchesUp(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "5"}})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	lister := factory.Core().V1().Nodes().Lister()
+	stale := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "5"}}
+	if err := factory.Core().V1().Nodes().Informer().GetStore().Add(stale); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := NewCache(lister, clk)
+	written := stale.DeepCopy()
+	written.ResourceVersion = "6"
+	written.Annotations = map[string]string{Approved: ""}
+	c.Wrote(written)
+	if got, _ := c.Get("a"); !Has(got, Approved) {
+		t.Fatal("the cache served the informer's stale copy over our own write")
+	}
+	if got, _ := c.List(labels.Everything()); len(got) != 1 || !Has(got[0], Approved) {
+		t.Fatal("List served the stale copy")
+	}
+	c.Observe(written)
+	if _, ok := c.written["a"]; ok {
+		t.Error("the write is still shadowing after the informer delivered it")
+	}
+	c.Wrote(written)
+	clk.Step(writeTTL + time.Second)
+	if got, _ := c.Get("a"); Has(got, Approved) {
+		t.Error("a write the informer never confirmed shadows forever")
+	}
+}
