@@ -1,0 +1,233 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+// realNode is a simulated node (DESIGN.md §5) that runs the real
+// bashible.sh served for its group; a goroutine plays its kubelet's
+// heartbeat. Every run's output is kept and printed if the test fails.
+type realNode struct {
+	*stack.SimNode
+	mu   sync.Mutex
+	runs []string
+}
+
+// newRealNode registers name in group with a root under dir and installs
+// bashible.sh, as after bootstrap: its next run is its first.
+func newRealNode(t *testing.T, dir, name, group string) *realNode {
+	t.Helper()
+	ctx := testCtx(t)
+	sn, err := stack.NewSimNode(ctx, cp, dir, name, group)
+	if apierrors.IsAlreadyExists(err) && strings.HasPrefix(err.Error(), "create Instance") {
+		// node-manager-controller creates the Instance of every Node of a
+		// group and may beat NewSimNode to it; the node is complete
+		// otherwise (its root is written before the objects are created).
+		// TODO: drop once NewSimNode accepts an existing Instance.
+		sn = &stack.SimNode{Name: name, Group: group, Root: filepath.Join(dir, name),
+			Endpoint: strings.TrimPrefix(cp.APIServerURL, "https://")}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	n := &realNode{SimNode: sn}
+	t.Cleanup(func() {
+		if t.Failed() {
+			n.mu.Lock()
+			t.Logf("bashible runs on %s:\n%s", name, strings.Join(n.runs, "\n"))
+			n.mu.Unlock()
+		}
+		_ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if err := kubeletHeartbeat(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-tick.C:
+				_ = kubeletHeartbeat(hctx, name)
+			}
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	if err := sn.FetchAgent(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// kubeletHeartbeat reports the node Ready now, with a capacity, as its
+// kubelet would.
+func kubeletHeartbeat(ctx context.Context, name string) error {
+	now := metav1.Now()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "SimulatedKubelet", LastHeartbeatTime: now, LastTransitionTime: now,
+	}}, "nodeInfo": map[string]any{"kubeletVersion": "v1.36.3"},
+		"capacity":    map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"},
+		"allocatable": map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"}}})
+	if _, err := kube.CoreV1().Nodes().PatchStatus(ctx, name, patch); err != nil {
+		return fmt.Errorf("heartbeat of %s: %w", name, err)
+	}
+	return nil
+}
+
+// runEach runs bashible.sh once on every node at the same time, as their
+// timers would fire, and returns the runs in the nodes' order once all have
+// ended. A run still going after limit is killed. Any run that could not
+// start, or did not exit 0, fails the test with its output.
+func runEach(t *testing.T, limit time.Duration, ns ...*realNode) []stack.Run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	runs := make([]stack.Run, len(ns))
+	errs := make([]error, len(ns))
+	var wg sync.WaitGroup
+	for i, n := range ns {
+		wg.Go(func() {
+			runs[i], errs[i] = n.RunOnce(ctx)
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.runs = append(n.runs, fmt.Sprintf("--- run %d: exit %d after %s (error %v)\n%s",
+				len(n.runs)+1, runs[i].ExitCode, runs[i].Took.Round(time.Millisecond), errs[i], runs[i].Output))
+		})
+	}
+	wg.Wait()
+	for i, n := range ns {
+		switch {
+		case errs[i] != nil:
+			t.Fatalf("bashible on %s: %v\n%s", n.Name, errs[i], runs[i].Output)
+		case ctx.Err() != nil && runs[i].ExitCode != 0:
+			t.Fatalf("bashible on %s was still running after %s (killed):\n%s", n.Name, limit, runs[i].Output)
+		case runs[i].ExitCode != 0:
+			t.Fatalf("bashible on %s exited %d:\n%s", n.Name, runs[i].ExitCode, runs[i].Output)
+		}
+	}
+	return runs
+}
+
+// nodeState is what a node showed of the update protocol at one moment.
+type nodeState struct {
+	at time.Duration
+	// update holds the node's update.node.deckhouse.io/ annotations, by
+	// their short names (approved, drained, ...).
+	update   map[string]bool
+	checksum string
+	cordoned bool
+}
+
+func (s nodeState) String() string {
+	var keys []string
+	for k := range s.update {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := fmt.Sprintf("checksum=%.12s", s.checksum)
+	if s.checksum == "" {
+		out = "checksum=none"
+	}
+	if len(keys) > 0 {
+		out += " [" + strings.Join(keys, " ") + "]"
+	}
+	if s.cordoned {
+		out += " cordoned"
+	}
+	return out
+}
+
+// timeline records every distinct protocol state of a group's nodes, from
+// a watch; the test reads it for the order of events and prints it if it
+// fails.
+type timeline struct {
+	mu     sync.Mutex
+	start  time.Time
+	states map[string][]nodeState
+	lines  []string
+}
+
+func recordTimeline(t *testing.T, group string) *timeline {
+	t.Helper()
+	tl := &timeline{start: time.Now(), states: map[string][]nodeState{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: nodes.GroupLabel + "=" + group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			s := nodeState{at: time.Since(tl.start), update: map[string]bool{},
+				checksum: n.Annotations[nodes.ChecksumAnnotation], cordoned: n.Spec.Unschedulable}
+			for k := range n.Annotations {
+				if short, ok := strings.CutPrefix(k, nodes.UpdatePrefix); ok {
+					s.update[short] = true
+				}
+			}
+			tl.mu.Lock()
+			if h := tl.states[n.Name]; len(h) == 0 || h[len(h)-1].String() != s.String() {
+				tl.states[n.Name] = append(h, s)
+				tl.lines = append(tl.lines, fmt.Sprintf("%8s %s: %s", s.at.Round(time.Millisecond), n.Name, s))
+			}
+			tl.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		w.Stop()
+		<-done
+		if t.Failed() {
+			t.Logf("timeline of group %s:\n%s", group, tl)
+		}
+	})
+	return tl
+}
+
+func (tl *timeline) String() string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return strings.Join(tl.lines, "\n")
+}
+
+// since returns the states of node recorded at or after mark.
+func (tl *timeline) since(node string, mark time.Duration) []nodeState {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var out []nodeState
+	for _, s := range tl.states[node] {
+		if s.at >= mark {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// now is the timeline's clock, to mark the start of a phase.
+func (tl *timeline) now() time.Duration { return time.Since(tl.start) }
