@@ -148,13 +148,18 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			}},
 		}}
 		created, err := c.d.NodeManager.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("instance %s appeared meanwhile; retrying", name)
-		}
-		if err != nil {
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// Someone else (a bootstrap tool, a person) made it meanwhile:
+			// keep theirs, and keep its status.
+			if created, err = c.d.NodeManager.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("reading Instance %s: %w", name, err)
+			}
+		case err != nil:
 			return fmt.Errorf("creating Instance %s for node %s: %w", name, name, err)
+		default:
+			klog.InfoS("Created Instance", "instance", name, "group", g.Name)
 		}
-		klog.InfoS("Created Instance", "instance", name, "group", g.Name)
 		inst = created
 	}
 	phase, summary, message := Summary(n, inst)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,8 +68,10 @@ func NewSimNode(ctx context.Context, cp *controlplane.ControlPlane, dir, name, g
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create Node %s: %w", name, err)
 	}
+	// node-manager-controller, when it runs, creates the Instance of a new
+	// Node of a static group itself and may be first.
 	if _, err := versioned.NewForConfigOrDie(admin).DeckhouseV1alpha1().Instances().Create(ctx,
-		&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create Instance %s: %w", name, err)
 	}
 	return n, nil

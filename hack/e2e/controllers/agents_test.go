@@ -68,9 +68,13 @@ func newAgent(t *testing.T, name, group string) *agent {
 	return a
 }
 
-func (a *agent) heartbeat(ctx context.Context) error {
+func (a *agent) heartbeat(ctx context.Context) error { return heartbeat(ctx, a.name, a.ready.Load()) }
+
+// heartbeat reports the node's Ready condition now, with a capacity, as
+// its kubelet would (kube-controller-manager marks silent nodes unknown).
+func heartbeat(ctx context.Context, name string, ready bool) error {
 	st := corev1.ConditionFalse
-	if a.ready.Load() {
+	if ready {
 		st = corev1.ConditionTrue
 	}
 	now := metav1.Now()
@@ -79,9 +83,8 @@ func (a *agent) heartbeat(ctx context.Context) error {
 	}}, "nodeInfo": map[string]any{"kubeletVersion": "v1.36.3"},
 		"capacity":    map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"},
 		"allocatable": map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"}}})
-	_, err := kube.CoreV1().Nodes().PatchStatus(ctx, a.name, patch)
-	if err != nil {
-		return fmt.Errorf("heartbeat of %s: %w", a.name, err)
+	if _, err := kube.CoreV1().Nodes().PatchStatus(ctx, name, patch); err != nil {
+		return fmt.Errorf("heartbeat of %s: %w", name, err)
 	}
 	return nil
 }

@@ -2,9 +2,7 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -35,14 +32,7 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	t.Helper()
 	ctx := testCtx(t)
 	sn, err := stack.NewSimNode(ctx, cp, dir, name, group)
-	if apierrors.IsAlreadyExists(err) && strings.HasPrefix(err.Error(), "create Instance") {
-		// node-manager-controller creates the Instance of every Node of a
-		// group and may beat NewSimNode to it; the node is complete
-		// otherwise (its root is written before the objects are created).
-		// TODO: drop once NewSimNode accepts an existing Instance.
-		sn = &stack.SimNode{Name: name, Group: group, Root: filepath.Join(dir, name),
-			Endpoint: strings.TrimPrefix(cp.APIServerURL, "https://")}
-	} else if err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	n := &realNode{SimNode: sn}
@@ -55,7 +45,7 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 		_ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	if err := kubeletHeartbeat(ctx, name); err != nil {
+	if err := heartbeat(ctx, name, true); err != nil {
 		t.Fatal(err)
 	}
 	hctx, stop := context.WithCancel(context.Background())
@@ -69,7 +59,7 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 			case <-hctx.Done():
 				return
 			case <-tick.C:
-				_ = kubeletHeartbeat(hctx, name)
+				_ = heartbeat(hctx, name, true)
 			}
 		}
 	}()
@@ -78,21 +68,6 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// kubeletHeartbeat reports the node Ready now, with a capacity, as its
-// kubelet would.
-func kubeletHeartbeat(ctx context.Context, name string) error {
-	now := metav1.Now()
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "SimulatedKubelet", LastHeartbeatTime: now, LastTransitionTime: now,
-	}}, "nodeInfo": map[string]any{"kubeletVersion": "v1.36.3"},
-		"capacity":    map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"},
-		"allocatable": map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"}}})
-	if _, err := kube.CoreV1().Nodes().PatchStatus(ctx, name, patch); err != nil {
-		return fmt.Errorf("heartbeat of %s: %w", name, err)
-	}
-	return nil
 }
 
 // runEach runs bashible.sh once on every node at the same time, as their

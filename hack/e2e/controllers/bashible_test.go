@@ -78,6 +78,9 @@ func TestRolloutWithRealBashible(t *testing.T) {
 			if s.checksum == sum && !approved {
 				t.Errorf("%s reported %.12s at %s without having been approved", n.Name, sum, s.at.Round(time.Millisecond))
 			}
+			if s.update["approved"] && s.update["waiting-for-approval"] {
+				t.Errorf("%s asked for approval again after it was approved (at %s)", n.Name, s.at.Round(time.Millisecond))
+			}
 		}
 		if !asked {
 			t.Errorf("%s never showed waiting-for-approval without a checksum", n.Name)

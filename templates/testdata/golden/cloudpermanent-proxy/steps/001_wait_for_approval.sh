@@ -19,7 +19,10 @@ fi
 node=$(bb-node-get)
 if ! bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
   tries=0
-  until bb-node-has-annotation "$node" update.node.deckhouse.io/waiting-for-approval; do
+  # Approval removes waiting-for-approval: an approval that lands between
+  # the write and the re-read must not make the node ask again.
+  until bb-node-has-annotation "$node" update.node.deckhouse.io/waiting-for-approval ||
+      bb-node-has-annotation "$node" update.node.deckhouse.io/approved; do
     rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
     rc=0
     bb-node-annotate-cas "$rv" '{"update.node.deckhouse.io/waiting-for-approval": "", "node.deckhouse.io/configuration-checksum": null}' || rc=$?
