@@ -43,9 +43,9 @@ func New(d *manager.Deps) *Controller {
 		synced:  []cache.InformerSynced{ng.Informer().HasSynced, bundles.Informer().HasSynced, nodeInformer.HasSynced},
 	}
 	c.loop = loop.New("update-approval", d.Loops, c.sync)
-	_, _ = nodeInformer.AddEventHandler(GroupHandler(c.loop.Add, nodeGroupOf))
-	_, _ = ng.Informer().AddEventHandler(GroupHandler(c.loop.Add, nameOf))
-	_, _ = bundles.Informer().AddEventHandler(GroupHandler(c.loop.Add, nameOf))
+	_, _ = nodeInformer.AddEventHandler(c.loop.Handler(loop.ByLabel(nodes.GroupLabel)))
+	_, _ = ng.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
+	_, _ = bundles.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
 	return c
 }
 
@@ -142,36 +142,4 @@ func groupRef(g *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
 	ref := g.DeepCopy()
 	ref.APIVersion, ref.Kind = deckhousev1.SchemeGroupVersion.String(), "NodeGroup"
 	return ref
-}
-
-func nodeGroupOf(obj any) string {
-	if n, ok := obj.(*corev1.Node); ok {
-		return nodes.Group(n)
-	}
-	return ""
-}
-
-func nameOf(obj any) string {
-	if o, ok := obj.(interface{ GetName() string }); ok {
-		return o.GetName()
-	}
-	return ""
-}
-
-// GroupHandler enqueues the group an object belongs to (on add, update and
-// delete, and for both sides of a change of group).
-func GroupHandler(add func(string), groupOf func(any) string) cache.ResourceEventHandler {
-	enqueue := func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		if g := groupOf(obj); g != "" {
-			add(g)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(old, cur any) { enqueue(old); enqueue(cur) },
-		DeleteFunc: enqueue,
-	}
 }

@@ -51,17 +51,8 @@ func New(d *manager.Deps) *Controller {
 		synced:    []cache.InformerSynced{ng.Informer().HasSynced, inst.Informer().HasSynced, nodeInformer.HasSynced},
 	}
 	c.loop = loop.New("instances", d.Loops, c.sync)
-	byName := func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		if o, ok := obj.(metav1.Object); ok {
-			c.loop.Add(o.GetName())
-		}
-	}
-	h := cache.ResourceEventHandlerFuncs{AddFunc: byName, DeleteFunc: byName, UpdateFunc: func(_, cur any) { byName(cur) }}
-	_, _ = nodeInformer.AddEventHandler(h)
-	_, _ = inst.Informer().AddEventHandler(h)
+	_, _ = nodeInformer.AddEventHandler(c.loop.Handler(loop.ByName))
+	_, _ = inst.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
 	// A group's type decides whether its nodes have Instances.
 	_, _ = ng.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.enqueueGroup(obj) },

@@ -16,6 +16,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodes"
 	applyv1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
 	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
@@ -70,21 +71,9 @@ func New(d *manager.Deps) *Controller {
 		exported: map[string][]string{},
 	}
 	c.loop = loop.New("nodegroup-status", d.Loops, c.sync)
-	nodeGroupOf := func(obj any) string {
-		if n, ok := obj.(interface{ GetLabels() map[string]string }); ok {
-			return n.GetLabels()["node.deckhouse.io/group"]
-		}
-		return ""
-	}
-	nameOf := func(obj any) string {
-		if o, ok := obj.(interface{ GetName() string }); ok {
-			return o.GetName()
-		}
-		return ""
-	}
-	_, _ = nodeInformer.AddEventHandler(approval.GroupHandler(c.loop.Add, nodeGroupOf))
-	_, _ = ng.Informer().AddEventHandler(approval.GroupHandler(c.loop.Add, nameOf))
-	_, _ = bundles.Informer().AddEventHandler(approval.GroupHandler(c.loop.Add, nameOf))
+	_, _ = nodeInformer.AddEventHandler(c.loop.Handler(loop.ByLabel(nodes.GroupLabel)))
+	_, _ = ng.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
+	_, _ = bundles.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
 	return c
 }
 

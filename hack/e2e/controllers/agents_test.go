@@ -157,12 +157,12 @@ type monitor struct {
 	mu          sync.Mutex
 	maxApproved int
 	violations  []string
-	stop        func()
 }
 
-func watchGroup(t *testing.T, group string) *monitor {
+// watchNodes calls seen with every event of the group's Nodes, in order,
+// until the test ends.
+func watchNodes(t *testing.T, group string, seen func(watch.EventType, *corev1.Node)) {
 	t.Helper()
-	m := &monitor{}
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: nodes.GroupLabel + "=" + group})
 	if err != nil {
@@ -171,33 +171,38 @@ func watchGroup(t *testing.T, group string) *monitor {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		state := map[string]*corev1.Node{}
 		for ev := range w.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok {
-				continue
+			if n, ok := ev.Object.(*corev1.Node); ok {
+				seen(ev.Type, n)
 			}
-			if ev.Type == watch.Deleted {
-				delete(state, n.Name)
-			} else {
-				state[n.Name] = n
-			}
-			approved := 0
-			for _, s := range state {
-				if nodes.Has(s, nodes.Approved) {
-					approved++
-				}
-			}
-			m.mu.Lock()
-			m.maxApproved = max(m.maxApproved, approved)
-			if nodes.Has(n, nodes.Drained) && nodes.Has(n, nodes.DrainFailed) {
-				m.violations = append(m.violations, fmt.Sprintf("%s is drained and drain-failed at once", n.Name))
-			}
-			m.mu.Unlock()
 		}
 	}()
-	m.stop = func() { cancel(); w.Stop(); <-done }
-	t.Cleanup(m.stop)
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+}
+
+func watchGroup(t *testing.T, group string) *monitor {
+	t.Helper()
+	m := &monitor{}
+	state := map[string]*corev1.Node{}
+	watchNodes(t, group, func(typ watch.EventType, n *corev1.Node) {
+		if typ == watch.Deleted {
+			delete(state, n.Name)
+		} else {
+			state[n.Name] = n
+		}
+		approved := 0
+		for _, s := range state {
+			if nodes.Has(s, nodes.Approved) {
+				approved++
+			}
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.maxApproved = max(m.maxApproved, approved)
+		if nodes.Has(n, nodes.Drained) && nodes.Has(n, nodes.DrainFailed) {
+			m.violations = append(m.violations, fmt.Sprintf("%s is drained and drain-failed at once", n.Name))
+		}
+	})
 	return m
 }
 

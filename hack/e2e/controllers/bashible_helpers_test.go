@@ -146,38 +146,25 @@ type timeline struct {
 func recordTimeline(t *testing.T, group string) *timeline {
 	t.Helper()
 	tl := &timeline{start: time.Now(), states: map[string][]nodeState{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: nodes.GroupLabel + "=" + group})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			s := nodeState{at: time.Since(tl.start), update: map[string]bool{},
-				checksum: n.Annotations[nodes.ChecksumAnnotation], cordoned: n.Spec.Unschedulable}
-			for k := range n.Annotations {
-				if short, ok := strings.CutPrefix(k, nodes.UpdatePrefix); ok {
-					s.update[short] = true
-				}
-			}
-			tl.mu.Lock()
-			if h := tl.states[n.Name]; len(h) == 0 || h[len(h)-1].String() != s.String() {
-				tl.states[n.Name] = append(h, s)
-				tl.lines = append(tl.lines, fmt.Sprintf("%8s %s: %s", s.at.Round(time.Millisecond), n.Name, s))
-			}
-			tl.mu.Unlock()
+	watchNodes(t, group, func(typ watch.EventType, n *corev1.Node) {
+		if typ == watch.Deleted {
+			return
 		}
-	}()
+		s := nodeState{at: time.Since(tl.start), update: map[string]bool{},
+			checksum: n.Annotations[nodes.ChecksumAnnotation], cordoned: n.Spec.Unschedulable}
+		for k := range n.Annotations {
+			if short, ok := strings.CutPrefix(k, nodes.UpdatePrefix); ok {
+				s.update[short] = true
+			}
+		}
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		if h := tl.states[n.Name]; len(h) == 0 || h[len(h)-1].String() != s.String() {
+			tl.states[n.Name] = append(h, s)
+			tl.lines = append(tl.lines, fmt.Sprintf("%8s %s: %s", s.at.Round(time.Millisecond), n.Name, s))
+		}
+	})
 	t.Cleanup(func() {
-		cancel()
-		w.Stop()
-		<-done
 		if t.Failed() {
 			t.Logf("timeline of group %s:\n%s", group, tl)
 		}
