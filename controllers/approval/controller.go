@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -88,6 +90,22 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		return nil
 	}
 	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
+	if grants(d) {
+		// Approvals are what maxConcurrent limits, so they are decided on
+		// the API's own view rather than the informer's, which may lag
+		// (a stalled watch, a write of a previous leader). They are rare,
+		// so one LIST per grant is cheap.
+		list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(labels.Set{nodes.GroupLabel: group}).String()})
+		if err != nil {
+			return fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
+		}
+		ns = make([]*corev1.Node, 0, len(list.Items))
+		for i := range list.Items {
+			ns = append(ns, &list.Items[i])
+		}
+		d = Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
+	}
 	byName := map[string]*corev1.Node{}
 	for _, n := range ns {
 		byName[n.Name] = n
@@ -142,4 +160,13 @@ func groupRef(g *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
 	ref := g.DeepCopy()
 	ref.APIVersion, ref.Kind = deckhousev1.SchemeGroupVersion.String(), "NodeGroup"
 	return ref
+}
+
+func grants(d Decision) bool {
+	for _, ch := range d.Changes {
+		if v, ok := ch.Annotations[nodes.Approved]; ok && v != nil {
+			return true
+		}
+	}
+	return false
 }

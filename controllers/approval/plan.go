@@ -148,13 +148,22 @@ func Plan(in Input) Decision {
 
 	// 2. Disruptions.
 	mode := Mode(in.Group)
-	ready := 0
-	for _, n := range view {
-		if nodes.IsReady(n) {
-			ready++
+	// available: Ready, schedulable and not being drained — where pods go.
+	available := func(except *corev1.Node) int {
+		c := 0
+		for _, o := range view {
+			if o != except && nodes.IsReady(o) && !o.Spec.Unschedulable && !nodes.Has(o, nodes.Draining) {
+				c++
+			}
 		}
+		return c
 	}
 	for _, n := range view {
+		if mode != deckhousev1.ApprovalRollingUpdate && nodes.Has(n, nodes.RollingUpdate) {
+			// Left from a time the group was in RollingUpdate mode: the
+			// node now asks for a disruption the current mode's way.
+			apply(n, (&nodes.Change{}).Remove(n, nodes.RollingUpdate, replacementReported))
+		}
 		wantsDisruption := nodes.Has(n, nodes.DisruptionRequired) && !nodes.Has(n, nodes.DisruptionApproved)
 		wantsReplacement := nodes.Has(n, nodes.RollingUpdate)
 		if !wantsDisruption && !wantsReplacement {
@@ -170,7 +179,7 @@ func Plan(in Input) Decision {
 			}
 			continue
 		}
-		if mode == deckhousev1.ApprovalRollingUpdate || wantsReplacement {
+		if mode == deckhousev1.ApprovalRollingUpdate {
 			if !nodes.Has(n, nodes.RollingUpdate) {
 				apply(n, (&nodes.Change{}).Set(nodes.RollingUpdate, ""))
 			}
@@ -182,27 +191,27 @@ func Plan(in Input) Decision {
 			continue
 		}
 		// Automatic.
-		onlyMaster := in.Group.Name == "master" && len(view) == 1
-		lastReady := nodes.IsReady(n) && ready <= 1
+		approve := func(why string) {
+			apply(n, (&nodes.Change{}).Set(nodes.DisruptionApproved, "").Remove(n, nodes.DisruptionRequired))
+			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DisruptionApproved", "disruption approved: " + why})
+		}
 		switch {
-		case !drainBeforeApproval(in.Group) || onlyMaster || lastReady:
-			reason := "drainBeforeApproval is off"
-			if onlyMaster {
-				reason = "the only master is never drained"
-			} else if lastReady {
-				reason = "the group's last Ready node is never drained"
-			}
-			apply(n, (&nodes.Change{}).Set(nodes.DisruptionApproved, "").Remove(n, nodes.DisruptionRequired))
-			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DisruptionApproved",
-				"disruption approved without draining: " + reason})
+		case !drainBeforeApproval(in.Group):
+			approve("drainBeforeApproval is off")
+		case len(view) == 1:
+			approve("the group's only node is not drained (its pods have nowhere to go)")
 		case nodes.Has(n, nodes.Drained):
-			apply(n, (&nodes.Change{}).Set(nodes.DisruptionApproved, "").Remove(n, nodes.DisruptionRequired))
-			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DisruptionApproved", "disruption approved: the node is drained"})
-		case !nodes.Has(n, nodes.Draining):
+			approve("the node is drained")
+		case nodes.Has(n, nodes.Draining):
+			// The drain is under way (or failed and being retried).
+		case available(n) == 0:
+			// Draining the last node pods can run on would leave them
+			// nowhere: wait until another node of the group is Ready and
+			// schedulable (any node change looks again).
+		default:
 			apply(n, (&nodes.Change{}).Set(nodes.Draining, nodes.DrainSourceBashible))
 			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainRequested", "draining before the disruptive update"})
 		}
-		// Otherwise the drain is under way (or failed and being retried).
 	}
 
 	// 3. Update approvals.

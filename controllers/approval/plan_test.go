@@ -204,10 +204,10 @@ func TestAutomaticDrainsThenApprovesInsideItsWindow(t *testing.T) {
 	}
 }
 
-func TestNoDrainForOnlyMasterLastReadyNodeOrWhenTurnedOff(t *testing.T) {
+func TestNoDrainForTheOnlyNodeOrWhenTurnedOff(t *testing.T) {
 	cases := map[string]Input{
 		"only master": {Group: group("master"), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "")}},
-		"last ready":  {Group: group("w"), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", false)}},
+		"only node":   {Group: group("w"), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "")}},
 		"turned off":  {Group: group("w", mode(deckhousev1.ApprovalAutomatic, ptr.To(false))), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true)}},
 	}
 	for name, in := range cases {
@@ -216,6 +216,36 @@ func TestNoDrainForOnlyMasterLastReadyNodeOrWhenTurnedOff(t *testing.T) {
 		if a := out["a"]; !nodes.Has(a, nodes.DisruptionApproved) || nodes.Has(a, nodes.Draining) {
 			t.Errorf("%s: want disruption-approved without draining, got %v", name, a.Annotations)
 		}
+	}
+}
+
+func TestLastSchedulableReadyNodeIsNeitherDrainedNorDisrupted(t *testing.T) {
+	cordoned := node("c", true)
+	cordoned.Spec.Unschedulable = true
+	for name, other := range map[string]*corev1.Node{
+		"other NotReady": node("b", false),
+		"other cordoned": cordoned,
+		"other draining": node("b", true, nodes.Draining, "user"),
+	} {
+		out := after(Input{Group: group("w"), Checksum: sum, Now: noon,
+			Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), other}})
+		if a := out["a"]; nodes.Has(a, nodes.Draining) || nodes.Has(a, nodes.DisruptionApproved) {
+			t.Errorf("%s: the last node pods can run on was acted on: %v", name, a.Annotations)
+		}
+	}
+	// Two nodes both asking: only one drains in a pass.
+	out := after(Input{Group: group("w", maxc(intstr.FromString("100%"))), Checksum: sum, Now: noon, Nodes: []*corev1.Node{
+		node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true, nodes.Approved, "", nodes.DisruptionRequired, "")}})
+	if nodes.Has(out["a"], nodes.Draining) == nodes.Has(out["b"], nodes.Draining) {
+		t.Errorf("want exactly one of two nodes drained at once: a %v, b %v", out["a"].Annotations, out["b"].Annotations)
+	}
+}
+
+func TestLeftoverRollingUpdateIsClearedInOtherModes(t *testing.T) {
+	n := node("a", true, nodes.Approved, "", nodes.RollingUpdate, "", replacementReported, "", nodes.DisruptionRequired, "")
+	out := after(Input{Group: group("w"), Checksum: sum, Now: noon, Nodes: []*corev1.Node{n, node("b", true)}})
+	if a := out["a"]; nodes.Has(a, nodes.RollingUpdate) || nodes.Has(a, replacementReported) || !nodes.Has(a, nodes.Draining) {
+		t.Errorf("after switching to Automatic: %v; want rolling-update gone and the drain asked for", a.Annotations)
 	}
 }
 

@@ -82,25 +82,30 @@ func (w *world) controller() {
 			if !InWindow(windows(w.group), w.now) {
 				w.fail("node %s: disruption approved outside the windows at %s", n.node.Name, w.now.Format("Mon 15:04"))
 			}
-			if drainBeforeApproval(w.group) && !nodes.Has(n.node, nodes.Drained) && len(w.nodes) > 1 && w.readyCount() > 1 {
+			if drainBeforeApproval(w.group) && !nodes.Has(n.node, nodes.Drained) && len(w.nodes) > 1 {
 				w.fail("node %s: disruption approved without a finished drain (annotations %v)", n.node.Name, n.node.Annotations)
 			}
 		}
 		c.ApplyTo(n.node)
 	}
+	// A drain we asked for always leaves another node for the pods.
+	for _, n := range w.nodes {
+		if c := d.Changes[n.node.Name]; c == nil || c.Annotations[nodes.Draining] == nil {
+			continue
+		}
+		others := 0
+		for _, o := range w.nodes {
+			if o != n && nodes.IsReady(o.node) && !o.node.Spec.Unschedulable && !nodes.Has(o.node, nodes.Draining) {
+				others++
+			}
+		}
+		if others == 0 {
+			w.fail("node %s: drain asked for with no other Ready, schedulable node in the group", n.node.Name)
+		}
+	}
 	if after := w.approved(); grantedApproval && after > limit {
 		w.fail("approved %d nodes (was %d) with maxConcurrent %d", after, before, limit)
 	}
-}
-
-func (w *world) readyCount() int {
-	c := 0
-	for _, n := range w.nodes {
-		if nodes.IsReady(n.node) {
-			c++
-		}
-	}
-	return c
 }
 
 // drainer plays the drain controller: a drain takes a few steps and then
@@ -192,6 +197,9 @@ func (w *world) chaos() {
 		w.sum = fmt.Sprintf("sum-%d", w.step)
 	case r < 16: // time passes
 		w.now = w.now.Add(time.Duration(w.rng.IntN(240)) * time.Minute)
+	case r < 17: // a person changes the group's disruption mode
+		g := randomGroup(w.rng, 0)
+		w.group.Spec.Disruptions = g.Spec.Disruptions
 	}
 	if Mode(w.group) == deckhousev1.ApprovalManual && w.rng.IntN(10) == 0 {
 		// a person drains and approves a disruption

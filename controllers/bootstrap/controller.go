@@ -94,7 +94,7 @@ type wake struct {
 // before the informer factories start.
 func New(d *manager.Deps) *Controller {
 	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
-	tokens := d.Informers.KubeSystem.Core().V1().Secrets()
+	tokens := d.Informers.Tokens.Core().V1().Secrets()
 	configMaps := d.Informers.KubeSystem.Core().V1().ConfigMaps()
 	manual := d.Informers.Namespace.Core().V1().Secrets()
 	endpointSlices := d.Informers.Default.Discovery().V1().EndpointSlices()

@@ -67,6 +67,7 @@ func newHarness(t *testing.T, now time.Time, objs ...*deckhousev1.NodeGroup) *ha
 	d.Recorder = rec
 	c := New(d)
 	d.Informers.KubeSystem.Start(ctx.Done())
+	d.Informers.Tokens.Start(ctx.Done())
 	d.Informers.Namespace.Start(ctx.Done())
 	d.Informers.Default.Start(ctx.Done())
 	d.Informers.NodeManager.Start(ctx.Done())

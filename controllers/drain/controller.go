@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,9 +65,13 @@ type Controller struct {
 	metrics *Metrics
 
 	mu      sync.Mutex
-	running map[string]context.CancelFunc
+	running map[string]*run
 	ctx     context.Context
 }
+
+// run is one node's drain; its identity tells a finished run from a newer
+// one for the same node.
+type run struct{ cancel context.CancelFunc }
 
 // New wires the controller to the shared informers.
 func New(d *manager.Deps) *Controller {
@@ -77,7 +82,7 @@ func New(d *manager.Deps) *Controller {
 		groups:  ng.Lister(),
 		synced:  []cache.InformerSynced{nodeInformer.HasSynced, ng.Informer().HasSynced},
 		metrics: newMetrics(d.Registry),
-		running: map[string]context.CancelFunc{},
+		running: map[string]*run{},
 	}
 	c.loop = loop.New("drain", d.Loops, c.sync)
 	enqueue := func(obj any) {
@@ -119,8 +124,8 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	c.mu.Unlock()
 	c.loop.Run(ctx, workers)
 	c.mu.Lock()
-	for _, cancel := range c.running {
-		cancel()
+	for _, r := range c.running {
+		r.cancel()
 	}
 	c.mu.Unlock()
 }
@@ -164,12 +169,15 @@ func (c *Controller) start(name string) {
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	c.running[name] = cancel
+	r := &run{cancel: cancel}
+	c.running[name] = r
 	c.metrics.Draining.WithLabelValues(name).Set(1)
 	go func() {
 		defer func() {
 			c.mu.Lock()
-			delete(c.running, name)
+			if c.running[name] == r { // not a newer drain of the same node
+				delete(c.running, name)
+			}
 			c.mu.Unlock()
 			cancel()
 		}()
@@ -181,10 +189,10 @@ func (c *Controller) start(name string) {
 func (c *Controller) stop(name, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cancel, ok := c.running[name]
+	r, ok := c.running[name]
 	if ok {
 		klog.InfoS("Cancelling drain", "node", name, "reason", why)
-		cancel()
+		r.cancel()
 		delete(c.running, name)
 	}
 	return ok
@@ -214,8 +222,8 @@ func (c *Controller) drain(ctx context.Context, name string) {
 		}
 		klog.InfoS("Drain attempt failed; retrying", "node", name, "attempt", attempt, "err", err)
 		c.metrics.Drains.WithLabelValues("failed").Inc()
-		c.metrics.DrainFailed.WithLabelValues(name).Set(1)
-		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, nodes.Draining) {
+		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, nodes.Draining) && ctx.Err() == nil {
+			c.metrics.DrainFailed.WithLabelValues(name).Set(1)
 			c.d.Recorder.Eventf(n, nil, corev1.EventTypeWarning, "DrainFailed", "Drain", "%s; retrying", truncate(err.Error(), 900))
 			c.record(ctx, name, func(n *corev1.Node) *nodes.Change { return Failed(n, err.Error()) })
 		}
@@ -253,7 +261,8 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 	if !nodes.Has(n, nodes.Draining) {
 		return errCancelled
 	}
-	deadline := c.d.Clock.Now().Add(c.timeout(n))
+	timeout := c.timeout(n)
+	deadline := c.d.Clock.Now().Add(timeout)
 	if !c.record(ctx, name, Cordon) && !n.Spec.Unschedulable {
 		if ctx.Err() != nil {
 			return errCancelled
@@ -269,6 +278,13 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 		pods, err := c.podsToEvict(ctx, name)
 		if err != nil {
 			return err
+		}
+		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.IsReady(cur) {
+			// No kubelet confirms deletions on a NotReady node: a pod that
+			// was evicted (and so counted against its budget) has left as
+			// far as a drain can tell, as kubectl drain's
+			// --skip-wait-for-delete-timeout treats it.
+			pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
 		}
 		if len(pods) == 0 {
 			if c.record(ctx, name, Succeeded) {
@@ -291,7 +307,7 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 				}
 			}
 			sort.Strings(why)
-			return fmt.Errorf("drain of node %s did not finish within %s; %d pod(s) left: %s", name, c.timeout(n), len(pods), strings.Join(why, "; "))
+			return fmt.Errorf("drain of node %s did not finish within %s; %d pod(s) left: %s", name, timeout, len(pods), strings.Join(why, "; "))
 		}
 		for _, p := range pods {
 			if p.DeletionTimestamp != nil {
@@ -311,6 +327,9 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 		case <-ctx.Done():
 			return errCancelled
 		case <-time.After(pollInterval):
+		}
+		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.Has(cur, nodes.Draining) {
+			return errCancelled
 		}
 	}
 }

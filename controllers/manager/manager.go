@@ -109,8 +109,12 @@ func (o *Options) Validate() error {
 // Informers are the shared informer factories, one per scope so each
 // controller watches only what it needs.
 type Informers struct {
-	Cluster     informers.SharedInformerFactory // Nodes
-	KubeSystem  informers.SharedInformerFactory // bootstrap token Secrets, kube-root-ca.crt
+	Cluster informers.SharedInformerFactory // Nodes
+	// KubeSystem sees only the kube-root-ca.crt ConfigMap of kube-system,
+	// and Tokens only node-manager's bootstrap token Secrets there: not the
+	// namespace's other Secrets.
+	KubeSystem  informers.SharedInformerFactory
+	Tokens      informers.SharedInformerFactory
 	Namespace   informers.SharedInformerFactory // node-manager's Secrets
 	Default     informers.SharedInformerFactory // the kubernetes EndpointSlice
 	NodeManager nminformers.SharedInformerFactory
@@ -119,6 +123,7 @@ type Informers struct {
 func (i *Informers) start(stop <-chan struct{}) {
 	i.Cluster.Start(stop)
 	i.KubeSystem.Start(stop)
+	i.Tokens.Start(stop)
 	i.Namespace.Start(stop)
 	i.Default.Start(stop)
 	i.NodeManager.Start(stop)
@@ -130,6 +135,9 @@ func (i *Informers) synced(stop <-chan struct{}) bool {
 		ok = ok && res
 	}
 	for _, res := range i.KubeSystem.WaitForCacheSync(stop) {
+		ok = ok && res
+	}
+	for _, res := range i.Tokens.WaitForCacheSync(stop) {
 		ok = ok && res
 	}
 	for _, res := range i.Namespace.WaitForCacheSync(stop) {
@@ -183,8 +191,11 @@ func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Re
 func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *Options, clk clock.Clock, reg prometheus.Registerer) *Deps {
 	const resync = 10 * time.Minute
 	inf := &Informers{
-		Cluster:     informers.NewSharedInformerFactory(kube, resync),
-		KubeSystem:  informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem)),
+		Cluster: informers.NewSharedInformerFactory(kube, resync),
+		KubeSystem: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + RootCAConfigMap })),
+		Tokens: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = TokenGroupLabel })),
 		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(opts.Namespace)),
 		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceDefault)),
 		NodeManager: nminformers.NewSharedInformerFactory(nm, resync),
@@ -358,3 +369,9 @@ func LoadConfig(path string) (*rest.Config, error) {
 func HasSynced(ctx context.Context, name string, synced ...cache.InformerSynced) bool {
 	return cache.WaitForNamedCacheSync(name, ctx.Done(), synced...)
 }
+
+// RootCAConfigMap is the kube-system ConfigMap holding the cluster CA.
+const RootCAConfigMap = "kube-root-ca.crt"
+
+// TokenGroupLabel marks node-manager's bootstrap token Secrets with their group.
+const TokenGroupLabel = "node-manager.deckhouse.io/node-group"

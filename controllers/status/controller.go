@@ -27,6 +27,7 @@ import (
 type Metrics struct {
 	NodeStatus *prometheus.GaugeVec
 	Waiting    *prometheus.GaugeVec
+	Approved   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
@@ -40,7 +41,11 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Nodes of a group waiting for an update approval (kind=update), a disruption approval (kind=disruption) or a person's disruption approval (kind=manual_disruption).",
 		}, []string{"node_group", "kind"}),
 	}
-	reg.MustRegister(m.NodeStatus, m.Waiting)
+	m.Approved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "node_manager_nodes_approved",
+		Help: "Nodes of a group holding an update approval (whatever step of the update they are at).",
+	}, []string{"node_group"})
+	reg.MustRegister(m.NodeStatus, m.Waiting, m.Approved)
 	return m
 }
 

@@ -7,6 +7,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/approval"
+	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 // export sets the one-hot node states of a group and drops the series of
@@ -16,8 +17,12 @@ func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1
 	defer c.mu.Unlock()
 	var names []string
 	waiting := map[string]float64{"update": 0, "disruption": 0, "manual_disruption": 0}
+	approved := 0.0
 	for _, n := range ns {
 		names = append(names, n.Name)
+		if nodes.Has(n, nodes.Approved) {
+			approved++
+		}
 		state := approval.State(n, g, checksum)
 		for _, s := range approval.States {
 			v := 0.0
@@ -47,10 +52,12 @@ func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1
 		for kind := range waiting {
 			c.metrics.Waiting.DeleteLabelValues(group, kind)
 		}
+		c.metrics.Approved.DeleteLabelValues(group)
 		return
 	}
 	c.exported[group] = names
 	for kind, v := range waiting {
 		c.metrics.Waiting.WithLabelValues(group, kind).Set(v)
 	}
+	c.metrics.Approved.WithLabelValues(group).Set(approved)
 }

@@ -138,6 +138,7 @@ func startController() (func(), error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	broadcaster.StartRecordingToSink(runCtx.Done())
 	d.Informers.KubeSystem.Start(runCtx.Done())
+	d.Informers.Tokens.Start(runCtx.Done())
 	d.Informers.Namespace.Start(runCtx.Done())
 	d.Informers.Default.Start(runCtx.Done())
 	d.Informers.NodeManager.Start(runCtx.Done())

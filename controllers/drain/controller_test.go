@@ -1,0 +1,162 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
+)
+
+// harness runs the drain controller against fake clients. Evictions of
+// pods named in blocked are refused as a PodDisruptionBudget would;
+// others delete the pod.
+type harness struct {
+	kube    *kubefake.Clientset
+	c       *Controller
+	blocked map[string]bool
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{blocked: map[string]bool{}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{nodes.GroupLabel: "w"}}}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default", UID: "u1"}, Spec: corev1.PodSpec{NodeName: "a"}}
+	h.kube = kubefake.NewClientset(node, pod)
+	h.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		name := a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
+		if h.blocked[name] {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		return true, nil, h.kube.Tracker().Delete(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "default", name)
+	})
+	timeout := int32(1)
+	nm := nmfake.NewClientset(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"},
+		Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: &timeout}})
+	opts := manager.NewOptions()
+	opts.EvictionRetry = 100 * time.Millisecond
+	d := manager.NewDepsForClients(h.kube, nm, opts, clock.RealClock{}, prometheus.NewRegistry())
+	h.c = New(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	d.Informers.Cluster.Start(ctx.Done())
+	d.Informers.NodeManager.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { h.c.Run(ctx, 1); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		// Every drain goroutine ends with the controller.
+		deadline := time.Now().Add(5 * time.Second)
+		for h.c.runningCount() > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := h.c.runningCount(); n != 0 {
+			t.Errorf("%d drains still tracked after the controller stopped", n)
+		}
+	})
+	return h
+}
+
+func (c *Controller) runningCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.running)
+}
+
+func (h *harness) annotate(t *testing.T, key string, value *string) {
+	t.Helper()
+	patch := `{"metadata":{"annotations":{"` + key + `":null}}}`
+	if value != nil {
+		patch = `{"metadata":{"annotations":{"` + key + `":"` + *value + `"}}}`
+	}
+	if _, err := h.kube.CoreV1().Nodes().Patch(context.Background(), "a", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *harness) waitNode(t *testing.T, what string, cond func(*corev1.Node) bool) *corev1.Node {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := h.kube.CoreV1().Nodes().Get(context.Background(), "a", metav1.GetOptions{})
+		if err == nil && cond(n) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: node %+v", what, n.Annotations)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDrainEvictsThenRecordsDrained(t *testing.T) {
+	h := newHarness(t)
+	h.annotate(t, nodes.Draining, ptr.To("bashible"))
+	n := h.waitNode(t, "drained", func(n *corev1.Node) bool { return nodes.Has(n, nodes.Drained) })
+	if !n.Spec.Unschedulable || nodes.Has(n, nodes.Draining) || n.Annotations[nodes.Drained] != "bashible" {
+		t.Errorf("after the drain: unschedulable %v annotations %v", n.Spec.Unschedulable, n.Annotations)
+	}
+	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod is still there: %v", err)
+	}
+}
+
+func TestBlockedDrainFailsNeverDrainedAndCancels(t *testing.T) {
+	h := newHarness(t)
+	h.blocked["db"] = true
+	h.annotate(t, nodes.Draining, ptr.To("bashible"))
+	n := h.waitNode(t, "drain-failed", func(n *corev1.Node) bool { return nodes.Has(n, nodes.DrainFailed) })
+	if nodes.Has(n, nodes.Drained) {
+		t.Fatal("a failed drain was recorded as drained")
+	}
+	// Cancel and ask again at once: the first run's exit must not make the
+	// controller lose track of the second.
+	for range 3 {
+		h.annotate(t, nodes.Draining, nil)
+		h.waitNode(t, "the cancel seen", func(*corev1.Node) bool { return h.c.runningCount() == 0 })
+		h.annotate(t, nodes.Draining, ptr.To("bashible"))
+		h.waitNode(t, "the new drain started", func(*corev1.Node) bool { return h.c.runningCount() == 1 })
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := h.c.runningCount(); got != 1 {
+		t.Fatalf("%d drains tracked after cancel-and-restart; want the newest one", got)
+	}
+	h.annotate(t, nodes.Draining, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for h.c.runningCount() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := h.c.runningCount(); got != 0 {
+		t.Fatalf("%d drains still running after draining was removed", got)
+	}
+	h.waitNode(t, "drain-failed cleared", func(n *corev1.Node) bool { return !nodes.Has(n, nodes.DrainFailed) })
+	// The pod is still there, and nothing drains it any more.
+	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.blocked["db"] = false
+	time.Sleep(300 * time.Millisecond)
+	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); errors.Is(err, context.Canceled) || apierrors.IsNotFound(err) {
+		t.Fatal("a cancelled drain went on evicting")
+	}
+}
