@@ -43,7 +43,7 @@ type KubernetesSums struct {
 
 // ContainerdRelease is one containerd release.
 type ContainerdRelease struct {
-	// Version such as 2.2.9.
+	// Version such as 2.2.7.
 	Version string `json:"version"`
 	// SHA256 of the release archive per architecture; empty when not recorded.
 	SHA256 ArchSums `json:"sha256"`

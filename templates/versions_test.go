@@ -23,6 +23,20 @@ func TestBuiltinVersionMap(t *testing.T) {
 			t.Errorf("no containerd release for cri.type %s", cri)
 		}
 	}
+	// Every upstream file has its sum, for both architectures: a node
+	// refuses a download without one.
+	missing := func(what string, s ArchSums) {
+		if s.AMD64 == "" || s.ARM64 == "" {
+			t.Errorf("%s: sha256 not recorded for every architecture: %+v", what, s)
+		}
+	}
+	for minor, r := range vm.Kubernetes {
+		missing("kubelet "+minor, r.SHA256.Kubelet)
+		missing("kubectl "+minor, r.SHA256.Kubectl)
+	}
+	for cri, r := range vm.Containerd {
+		missing("containerd "+cri, r.SHA256)
+	}
 	for _, bundle := range Bundles {
 		if len(vm.BasePackages[bundle]) == 0 {
 			t.Errorf("no base packages for bundle %s", bundle)

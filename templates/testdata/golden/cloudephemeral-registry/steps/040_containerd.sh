@@ -5,14 +5,14 @@ if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
   echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
   exit 1
 fi
-# containerd 2.2.9 (cri.type ContainerdV2) from the package source, verified
+# containerd 2.2.7 (cri.type ContainerdV2) from the package source, verified
 # against the version map, with its configuration; restarted only when
 # something it reads changed. A new containerd version is a disruption: the
 # node asks for approval first (bb-disruption-gate).
 # bashible-timeout: 3600
 
-version='2.2.9'
-declare -A sums=([amd64]='' [arm64]='')
+version='2.2.7'
+declare -A sums=([amd64]='91cd216ea26a1b8b512219d3f205375c967e7b7de4dae571bc3dd16bfacd34b5' [arm64]='84eb0a161e20ad45465202fa2d6d93b3d9b74666c363e9908706d590a86e2618')
 arch=$(bb-arch)
 state=/var/lib/node-manager/containerd.installed
 wanted="$version ${sums[$arch]}"

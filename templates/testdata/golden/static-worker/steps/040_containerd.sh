@@ -5,14 +5,14 @@ if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
   echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
   exit 1
 fi
-# containerd 1.7.35 (cri.type Containerd) from the package source, verified
+# containerd 1.7.34 (cri.type Containerd) from the package source, verified
 # against the version map, with its configuration; restarted only when
 # something it reads changed. A new containerd version is a disruption: the
 # node asks for approval first (bb-disruption-gate).
 # bashible-timeout: 3600
 
-version='1.7.35'
-declare -A sums=([amd64]='' [arm64]='')
+version='1.7.34'
+declare -A sums=([amd64]='640f989745020ea4897ad0a3d7d977863a7279d3f2e132792fc62c25a45bda50' [arm64]='824cbd16af3bdfc1b1836338350630ae1b6a58c7466636a4bed10549790090ab')
 arch=$(bb-arch)
 state=/var/lib/node-manager/containerd.installed
 wanted="$version ${sums[$arch]}"
