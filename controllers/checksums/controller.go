@@ -39,7 +39,7 @@ type Controller struct {
 
 // New wires the controller to the shared informers.
 func New(d *manager.Deps) *Controller {
-	bundles := d.Informers.NodeManager.Bashible().V1alpha1().NodeGroupBundles()
+	bundles := d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles()
 	secrets := d.Informers.Namespace.Core().V1().Secrets()
 	c := &Controller{
 		d:       d,

@@ -118,6 +118,11 @@ type Informers struct {
 	Namespace   informers.SharedInformerFactory // node-manager's Secrets
 	Default     informers.SharedInformerFactory // the kubernetes EndpointSlice
 	NodeManager nminformers.SharedInformerFactory
+	// Bundles watches the aggregated nodegroupbundles. It is started but
+	// not waited for: while bashible-apiserver is unavailable, the
+	// controllers that need checksums wait, and the others (drains, node
+	// templates, tokens, Instances) go on.
+	Bundles nminformers.SharedInformerFactory
 }
 
 func (i *Informers) start(stop <-chan struct{}) {
@@ -127,6 +132,7 @@ func (i *Informers) start(stop <-chan struct{}) {
 	i.Namespace.Start(stop)
 	i.Default.Start(stop)
 	i.NodeManager.Start(stop)
+	i.Bundles.Start(stop)
 }
 
 func (i *Informers) synced(stop <-chan struct{}) bool {
@@ -199,6 +205,7 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(opts.Namespace)),
 		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceDefault)),
 		NodeManager: nminformers.NewSharedInformerFactory(nm, resync),
+		Bundles:     nminformers.NewSharedInformerFactory(nm, resync),
 	}
 	nodeInformer := inf.Cluster.Core().V1().Nodes()
 	cache := nodes.NewCache(nodeInformer.Lister(), clk)

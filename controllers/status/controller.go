@@ -65,7 +65,7 @@ type Controller struct {
 // New wires the controller to the shared informers.
 func New(d *manager.Deps) *Controller {
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
-	bundles := d.Informers.NodeManager.Bashible().V1alpha1().NodeGroupBundles()
+	bundles := d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	c := &Controller{
 		d:        d,
