@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -25,39 +24,21 @@ var (
 	repoRoot string
 )
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
+func TestMain(m *testing.M) { os.Exit(stack.RunSuite(m, setUp)) }
 
-func runSuite(m *testing.M) int {
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(os.Stderr, format+"\n", args...)
-		if cp != nil {
-			fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(40))
-		}
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	env, err := stack.NewEnvironment(ctx)
-	if err != nil {
-		return fail("set up: %v", err)
-	}
+func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
 	cp, repoRoot = env.CP, env.Root
-	defer cp.StopOnSignal()()
-	defer func() { _ = cp.Stop() }()
 	cfg := cp.AdminConfig()
 	kube = kubernetes.NewForConfigOrDie(cfg)
 	nm = versioned.NewForConfigOrDie(cfg)
 	if err := seedCluster(ctx); err != nil {
-		return fail("seed cluster: %v", err)
+		return nil, fmt.Errorf("seed cluster: %w", err)
 	}
+	var err error
 	if replica, err = env.StartRegistered(ctx, stack.BashibleOptions{Identity: "replica-1"}); err != nil {
-		return fail("start bashible-apiserver: %v", err)
+		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(60))
-	}
-	return code
+	return nil, nil
 }
 
 // seedCluster writes what a real cluster would have: API endpoints (the

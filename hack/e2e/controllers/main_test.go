@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,49 +37,29 @@ var (
 // controllerArgs make drains quick to observe.
 var controllerArgs = []string{"--eviction-retry-interval=1s", "--default-drain-timeout=30s"}
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
+func TestMain(m *testing.M) { os.Exit(stack.RunSuite(m, setUp)) }
 
-func runSuite(m *testing.M) int {
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(os.Stderr, format+"\n", args...)
-		if cp != nil {
-			fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(40))
-		}
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var err error
-	env, err = stack.NewEnvironment(ctx)
-	if err != nil {
-		return fail("set up: %v", err)
-	}
-	cp = env.CP
-	defer cp.StopOnSignal()()
-	defer func() { _ = cp.Stop() }()
+func setUp(ctx context.Context, e *stack.Environment) (func(), error) {
+	env, cp = e, e.CP
 	kube = kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	nm = versioned.NewForConfigOrDie(cp.AdminConfig())
 	// The node suite's overlay: steps that are harmless on a simulated node.
 	if _, err := env.StartRegistered(ctx, stack.BashibleOptions{
 		TemplatesDir: filepath.Join(env.Root, "hack", "e2e", "node", "testdata", "overlay"),
 	}); err != nil {
-		return fail("start bashible-apiserver: %v", err)
+		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
+	var err error
 	if ctrl, err = env.StartController(ctx, stack.ControllerOptions{ExtraArgs: controllerArgs}); err != nil {
-		return fail("start node-manager-controller: %v", err)
+		return nil, fmt.Errorf("start node-manager-controller: %w", err)
 	}
 	kctx, stopKubelet := context.WithCancel(context.Background())
-	defer stopKubelet()
 	go func() {
 		for kctx.Err() == nil {
 			kubelet(kctx)
 		}
 	}()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(80))
-	}
-	return code
+	return stopKubelet, nil
 }
 
 func testCtx(t *testing.T) context.Context { return stack.TestContext(t) }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -30,25 +29,10 @@ var (
 	repoRoot string
 )
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
+func TestMain(m *testing.M) { os.Exit(stack.RunSuite(m, setUp)) }
 
-func runSuite(m *testing.M) int {
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(os.Stderr, format+"\n", args...)
-		if cp != nil {
-			fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(40))
-		}
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	env, err := stack.NewEnvironment(ctx)
-	if err != nil {
-		return fail("set up: %v", err)
-	}
+func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
 	cp, repoRoot = env.CP, env.Root
-	defer cp.StopOnSignal()()
-	defer func() { _ = cp.Stop() }()
 	kube = kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	nm = versioned.NewForConfigOrDie(cp.AdminConfig())
 	for name, mode := range map[string]deckhousev1.ApprovalMode{"sim": deckhousev1.ApprovalManual, "rolling": deckhousev1.ApprovalRollingUpdate, "other": deckhousev1.ApprovalAutomatic} {
@@ -56,18 +40,15 @@ func runSuite(m *testing.M) int {
 			NodeType: deckhousev1.NodeTypeStatic, Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: mode},
 		}}
 		if _, err := nm.DeckhouseV1().NodeGroups().Create(ctx, ng, metav1.CreateOptions{}); err != nil {
-			return fail("create NodeGroup %s: %v", name, err)
+			return nil, fmt.Errorf("create NodeGroup %s: %w", name, err)
 		}
 	}
+	var err error
 	server, err = env.StartRegistered(ctx, stack.BashibleOptions{
 		TemplatesDir: filepath.Join(repoRoot, "hack", "e2e", "node", "testdata", "overlay"),
 	})
 	if err != nil {
-		return fail("start bashible-apiserver: %v", err)
+		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(60))
-	}
-	return code
+	return nil, nil
 }
