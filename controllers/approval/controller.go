@@ -11,69 +11,29 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodes"
-	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
-	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 )
 
 // Controller applies Plan to each group whenever one of its nodes, the
 // group, or the group's bundle changes.
 type Controller struct {
-	d       *manager.Deps
-	groups  nmlisters.NodeGroupLister
-	bundles bashiblelisters.NodeGroupBundleLister
-	synced  []cache.InformerSynced
-	loop    *loop.Loop
+	*manager.GroupLoop
+	d *manager.Deps
 }
 
 // New wires the controller to the shared informers.
 func New(d *manager.Deps) *Controller {
-	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
-	bundles := d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles()
-	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
-	c := &Controller{
-		d:       d,
-		groups:  ng.Lister(),
-		bundles: bundles.Lister(),
-		synced:  []cache.InformerSynced{ng.Informer().HasSynced, bundles.Informer().HasSynced, nodeInformer.HasSynced},
-	}
-	c.loop = loop.New("update-approval", d.Loops, c.sync)
-	_, _ = nodeInformer.AddEventHandler(c.loop.Handler(loop.ByLabel(nodes.GroupLabel)))
-	_, _ = ng.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
-	_, _ = bundles.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
+	c := &Controller{d: d}
+	c.GroupLoop = manager.NewGroupLoop(d, "update-approval", c.sync)
 	return c
 }
 
-// Name implements manager.Controller.
-func (c *Controller) Name() string { return "update-approval" }
-
-// Run implements manager.Controller.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, c.Name(), c.synced...) {
-		return
-	}
-	c.loop.Run(ctx, workers)
-}
-
-// Checksum is a group's current configuration checksum as served by
-// bashible-apiserver ("" while the group has no bundle yet).
-func Checksum(l bashiblelisters.NodeGroupBundleLister, group string) string {
-	b, err := l.Get(group)
-	if err != nil {
-		return ""
-	}
-	return b.Annotations[bashiblev1alpha1.ChecksumAnnotation]
-}
-
 func (c *Controller) sync(ctx context.Context, group string) error {
-	g, err := c.groups.Get(group)
+	g, err := c.Groups.Get(group)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -84,7 +44,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	if err != nil {
 		return err
 	}
-	checksum := Checksum(c.bundles, group)
+	checksum := c.Checksum(group)
 	if checksum == "" {
 		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
 		return nil
@@ -148,7 +108,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		}
 	}
 	if !d.RecheckAt.IsZero() {
-		c.loop.AddAfter(group, d.RecheckAt.Sub(c.d.Clock.Now()))
+		c.Loop.AddAfter(group, d.RecheckAt.Sub(c.d.Clock.Now()))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("group %s: %w", group, err)

@@ -10,16 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/approval"
-	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodes"
 	applyv1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
-	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
-	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 )
 
 // Metrics: node_group_node_status is one-hot per node over
@@ -51,11 +45,8 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 
 // Controller writes NodeGroup status and the node-state metrics.
 type Controller struct {
+	*manager.GroupLoop
 	d       *manager.Deps
-	groups  nmlisters.NodeGroupLister
-	bundles bashiblelisters.NodeGroupBundleLister
-	synced  []cache.InformerSynced
-	loop    *loop.Loop
 	metrics *Metrics
 
 	mu       sync.Mutex
@@ -64,37 +55,13 @@ type Controller struct {
 
 // New wires the controller to the shared informers.
 func New(d *manager.Deps) *Controller {
-	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
-	bundles := d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles()
-	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
-	c := &Controller{
-		d:        d,
-		groups:   ng.Lister(),
-		bundles:  bundles.Lister(),
-		synced:   []cache.InformerSynced{ng.Informer().HasSynced, bundles.Informer().HasSynced, nodeInformer.HasSynced},
-		metrics:  newMetrics(d.Registry),
-		exported: map[string][]string{},
-	}
-	c.loop = loop.New("nodegroup-status", d.Loops, c.sync)
-	_, _ = nodeInformer.AddEventHandler(c.loop.Handler(loop.ByLabel(nodes.GroupLabel)))
-	_, _ = ng.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
-	_, _ = bundles.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
+	c := &Controller{d: d, metrics: newMetrics(d.Registry), exported: map[string][]string{}}
+	c.GroupLoop = manager.NewGroupLoop(d, "nodegroup-status", c.sync)
 	return c
 }
 
-// Name implements manager.Controller.
-func (c *Controller) Name() string { return "nodegroup-status" }
-
-// Run implements manager.Controller.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, c.Name(), c.synced...) {
-		return
-	}
-	c.loop.Run(ctx, workers)
-}
-
 func (c *Controller) sync(ctx context.Context, group string) error {
-	g, err := c.groups.Get(group)
+	g, err := c.Groups.Get(group)
 	if apierrors.IsNotFound(err) {
 		c.export(group, nil, nil, "")
 		return nil
@@ -106,7 +73,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	if err != nil {
 		return err
 	}
-	checksum := approval.Checksum(c.bundles, group)
+	checksum := c.Checksum(group)
 	s := Compute(g, checksum, ns, metav1.NewTime(c.d.Clock.Now()))
 	c.export(group, g, ns, checksum)
 	if unchanged(g, s) {
