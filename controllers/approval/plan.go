@@ -46,6 +46,13 @@ type Decision struct {
 	RecheckAt time.Time
 }
 
+// recheck asks for a look at t (the earliest one asked for wins).
+func (d *Decision) recheck(t time.Time) {
+	if !t.IsZero() && (d.RecheckAt.IsZero() || t.Before(d.RecheckAt)) {
+		d.RecheckAt = t
+	}
+}
+
 func (d *Decision) change(n string) *nodes.Change {
 	if d.Changes[n] == nil {
 		d.Changes[n] = &nodes.Change{}
@@ -173,11 +180,23 @@ func Plan(in Input) Decision {
 			continue // a person approves: never automatic
 		}
 		if !InWindow(windows(in.Group), in.Now) {
-			next := NextOpening(windows(in.Group), in.Now)
-			if d.RecheckAt.IsZero() || next.Before(d.RecheckAt) {
-				d.RecheckAt = next
+			d.recheck(NextOpening(windows(in.Group), in.Now))
+			if wantsDisruption && (drainingByUs(n) || nodes.DrainedByUs(n)) {
+				// The window closed before the disruption was approved:
+				// draining is a disruption too, so it is called off and the
+				// node takes pods again until the next window.
+				c := (&nodes.Change{}).Remove(n, nodes.Draining, nodes.Drained, nodes.DrainFailed)
+				if n.Spec.Unschedulable {
+					c.SetUnschedulable(false)
+				}
+				apply(n, c)
+				d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainCalledOff",
+					"the disruption window closed before the disruption was approved; the node is uncordoned and drained again in the next window"})
 			}
 			continue
+		}
+		if wantsDisruption && mode == deckhousev1.ApprovalAutomatic {
+			d.recheck(ClosesAt(windows(in.Group), in.Now))
 		}
 		if mode == deckhousev1.ApprovalRollingUpdate {
 			if !nodes.Has(n, nodes.RollingUpdate) {

@@ -299,8 +299,42 @@ func TestWindows(t *testing.T) {
 			t.Errorf("window %+v at %s: %v, want %v", c.w, c.t.Format("Mon 15:04"), got, c.want)
 		}
 	}
+	if got, want := ClosesAt([]deckhousev1.DisruptionWindow{{From: "22:00", To: "02:00"}}, at(wed, "23:00")), at(wed, "26:00"); !got.Equal(want) {
+		t.Errorf("a window over midnight closes at %v, want %v", got, want)
+	}
+	if got := ClosesAt([]deckhousev1.DisruptionWindow{{From: "08:00", To: "10:00"}}, at(wed, "12:00")); !got.IsZero() {
+		t.Errorf("no window is open, yet it closes at %v", got)
+	}
 	next := NextOpening([]deckhousev1.DisruptionWindow{{From: "08:00", To: "10:00", Days: []deckhousev1.Weekday{"Mon"}}}, at(wed, "12:00"))
 	if want := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC); !next.Equal(want) {
 		t.Errorf("next opening %v, want %v", next, want)
+	}
+}
+
+func TestDrainIsCalledOffWhenTheWindowCloses(t *testing.T) {
+	window := deckhousev1.DisruptionWindow{From: "11:00", To: "12:30"}
+	g := group("w", mode(deckhousev1.ApprovalAutomatic, nil, window))
+	drained := node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Drained, "bashible")
+	drained.Spec.Unschedulable = true
+	draining := node("b", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Draining, "bashible", nodes.DrainFailed, "pdb")
+	draining.Spec.Unschedulable = true
+	user := node("c", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Draining, "user")
+	in := Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{drained, draining, user, node("d", true)}}
+
+	in.Now = noon
+	d := Plan(in)
+	if want := time.Date(2026, 11, 18, 12, 30, 0, 0, time.UTC); !d.RecheckAt.Equal(want) {
+		t.Errorf("inside the window, recheck at %v; want its close %v", d.RecheckAt, want)
+	}
+	in.Now = noon.Add(time.Hour)
+	out := after(in)
+	for _, name := range []string{"a", "b"} {
+		n := out[name]
+		if nodes.Has(n, nodes.Draining) || nodes.Has(n, nodes.Drained) || nodes.Has(n, nodes.DrainFailed) || n.Spec.Unschedulable || nodes.Has(n, nodes.DisruptionApproved) {
+			t.Errorf("node %s after the window closed: %v unschedulable=%v; want our drain called off", name, n.Annotations, n.Spec.Unschedulable)
+		}
+	}
+	if !nodes.Has(out["c"], nodes.Draining) {
+		t.Error("a user's drain was called off")
 	}
 }

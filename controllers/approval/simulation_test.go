@@ -103,6 +103,14 @@ func (w *world) controller() {
 			w.fail("node %s: drain asked for with no other Ready, schedulable node in the group", n.node.Name)
 		}
 	}
+	// Draining is a disruption too: none of ours runs outside the windows.
+	if Mode(w.group) == deckhousev1.ApprovalAutomatic && !InWindow(windows(w.group), w.now) {
+		for _, n := range w.nodes {
+			if drainingByUs(n.node) && nodes.Has(n.node, nodes.DisruptionRequired) {
+				w.fail("node %s is being drained outside the disruption windows (%s)", n.node.Name, w.now.Format("Mon 15:04"))
+			}
+		}
+	}
 	if after := w.approved(); grantedApproval && after > limit {
 		w.fail("approved %d nodes (was %d) with maxConcurrent %d", after, before, limit)
 	}

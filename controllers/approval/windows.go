@@ -80,3 +80,24 @@ func NextOpening(windows []deckhousev1.DisruptionWindow, t time.Time) time.Time 
 	}
 	return next
 }
+
+// ClosesAt returns when the windows open at t close (zero if there are no
+// windows or none is open), so a drain under way is called off on time.
+func ClosesAt(windows []deckhousev1.DisruptionWindow, t time.Time) time.Time {
+	var end time.Time
+	t = t.UTC()
+	midnight := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	for _, w := range windows {
+		if !open(w, t) {
+			continue
+		}
+		close := midnight.Add(time.Duration(minutes(w.To)) * time.Minute)
+		if !close.After(t) {
+			close = close.AddDate(0, 0, 1) // a window over midnight
+		}
+		if close.After(end) {
+			end = close
+		}
+	}
+	return end
+}
