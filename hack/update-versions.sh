@@ -32,9 +32,19 @@ sums_line() {
   printf '%s: {%s, %s}' "$key" "${parts[0]}" "${parts[1]}"
 }
 
+url_for() { # WHAT VERSION: the sum file's URL, with @ARCH@ for the architecture
+  case "$1" in
+    kubelet | kubectl) echo "https://dl.k8s.io/release/v$2/bin/linux/@ARCH@/$1.sha256" ;;
+    containerd) echo "https://github.com/containerd/containerd/releases/download/v$2/containerd-$2-linux-@ARCH@.tar.gz.sha256sum" ;;
+  esac
+}
+
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-section="" version=""
+# Sums are written either in flow style ("kubelet: {amd64: ..., arm64: ...}")
+# or in block style (a "kubelet:" or "sha256:" line, then one line per
+# architecture); both are rewritten.
+section="" version="" pending=""
 while IFS= read -r line; do
   case "$line" in
     kubernetes:*) section=kubernetes ;;
@@ -45,13 +55,27 @@ while IFS= read -r line; do
     version=${BASH_REMATCH[1]}
   fi
   indent=${line%%[! ]*}
-  if [[ "$section" == kubernetes && "$line" =~ ^\ +(kubelet|kubectl):\ *\{ ]]; then
-    binary=${BASH_REMATCH[1]}
-    echo "update-versions: $binary $version" >&2
-    line="$indent$(sums_line "$binary" "https://dl.k8s.io/release/v$version/bin/linux/@ARCH@/$binary.sha256")"
-  elif [[ "$section" == containerd && "$line" =~ ^\ +sha256:\ *\{ ]]; then
-    echo "update-versions: containerd $version" >&2
-    line="$indent$(sums_line sha256 "https://github.com/containerd/containerd/releases/download/v$version/containerd-$version-linux-@ARCH@.tar.gz.sha256sum")"
+  what=""
+  if [[ "$section" == kubernetes && "$line" =~ ^\ +(kubelet|kubectl):\ *(\{)? ]]; then
+    what=${BASH_REMATCH[1]} flow=${BASH_REMATCH[2]}
+  elif [[ "$section" == containerd && "$line" =~ ^\ +sha256:\ *(\{)? ]]; then
+    what=containerd flow=${BASH_REMATCH[1]}
+  fi
+  if [[ -n "$what" ]]; then
+    echo "update-versions: $what $version" >&2
+    pending=""
+    key=${line#"$indent"}
+    key=${key%%:*}
+    if [[ -n "$flow" ]]; then
+      line="$indent$(sums_line "$key" "$(url_for "$what" "$version")")"
+    else
+      pending=$what
+    fi
+  elif [[ -n "$pending" && "$line" =~ ^\ +(amd64|arm64): ]]; then
+    url=$(url_for "$pending" "$version")
+    line="$indent${BASH_REMATCH[1]}: $(fetch_sum "${url//@ARCH@/${BASH_REMATCH[1]}}")"
+  else
+    pending=""
   fi
   printf '%s\n' "$line" >> "$tmp"
 done < "$file"

@@ -120,9 +120,9 @@ func ParseClusterConfiguration(data []byte) (ClusterSettings, error) {
 	c.ClusterDNSAddress = dns
 
 	p := Proxy{HTTPProxy: cc.Proxy.HTTPProxy, HTTPSProxy: cc.Proxy.HTTPSProxy, NoProxy: []string{}}
-	for field, u := range map[string]string{"proxy.httpProxy": p.HTTPProxy, "proxy.httpsProxy": p.HTTPSProxy} {
-		if u != "" && !urlRE.MatchString(u) {
-			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: %s: %q is not an http:// or https:// URL", field, u)
+	for _, f := range []struct{ field, url string }{{"proxy.httpProxy", p.HTTPProxy}, {"proxy.httpsProxy", p.HTTPSProxy}} {
+		if err := checkProxyURL(f.url); err != nil {
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: %s: %w", f.field, err)
 		}
 	}
 	for _, n := range cc.Proxy.NoProxy {
@@ -168,11 +168,44 @@ var (
 	// urlRE: an http(s) URL that is safe to write into shell and TOML
 	// unquoted-or-quoted alike: no whitespace, quotes, backslashes or $.
 	urlRE = regexp.MustCompile(`^https?://[^\s"'\\$` + "`" + `]+$`)
+	// proxyURLRE: a proxy URL of characters that mean nothing to a shell or
+	// to systemd: http or https, optional user[:password]@ (unreserved
+	// characters, "+", ",", "=" and percent-encoding: %26 for "&", %40 for
+	// "@" and so on), a host name, IPv4 or [IPv6] address, an optional port
+	// and an optional path of the same characters. Nodes write it into
+	// /etc/node-manager/proxy.env, which bash sources as root.
+	proxyURLRE = regexp.MustCompile(`^https?://` +
+		`(` + proxyURLChars + `+(:` + proxyURLChars + `*)?@)?` +
+		`([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])` +
+		`(?P<port>:[0-9]{1,5})?` +
+		`(/(` + proxyURLChars + `|/)*)?$`)
 	// noProxyRE: a host, .domain, address or CIDR.
 	noProxyRE = regexp.MustCompile(`^[-a-zA-Z0-9.*:/\[\]]+$`)
 	// registryHostRE: a registry host as images name it, with an optional port.
 	registryHostRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?$`)
 )
+
+// proxyURLChars: one character of a proxy URL's user, password or path.
+const proxyURLChars = `([-A-Za-z0-9._~+,=]|%[0-9A-Fa-f]{2})`
+
+// checkProxyURL accepts an empty URL (no proxy) or one proxyURLRE matches
+// with a port from 1 to 65535.
+func checkProxyURL(u string) error {
+	if u == "" {
+		return nil
+	}
+	m := proxyURLRE.FindStringSubmatch(u)
+	if m == nil {
+		return fmt.Errorf("%q is not a proxy URL nodes accept: http:// or https://, then [user[:password]@]host[:port][/path], "+
+			"of letters, digits and - . _ ~ + , = (other characters percent-encoded, such as %%26 for & and %%40 for @ in a password)", u)
+	}
+	if port := strings.TrimPrefix(m[proxyURLRE.SubexpIndex("port")], ":"); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q: the port %s is not from 1 to 65535", u, port)
+		}
+	}
+	return nil
+}
 
 func parseRegistry(cc clusterConfiguration) (Registry, error) {
 	r := Registry{Mirrors: []RegistryMirror{}}

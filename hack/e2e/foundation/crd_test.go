@@ -80,6 +80,8 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"cri.containerd with type NotManaged", nodeGroupsGVR, nodeGroup("cri", obj{"nodeType": "Static", "cri": obj{"type": "NotManaged", "containerd": obj{"maxConcurrentDownloads": 3}}}), "spec.cri.containerd"},
 		{"unknown cri.type", nodeGroupsGVR, nodeGroup("cri-type", obj{"nodeType": "Static", "cri": obj{"type": "Podman"}}), "spec.cri.type"},
 		{"Static reservation without amounts", nodeGroupsGVR, nodeGroup("reserve", obj{"nodeType": "Static", "kubelet": obj{"resourceReservation": obj{"mode": "Static"}}}), "spec.kubelet.resourceReservation.static"},
+		{"rootDir /var (the static cleanup removes it)", nodeGroupsGVR, nodeGroup("rootdir", obj{"nodeType": "Static", "kubelet": obj{"rootDir": "/var"}}), "spec.kubelet.rootDir"},
+		{"rootDir with a quote", nodeGroupsGVR, nodeGroup("rootdir", obj{"nodeType": "Static", "kubelet": obj{"rootDir": "/data/kube'let"}}), "spec.kubelet.rootDir"},
 		{"containerLogMaxFiles 21", nodeGroupsGVR, nodeGroup("logs", obj{"nodeType": "Static", "kubelet": obj{"containerLogMaxFiles": 21}}), "spec.kubelet.containerLogMaxFiles"},
 		{"swappiness 101", nodeGroupsGVR, nodeGroup("swap", obj{"nodeType": "Static", "kubelet": obj{"memorySwap": obj{"swapBehavior": "LimitedSwap", "swappiness": 101}}}), "spec.kubelet.memorySwap.swappiness"},
 		{"fencing mode Reboot", nodeGroupsGVR, nodeGroup("fence", obj{"nodeType": "Static", "fencing": obj{"mode": "Reboot"}}), "spec.fencing.mode"},

@@ -1,26 +1,34 @@
 {{ include "machine-step-header" . }}
 # The cluster's HTTP proxy and extra CA certificates. The proxy settings
 # live in /etc/node-manager/proxy.env: the package installs and downloads
-# of later steps use it (bb-with-proxy), and so do containerd and the
-# kubelet (their units read it), which restart when it changes.
-
-bb-write-if-changed /etc/node-manager/proxy.env 0644 proxy <<'ENV'
-# Managed by node-manager: the cluster's proxy (ClusterConfiguration proxy).
+# of later steps use it (bb-with-proxy sources it), and so do containerd and
+# the kubelet (their units read it as an EnvironmentFile), which restart
+# when it changes. Every value is single-quoted, which bash and systemd
+# both take literally; the server admits only URLs and no_proxy entries
+# without quotes or shell metacharacters, and the render fails if one got
+# through all the same. The file is readable by root only: a proxy URL may
+# carry a password.
+{{- $env := list }}
 {{- with .proxy }}
-{{- if or .httpProxy .httpsProxy }}
-{{- if .httpProxy }}
-HTTP_PROXY={{ .httpProxy }}
-http_proxy={{ .httpProxy }}
+{{- if .httpProxy }}{{ $env = concat $env (list (list "HTTP_PROXY" .httpProxy) (list "http_proxy" .httpProxy)) }}{{ end }}
+{{- if .httpsProxy }}{{ $env = concat $env (list (list "HTTPS_PROXY" .httpsProxy) (list "https_proxy" .httpsProxy)) }}{{ end }}
+{{- if or .httpProxy .httpsProxy }}{{ $env = concat $env (list (list "NO_PROXY" (join "," .noProxy)) (list "no_proxy" (join "," .noProxy))) }}{{ end }}
 {{- end }}
-{{- if .httpsProxy }}
-HTTPS_PROXY={{ .httpsProxy }}
-https_proxy={{ .httpsProxy }}
+
+# A file an earlier version left readable by all is made private first: a
+# new mode alone restarts nothing.
+if [[ -f /etc/node-manager/proxy.env ]]; then
+  chmod 0600 /etc/node-manager/proxy.env
+fi
+bb-write-if-changed /etc/node-manager/proxy.env 0600 proxy <<'ENV'
+# Managed by node-manager: the cluster's proxy (ClusterConfiguration proxy).
+{{- range $env }}
+{{- if regexMatch `['\\\n\r]` (index . 1) }}
+{{- fail (printf "proxy: the value of %s has a quote, backslash or line break, which proxy.env cannot carry" (index . 0)) }}
 {{- end }}
-NO_PROXY={{ join "," .noProxy }}
-no_proxy={{ join "," .noProxy }}
+{{ index . 0 }}={{ index . 1 | squote }}
 {{- else }}
 # No proxy is set.
-{{- end }}
 {{- end }}
 ENV
 if bb-changed proxy; then

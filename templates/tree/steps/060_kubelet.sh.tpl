@@ -2,6 +2,12 @@
 {{- $k := .nodeGroup.kubelet }}
 {{- $rr := $k.resourceReservation }}
 {{- $tm := $k.topologyManager }}
+{{- /* The static CPU manager policy needs CPU reserved for the system (the
+       kubelet refuses to start without): always so in mode Auto, in mode
+       Static only with a cpu above zero. */}}
+{{- $cpuReserved := or (eq $rr.mode "Auto") (and (eq $rr.mode "Static") (regexFind "^[0-9.]*" $rr.static.cpu | regexMatch "[1-9]")) }}
+{{- $cpuPolicy := "none" }}
+{{- if and $tm.enabled $cpuReserved }}{{ $cpuPolicy = "static" }}{{ end }}
 {{- $socket := "/run/containerd/containerd.sock" }}
 {{- if eq .cri "NotManaged" }}{{ $socket = .nodeGroup.cri.notManaged.criSocketPath }}{{ end }}
 # The kubelet: its configuration from the group, its credentials (TLS
@@ -43,6 +49,9 @@ reservation="systemReserved:
   cpu: ${cpu_m}m
   memory: ${reserved_mib}Mi
   ephemeral-storage: 1Gi"
+{{- if eq $cpuPolicy "static" }}
+reserved_cpu=${cpu_m}m
+{{- end }}
 {{- else if eq $rr.mode "Static" }}
 
 # Resource reservation (mode Static), as the group sets it.
@@ -56,11 +65,56 @@ reservation="systemReserved:
 {{- with $rr.static.ephemeralStorage }}
   ephemeral-storage: {{ . }}
 {{- end }}"
+{{- if eq $cpuPolicy "static" }}
+reserved_cpu={{ $rr.static.cpu | squote }}
+{{- end }}
 {{- else }}
 
 # Resource reservation is Off.
 reservation="systemReserved: {}"
 {{- end }}
+
+# The kubelet's CPU manager keeps its state in a checkpoint and refuses to
+# start when the policy, or under the static policy the CPUs reserved for
+# the system, differ from what the checkpoint recorded: the kubelet would
+# restart for ever. So when they change from what this node last applied
+# (recorded in $cpu_manager_applied), the kubelet is stopped and the
+# checkpoints (the memory manager's too) are removed before it starts with
+# the new configuration. That stops the node's pods' CPU pinning: a
+# disruption, approved first. Nodes configured before this was recorded
+# are judged by their checkpoint's policy.
+cpu_manager={{ if eq $cpuPolicy "static" }}"static $reserved_cpu"{{ else }}none{{ end }}
+cpu_manager_applied=/var/lib/node-manager/kubelet-cpu-manager
+cpu_manager_checkpoints=({{ printf "%s/cpu_manager_state" $k.rootDir | squote }} {{ printf "%s/memory_manager_state" $k.rootDir | squote }})
+applied_cpu_manager=$(cat "$cpu_manager_applied" 2>/dev/null || true)
+if [[ -z "$applied_cpu_manager" && -f "${cpu_manager_checkpoints[0]}" ]]; then
+  checkpoint_policy=$(jq -r '.policyName // "unknown"' "${cpu_manager_checkpoints[0]}" 2>/dev/null || echo unreadable)
+  case "$checkpoint_policy:$cpu_manager" in
+    none:*) applied_cpu_manager=none ;;
+    static:static*) applied_cpu_manager=$cpu_manager ;;
+    *) applied_cpu_manager="$checkpoint_policy (from the checkpoint)" ;;
+  esac
+fi
+if [[ -n "$applied_cpu_manager" && "$applied_cpu_manager" != "$cpu_manager" ]] &&
+    [[ -e "${cpu_manager_checkpoints[0]}" || -e "${cpu_manager_checkpoints[1]}" ]]; then
+  bb-log "the kubelet's CPU manager changes from '$applied_cpu_manager' to '$cpu_manager': its checkpoints are removed with the kubelet stopped"
+  bb-disruption-gate
+  if systemctl is-active --quiet kubelet.service; then
+    systemctl stop kubelet.service
+  fi
+  for checkpoint in "${cpu_manager_checkpoints[@]}"; do
+    bb-remove "$checkpoint" kubelet
+  done
+fi
+
+# The kubelet's resolv.conf: where systemd-resolved serves /etc/resolv.conf
+# (its stub, 127.0.0.53), the upstream servers resolved itself uses, as
+# kubeadm does: CoreDNS forwarding to the node's stub would query itself.
+resolv_conf=/etc/resolv.conf
+if [[ -f /run/systemd/resolve/resolv.conf ]] &&
+    grep -Eqs '^[[:space:]]*nameserver[[:space:]]+127\.0\.0\.5[34]([[:space:]]|$)' /etc/resolv.conf; then
+  resolv_conf=/run/systemd/resolve/resolv.conf
+fi
 
 {
   cat <<'YAML'
@@ -88,7 +142,11 @@ containerLogMaxSize: {{ $k.containerLogMaxSize }}
 containerLogMaxFiles: {{ $k.containerLogMaxFiles }}
 seccompDefault: {{ $k.seccompDefault }}
 rotateCertificates: true
-serverTLSBootstrap: true
+# The serving certificate is self-signed by the kubelet (in /var/lib/kubelet/pki):
+# nothing in the cluster approves kubernetes.io/kubelet-serving requests, and
+# with serverTLSBootstrap the kubelet would serve no certificate at all
+# (kubectl logs and exec would fail).
+serverTLSBootstrap: false
 {{- if eq $k.memorySwap.swapBehavior "LimitedSwap" }}
 failSwapOn: false
 memorySwap:
@@ -101,13 +159,16 @@ memorySwap:
 {{- if $tm.enabled }}
 topologyManagerScope: {{ $tm.scope | lower }}
 topologyManagerPolicy: {{ $tm.policy | kebabcase }}
-{{- if ne $rr.mode "Off" }}
-cpuManagerPolicy: static
+{{- if not $cpuReserved }}
+# No CPU is reserved for the system, which the static CPU manager policy needs.
 {{- end }}
 {{- end }}
+cpuManagerPolicy: {{ $cpuPolicy }}
 YAML
+  echo "resolvConf: $resolv_conf"
   echo "$reservation"
 } | bb-write-if-changed /etc/kubernetes/kubelet/config.yaml 0644 kubelet
+echo "$cpu_manager" | bb-write-if-changed "$cpu_manager_applied" 0644
 
 # Credentials: once the kubelet has its kubeconfig, the bootstrap one goes.
 if [[ -s /etc/kubernetes/kubelet.conf ]]; then

@@ -187,10 +187,13 @@ type KubeletSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	MaxPods *int32 `json:"maxPods,omitempty"`
-	// RootDir is the kubelet's data directory.
+	// RootDir is the kubelet's data directory: an absolute path of at least
+	// two components (the static-node cleanup removes it, so "/" or "/var"
+	// are refused), of letters, digits, ".", "_" and "-".
 	// +optional
 	// +kubebuilder:default="/var/lib/kubelet"
-	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9_][A-Za-z0-9._-]*){2,}$`
 	RootDir string `json:"rootDir,omitempty"`
 	// ContainerLogMaxSize is the size at which a container log is rotated.
 	// +optional
@@ -258,7 +261,9 @@ type StaticResourceReservation struct {
 }
 
 // TopologyManagerSpec configures the kubelet's topology manager. Enabling it
-// also turns on the static CPU and memory manager policies.
+// also turns on the static CPU manager policy when CPU is reserved for the
+// system (resourceReservation mode Auto, or Static with a cpu above zero);
+// the memory manager keeps its default policy, None.
 type TopologyManagerSpec struct {
 	// Enabled turns the topology manager on.
 	// +optional

@@ -15,7 +15,9 @@ type KubeletSpecApplyConfiguration struct {
 	// pod subnet prefix per node: 120 for /24 or longer, 250 for /23, 500 for
 	// /22, 1000 for /21 or shorter.
 	MaxPods *int32 `json:"maxPods,omitempty"`
-	// RootDir is the kubelet's data directory.
+	// RootDir is the kubelet's data directory: an absolute path of at least
+	// two components (the static-node cleanup removes it, so "/" or "/var"
+	// are refused), of letters, digits, ".", "_" and "-".
 	RootDir *string `json:"rootDir,omitempty"`
 	// ContainerLogMaxSize is the size at which a container log is rotated.
 	ContainerLogMaxSize *string `json:"containerLogMaxSize,omitempty"`

@@ -10,7 +10,9 @@ package v1
 // with apply.
 //
 // TopologyManagerSpec configures the kubelet's topology manager. Enabling it
-// also turns on the static CPU and memory manager policies.
+// also turns on the static CPU manager policy when CPU is reserved for the
+// system (resourceReservation mode Auto, or Static with a cpu above zero);
+// the memory manager keeps its default policy, None.
 type TopologyManagerSpecApplyConfiguration struct {
 	// Enabled turns the topology manager on.
 	Enabled *bool `json:"enabled,omitempty"`

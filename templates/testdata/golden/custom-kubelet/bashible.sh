@@ -425,8 +425,10 @@ bb-package-install() {
         bb-with-proxy timeout 600 dnf makecache -q || true
         ;;
       *)
-        # needrestart (Ubuntu) must not restart services behind the steps' back.
-        if bb-with-proxy timeout 900 env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 NEEDRESTART_MODE=l apt-get install -y -q --no-install-recommends \
+        # needrestart (Ubuntu) must not restart services behind the steps' back;
+        # --no-remove: a conflict (Docker's containerd.io provides runc, say)
+        # fails the install instead of letting apt remove what the machine runs.
+        if bb-with-proxy timeout 900 env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 NEEDRESTART_MODE=l apt-get install -y -q --no-install-recommends --no-remove \
             -o DPkg::Lock::Timeout=300 -o Dpkg::Options::=--force-confold -o Acquire::Retries=3 "${missing[@]}"; then
           return 0
         fi

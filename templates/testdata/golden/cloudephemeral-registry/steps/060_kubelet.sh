@@ -41,6 +41,48 @@ reservation="systemReserved:
   memory: ${reserved_mib}Mi
   ephemeral-storage: 1Gi"
 
+# The kubelet's CPU manager keeps its state in a checkpoint and refuses to
+# start when the policy, or under the static policy the CPUs reserved for
+# the system, differ from what the checkpoint recorded: the kubelet would
+# restart for ever. So when they change from what this node last applied
+# (recorded in $cpu_manager_applied), the kubelet is stopped and the
+# checkpoints (the memory manager's too) are removed before it starts with
+# the new configuration. That stops the node's pods' CPU pinning: a
+# disruption, approved first. Nodes configured before this was recorded
+# are judged by their checkpoint's policy.
+cpu_manager=none
+cpu_manager_applied=/var/lib/node-manager/kubelet-cpu-manager
+cpu_manager_checkpoints=('/var/lib/kubelet/cpu_manager_state' '/var/lib/kubelet/memory_manager_state')
+applied_cpu_manager=$(cat "$cpu_manager_applied" 2>/dev/null || true)
+if [[ -z "$applied_cpu_manager" && -f "${cpu_manager_checkpoints[0]}" ]]; then
+  checkpoint_policy=$(jq -r '.policyName // "unknown"' "${cpu_manager_checkpoints[0]}" 2>/dev/null || echo unreadable)
+  case "$checkpoint_policy:$cpu_manager" in
+    none:*) applied_cpu_manager=none ;;
+    static:static*) applied_cpu_manager=$cpu_manager ;;
+    *) applied_cpu_manager="$checkpoint_policy (from the checkpoint)" ;;
+  esac
+fi
+if [[ -n "$applied_cpu_manager" && "$applied_cpu_manager" != "$cpu_manager" ]] &&
+    [[ -e "${cpu_manager_checkpoints[0]}" || -e "${cpu_manager_checkpoints[1]}" ]]; then
+  bb-log "the kubelet's CPU manager changes from '$applied_cpu_manager' to '$cpu_manager': its checkpoints are removed with the kubelet stopped"
+  bb-disruption-gate
+  if systemctl is-active --quiet kubelet.service; then
+    systemctl stop kubelet.service
+  fi
+  for checkpoint in "${cpu_manager_checkpoints[@]}"; do
+    bb-remove "$checkpoint" kubelet
+  done
+fi
+
+# The kubelet's resolv.conf: where systemd-resolved serves /etc/resolv.conf
+# (its stub, 127.0.0.53), the upstream servers resolved itself uses, as
+# kubeadm does: CoreDNS forwarding to the node's stub would query itself.
+resolv_conf=/etc/resolv.conf
+if [[ -f /run/systemd/resolve/resolv.conf ]] &&
+    grep -Eqs '^[[:space:]]*nameserver[[:space:]]+127\.0\.0\.5[34]([[:space:]]|$)' /etc/resolv.conf; then
+  resolv_conf=/run/systemd/resolve/resolv.conf
+fi
+
 {
   cat <<'YAML'
 # Managed by node-manager.
@@ -67,13 +109,20 @@ containerLogMaxSize: 50Mi
 containerLogMaxFiles: 4
 seccompDefault: false
 rotateCertificates: true
-serverTLSBootstrap: true
+# The serving certificate is self-signed by the kubelet (in /var/lib/kubelet/pki):
+# nothing in the cluster approves kubernetes.io/kubelet-serving requests, and
+# with serverTLSBootstrap the kubelet would serve no certificate at all
+# (kubectl logs and exec would fail).
+serverTLSBootstrap: false
 failSwapOn: true
 memorySwap:
   swapBehavior: NoSwap
+cpuManagerPolicy: none
 YAML
+  echo "resolvConf: $resolv_conf"
   echo "$reservation"
 } | bb-write-if-changed /etc/kubernetes/kubelet/config.yaml 0644 kubelet
+echo "$cpu_manager" | bb-write-if-changed "$cpu_manager_applied" 0644
 
 # Credentials: once the kubelet has its kubeconfig, the bootstrap one goes.
 if [[ -s /etc/kubernetes/kubelet.conf ]]; then

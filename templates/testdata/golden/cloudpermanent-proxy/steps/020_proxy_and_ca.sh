@@ -7,17 +7,27 @@ if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
 fi
 # The cluster's HTTP proxy and extra CA certificates. The proxy settings
 # live in /etc/node-manager/proxy.env: the package installs and downloads
-# of later steps use it (bb-with-proxy), and so do containerd and the
-# kubelet (their units read it), which restart when it changes.
+# of later steps use it (bb-with-proxy sources it), and so do containerd and
+# the kubelet (their units read it as an EnvironmentFile), which restart
+# when it changes. Every value is single-quoted, which bash and systemd
+# both take literally; the server admits only URLs and no_proxy entries
+# without quotes or shell metacharacters, and the render fails if one got
+# through all the same. The file is readable by root only: a proxy URL may
+# carry a password.
 
-bb-write-if-changed /etc/node-manager/proxy.env 0644 proxy <<'ENV'
+# A file an earlier version left readable by all is made private first: a
+# new mode alone restarts nothing.
+if [[ -f /etc/node-manager/proxy.env ]]; then
+  chmod 0600 /etc/node-manager/proxy.env
+fi
+bb-write-if-changed /etc/node-manager/proxy.env 0600 proxy <<'ENV'
 # Managed by node-manager: the cluster's proxy (ClusterConfiguration proxy).
-HTTP_PROXY=http://proxy.corp:3128
-http_proxy=http://proxy.corp:3128
-HTTPS_PROXY=http://proxy.corp:3128
-https_proxy=http://proxy.corp:3128
-NO_PROXY=127.0.0.1,169.254.169.254,corp.local,10.111.0.0/16,10.222.0.0/16,.corp,10.0.0.0/8
-no_proxy=127.0.0.1,169.254.169.254,corp.local,10.111.0.0/16,10.222.0.0/16,.corp,10.0.0.0/8
+HTTP_PROXY='http://proxy.corp:3128'
+http_proxy='http://proxy.corp:3128'
+HTTPS_PROXY='http://proxy.corp:3128'
+https_proxy='http://proxy.corp:3128'
+NO_PROXY='127.0.0.1,169.254.169.254,corp.local,10.111.0.0/16,10.222.0.0/16,.corp,10.0.0.0/8'
+no_proxy='127.0.0.1,169.254.169.254,corp.local,10.111.0.0/16,10.222.0.0/16,.corp,10.0.0.0/8'
 ENV
 if bb-changed proxy; then
   bb-mark-changed containerd

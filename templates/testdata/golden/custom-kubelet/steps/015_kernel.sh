@@ -22,11 +22,23 @@ if bb-changed kernel-modules; then
   bb-changed-clear kernel-modules
 fi
 
-bb-write-if-changed /etc/sysctl.d/90-node-manager.conf 0644 sysctl <<'CONF'
+# IPv6 forwarding is set only where the kernel has IPv6 (not booted with
+# ipv6.disable=1): sysctl fails on a key it cannot find, even one marked
+# with "-" (procps 4.0), and so would the step, on every run. Whether the
+# kernel has IPv6 does not change while it runs, so the file is the same on
+# every run.
+{
+  cat <<'CONF'
 # Managed by node-manager.
 # Pod networking: forwarding, and bridged traffic seen by iptables.
 net.ipv4.ip_forward = 1
-net.ipv6.conf.all.forwarding = 1
+CONF
+  if [[ -d /proc/sys/net/ipv6 ]]; then
+    echo 'net.ipv6.conf.all.forwarding = 1'
+  else
+    echo '# This kernel has no IPv6: net.ipv6.conf.all.forwarding is left out.'
+  fi
+  cat <<'CONF'
 net.bridge.bridge-nf-call-iptables = 1
 net.bridge.bridge-nf-call-ip6tables = 1
 net.netfilter.nf_conntrack_max = 1048576
@@ -42,6 +54,7 @@ kernel.panic = 10
 kernel.panic_on_oops = 1
 vm.swappiness = 10
 CONF
+} | bb-write-if-changed /etc/sysctl.d/90-node-manager.conf 0644 sysctl
 if bb-changed sysctl; then
   sysctl --quiet --load /etc/sysctl.d/90-node-manager.conf
   bb-changed-clear sysctl
@@ -49,15 +62,27 @@ fi
 
 # Swap is allowed: pods may use it within their limits. Without any swap, a swap
 # file of 4G is made.
+# The file is made whole under another name and renamed only once it
+# carries the swap signature, so a run that dies half-way never leaves a
+# /var/swapfile that swapon refuses; one without the signature (from such
+# a run of an earlier version) is made again.
 if [[ -z "$(swapon --show=NAME --noheadings)" ]]; then
-  if [[ ! -f /var/swapfile ]]; then
-    fallocate -l '4G' /var/swapfile
-    chmod 0600 /var/swapfile
-    mkswap /var/swapfile > /dev/null
+  signature=$(dd if=/var/swapfile bs=1 skip=$(( $(getconf PAGESIZE) - 10 )) count=10 2>/dev/null || true)
+  if [[ ! -f /var/swapfile || "$signature" != SWAPSPACE2 ]]; then
+    rm -f /var/swapfile.new
+    fallocate -l '4G' /var/swapfile.new
+    chmod 0600 /var/swapfile.new
+    mkswap /var/swapfile.new > /dev/null
+    mv -f /var/swapfile.new /var/swapfile
     bb-log "made a swap file of 4G"
   fi
   swapon /var/swapfile
 fi
-if ! grep -q '^/var/swapfile ' /etc/fstab; then
-  { cat /etc/fstab; echo '/var/swapfile none swap sw 0 0'; } | bb-write-if-changed /etc/fstab 0644
+if ! grep -qs '^/var/swapfile ' /etc/fstab; then
+  {
+    if [[ -f /etc/fstab ]]; then
+      cat /etc/fstab
+    fi
+    echo '/var/swapfile none swap sw 0 0'
+  } | bb-write-if-changed /etc/fstab 0644
 fi

@@ -7,10 +7,20 @@ if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
 fi
 # The cluster's HTTP proxy and extra CA certificates. The proxy settings
 # live in /etc/node-manager/proxy.env: the package installs and downloads
-# of later steps use it (bb-with-proxy), and so do containerd and the
-# kubelet (their units read it), which restart when it changes.
+# of later steps use it (bb-with-proxy sources it), and so do containerd and
+# the kubelet (their units read it as an EnvironmentFile), which restart
+# when it changes. Every value is single-quoted, which bash and systemd
+# both take literally; the server admits only URLs and no_proxy entries
+# without quotes or shell metacharacters, and the render fails if one got
+# through all the same. The file is readable by root only: a proxy URL may
+# carry a password.
 
-bb-write-if-changed /etc/node-manager/proxy.env 0644 proxy <<'ENV'
+# A file an earlier version left readable by all is made private first: a
+# new mode alone restarts nothing.
+if [[ -f /etc/node-manager/proxy.env ]]; then
+  chmod 0600 /etc/node-manager/proxy.env
+fi
+bb-write-if-changed /etc/node-manager/proxy.env 0600 proxy <<'ENV'
 # Managed by node-manager: the cluster's proxy (ClusterConfiguration proxy).
 # No proxy is set.
 ENV

@@ -22,11 +22,23 @@ if bb-changed kernel-modules; then
   bb-changed-clear kernel-modules
 fi
 
-bb-write-if-changed /etc/sysctl.d/90-node-manager.conf 0644 sysctl <<'CONF'
+# IPv6 forwarding is set only where the kernel has IPv6 (not booted with
+# ipv6.disable=1): sysctl fails on a key it cannot find, even one marked
+# with "-" (procps 4.0), and so would the step, on every run. Whether the
+# kernel has IPv6 does not change while it runs, so the file is the same on
+# every run.
+{
+  cat <<'CONF'
 # Managed by node-manager.
 # Pod networking: forwarding, and bridged traffic seen by iptables.
 net.ipv4.ip_forward = 1
-net.ipv6.conf.all.forwarding = 1
+CONF
+  if [[ -d /proc/sys/net/ipv6 ]]; then
+    echo 'net.ipv6.conf.all.forwarding = 1'
+  else
+    echo '# This kernel has no IPv6: net.ipv6.conf.all.forwarding is left out.'
+  fi
+  cat <<'CONF'
 net.bridge.bridge-nf-call-iptables = 1
 net.bridge.bridge-nf-call-ip6tables = 1
 net.netfilter.nf_conntrack_max = 1048576
@@ -42,6 +54,7 @@ kernel.panic = 10
 kernel.panic_on_oops = 1
 vm.swappiness = 60
 CONF
+} | bb-write-if-changed /etc/sysctl.d/90-node-manager.conf 0644 sysctl
 if bb-changed sysctl; then
   sysctl --quiet --load /etc/sysctl.d/90-node-manager.conf
   bb-changed-clear sysctl

@@ -13,7 +13,8 @@ bb-write-if-changed /var/lib/bashible/cleanup_static_node.sh 0700 <<'SCRIPT'
 #!/usr/bin/env bash
 # Managed by node-manager: takes this machine out of the cluster. It stops
 # and removes what node-manager's bundle installed (bashible, the kubelet,
-# containerd, the local API proxy, their files and data), then reboots.
+# containerd unless the runtime is not node-manager's, the local API proxy,
+# their files and data), then reboots.
 # Run as root with --yes-i-am-sane-and-i-understand-what-i-am-doing.
 set -Eeuo pipefail
 
@@ -26,53 +27,51 @@ if [[ $EUID -ne 0 ]]; then
   echo "cleanup_static_node.sh must run as root" >&2
   exit 1
 fi
-
-units=(bashible.timer bashible.service kubelet.service containerd.service kubernetes-api-proxy.service)
+units=(bashible.timer bashible.service kubelet.service kubernetes-api-proxy.service)
 for unit in "${units[@]}"; do
   systemctl disable --now "$unit" 2> /dev/null || true
 done
-# Containers outlive containerd (KillMode=process): stop their shims.
-pkill -f containerd-shim 2> /dev/null || true
 
-# Unmount what the kubelet and containerd mounted, deepest first.
-awk '{ print $2 }' /proc/mounts | { grep -E '^(/var/lib/kubelet|/var/lib/kubelet|/var/lib/containerd|/run/containerd)(/|$)' || true; } | sort -r |
-  while read -r mount; do
-    umount "$mount" 2> /dev/null || umount -l "$mount" || true
-  done
+# Unmount what the kubelet mounted, deepest first. A mount
+# that stays would have its data deleted below: then stop and ask for a
+# reboot instead.
+data_mounts() {
+  awk '{ print $2 }' /proc/mounts | while read -r mount; do printf '%b\n' "$mount"; done |
+    { grep -E '^(/var/lib/kubelet|/var/lib/kubelet)(/|$)' || true; } | sort -r
+}
+data_mounts | while read -r mount; do
+  umount "$mount" 2> /dev/null || umount -l "$mount" 2> /dev/null || true
+done
+if [[ -n "$(data_mounts)" ]]; then
+  echo "cleanup_static_node.sh: these are still mounted, and their data would be deleted:" >&2
+  data_mounts >&2
+  echo "Nothing was removed. Reboot the machine and run cleanup_static_node.sh again." >&2
+  exit 2
+fi
 
 paths=(
   /etc/systemd/system/bashible.service
   /etc/systemd/system/bashible.timer
   /etc/systemd/system/kubelet.service
   /etc/systemd/system/kubelet.service.d
-  /etc/systemd/system/containerd.service
   /etc/systemd/system/kubernetes-api-proxy.service
   /usr/local/bin/kubelet
   /usr/local/bin/kubectl
   /etc/kubernetes
-  /etc/containerd
   /etc/node-manager
   /etc/modules-load.d/node-manager.conf
   /etc/sysctl.d/90-node-manager.conf
   /var/lib/kubelet
   '/var/lib/kubelet'
-  /var/lib/containerd
   /var/lib/node-manager
-  /var/lib/cni
-  /etc/cni
-  /opt/cni
-  /run/containerd
   /var/lock/bashible
 )
-# containerd's binaries are those of its release archive.
-for binary in containerd containerd-shim containerd-shim-runc-v1 containerd-shim-runc-v2 containerd-stress ctr; do
-  paths+=("/usr/local/bin/$binary")
-done
-rm -rf "${paths[@]}"
+# --one-file-system: never follow into anything mounted below these paths.
+rm -rf --one-file-system "${paths[@]}"
 rm -f /usr/local/share/ca-certificates/node-manager-*.crt /etc/pki/ca-trust/source/anchors/node-manager-*.crt
 systemctl daemon-reload || true
 # Last, bashible's own directory (this script is in it).
-rm -rf /var/lib/bashible
+rm -rf --one-file-system /var/lib/bashible
 echo "cleanup_static_node.sh: done; rebooting" >&2
 systemctl reboot
 SCRIPT
