@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,37 +126,33 @@ type Informers struct {
 	Bundles nminformers.SharedInformerFactory
 }
 
+// factory is what the informer factories of both clientsets have in common.
+type factory interface {
+	Start(stop <-chan struct{})
+	WaitForCacheSync(stop <-chan struct{}) map[reflect.Type]bool
+}
+
+// waited are the factories the manager waits for before campaigning;
+// Bundles is started but not waited for (see its comment).
+func (i *Informers) waited() []factory {
+	return []factory{i.Cluster, i.KubeSystem, i.Tokens, i.Namespace, i.Default, i.NodeManager}
+}
+
 func (i *Informers) start(stop <-chan struct{}) {
-	i.Cluster.Start(stop)
-	i.KubeSystem.Start(stop)
-	i.Tokens.Start(stop)
-	i.Namespace.Start(stop)
-	i.Default.Start(stop)
-	i.NodeManager.Start(stop)
-	i.Bundles.Start(stop)
+	for _, f := range append(i.waited(), i.Bundles) {
+		f.Start(stop)
+	}
 }
 
 func (i *Informers) synced(stop <-chan struct{}) bool {
-	ok := true
-	for _, res := range i.Cluster.WaitForCacheSync(stop) {
-		ok = ok && res
+	for _, f := range i.waited() {
+		for _, ok := range f.WaitForCacheSync(stop) {
+			if !ok {
+				return false
+			}
+		}
 	}
-	for _, res := range i.KubeSystem.WaitForCacheSync(stop) {
-		ok = ok && res
-	}
-	for _, res := range i.Tokens.WaitForCacheSync(stop) {
-		ok = ok && res
-	}
-	for _, res := range i.Namespace.WaitForCacheSync(stop) {
-		ok = ok && res
-	}
-	for _, res := range i.Default.WaitForCacheSync(stop) {
-		ok = ok && res
-	}
-	for _, res := range i.NodeManager.WaitForCacheSync(stop) {
-		ok = ok && res
-	}
-	return ok
+	return true
 }
 
 // Deps is what every controller is built from.

@@ -6,14 +6,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 )
-
-var metav1PatchOptions = metav1.PatchOptions{FieldManager: "node-manager-controller"}
 
 // writeTTL bounds how long a written Node shadows the informer's copy if
 // the informer never delivers that exact version (after a relist, say).

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
@@ -183,7 +184,7 @@ func Patch(ctx context.Context, client kubernetes.Interface, cache *Cache, n *co
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch of node %s: %w", n.Name, err)
 	}
-	out, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, metav1PatchOptions)
+	out, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "node-manager-controller"})
 	if err != nil {
 		return nil, fmt.Errorf("patching node %s (%s): %w", n.Name, c, err)
 	}
