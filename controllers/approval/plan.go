@@ -136,13 +136,13 @@ func Plan(in Input) Decision {
 	// for is still running (its configuration changed to one that needs no
 	// disruption): that drain is called off, and its cordon lifted.
 	for _, n := range view {
-		ours := nodes.DrainedByUs(n) || drainingByUs(n)
+		ours := nodes.DrainedByUs(n) || nodes.DrainingByUs(n)
 		if !(nodes.Has(n, nodes.Approved) || ours) || n.Annotations[nodes.ChecksumAnnotation] != in.Checksum || !nodes.IsReady(n) {
 			continue
 		}
 		c := (&nodes.Change{}).Remove(n, nodes.Approved, nodes.WaitingForApproval, nodes.DisruptionRequired,
 			nodes.DisruptionApproved, nodes.Drained, nodes.DrainFailed, nodes.RollingUpdate, replacementReported)
-		if drainingByUs(n) {
+		if nodes.DrainingByUs(n) {
 			c.Remove(n, nodes.Draining)
 		}
 		if ours && n.Spec.Unschedulable {
@@ -181,7 +181,7 @@ func Plan(in Input) Decision {
 		}
 		if !InWindow(windows(in.Group), in.Now) {
 			d.recheck(NextOpening(windows(in.Group), in.Now))
-			if wantsDisruption && (drainingByUs(n) || nodes.DrainedByUs(n)) {
+			if wantsDisruption && (nodes.DrainingByUs(n) || nodes.DrainedByUs(n)) {
 				// The window closed before the disruption was approved:
 				// draining is a disruption too, so it is called off and the
 				// node takes pods again until the next window.
@@ -287,9 +287,3 @@ const MachineAnnotation = "cluster.x-k8s.io/machine"
 // replacementReported remembers that a RollingUpdate node without a machine
 // controller was reported, so the warning is given once per update.
 const replacementReported = nodes.UpdatePrefix + "replacement-reported"
-
-// drainingByUs reports whether node-manager asked for the node's drain.
-func drainingByUs(n *corev1.Node) bool {
-	v, ok := n.Annotations[nodes.Draining]
-	return ok && (v == "" || v == nodes.DrainSourceBashible)
-}

@@ -106,7 +106,7 @@ func (w *world) controller() {
 	// Draining is a disruption too: none of ours runs outside the windows.
 	if Mode(w.group) == deckhousev1.ApprovalAutomatic && !InWindow(windows(w.group), w.now) {
 		for _, n := range w.nodes {
-			if drainingByUs(n.node) && nodes.Has(n.node, nodes.DisruptionRequired) {
+			if nodes.DrainingByUs(n.node) && nodes.Has(n.node, nodes.DisruptionRequired) {
 				w.fail("node %s is being drained outside the disruption windows (%s)", n.node.Name, w.now.Format("Mon 15:04"))
 			}
 		}

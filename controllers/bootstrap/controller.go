@@ -58,7 +58,7 @@ const (
 	// TokenIDAnnotation names the token (its public id) the Secret holds.
 	TokenIDAnnotation = "node-manager.deckhouse.io/token-id"
 
-	caConfigMap = "kube-root-ca.crt"
+	caConfigMap = manager.RootCAConfigMap
 	caKey       = "ca.crt"
 	// kubernetesService owns the EndpointSlices of the API servers.
 	kubernetesService = "kubernetes"

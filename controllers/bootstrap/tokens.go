@@ -8,13 +8,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/node-manager/node-manager/controllers/manager"
 )
 
 // Bootstrap-token names (DESIGN.md §3) and the Secret keys kube-apiserver
 // reads (k8s.io/cluster-bootstrap).
 const (
-	// GroupLabel on a token Secret names the group the token joins.
-	GroupLabel = "node-manager.deckhouse.io/node-group"
+	// GroupLabel on a token Secret names the group the token joins; the
+	// manager narrows its kube-system Secret watch to it.
+	GroupLabel = manager.TokenGroupLabel
 	// ExtraGroup is the group every node-manager bootstrap token adds.
 	ExtraGroup = "system:bootstrappers:d8-node-manager"
 	// HeritageLabel marks the objects this controller writes.

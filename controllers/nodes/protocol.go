@@ -66,6 +66,13 @@ func DrainedByUs(n *corev1.Node) bool {
 	return ok && (v == "" || v == DrainSourceBashible)
 }
 
+// DrainingByUs reports whether node-manager asked for the node's drain
+// (for an update), as opposed to a person or another tool.
+func DrainingByUs(n *corev1.Node) bool {
+	v, ok := n.Annotations[Draining]
+	return ok && (v == "" || v == DrainSourceBashible)
+}
+
 // HasUpdateAnnotation reports whether any update.node.deckhouse.io/
 // annotation is on the node: the node is somewhere in an update.
 func HasUpdateAnnotation(n *corev1.Node) bool {
