@@ -1,9 +1,7 @@
 package templates
 
 import (
-	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
 	"maps"
 	"net"
@@ -15,6 +13,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -90,6 +89,21 @@ func ParseClusterConfiguration(data []byte) (ClusterSettings, error) {
 	if cc.Kind != "" && cc.Kind != "ClusterConfiguration" {
 		return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: kind is %q, want ClusterConfiguration", cc.Kind)
 	}
+	if cc.ClusterDomain != "" {
+		errs := validation.IsDNS1123Subdomain(cc.ClusterDomain)
+		for _, label := range strings.Split(cc.ClusterDomain, ".") {
+			if len(errs) == 0 {
+				errs = validation.IsDNS1123Label(label)
+			}
+		}
+		if len(errs) > 0 {
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: clusterDomain: %q is not a DNS name (RFC 1123: lowercase labels of letters, digits and '-', at most 63 characters each, separated by dots): %s",
+				cc.ClusterDomain, strings.Join(errs, "; "))
+		}
+	}
+	if cc.DefaultCRI != "" && !slices.Contains(CRITypes, cc.DefaultCRI) {
+		return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: defaultCRI: %q is not one of %s", cc.DefaultCRI, strings.Join(CRITypes, ", "))
+	}
 	c := Cluster{
 		ClusterDomain:           or(cc.ClusterDomain, DefaultClusterDomain),
 		PodSubnetCIDR:           or(cc.PodSubnetCIDR, DefaultPodSubnetCIDR),
@@ -136,10 +150,11 @@ func ParseClusterConfiguration(data []byte) (ClusterSettings, error) {
 
 	c.ExtraCACertificates = []string{}
 	for i, pemText := range cc.ExtraCACertificates {
-		if err := checkCertificates(pemText); err != nil {
+		canonical, err := CanonicalCertificates(pemText)
+		if err != nil {
 			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: extraCACertificates[%d]: %w", i, err)
 		}
-		c.ExtraCACertificates = append(c.ExtraCACertificates, strings.TrimSpace(pemText)+"\n")
+		c.ExtraCACertificates = append(c.ExtraCACertificates, canonical)
 	}
 
 	source := PackageSource{Kubernetes: DefaultKubernetesPackageSource, Containerd: DefaultContainerdPackageSource}
@@ -197,14 +212,38 @@ func checkProxyURL(u string) error {
 	m := proxyURLRE.FindStringSubmatch(u)
 	if m == nil {
 		return fmt.Errorf("%q is not a proxy URL nodes accept: http:// or https://, then [user[:password]@]host[:port][/path], "+
-			"of letters, digits and - . _ ~ + , = (other characters percent-encoded, such as %%26 for & and %%40 for @ in a password)", u)
+			"of letters, digits and - . _ ~ + , = (other characters percent-encoded, such as %%26 for & and %%40 for @ in a password)", withoutUserInfo(u))
 	}
 	if port := strings.TrimPrefix(m[proxyURLRE.SubexpIndex("port")], ":"); port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("%q: the port %s is not from 1 to 65535", u, port)
+			return fmt.Errorf("%q: the port %s is not from 1 to 65535", withoutUserInfo(u), port)
 		}
 	}
 	return nil
+}
+
+// withoutUserInfo is a URL for an error message: whatever stands between
+// "://" and the last "@" of its authority (a user and password) is replaced
+// by "xxxxx".
+func withoutUserInfo(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		scheme, rest = "", u
+	}
+	authority, path := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority, path = rest[:i], rest[i:]
+	}
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		authority = "xxxxx" + authority[i:]
+	} else if i := strings.LastIndex(rest, "@"); i >= 0 {
+		// An "@" after a "/" may still be a password's: keep nothing before it.
+		authority, path = "xxxxx"+rest[i:], ""
+	}
+	if ok {
+		return scheme + "://" + authority + path
+	}
+	return authority + path
 }
 
 func parseRegistry(cc clusterConfiguration) (Registry, error) {
@@ -229,10 +268,11 @@ func parseRegistry(cc clusterConfiguration) (Registry, error) {
 		}
 		mirror := RegistryMirror{Host: m.Host, Endpoints: slices.Clone(m.Endpoints), Auth: m.Auth}
 		if m.CA != "" {
-			if err := checkCertificates(m.CA); err != nil {
+			canonical, err := CanonicalCertificates(m.CA)
+			if err != nil {
 				return Registry{}, fmt.Errorf("%s.ca: %w", field, err)
 			}
-			mirror.CA = strings.TrimSpace(m.CA) + "\n"
+			mirror.CA = canonical
 		}
 		switch {
 		case m.Auth != "" && (m.Username != "" || m.Password != ""):
@@ -240,35 +280,18 @@ func parseRegistry(cc clusterConfiguration) (Registry, error) {
 		case m.Username != "":
 			mirror.Auth = base64.StdEncoding.EncodeToString([]byte(m.Username + ":" + m.Password))
 		case m.Auth != "":
+			// Go's decoder skips line breaks: the value nodes get is
+			// encoded again from the decoded bytes.
 			decoded, err := base64.StdEncoding.DecodeString(m.Auth)
 			if err != nil || !strings.Contains(string(decoded), ":") {
 				return Registry{}, fmt.Errorf("%s.auth: not base64 of user:password", field)
 			}
+			mirror.Auth = base64.StdEncoding.EncodeToString(decoded)
 		}
 		r.Mirrors = append(r.Mirrors, mirror)
 	}
 	slices.SortFunc(r.Mirrors, func(a, b RegistryMirror) int { return strings.Compare(a.Host, b.Host) })
 	return r, nil
-}
-
-// checkCertificates accepts one or more PEM certificates and nothing else.
-func checkCertificates(pemText string) error {
-	rest := []byte(strings.TrimSpace(pemText))
-	if len(rest) == 0 {
-		return fmt.Errorf("empty")
-	}
-	for len(rest) > 0 {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil || block.Type != "CERTIFICATE" {
-			return fmt.Errorf("not a PEM certificate")
-		}
-		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-			return fmt.Errorf("not a PEM certificate: %w", err)
-		}
-		rest = []byte(strings.TrimSpace(string(rest)))
-	}
-	return nil
 }
 
 func tenthAddress(cidr string) (string, error) {
@@ -364,6 +387,13 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 
 	if endpoints == nil {
 		endpoints = []string{}
+	}
+	if caPEM != "" {
+		canonical, err := CanonicalCertificates(caPEM)
+		if err != nil {
+			return Context{}, fmt.Errorf("the cluster CA (kube-system/kube-root-ca.crt, key ca.crt): %w", err)
+		}
+		caPEM = canonical
 	}
 	vm := settings.Versions
 	k8s, ok := vm.Kubernetes[version]

@@ -18,15 +18,15 @@ import (
 // absent.
 type Context struct {
 	// RunType is always "Normal": bashible applies the bundle on a running node.
-	RunType string `json:"runType"`
+	RunType string `json:"runType" render:"word"`
 	// NodeGroup is the group's resolved configuration.
 	NodeGroup NodeGroup `json:"nodeGroup"`
 	// KubernetesVersion is the group's effective Kubernetes minor, such as
 	// "1.36": nodeGroup.kubernetesVersion, else the cluster's.
-	KubernetesVersion string `json:"kubernetesVersion"`
+	KubernetesVersion string `json:"kubernetesVersion" render:"word"`
 	// CRI is the group's container runtime: Containerd, ContainerdV2 or
 	// NotManaged (nodeGroup.cri.type, else the cluster's defaultCRI).
-	CRI string `json:"cri"`
+	CRI string `json:"cri" render:"word"`
 	// Cluster holds cluster-wide settings.
 	Cluster Cluster `json:"cluster"`
 	// Normal holds what a node needs to reach and trust the API. The name is
@@ -49,10 +49,10 @@ type Context struct {
 type PackageSource struct {
 	// Kubernetes: <base>/v<version>/bin/linux/<arch>/{kubelet,kubectl}.
 	// Default https://dl.k8s.io/release.
-	Kubernetes string `json:"kubernetes"`
+	Kubernetes string `json:"kubernetes" render:"url,secret=url"`
 	// Containerd: <base>/v<version>/containerd-<version>-linux-<arch>.tar.gz.
 	// Default https://github.com/containerd/containerd/releases/download.
-	Containerd string `json:"containerd"`
+	Containerd string `json:"containerd" render:"url,secret=url"`
 }
 
 // Versions is the group's part of the version map (versions.yaml, with the
@@ -65,10 +65,10 @@ type Versions struct {
 	// sha256.{amd64,arm64} of the release archive. Empty for NotManaged.
 	Containerd ContainerdRelease `json:"containerd"`
 	// SandboxImage is the pod sandbox image, such as registry.k8s.io/pause:3.10.1.
-	SandboxImage string `json:"sandboxImage"`
+	SandboxImage string `json:"sandboxImage" render:"word"`
 	// BasePackages maps each bundle (debian, ubuntu-lts, centos) to the OS
 	// packages every node gets.
-	BasePackages map[string][]string `json:"basePackages"`
+	BasePackages map[string][]string `json:"basePackages" render:"word"`
 }
 
 // Registry is how containerd reaches container registries.
@@ -81,24 +81,24 @@ type Registry struct {
 type RegistryMirror struct {
 	// Host is the registry as images name it: docker.io, registry.k8s.io,
 	// registry.corp:5000.
-	Host string `json:"host"`
+	Host string `json:"host" render:"word"`
 	// Endpoints are tried in order (http:// or https:// URLs), then the host itself.
-	Endpoints []string `json:"endpoints"`
+	Endpoints []string `json:"endpoints" render:"url,secret=url"`
 	// CA (PEM) the endpoints' certificates are checked against; empty for
 	// the system trust.
-	CA string `json:"ca"`
+	CA string `json:"ca" render:"multiline,pem"`
 	// Auth is base64 of "user:password" for the endpoints, empty for none.
-	Auth string `json:"auth"`
+	Auth string `json:"auth" render:"word,secret=basic"`
 }
 
 // NodeGroup is a group's configuration as templates see it.
 type NodeGroup struct {
 	// Name of the group.
-	Name string `json:"name"`
+	Name string `json:"name" render:"word"`
 	// NodeType is CloudEphemeral, CloudPermanent, CloudStatic or Static.
-	NodeType string `json:"nodeType"`
+	NodeType string `json:"nodeType" render:"word"`
 	// KubernetesVersion is the effective minor (the same as the top-level field).
-	KubernetesVersion string `json:"kubernetesVersion"`
+	KubernetesVersion string `json:"kubernetesVersion" render:"word"`
 	// CRI is the container runtime configuration.
 	CRI CRI `json:"cri"`
 	// Kubelet is the kubelet configuration, with defaults applied.
@@ -118,7 +118,7 @@ type NodeGroup struct {
 // CRI is the container runtime configuration.
 type CRI struct {
 	// Type is Containerd, ContainerdV2 or NotManaged.
-	Type string `json:"type"`
+	Type string `json:"type" render:"word"`
 	// Containerd tunes a managed containerd (both Containerd and ContainerdV2).
 	Containerd Containerd `json:"containerd"`
 	// NotManaged describes a runtime someone else installed.
@@ -144,9 +144,9 @@ type Kubelet struct {
 	// or shorter).
 	MaxPods int32 `json:"maxPods"`
 	// RootDir defaults to /var/lib/kubelet.
-	RootDir string `json:"rootDir"`
+	RootDir string `json:"rootDir" render:"word"`
 	// ContainerLogMaxSize defaults to 50Mi.
-	ContainerLogMaxSize string `json:"containerLogMaxSize"`
+	ContainerLogMaxSize string `json:"containerLogMaxSize" render:"word"`
 	// ContainerLogMaxFiles defaults to 4.
 	ContainerLogMaxFiles int32 `json:"containerLogMaxFiles"`
 	// SeccompDefault defaults to false.
@@ -162,39 +162,39 @@ type Kubelet struct {
 // ResourceReservation reserves resources for the system.
 type ResourceReservation struct {
 	// Mode is Off, Auto or Static.
-	Mode string `json:"mode"`
+	Mode string `json:"mode" render:"word"`
 	// Static amounts (Kubernetes quantities), empty unless mode is Static.
 	Static StaticReservation `json:"static"`
 }
 
 // StaticReservation holds fixed amounts as Kubernetes quantity strings.
 type StaticReservation struct {
-	CPU              string `json:"cpu"`
-	Memory           string `json:"memory"`
-	EphemeralStorage string `json:"ephemeralStorage"`
+	CPU              string `json:"cpu" render:"word"`
+	Memory           string `json:"memory" render:"word"`
+	EphemeralStorage string `json:"ephemeralStorage" render:"word"`
 }
 
 // TopologyManager configures NUMA-aware placement.
 type TopologyManager struct {
 	Enabled bool   `json:"enabled"`
-	Scope   string `json:"scope"`
-	Policy  string `json:"policy"`
+	Scope   string `json:"scope" render:"word"`
+	Policy  string `json:"policy" render:"word"`
 }
 
 // MemorySwap configures swap.
 type MemorySwap struct {
 	// SwapBehavior is NoSwap or LimitedSwap.
-	SwapBehavior string `json:"swapBehavior"`
+	SwapBehavior string `json:"swapBehavior" render:"word"`
 	// Swappiness is vm.swappiness.
 	Swappiness int32 `json:"swappiness"`
 	// LimitedSwapSize is the swap file size such as 4G, empty unless LimitedSwap.
-	LimitedSwapSize string `json:"limitedSwapSize"`
+	LimitedSwapSize string `json:"limitedSwapSize" render:"word"`
 }
 
 // Disruptions is the part of the disruption policy nodes act on.
 type Disruptions struct {
 	// ApprovalMode is Manual, Automatic or RollingUpdate.
-	ApprovalMode string `json:"approvalMode"`
+	ApprovalMode string `json:"approvalMode" render:"word"`
 }
 
 // NodeTemplate is the metadata a node registers with.
@@ -215,7 +215,7 @@ type Taint struct {
 type Fencing struct {
 	Enabled bool `json:"enabled"`
 	// WatchdogTimeout such as 60s, empty when fencing is off.
-	WatchdogTimeout string `json:"watchdogTimeout"`
+	WatchdogTimeout string `json:"watchdogTimeout" render:"word"`
 }
 
 // CloudInstances is the instance class of a CloudEphemeral group.
@@ -225,51 +225,51 @@ type CloudInstances struct {
 
 // ClassReference names an instance class.
 type ClassReference struct {
-	Kind string `json:"kind"`
-	Name string `json:"name"`
+	Kind string `json:"kind" render:"word"`
+	Name string `json:"name" render:"word"`
 }
 
 // Cluster holds cluster-wide settings, from ClusterConfiguration in Secret
 // kube-system/d8-cluster-configuration, with defaults for what it omits.
 type Cluster struct {
 	// ClusterDomain defaults to cluster.local.
-	ClusterDomain string `json:"clusterDomain"`
+	ClusterDomain string `json:"clusterDomain" render:"word"`
 	// ClusterDNSAddress defaults to the tenth address of the service subnet.
-	ClusterDNSAddress string `json:"clusterDNSAddress"`
+	ClusterDNSAddress string `json:"clusterDNSAddress" render:"word"`
 	// PodSubnetCIDR defaults to 10.111.0.0/16.
-	PodSubnetCIDR string `json:"podSubnetCIDR"`
+	PodSubnetCIDR string `json:"podSubnetCIDR" render:"word"`
 	// ServiceSubnetCIDR defaults to 10.222.0.0/16.
-	ServiceSubnetCIDR string `json:"serviceSubnetCIDR"`
+	ServiceSubnetCIDR string `json:"serviceSubnetCIDR" render:"word"`
 	// PodSubnetNodeCIDRPrefix defaults to 24.
 	PodSubnetNodeCIDRPrefix int `json:"podSubnetNodeCIDRPrefix"`
 	// DefaultCRI defaults to Containerd.
-	DefaultCRI string `json:"defaultCRI"`
+	DefaultCRI string `json:"defaultCRI" render:"word"`
 	// KubernetesVersion is the cluster's minor, default DefaultKubernetesVersion.
-	KubernetesVersion string `json:"kubernetesVersion"`
+	KubernetesVersion string `json:"kubernetesVersion" render:"word"`
 	// ExtraCACertificates are PEM certificates every node trusts in addition
 	// to its OS's (for a proxy or a mirror that re-signs TLS); empty by default.
-	ExtraCACertificates []string `json:"extraCACertificates"`
+	ExtraCACertificates []string `json:"extraCACertificates" render:"multiline,pem"`
 }
 
 // Normal holds what a node needs to reach and trust the API.
 type Normal struct {
 	// BootstrapTokenPath is where a joining node keeps its bootstrap token.
-	BootstrapTokenPath string `json:"bootstrapTokenPath"`
+	BootstrapTokenPath string `json:"bootstrapTokenPath" render:"word"`
 	// ClusterDomain repeats cluster.clusterDomain.
-	ClusterDomain string `json:"clusterDomain"`
+	ClusterDomain string `json:"clusterDomain" render:"word"`
 	// ClusterDNSAddress repeats cluster.clusterDNSAddress.
-	ClusterDNSAddress string `json:"clusterDNSAddress"`
+	ClusterDNSAddress string `json:"clusterDNSAddress" render:"word"`
 	// APIServerEndpoints are host:port of every API server, sorted, from the
 	// default/kubernetes EndpointSlices; empty when there are none.
-	APIServerEndpoints []string `json:"apiserverEndpoints"`
+	APIServerEndpoints []string `json:"apiserverEndpoints" render:"word"`
 	// KubernetesCA is the cluster CA (PEM) from kube-system/kube-root-ca.crt.
-	KubernetesCA string `json:"kubernetesCA"`
+	KubernetesCA string `json:"kubernetesCA" render:"multiline,pem"`
 }
 
 // Proxy is the HTTP proxy for nodes.
 type Proxy struct {
-	HTTPProxy  string `json:"httpProxy"`
-	HTTPSProxy string `json:"httpsProxy"`
+	HTTPProxy  string `json:"httpProxy" render:"secret=url"`
+	HTTPSProxy string `json:"httpsProxy" render:"secret=url"`
 	// NoProxy always starts with the loopback, metadata-service, cluster
 	// domain, pod and service subnets when a proxy is set.
 	NoProxy []string `json:"noProxy"`

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -186,6 +187,8 @@ func staticFuncs() template.FuncMap {
 	funcs["fromJson"] = fromJSON
 	funcs["toToml"] = toTOML
 	funcs["required"] = required
+	funcs["index"] = strictIndex
+	funcs["squote"] = shellQuote
 	// Bounded replacements for functions whose cost a template chooses.
 	until, untilStep, seq, repeat := funcs["until"].(func(int) []int), funcs["untilStep"].(func(int, int, int) []int),
 		funcs["seq"].(func(...int) string), funcs["repeat"].(func(int, string) string)
@@ -284,6 +287,102 @@ func toTOML(v any) (string, error) {
 		return "", fmt.Errorf("toToml: %w", err)
 	}
 	return buf.String(), nil
+}
+
+// strictIndex is text/template's index without its zero value for a
+// missing map key: {{ index .labels "x" }} of a map without "x" fails the
+// render, naming the key, as a missing field does. Lists, arrays and
+// strings fail on an index out of range, as with the built-in. Use hasKey,
+// dig or get for a key that may be absent.
+func strictIndex(item reflect.Value, indexes ...reflect.Value) (reflect.Value, error) {
+	v := indirectValue(item)
+	if !v.IsValid() {
+		return reflect.Value{}, errors.New("index of a nil value")
+	}
+	for _, ix := range indexes {
+		ix = indirectValue(ix)
+		v = indirectValue(v)
+		switch v.Kind() {
+		case reflect.Map:
+			if !ix.IsValid() {
+				return reflect.Value{}, errors.New("index of a map with a nil key")
+			}
+			if !ix.Type().AssignableTo(v.Type().Key()) {
+				if !ix.Type().ConvertibleTo(v.Type().Key()) || ix.Kind() != v.Type().Key().Kind() {
+					return reflect.Value{}, fmt.Errorf("index: a key of type %s does not fit a map keyed by %s", ix.Type(), v.Type().Key())
+				}
+				ix = ix.Convert(v.Type().Key())
+			}
+			found := v.MapIndex(ix)
+			if !found.IsValid() {
+				return reflect.Value{}, fmt.Errorf("index: the map has no key %s (use hasKey, dig or get for a key that may be absent)", formatKey(ix))
+			}
+			v = found
+		case reflect.Slice, reflect.Array, reflect.String:
+			i, err := intIndex(ix)
+			if err != nil {
+				return reflect.Value{}, err
+			}
+			if i < 0 || i >= v.Len() {
+				return reflect.Value{}, fmt.Errorf("index %d out of range (length %d)", i, v.Len())
+			}
+			v = v.Index(i)
+		case reflect.Invalid:
+			return reflect.Value{}, errors.New("index of a nil value")
+		default:
+			return reflect.Value{}, fmt.Errorf("cannot index a value of type %s", v.Type())
+		}
+	}
+	return v, nil
+}
+
+// indirectValue looks through interfaces and pointers.
+func indirectValue(v reflect.Value) reflect.Value {
+	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer) {
+		if v.IsNil() {
+			return reflect.Value{}
+		}
+		v = v.Elem()
+	}
+	return v
+}
+
+func intIndex(ix reflect.Value) (int, error) {
+	switch ix.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return int(ix.Int()), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if ix.Uint() > math.MaxInt32 {
+			return 0, fmt.Errorf("index %d out of range", ix.Uint())
+		}
+		return int(ix.Uint()), nil
+	case reflect.Invalid:
+		return 0, errors.New("index with a nil index")
+	default:
+		return 0, fmt.Errorf("index of a list with a %s, want an integer", ix.Type())
+	}
+}
+
+func formatKey(k reflect.Value) string {
+	if k.Kind() == reflect.String {
+		return strconv.Quote(k.String())
+	}
+	return fmt.Sprint(k.Interface())
+}
+
+// shellQuote is squote made safe for shell: each argument is wrapped in
+// single quotes with every single quote in it written as '\'' (sprig's
+// squote only wraps, so a value with a quote would end the quoting), and
+// the results are joined by spaces. A nil argument is left out, as sprig does.
+func shellQuote(args ...any) string {
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		if a == nil {
+			continue
+		}
+		out = append(out, "'"+strings.ReplaceAll(fmt.Sprint(a), "'", `'\''`)+"'")
+	}
+	return strings.Join(out, " ")
 }
 
 // required fails the render with msg when v is nil or an empty string.

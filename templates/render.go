@@ -4,8 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // MaxWeight is the largest NodeGroupConfiguration weight: the step file name
@@ -67,14 +70,39 @@ func (f Failure) Error() string {
 // bundle only when everything rendered; otherwise it returns every failure,
 // each attributed to its NodeGroupConfiguration when it has one, and no
 // bundle, so a broken change is never served half-way.
+//
+// Nothing is served that a node could not run as intended: the context is
+// checked first (Context.Check: no line breaks or control characters where
+// a value is one line, canonical certificates), a custom step's name, OS
+// bundles and content are checked, and every rendered script is parsed as
+// bash (checkScript). Failures never carry the context's credentials
+// (Context.Secrets): they are redacted before they are returned.
 func (t *Tree) Render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
+	redact := newRedactor(ctx.Secrets())
+	bundle, failures := t.render(ctx, custom)
+	for i := range failures {
+		failures[i] = redact.failure(failures[i])
+	}
+	return bundle, failures
+}
+
+func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
+	if err := ctx.Check(); err != nil {
+		return nil, []Failure{{Err: err}}
+	}
 	values, err := ctx.Values()
 	if err != nil {
 		return nil, []Failure{{Err: err}}
 	}
+	multiline := ctx.multilineValues()
 	var failures []Failure
 	render := func(name, text string) string {
 		out, err := t.engine.Render(name, text, values)
+		if err == nil {
+			if err = checkScript(name, out, multiline); err != nil {
+				err = fmt.Errorf("template %s: %w", name, err)
+			}
+		}
 		if err != nil {
 			failures = append(failures, Failure{Err: err})
 		}
@@ -93,11 +121,12 @@ func (t *Tree) Render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 	slices.SortFunc(custom, func(a, b CustomStep) int { return strings.Compare(a.Name, b.Name) })
 	owner := map[string]string{}
 	for _, s := range custom {
+		if err := s.check(); err != nil {
+			failures = append(failures, Failure{Custom: s.Name, Err: err})
+			continue
+		}
 		file := s.FileName()
 		switch {
-		case s.Weight < 0 || s.Weight > MaxWeight:
-			failures = append(failures, Failure{Custom: s.Name, Err: fmt.Errorf("weight %d is outside 0..%d", s.Weight, MaxWeight)})
-			continue
 		case owner[file] != "":
 			failures = append(failures, Failure{Custom: s.Name, Err: fmt.Errorf("step %s is already the step of NodeGroupConfiguration %s; change the weight or the name", file, owner[file])})
 			continue
@@ -106,6 +135,14 @@ func (t *Tree) Render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 			continue
 		}
 		out, err := t.engine.Render("NodeGroupConfiguration/"+s.Name, s.Content, values)
+		if err == nil {
+			if err = checkControlCharacters(out, true); err != nil {
+				err = fmt.Errorf("the rendered step: %w", err)
+			}
+		}
+		if err == nil {
+			err = checkScript(file, out, multiline)
+		}
 		if err != nil {
 			failures = append(failures, Failure{Custom: s.Name, Err: err})
 			continue
@@ -118,6 +155,35 @@ func (t *Tree) Render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 	}
 	b.Checksum = Checksum(b.Bashible, b.Steps)
 	return b, nil
+}
+
+// bundleRE is an OS bundle a custom step may name (the CRD's pattern).
+var bundleRE = regexp.MustCompile(`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`)
+
+// check refuses a step that could not be served as it is: a weight the
+// file name cannot carry, a name that is no object name or would make a
+// file name too long, a bundle that is not a plain name, content with
+// control characters (a NUL would make bashible write another step). The
+// API refuses all of these; the renderer does too.
+func (s CustomStep) check() error {
+	if s.Weight < 0 || s.Weight > MaxWeight {
+		return fmt.Errorf("weight %d is outside 0..%d", s.Weight, MaxWeight)
+	}
+	if len(s.Name) > MaxCustomStepNameLength {
+		return fmt.Errorf("the name is longer than %d characters, which a step file name cannot carry; choose a shorter name", MaxCustomStepNameLength)
+	}
+	if errs := validation.IsDNS1123Subdomain(s.Name); len(errs) > 0 {
+		return fmt.Errorf("the name %q is not an object name: %s", s.Name, strings.Join(errs, "; "))
+	}
+	for _, b := range s.Bundles {
+		if !bundleRE.MatchString(b) {
+			return fmt.Errorf("bundle %q is not \"*\" or a bundle name such as debian", b)
+		}
+	}
+	if err := checkControlCharacters(s.Content, true); err != nil {
+		return fmt.Errorf("content: %w (scripts may hold tabs and line breaks only; save them with Unix line ends)", err)
+	}
+	return nil
 }
 
 // bundleHeader makes a custom step exit early on nodes whose OS bundle it

@@ -30,7 +30,7 @@ type VersionMap struct {
 // KubernetesRelease is one Kubernetes patch release of a minor.
 type KubernetesRelease struct {
 	// Version is the patch release, such as 1.36.3.
-	Version string `json:"version"`
+	Version string `json:"version" render:"word"`
 	// SHA256 of each binary per architecture; empty when not recorded.
 	SHA256 KubernetesSums `json:"sha256"`
 }
@@ -44,7 +44,7 @@ type KubernetesSums struct {
 // ContainerdRelease is one containerd release.
 type ContainerdRelease struct {
 	// Version such as 2.2.7.
-	Version string `json:"version"`
+	Version string `json:"version" render:"word"`
 	// SHA256 of the release archive per architecture; empty when not recorded.
 	SHA256 ArchSums `json:"sha256"`
 }
@@ -52,8 +52,8 @@ type ContainerdRelease struct {
 // ArchSums are sha256 sums (lowercase hex) per architecture; an empty one
 // is not recorded, and a node refuses to download that file.
 type ArchSums struct {
-	AMD64 string `json:"amd64"`
-	ARM64 string `json:"arm64"`
+	AMD64 string `json:"amd64" render:"word"`
+	ARM64 string `json:"arm64" render:"word"`
 }
 
 // Bundles are the operating-system bundles nodes can run.

@@ -10,7 +10,8 @@ export LC_ALL=C
 BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
 BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
 NODE_GROUP={{ .nodeGroup.name | squote }}
-read -r -a ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-{{ join " " .normal.apiserverEndpoints }}}"
+DEFAULT_ENDPOINTS={{ join " " .normal.apiserverEndpoints | squote }}
+read -r -a ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-$DEFAULT_ENDPOINTS}"
 
 # A machine that has joined is run by bashible.timer; bootstrapping it
 # again would skip the approval every later update needs.

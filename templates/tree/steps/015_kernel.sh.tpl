@@ -71,7 +71,7 @@ if [[ -z "$(swapon --show=NAME --noheadings)" ]]; then
     chmod 0600 /var/swapfile.new
     mkswap /var/swapfile.new > /dev/null
     mv -f /var/swapfile.new /var/swapfile
-    bb-log "made a swap file of {{ $swap.limitedSwapSize }}"
+    bb-log "made a swap file of "{{ $swap.limitedSwapSize | squote }}
   fi
   swapon /var/swapfile
 fi

@@ -9,7 +9,7 @@
 packages=()
 case "$(bb-bundle)" in
 {{- range $bundle, $packages := .versions.basePackages }}
-  {{ $bundle }}) packages=({{ join " " $packages }}) ;;
+  {{ $bundle | squote }}) packages=({{ range $i, $p := $packages }}{{ if $i }} {{ end }}{{ $p | squote }}{{ end }}) ;;
 {{- end }}
   *) bb-log "no base packages are listed for bundle $(bb-bundle)"; exit 1 ;;
 esac

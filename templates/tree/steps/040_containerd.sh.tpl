@@ -1,7 +1,7 @@
 {{ include "machine-step-header" . }}
 {{- if eq .cri "NotManaged" }}
 # cri.type is NotManaged: the container runtime is not node-manager's. The
-# kubelet talks to it at {{ .nodeGroup.cri.notManaged.criSocketPath }}.
+# kubelet talks to it at the group's cri.notManaged.criSocketPath.
 bb-changed-clear containerd
 exit 0
 {{- else }}
@@ -21,7 +21,8 @@ wanted="$version ${sums[$arch]}"
 if [[ "$(cat "$state" 2>/dev/null || true)" != "$wanted" || ! -x /usr/local/bin/containerd ]]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  bb-download "{{ .packageSource.containerd }}/v$version/containerd-$version-linux-$arch.tar.gz" "${sums[$arch]}" "$tmp/containerd.tar.gz"
+  source={{ .packageSource.containerd | squote }}
+  bb-download "$source/v$version/containerd-$version-linux-$arch.tar.gz" "${sums[$arch]}" "$tmp/containerd.tar.gz"
   mkdir "$tmp/x"
   tar -xzf "$tmp/containerd.tar.gz" -C "$tmp/x"
   previous=$(cut -d' ' -f1 "$state" 2>/dev/null || true)
@@ -81,7 +82,7 @@ wanted_hosts=()
 {{- $host := .host }}
 {{- $ca := .ca }}
 {{- $auth := .auth }}
-dir="$certs/{{ .host }}"
+dir="$certs/"{{ .host | squote }}
 wanted_hosts+=({{ .host | squote }})
 : | bb-write-if-changed "$dir/.node-manager" 0644
 {{- if .ca }}

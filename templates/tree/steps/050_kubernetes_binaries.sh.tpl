@@ -10,6 +10,6 @@ version={{ $k.version | squote }}
 arch=$(bb-arch)
 declare -A kubelet_sums=([amd64]={{ $k.sha256.kubelet.amd64 | squote }} [arm64]={{ $k.sha256.kubelet.arm64 | squote }})
 declare -A kubectl_sums=([amd64]={{ $k.sha256.kubectl.amd64 | squote }} [arm64]={{ $k.sha256.kubectl.arm64 | squote }})
-base="{{ .packageSource.kubernetes }}/v$version/bin/linux/$arch"
+base={{ .packageSource.kubernetes | squote }}"/v$version/bin/linux/$arch"
 bb-download "$base/kubelet" "${kubelet_sums[$arch]}" /usr/local/bin/kubelet 0755 kubelet
 bb-download "$base/kubectl" "${kubectl_sums[$arch]}" /usr/local/bin/kubectl 0755

@@ -55,16 +55,16 @@ reserved_cpu=${cpu_m}m
 {{- else if eq $rr.mode "Static" }}
 
 # Resource reservation (mode Static), as the group sets it.
-reservation="systemReserved:
+reservation='systemReserved:'
 {{- with $rr.static.cpu }}
-  cpu: {{ . }}
+reservation+=$'\n  cpu: '{{ toJson . | squote }}
 {{- end }}
 {{- with $rr.static.memory }}
-  memory: {{ . }}
+reservation+=$'\n  memory: '{{ toJson . | squote }}
 {{- end }}
 {{- with $rr.static.ephemeralStorage }}
-  ephemeral-storage: {{ . }}
-{{- end }}"
+reservation+=$'\n  ephemeral-storage: '{{ toJson . | squote }}
+{{- end }}
 {{- if eq $cpuPolicy "static" }}
 reserved_cpu={{ $rr.static.cpu | squote }}
 {{- end }}
@@ -132,13 +132,13 @@ authorization:
   mode: Webhook
 readOnlyPort: 0
 cgroupDriver: systemd
-containerRuntimeEndpoint: unix://{{ $socket }}
+containerRuntimeEndpoint: {{ printf "unix://%s" $socket | toJson }}
 staticPodPath: /etc/kubernetes/manifests
-clusterDomain: {{ .normal.clusterDomain }}
+clusterDomain: {{ .normal.clusterDomain | toJson }}
 clusterDNS:
-  - {{ .normal.clusterDNSAddress }}
+  - {{ .normal.clusterDNSAddress | toJson }}
 maxPods: {{ $k.maxPods }}
-containerLogMaxSize: {{ $k.containerLogMaxSize }}
+containerLogMaxSize: {{ $k.containerLogMaxSize | toJson }}
 containerLogMaxFiles: {{ $k.containerLogMaxFiles }}
 seccompDefault: {{ $k.seccompDefault }}
 rotateCertificates: true
@@ -157,8 +157,8 @@ memorySwap:
   swapBehavior: NoSwap
 {{- end }}
 {{- if $tm.enabled }}
-topologyManagerScope: {{ $tm.scope | lower }}
-topologyManagerPolicy: {{ $tm.policy | kebabcase }}
+topologyManagerScope: {{ $tm.scope | lower | toJson }}
+topologyManagerPolicy: {{ $tm.policy | kebabcase | toJson }}
 {{- if not $cpuReserved }}
 # No CPU is reserved for the system, which the static CPU manager policy needs.
 {{- end }}
@@ -173,9 +173,9 @@ echo "$cpu_manager" | bb-write-if-changed "$cpu_manager_applied" 0644
 # Credentials: once the kubelet has its kubeconfig, the bootstrap one goes.
 if [[ -s /etc/kubernetes/kubelet.conf ]]; then
   bb-remove /etc/kubernetes/bootstrap-kubelet.conf
-elif [[ -s {{ .normal.bootstrapTokenPath }} ]]; then
+elif [[ -s {{ .normal.bootstrapTokenPath | squote }} ]]; then
   # The token is put in by awk, so a traced run never shows it.
-  put_token=(awk -v token_file={{ .normal.bootstrapTokenPath }} 'BEGIN { getline token < token_file } { sub(/@TOKEN@/, token) } 1')
+  put_token=(awk -v token_file={{ .normal.bootstrapTokenPath | squote }} 'BEGIN { getline token < token_file } { sub(/@TOKEN@/, token) } 1')
   "${put_token[@]}" <<'KUBECONFIG' | bb-write-if-changed /etc/kubernetes/bootstrap-kubelet.conf 0600 kubelet
 apiVersion: v1
 kind: Config
@@ -196,7 +196,7 @@ users:
       token: @TOKEN@
 KUBECONFIG
 else
-  bb-log "the node cannot join: neither /etc/kubernetes/kubelet.conf nor the bootstrap token {{ .normal.bootstrapTokenPath }} exists"
+  bb-log "the node cannot join: neither /etc/kubernetes/kubelet.conf nor the bootstrap token "{{ .normal.bootstrapTokenPath | squote }}" exists"
   exit 1
 fi
 

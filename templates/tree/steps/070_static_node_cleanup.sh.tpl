@@ -36,9 +36,10 @@ pkill -f containerd-shim 2> /dev/null || true
 # Unmount what the kubelet{{ if $containerd }} and containerd{{ end }} mounted, deepest first. A mount
 # that stays would have its data deleted below: then stop and ask for a
 # reboot instead.
+root_dir_re={{ .nodeGroup.kubelet.rootDir | regexQuoteMeta | squote }}
 data_mounts() {
   awk '{ print $2 }' /proc/mounts | while read -r mount; do printf '%b\n' "$mount"; done |
-    { grep -E '^(/var/lib/kubelet|{{ .nodeGroup.kubelet.rootDir | regexQuoteMeta }}{{ if $containerd }}|/var/lib/containerd|/run/containerd{{ end }})(/|$)' || true; } | sort -r
+    { grep -E "^(/var/lib/kubelet|$root_dir_re{{ if $containerd }}|/var/lib/containerd|/run/containerd{{ end }})(/|\$)" || true; } | sort -r
 }
 data_mounts | while read -r mount; do
   umount "$mount" 2> /dev/null || umount -l "$mount" 2> /dev/null || true

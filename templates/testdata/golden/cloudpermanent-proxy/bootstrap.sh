@@ -10,7 +10,8 @@ export LC_ALL=C
 BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
 BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
 NODE_GROUP='frontend'
-read -r -a ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-10.0.0.10:6443 10.0.0.11:6443 10.0.0.12:6443}"
+DEFAULT_ENDPOINTS='10.0.0.10:6443 10.0.0.11:6443 10.0.0.12:6443'
+read -r -a ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-$DEFAULT_ENDPOINTS}"
 
 # A machine that has joined is run by bashible.timer; bootstrapping it
 # again would skip the approval every later update needs.

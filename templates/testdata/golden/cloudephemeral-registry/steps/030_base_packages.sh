@@ -14,9 +14,9 @@ fi
 # (Docker's containerd.io ships one), is left alone.
 packages=()
 case "$(bb-bundle)" in
-  centos) packages=(ca-certificates jq conntrack-tools ethtool iproute iptables-nft kmod socat runc haproxy tar) ;;
-  debian) packages=(ca-certificates curl jq conntrack ethtool iproute2 iptables kmod socat runc haproxy) ;;
-  ubuntu-lts) packages=(ca-certificates curl jq conntrack ethtool iproute2 iptables kmod socat runc haproxy) ;;
+  'centos') packages=('ca-certificates' 'jq' 'conntrack-tools' 'ethtool' 'iproute' 'iptables-nft' 'kmod' 'socat' 'runc' 'haproxy' 'tar') ;;
+  'debian') packages=('ca-certificates' 'curl' 'jq' 'conntrack' 'ethtool' 'iproute2' 'iptables' 'kmod' 'socat' 'runc' 'haproxy') ;;
+  'ubuntu-lts') packages=('ca-certificates' 'curl' 'jq' 'conntrack' 'ethtool' 'iproute2' 'iptables' 'kmod' 'socat' 'runc' 'haproxy') ;;
   *) bb-log "no base packages are listed for bundle $(bb-bundle)"; exit 1 ;;
 esac
 skip_runc=no

@@ -19,7 +19,8 @@ wanted="$version ${sums[$arch]}"
 if [[ "$(cat "$state" 2>/dev/null || true)" != "$wanted" || ! -x /usr/local/bin/containerd ]]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  bb-download "https://mirror.corp/node-manager/containerd/v$version/containerd-$version-linux-$arch.tar.gz" "${sums[$arch]}" "$tmp/containerd.tar.gz"
+  source='https://mirror.corp/node-manager/containerd'
+  bb-download "$source/v$version/containerd-$version-linux-$arch.tar.gz" "${sums[$arch]}" "$tmp/containerd.tar.gz"
   mkdir "$tmp/x"
   tar -xzf "$tmp/containerd.tar.gz" -C "$tmp/x"
   previous=$(cut -d' ' -f1 "$state" 2>/dev/null || true)
@@ -59,7 +60,7 @@ TOML
 certs=/etc/containerd/certs.d
 mkdir -p "$certs"
 wanted_hosts=()
-dir="$certs/docker.io"
+dir="$certs/"'docker.io'
 wanted_hosts+=('docker.io')
 : | bb-write-if-changed "$dir/.node-manager" 0644
 bb-write-if-changed "$dir/ca.crt" 0644 <<'PEM'
@@ -85,7 +86,7 @@ server = 'https://docker.io'
   [host.'https://mirror.corp:5000'.header]
     Authorization = ['Basic cHVsbGVyOnMzY3JldA==']
 TOML
-dir="$certs/registry.k8s.io"
+dir="$certs/"'registry.k8s.io'
 wanted_hosts+=('registry.k8s.io')
 : | bb-write-if-changed "$dir/.node-manager" 0644
 bb-remove "$dir/ca.crt"

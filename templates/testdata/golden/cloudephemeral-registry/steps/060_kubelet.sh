@@ -13,7 +13,15 @@ fi
 # The cluster CA the kubelet trusts the API with.
 bb-write-if-changed /etc/kubernetes/pki/ca.crt 0644 kubelet <<'PEM'
 -----BEGIN CERTIFICATE-----
-MIIBfixtureCA
+MIIBfzCCASWgAwIBAgIUDp2aszEOrm2WnAniQHiVMr14aI8wCgYIKoZIzj0EAwIw
+FDESMBAGA1UEAwwJbWlycm9yLWNhMCAXDTI2MTEyMTA3NTAwN1oYDzIxMjYxMDI4
+MDc1MDA3WjAUMRIwEAYDVQQDDAltaXJyb3ItY2EwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAAQgnrtDIIEQWRCrYPXQhDNRhG77PPljYgr3gIh+McKUmfeVuxy+6G48
+v9WsdrcR2qmJz24dpTRtRkO9jXAfz3Fvo1MwUTAdBgNVHQ4EFgQUU3Mz+IZ8Pync
+GWRGFrdBDYQyTe4wHwYDVR0jBBgwFoAUU3Mz+IZ8PyncGWRGFrdBDYQyTe4wDwYD
+VR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEAqC1V0nU1dVpTXdK5S+ur
+GDCqhSrOyaXc9Fm1+yUf+1sCIBMknzu8NmquPnPlvhicr7N1SUb9V9ouBA2WyDYg
+Qq3y
 -----END CERTIFICATE-----
 PEM
 
@@ -99,13 +107,13 @@ authorization:
   mode: Webhook
 readOnlyPort: 0
 cgroupDriver: systemd
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+containerRuntimeEndpoint: "unix:///run/containerd/containerd.sock"
 staticPodPath: /etc/kubernetes/manifests
-clusterDomain: cluster.local
+clusterDomain: "cluster.local"
 clusterDNS:
-  - 10.222.0.10
+  - "10.222.0.10"
 maxPods: 120
-containerLogMaxSize: 50Mi
+containerLogMaxSize: "50Mi"
 containerLogMaxFiles: 4
 seccompDefault: false
 rotateCertificates: true
@@ -127,9 +135,9 @@ echo "$cpu_manager" | bb-write-if-changed "$cpu_manager_applied" 0644
 # Credentials: once the kubelet has its kubeconfig, the bootstrap one goes.
 if [[ -s /etc/kubernetes/kubelet.conf ]]; then
   bb-remove /etc/kubernetes/bootstrap-kubelet.conf
-elif [[ -s /var/lib/bashible/bootstrap-token ]]; then
+elif [[ -s '/var/lib/bashible/bootstrap-token' ]]; then
   # The token is put in by awk, so a traced run never shows it.
-  put_token=(awk -v token_file=/var/lib/bashible/bootstrap-token 'BEGIN { getline token < token_file } { sub(/@TOKEN@/, token) } 1')
+  put_token=(awk -v token_file='/var/lib/bashible/bootstrap-token' 'BEGIN { getline token < token_file } { sub(/@TOKEN@/, token) } 1')
   "${put_token[@]}" <<'KUBECONFIG' | bb-write-if-changed /etc/kubernetes/bootstrap-kubelet.conf 0600 kubelet
 apiVersion: v1
 kind: Config
@@ -150,7 +158,7 @@ users:
       token: @TOKEN@
 KUBECONFIG
 else
-  bb-log "the node cannot join: neither /etc/kubernetes/kubelet.conf nor the bootstrap token /var/lib/bashible/bootstrap-token exists"
+  bb-log "the node cannot join: neither /etc/kubernetes/kubelet.conf nor the bootstrap token "'/var/lib/bashible/bootstrap-token'" exists"
   exit 1
 fi
 

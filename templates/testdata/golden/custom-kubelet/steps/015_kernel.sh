@@ -74,7 +74,7 @@ if [[ -z "$(swapon --show=NAME --noheadings)" ]]; then
     chmod 0600 /var/swapfile.new
     mkswap /var/swapfile.new > /dev/null
     mv -f /var/swapfile.new /var/swapfile
-    bb-log "made a swap file of 4G"
+    bb-log "made a swap file of "'4G'
   fi
   swapon /var/swapfile
 fi

@@ -19,7 +19,8 @@ wanted="$version ${sums[$arch]}"
 if [[ "$(cat "$state" 2>/dev/null || true)" != "$wanted" || ! -x /usr/local/bin/containerd ]]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  bb-download "https://github.com/containerd/containerd/releases/download/v$version/containerd-$version-linux-$arch.tar.gz" "${sums[$arch]}" "$tmp/containerd.tar.gz"
+  source='https://github.com/containerd/containerd/releases/download'
+  bb-download "$source/v$version/containerd-$version-linux-$arch.tar.gz" "${sums[$arch]}" "$tmp/containerd.tar.gz"
   mkdir "$tmp/x"
   tar -xzf "$tmp/containerd.tar.gz" -C "$tmp/x"
   previous=$(cut -d' ' -f1 "$state" 2>/dev/null || true)

@@ -13,15 +13,23 @@ fi
 # The cluster CA the kubelet trusts the API with.
 bb-write-if-changed /etc/kubernetes/pki/ca.crt 0644 kubelet <<'PEM'
 -----BEGIN CERTIFICATE-----
-MIIBfixtureCA
+MIIBfzCCASWgAwIBAgIUDp2aszEOrm2WnAniQHiVMr14aI8wCgYIKoZIzj0EAwIw
+FDESMBAGA1UEAwwJbWlycm9yLWNhMCAXDTI2MTEyMTA3NTAwN1oYDzIxMjYxMDI4
+MDc1MDA3WjAUMRIwEAYDVQQDDAltaXJyb3ItY2EwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAAQgnrtDIIEQWRCrYPXQhDNRhG77PPljYgr3gIh+McKUmfeVuxy+6G48
+v9WsdrcR2qmJz24dpTRtRkO9jXAfz3Fvo1MwUTAdBgNVHQ4EFgQUU3Mz+IZ8Pync
+GWRGFrdBDYQyTe4wHwYDVR0jBBgwFoAUU3Mz+IZ8PyncGWRGFrdBDYQyTe4wDwYD
+VR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEAqC1V0nU1dVpTXdK5S+ur
+GDCqhSrOyaXc9Fm1+yUf+1sCIBMknzu8NmquPnPlvhicr7N1SUb9V9ouBA2WyDYg
+Qq3y
 -----END CERTIFICATE-----
 PEM
 
 # Resource reservation (mode Static), as the group sets it.
-reservation="systemReserved:
-  cpu: 500m
-  memory: 2Gi
-  ephemeral-storage: 5Gi"
+reservation='systemReserved:'
+reservation+=$'\n  cpu: ''"500m"'
+reservation+=$'\n  memory: ''"2Gi"'
+reservation+=$'\n  ephemeral-storage: ''"5Gi"'
 reserved_cpu='500m'
 
 # The kubelet's CPU manager keeps its state in a checkpoint and refuses to
@@ -82,13 +90,13 @@ authorization:
   mode: Webhook
 readOnlyPort: 0
 cgroupDriver: systemd
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+containerRuntimeEndpoint: "unix:///run/containerd/containerd.sock"
 staticPodPath: /etc/kubernetes/manifests
-clusterDomain: cluster.local
+clusterDomain: "cluster.local"
 clusterDNS:
-  - 10.96.0.10
+  - "10.96.0.10"
 maxPods: 64
-containerLogMaxSize: 100Mi
+containerLogMaxSize: "100Mi"
 containerLogMaxFiles: 8
 seccompDefault: true
 rotateCertificates: true
@@ -100,8 +108,8 @@ serverTLSBootstrap: false
 failSwapOn: false
 memorySwap:
   swapBehavior: LimitedSwap
-topologyManagerScope: pod
-topologyManagerPolicy: single-numa-node
+topologyManagerScope: "pod"
+topologyManagerPolicy: "single-numa-node"
 cpuManagerPolicy: static
 YAML
   echo "resolvConf: $resolv_conf"
@@ -112,9 +120,9 @@ echo "$cpu_manager" | bb-write-if-changed "$cpu_manager_applied" 0644
 # Credentials: once the kubelet has its kubeconfig, the bootstrap one goes.
 if [[ -s /etc/kubernetes/kubelet.conf ]]; then
   bb-remove /etc/kubernetes/bootstrap-kubelet.conf
-elif [[ -s /var/lib/bashible/bootstrap-token ]]; then
+elif [[ -s '/var/lib/bashible/bootstrap-token' ]]; then
   # The token is put in by awk, so a traced run never shows it.
-  put_token=(awk -v token_file=/var/lib/bashible/bootstrap-token 'BEGIN { getline token < token_file } { sub(/@TOKEN@/, token) } 1')
+  put_token=(awk -v token_file='/var/lib/bashible/bootstrap-token' 'BEGIN { getline token < token_file } { sub(/@TOKEN@/, token) } 1')
   "${put_token[@]}" <<'KUBECONFIG' | bb-write-if-changed /etc/kubernetes/bootstrap-kubelet.conf 0600 kubelet
 apiVersion: v1
 kind: Config
@@ -135,7 +143,7 @@ users:
       token: @TOKEN@
 KUBECONFIG
 else
-  bb-log "the node cannot join: neither /etc/kubernetes/kubelet.conf nor the bootstrap token /var/lib/bashible/bootstrap-token exists"
+  bb-log "the node cannot join: neither /etc/kubernetes/kubelet.conf nor the bootstrap token "'/var/lib/bashible/bootstrap-token'" exists"
   exit 1
 fi
 

@@ -6,6 +6,6 @@ if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
   exit 1
 fi
 # cri.type is NotManaged: the container runtime is not node-manager's. The
-# kubelet talks to it at /run/crio/crio.sock.
+# kubelet talks to it at the group's cri.notManaged.criSocketPath.
 bb-changed-clear containerd
 exit 0

@@ -35,9 +35,10 @@ done
 # Unmount what the kubelet mounted, deepest first. A mount
 # that stays would have its data deleted below: then stop and ask for a
 # reboot instead.
+root_dir_re='/var/lib/kubelet'
 data_mounts() {
   awk '{ print $2 }' /proc/mounts | while read -r mount; do printf '%b\n' "$mount"; done |
-    { grep -E '^(/var/lib/kubelet|/var/lib/kubelet)(/|$)' || true; } | sort -r
+    { grep -E "^(/var/lib/kubelet|$root_dir_re)(/|\$)" || true; } | sort -r
 }
 data_mounts | while read -r mount; do
   umount "$mount" 2> /dev/null || umount -l "$mount" 2> /dev/null || true

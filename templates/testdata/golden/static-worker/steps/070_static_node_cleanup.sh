@@ -37,9 +37,10 @@ pkill -f containerd-shim 2> /dev/null || true
 # Unmount what the kubelet and containerd mounted, deepest first. A mount
 # that stays would have its data deleted below: then stop and ask for a
 # reboot instead.
+root_dir_re='/var/lib/kubelet'
 data_mounts() {
   awk '{ print $2 }' /proc/mounts | while read -r mount; do printf '%b\n' "$mount"; done |
-    { grep -E '^(/var/lib/kubelet|/var/lib/kubelet|/var/lib/containerd|/run/containerd)(/|$)' || true; } | sort -r
+    { grep -E "^(/var/lib/kubelet|$root_dir_re|/var/lib/containerd|/run/containerd)(/|\$)" || true; } | sort -r
 }
 data_mounts | while read -r mount; do
   umount "$mount" 2> /dev/null || umount -l "$mount" 2> /dev/null || true

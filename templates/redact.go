@@ -1,0 +1,86 @@
+package templates
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Redacted stands in an error for a credential of the render context.
+const Redacted = "[redacted]"
+
+// redactor removes credentials from text: each secret as it is, and in the
+// forms a template turns it into without trying (quoted by Go or JSON,
+// percent-encoded, base64). A template that transforms a credential on
+// purpose can still print it; this keeps an accident out of statuses,
+// Events, logs and metrics.
+type redactor struct{ forms []string }
+
+func newRedactor(secrets []string) redactor {
+	var forms []string
+	add := func(s string) {
+		if s != "" && !slices.Contains(forms, s) {
+			forms = append(forms, s)
+		}
+	}
+	for _, s := range secrets {
+		add(s)
+		add(strings.Trim(strconv.Quote(s), `"`))
+		if j, err := json.Marshal(s); err == nil {
+			add(strings.Trim(string(j), `"`))
+		}
+		add(url.QueryEscape(s))
+		add(url.PathEscape(s))
+		add(base64.StdEncoding.EncodeToString([]byte(s)))
+		add(base64.RawStdEncoding.EncodeToString([]byte(s)))
+		if u, err := url.QueryUnescape(s); err == nil {
+			add(u)
+		}
+	}
+	// Longest first, so a secret that contains another goes whole.
+	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	return redactor{forms: forms}
+}
+
+func (r redactor) redact(s string) string {
+	for _, f := range r.forms {
+		s = strings.ReplaceAll(s, f, Redacted)
+	}
+	return s
+}
+
+// failure returns f with its error redacted. A *RenderError stays one (its
+// template name and line are the user's own), anything else becomes a
+// plain error with the redacted message.
+func (r redactor) failure(f Failure) Failure {
+	if len(r.forms) == 0 || f.Err == nil {
+		return f
+	}
+	var re *RenderError
+	if errors.As(f.Err, &re) && re.Error() == f.Err.Error() {
+		c := *re
+		c.Message = r.redact(c.Message)
+		c.Template = r.redact(c.Template)
+		f.Err = &c
+		return f
+	}
+	if msg := r.redact(f.Err.Error()); msg != f.Err.Error() {
+		f.Err = errors.New(msg)
+	}
+	return f
+}
+
+// RedactFailures removes the context's credentials from failures, for
+// callers that report failures they made themselves.
+func (c *Context) RedactFailures(failures []Failure) []Failure {
+	r := newRedactor(c.Secrets())
+	out := make([]Failure, len(failures))
+	for i, f := range failures {
+		out[i] = r.failure(f)
+	}
+	return out
+}

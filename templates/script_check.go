@@ -1,0 +1,100 @@
+package templates
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// MaxCustomStepNameLength bounds a NodeGroupConfiguration's name, so its
+// step file (NNN_<name>.sh, and the temporary names bashible writes beside
+// it) stays well under the 255 bytes a file name may have. The CRD refuses
+// longer names; the renderer refuses them too.
+const MaxCustomStepNameLength = 200
+
+// checkScript parses a rendered script as bash, the way bashible runs it,
+// and refuses it when bash could not run it, or when one of its here-
+// documents would end early: a multi-line context value with a line equal
+// to the delimiter, or a command named like a delimiter (what is left of a
+// here-document that a value ended). Errors give the line of the script.
+func checkScript(name, script string, multiline []string) error {
+	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(script), name)
+	if err != nil {
+		var pe syntax.ParseError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("bash cannot parse the rendered script: line %d, column %d: %s", pe.Pos.Line(), pe.Pos.Col(), pe.Text)
+		}
+		return fmt.Errorf("bash cannot parse the rendered script: %w", err)
+	}
+	type heredoc struct {
+		word string
+		dash bool
+		line uint
+	}
+	var heredocs []heredoc
+	var calls []*syntax.CallExpr
+	syntax.Walk(file, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.Redirect:
+			if n.Op == syntax.Hdoc || n.Op == syntax.DashHdoc {
+				heredocs = append(heredocs, heredoc{word: literal(n.Word), dash: n.Op == syntax.DashHdoc, line: n.Pos().Line()})
+			}
+		case *syntax.CallExpr:
+			calls = append(calls, n)
+		}
+		return true
+	})
+	if len(heredocs) == 0 {
+		return nil
+	}
+	words := make([]string, 0, len(heredocs))
+	for _, h := range heredocs {
+		words = append(words, h.word)
+	}
+	for _, c := range calls {
+		if len(c.Args) > 0 && slices.Contains(words, literal(c.Args[0])) {
+			return fmt.Errorf("line %d: the here-document delimiter %s stands where a command is: a here-document ended early, so what followed it would run as commands",
+				c.Pos().Line(), literal(c.Args[0]))
+		}
+	}
+	for _, h := range heredocs {
+		for _, value := range multiline {
+			for _, l := range strings.Split(value, "\n") {
+				if h.dash {
+					l = strings.TrimLeft(l, "\t")
+				}
+				if l == h.word {
+					return fmt.Errorf("line %d: a context value has the line %s, which ends the here-document opened there", h.line, h.word)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// literal is a word's text with its quotes removed; expansions count as
+// nothing (a delimiter or command name with one is not a plain word).
+func literal(w *syntax.Word) string {
+	if w == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range w.Parts {
+		switch p := p.(type) {
+		case *syntax.Lit:
+			b.WriteString(p.Value)
+		case *syntax.SglQuoted:
+			b.WriteString(p.Value)
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				if l, ok := q.(*syntax.Lit); ok {
+					b.WriteString(l.Value)
+				}
+			}
+		}
+	}
+	return b.String()
+}
