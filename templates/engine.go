@@ -371,7 +371,7 @@ func formatKey(k reflect.Value) string {
 }
 
 // shellQuote is squote made safe for shell: each argument is wrapped in
-// single quotes with every single quote in it written as '\'' (sprig's
+// single quotes with every single quote in it written as '\” (sprig's
 // squote only wraps, so a value with a quote would end the quoting), and
 // the results are joined by spaces. A nil argument is left out, as sprig does.
 func shellQuote(args ...any) string {
