@@ -371,9 +371,10 @@ func formatKey(k reflect.Value) string {
 }
 
 // shellQuote is squote made safe for shell: each argument is wrapped in
-// single quotes with every single quote in it written as '\” (sprig's
-// squote only wraps, so a value with a quote would end the quoting), and
-// the results are joined by spaces. A nil argument is left out, as sprig does.
+// single quotes, and a single quote inside ends the quoting, is written
+// escaped with a backslash and reopens it (sprig's squote only wraps, so a
+// value with a quote would end the quoting); the results are joined by
+// spaces. A nil argument is left out, as sprig does.
 func shellQuote(args ...any) string {
 	out := make([]string, 0, len(args))
 	for _, a := range args {
