@@ -123,6 +123,7 @@ test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) debian-tools ## e2e suites: the loca
 test-fuzz: ## a short run of every fuzz target (parsers of outside input)
 	go test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime 5s ./registry
 	go test -run '^$$' -fuzz '^FuzzRenderCustomStep$$' -fuzztime 10s ./templates
+	go test -run '^$$' -fuzz '^FuzzRenderedScriptsKeepContextValuesInert$$' -fuzztime 10s ./templates
 
 .PHONY: test
 test: verify-generated lint test-unit test-fuzz test-e2e ## everything CI runs
