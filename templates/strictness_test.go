@@ -71,3 +71,25 @@ func TestCustomStepsThatBashCannotParseAreRefused(t *testing.T) {
 	wantCustomFailure(t, renderCustom(t, ctx, CustomStep{Name: "quote.sh", Weight: 200,
 		Content: "echo 'unterminated\n"}), "quote.sh", "bash", "line 1")
 }
+
+func TestHereDocumentsThatWouldEndEarlyAreRefused(t *testing.T) {
+	// What is left of a here-document a value ended runs as commands; its
+	// real delimiter then stands where a command is.
+	err := checkScript("s.sh", "cat <<'PEM' > ca.crt\nx\nPEM\ntouch /tmp/x\nPEM\n", nil)
+	if err == nil || !strings.Contains(err.Error(), "line 5") || !strings.Contains(err.Error(), "PEM") {
+		t.Errorf("stray delimiter: %v", err)
+	}
+	// A multi-line value with a line equal to a delimiter of the script.
+	value := "a\n\tTOML\nb"
+	err = checkScript("s.sh", "cat <<-'TOML'\n\tkey = 1\n\tTOML\n", []string{value})
+	if err == nil || !strings.Contains(err.Error(), "TOML") {
+		t.Errorf("value with the delimiter line: %v", err)
+	}
+	if err := checkScript("s.sh", "cat <<'PEM'\n"+testCA+"PEM\necho PEM\n", []string{testCA}); err != nil {
+		t.Errorf("a certificate in a here-document: %v", err)
+	}
+	// Through the renderer: a custom step whose here-document ends twice.
+	failures := renderCustom(t, workerContext(t, nil), CustomStep{Name: "twice.sh", Weight: 200,
+		Content: "cat <<EOF\n{{ .nodeGroup.name }}\nEOF\nEOF\n"})
+	wantCustomFailure(t, failures, "twice.sh", "line 4", "EOF")
+}
