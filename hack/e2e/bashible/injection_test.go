@@ -94,14 +94,14 @@ registry:
     - host: docker.io
       endpoints: ["`+hostileURL+`"]
 `)
-	socket := "/-rf/..//" + strings.Repeat("x", 40) + "/.sock"
+	socket := "/-rf/../" + strings.Repeat("x", 40) + "/.sock"
 	groups := map[string]func(*deckhousev1.NodeGroup){
 		"hostile-managed": func(ng *deckhousev1.NodeGroup) {
-			ng.Spec.Kubelet = &deckhousev1.KubeletSpec{RootDir: "/-rf/..", ContainerLogMaxSize: "999999999Gi",
+			ng.Spec.Kubelet = &deckhousev1.KubeletSpec{RootDir: "/_rf/_..", ContainerLogMaxSize: "999999999Gi",
 				MemorySwap: &deckhousev1.MemorySwapSpec{SwapBehavior: "LimitedSwap", LimitedSwap: &deckhousev1.LimitedSwapSpec{Size: "99999G"}}}
 			ng.Spec.NodeTemplate = &deckhousev1.NodeTemplate{
 				Annotations: map[string]string{"note": "'; touch pwned; '$(touch pwned)`touch pwned`"},
-				Taints:      []deckhousev1.Taint{{Key: "example.com/-x_", Value: "-x_.y", Effect: "NoSchedule"}},
+				Taints:      []deckhousev1.Taint{{Key: "example.com/x-_.y", Value: "x-_.y", Effect: "NoSchedule"}},
 			}
 		},
 		"hostile-notmanaged": func(ng *deckhousev1.NodeGroup) {

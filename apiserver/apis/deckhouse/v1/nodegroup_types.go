@@ -172,9 +172,12 @@ type ContainerdSpec struct {
 
 // NotManagedCRISpec describes a container runtime installed by someone else.
 type NotManagedCRISpec struct {
-	// CRISocketPath is the runtime's socket, such as /run/containerd/containerd.sock.
+	// CRISocketPath is the runtime's socket, such as /run/containerd/containerd.sock:
+	// an absolute path of letters, digits, ".", "_", "-" and "/", at most 107
+	// characters (what a Unix socket address holds).
 	// +optional
-	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=107
+	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9_.-]+)+$`
 	CRISocketPath string `json:"criSocketPath,omitempty"`
 }
 
@@ -396,14 +399,17 @@ type TaintEffect string
 
 // Taint is a taint kept on every node of the group.
 type Taint struct {
-	// Key of the taint.
+	// Key of the taint: a qualified name such as example.com/dedicated.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Key string `json:"key"`
-	// Value of the taint.
+	// Value of the taint: empty or letters, digits, "-", "_" and ".",
+	// starting and ending with a letter or digit.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`
 	Value string `json:"value,omitempty"`
 	// Effect is NoSchedule, PreferNoSchedule or NoExecute.
 	// +required
@@ -470,10 +476,14 @@ type ClassReference struct {
 	// Kind of the instance class, such as OpenStackInstanceClass.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
 	Kind string `json:"kind"`
-	// Name of the instance class.
+	// Name of the instance class: an object name.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	Name string `json:"name"`
 }
 

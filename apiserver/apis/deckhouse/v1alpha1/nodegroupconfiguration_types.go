@@ -18,6 +18,7 @@ import (
 // +kubebuilder:printcolumn:name="Bundles",type=string,JSONPath=`.spec.bundles`
 // +kubebuilder:printcolumn:name="Rendered",type=string,JSONPath=`.status.conditions[?(@.type=="Rendered")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 200",message="metadata.name: must be at most 200 characters (the step file is named NNN_<name>.sh, and a file name holds 255 bytes)",reason=FieldValueInvalid
 type NodeGroupConfiguration struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -32,10 +33,13 @@ type NodeGroupConfiguration struct {
 
 // NodeGroupConfigurationSpec is a step and where it applies.
 type NodeGroupConfigurationSpec struct {
-	// Content is the step: bash, optionally with Go template actions.
+	// Content is the step: bash, optionally with Go template actions. It
+	// may hold tabs and line breaks but no other control character (no NUL,
+	// no carriage return: save scripts with Unix line ends).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=524288
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x00-\x08\x0b-\x1f\x7f]')`,message="content: control characters other than tab and line feed are not allowed (no NUL; no carriage return: save the script with Unix line ends)",reason=FieldValueInvalid
 	Content string `json:"content"`
 	// Weight orders the step among the others: the step file is named
 	// after the weight padded to three digits, then the object's name (with

@@ -13,7 +13,7 @@ package v1
 type ClassReferenceApplyConfiguration struct {
 	// Kind of the instance class, such as OpenStackInstanceClass.
 	Kind *string `json:"kind,omitempty"`
-	// Name of the instance class.
+	// Name of the instance class: an object name.
 	Name *string `json:"name,omitempty"`
 }
 

@@ -11,7 +11,9 @@ package v1
 //
 // NotManagedCRISpec describes a container runtime installed by someone else.
 type NotManagedCRISpecApplyConfiguration struct {
-	// CRISocketPath is the runtime's socket, such as /run/containerd/containerd.sock.
+	// CRISocketPath is the runtime's socket, such as /run/containerd/containerd.sock:
+	// an absolute path of letters, digits, ".", "_", "-" and "/", at most 107
+	// characters (what a Unix socket address holds).
 	CRISocketPath *string `json:"criSocketPath,omitempty"`
 }
 

@@ -15,9 +15,10 @@ import (
 //
 // Taint is a taint kept on every node of the group.
 type TaintApplyConfiguration struct {
-	// Key of the taint.
+	// Key of the taint: a qualified name such as example.com/dedicated.
 	Key *string `json:"key,omitempty"`
-	// Value of the taint.
+	// Value of the taint: empty or letters, digits, "-", "_" and ".",
+	// starting and ending with a letter or digit.
 	Value *string `json:"value,omitempty"`
 	// Effect is NoSchedule, PreferNoSchedule or NoExecute.
 	Effect *deckhousev1.TaintEffect `json:"effect,omitempty"`

@@ -11,7 +11,9 @@ package v1alpha1
 //
 // NodeGroupConfigurationSpec is a step and where it applies.
 type NodeGroupConfigurationSpecApplyConfiguration struct {
-	// Content is the step: bash, optionally with Go template actions.
+	// Content is the step: bash, optionally with Go template actions. It
+	// may hold tabs and line breaks but no other control character (no NUL,
+	// no carriage return: save scripts with Unix line ends).
 	Content *string `json:"content,omitempty"`
 	// Weight orders the step among the others: the step file is named
 	// after the weight padded to three digits, then the object's name (with
