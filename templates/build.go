@@ -97,8 +97,8 @@ func ParseClusterConfiguration(data []byte) (ClusterSettings, error) {
 			}
 		}
 		if len(errs) > 0 {
-			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: clusterDomain: %q is not a DNS name (RFC 1123: lowercase labels of letters, digits and '-', at most 63 characters each, separated by dots): %s",
-				cc.ClusterDomain, strings.Join(errs, "; "))
+			return ClusterSettings{}, fmt.Errorf("cluster-configuration.yaml: clusterDomain: %q is not a DNS name (RFC 1123): lowercase labels of letters, digits and '-', "+
+				"each starting and ending with a letter or digit and at most 63 characters long, separated by dots", cc.ClusterDomain)
 		}
 	}
 	if cc.DefaultCRI != "" && !slices.Contains(CRITypes, cc.DefaultCRI) {

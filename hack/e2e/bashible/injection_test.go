@@ -86,7 +86,7 @@ func TestServedStepsKeepHostileButValidValuesInert(t *testing.T) {
 	setClusterConfiguration(t, `
 apiVersion: deckhouse.io/v1
 kind: ClusterConfiguration
-clusterDomain: a-.b--c.x
+clusterDomain: a--b.c-d.x
 packageSource:
   url: "`+hostileURL+`"
 registry:
@@ -139,6 +139,14 @@ registry:
 			dir := runUnprivileged(t, script)
 			if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
 				t.Errorf("%s/%s: running it created the marker file", name, step)
+			}
+			// The run went through the whole step: its last call is there.
+			last := map[string]string{"040_containerd.sh": "bb-unit-converge containerd.service", "060_kubelet.sh": "bb-unit-converge kubelet.service"}[step]
+			if name == "hostile-notmanaged" && step == "040_containerd.sh" {
+				last = "bb-changed-clear containerd"
+			}
+			if calls, _ := os.ReadFile(filepath.Join(dir, "calls")); !strings.Contains(string(calls), last) {
+				t.Errorf("%s/%s stopped before its end (no %q):\n%s", name, step, last, calls)
 			}
 		}
 	}
