@@ -13,6 +13,11 @@ import (
 // Redacted stands in an error for a credential of the render context.
 const Redacted = "[redacted]"
 
+// minRedacted is the shortest text redacted: a one- or two-character
+// user or password guards nothing, and replacing every such letter would
+// leave no message readable (the pair, its base64 and longer forms still go).
+const minRedacted = 3
+
 // redactor removes credentials from text: each secret as it is, and in the
 // forms a template turns it into without trying (quoted by Go or JSON,
 // percent-encoded, base64). A template that transforms a credential on
@@ -23,7 +28,7 @@ type redactor struct{ forms []string }
 func newRedactor(secrets []string) redactor {
 	var forms []string
 	add := func(s string) {
-		if s != "" && !slices.Contains(forms, s) {
+		if len(s) >= minRedacted && !slices.Contains(forms, s) {
 			forms = append(forms, s)
 		}
 	}
