@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
-	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -84,27 +83,39 @@ func (c *Context) Secrets() []string {
 				add(user)
 				add(password)
 			}
+		case "url":
+			if info := userInfo(s); info != "" {
+				add(info)
+				user, password, _ := strings.Cut(info, ":")
+				add(user)
+				add(password)
+			}
 		default:
 			add(s)
-		case "url":
-			if u, err := url.Parse(s); err == nil && u.User != nil {
-				add(u.User.Username())
-				if p, ok := u.User.Password(); ok {
-					add(p)
-				}
-				if i := strings.Index(s, "@"); i > 0 {
-					if scheme := strings.Index(s, "://"); scheme >= 0 && scheme+3 < i {
-						raw := s[scheme+3 : i]
-						add(raw)
-						if _, p, ok := strings.Cut(raw, ":"); ok {
-							add(p)
-						}
-					}
-				}
-			}
 		}
 	})
 	return out
+}
+
+// userInfo is what stands between "://" and the last "@" of a URL's
+// authority, read the way withoutUserInfo reads it (so a URL that does not
+// parse still gives it up): "user:password", or "" when there is none.
+func userInfo(u string) string {
+	_, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		rest = u
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		return authority[:i]
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		return rest[:i]
+	}
+	return ""
 }
 
 type tagOptions map[string]string

@@ -74,3 +74,17 @@ func TestClusterConfigurationErrorsNeverCarryTheProxyPassword(t *testing.T) {
 		t.Errorf("error %v: want one without the password", err)
 	}
 }
+
+// The context's own refusals quote values; the credentials in them go too,
+// even from a URL that does not parse.
+func TestContextRefusalsNeverCarryCredentials(t *testing.T) {
+	ctx := credentialContext(t)
+	ctx.Registry.Mirrors[0].Endpoints = []string{"https://mirror-user:" + plantedPassword + "@mirror corp:5000"}
+	_, failures := builtinTree(t).Render(&ctx, nil)
+	if len(failures) != 1 || !strings.Contains(failures[0].Error(), "registry.mirrors[0].endpoints[0]") {
+		t.Fatalf("failures %v, want one naming the endpoint", failures)
+	}
+	if strings.Contains(failures[0].Error(), plantedPassword) {
+		t.Errorf("the failure carries the password: %v", failures[0])
+	}
+}
