@@ -128,7 +128,7 @@ func TestAgentRefusesABundleThatCouldPoseAsAnotherStep(t *testing.T) {
 			"500_evil.sh":              "true\x00001_wait_for_approval.sh\x00exit 0\n",
 		},
 		"newline in a name": {
-			"020_marker.sh":                     "echo marker >> \"$BASHIBLE_ROOT/trace\"\n",
+			"020_marker.sh":                      "echo marker >> \"$BASHIBLE_ROOT/trace\"\n",
 			"030_x.sh\n001_wait_for_approval.sh": "exit 0\n",
 		},
 	} {
