@@ -299,9 +299,12 @@ bb-disruption-gate() {
   if [[ "$(cat "$BASHIBLE_DIR/flags/disruption" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
     return 0
   fi
-  if ! bb-node-has-annotation "$(bb-node-get)" update.node.deckhouse.io/approved; then
+  local node
+  node=$(bb-node-get)
+  if ! bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
     bb-log "a disruption needs an update approval first"
     bb-wait-for-update-approval
+    node=$(bb-node-get)
   fi
   if [[ "$BASHIBLE_APPROVAL_MODE" == RollingUpdate ]]; then
     bb-log "a disruptive change is needed; in RollingUpdate mode the node asks to be replaced"
@@ -310,8 +313,6 @@ bb-disruption-gate() {
     bb-flag-set stop-run
     exit 0
   fi
-  local node
-  node=$(bb-node-get)
   if ! bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; then
     bb-node-annotate '{"update.node.deckhouse.io/disruption-required": ""}'
     bb-instance-condition WaitingDisruptionApproval True DisruptionApprovalRequired \
@@ -654,15 +655,17 @@ fetch_steps() {
     bb-log "refusing the bundle: step $(jq -r '[.data | to_entries[] | select(.value | explode | any(. == 0)) | .key][0]' <<< "$json") holds a NUL byte"
     return 1
   fi
-  keys=$(jq -r '.data | keys[]' <<< "$json")
-  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX")
+  # Called in a condition, so set -e does not hold here: every command
+  # that can fail says so.
+  keys=$(jq -r '.data | keys[]' <<< "$json") || return 1
+  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX") || return 1
   while IFS= read -r key; do
     # Checked again here: what is written is exactly what jq checked.
     if [[ ! "$key" =~ $STEP_NAME_RE_BASH ]] || [[ -e "$new/$key" ]]; then
       bb-log "refusing a step named '$key'"
       return 1
     fi
-    jq -j --arg k "$key" '.data[$k] | strings' <<< "$json" > "$new/$key"
+    jq -j --arg k "$key" '.data[$k] | strings' <<< "$json" > "$new/$key" || { bb-log "could not write step $key"; return 1; }
     count=$(( count + 1 ))
   done <<< "$keys"
   if (( count != $(jq '.data | length' <<< "$json") )); then
@@ -671,9 +674,9 @@ fetch_steps() {
   fi
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
   if [[ -d "$BASHIBLE_DIR/bundle_steps" ]]; then
-    mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old"
+    mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old" || return 1
   fi
-  mv "$new" "$BASHIBLE_DIR/bundle_steps"
+  mv "$new" "$BASHIBLE_DIR/bundle_steps" || return 1
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
 }
 
@@ -724,7 +727,11 @@ main() {
     bb-instance-condition BashibleReady Unknown InitialRunInProgress "the first run is in progress"
   fi
 
-  fetch_steps "$json"
+  if ! fetch_steps "$json"; then
+    bb-instance-condition BashibleReady False BundleRefused "the served bundle of configuration ${checksum:0:12} is malformed and was not run; see bashible's log on the node"
+    bb-event Warning BashibleBundleRefused "the served bundle of configuration ${checksum:0:12} is malformed and was not run"
+    return 1
+  fi
   export BASHIBLE_CHECKSUM=$checksum
   if [[ "$approval" == yes ]]; then
     bb-wait-for-update-approval
