@@ -41,9 +41,9 @@ func TestRebootRequestsWithRealBashible(t *testing.T) {
 	mark := tl.now()
 	for _, n := range ns {
 		// The reboot command counts its calls and gives the machine a new
-		// boot id, as a real reboot does.
+		// boot id (not the first one, 1), as a real reboot does.
 		if err := n.Write("reboot.sh", `echo reboot >> "$1/reboots"
-printf '00000000-0000-4000-8000-%012d\n' "$(wc -l < "$1/reboots")" > "$1/proc/sys/kernel/random/boot_id"
+printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" > "$1/proc/sys/kernel/random/boot_id"
 `); err != nil {
 			t.Fatal(err)
 		}

@@ -331,7 +331,7 @@ func rebootsBy(t *testing.T, n *stack.SimNode) {
 	t.Helper()
 	script := `echo reboot >> "$1/reboots"
 cp "$1/var/lib/bashible/configuration_checksum" "$1/rebooted-with"
-printf '00000000-0000-4000-8000-%012d\n' "$(wc -l < "$1/reboots")" > "$1/proc/sys/kernel/random/boot_id"
+printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" > "$1/proc/sys/kernel/random/boot_id"
 `
 	if err := n.Write("reboot.sh", script); err != nil {
 		t.Fatal(err)
