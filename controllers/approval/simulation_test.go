@@ -17,8 +17,10 @@ import (
 )
 
 // simNode is one node's agent in the simulation: it follows bashible's
-// side of the protocol (templates/tree: 001_wait_for_approval and
-// bb-disruption-gate), one small step at a time.
+// side of the protocol (templates/tree: bashible.sh and the library's
+// bb-wait-for-update-approval and bb-disruption-gate), one small step at a
+// time — and may ask for a disruption together with its update approval,
+// which the controller must not grant before the approval.
 type simNode struct {
 	node       *corev1.Node
 	disruptive bool // whether applying the current target needs a disruption
