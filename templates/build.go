@@ -309,8 +309,15 @@ func tenthAddress(cidr string) (string, error) {
 	return addr.String(), nil
 }
 
-// APIServerEndpoints returns host:port of every ready address on the
-// "https" port of the given EndpointSlices, sorted and without duplicates.
+// APIServerEndpoints returns host:port of every address on the "https"
+// port of the given EndpointSlices, sorted and without duplicates — ready
+// or not. Endpoints are rendered into every group's bundle, so they are part
+// of its configuration checksum: leaving out a not-ready one would make a
+// readiness flap of one API server roll every node of every group through
+// update approval. A not-ready server costs nothing: the local API proxy
+// health-checks its backends, and bashible tries the endpoints in turn.
+// Only a change of the set of API servers (one added, removed or
+// re-addressed) changes the bundles.
 func APIServerEndpoints(endpointSlices []*discoveryv1.EndpointSlice) []string {
 	set := map[string]bool{}
 	for _, s := range endpointSlices {
@@ -319,9 +326,6 @@ func APIServerEndpoints(endpointSlices []*discoveryv1.EndpointSlice) []string {
 				continue
 			}
 			for _, ep := range s.Endpoints {
-				if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-					continue
-				}
 				for _, a := range ep.Addresses {
 					set[net.JoinHostPort(a, strconv.Itoa(int(*port.Port)))] = true
 				}

@@ -9,6 +9,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
@@ -133,9 +134,45 @@ func TestAPIServerEndpoints(t *testing.T) {
 		},
 		{Ports: []discoveryv1.EndpointPort{{Name: &https, Port: &port}}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1", "fd00::1"}}}},
 	}
-	want := []string{"10.0.0.1:6443", "10.0.0.2:6443", "[fd00::1]:6443"}
+	want := []string{"10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.9:6443", "[fd00::1]:6443"}
 	if got := APIServerEndpoints(slices1); !slices.Equal(got, want) {
 		t.Errorf("endpoints = %v, want %v", got, want)
+	}
+}
+
+// An API server that turns not ready and ready again must not change any
+// group's configuration: that would roll the fleet through update approval.
+func TestAnEndpointReadinessFlapChangesNoGroupsChecksum(t *testing.T) {
+	https, port := "https", int32(6443)
+	endpointsWith := func(ready bool) []string {
+		return APIServerEndpoints([]*discoveryv1.EndpointSlice{{
+			Ports: []discoveryv1.EndpointPort{{Name: &https, Port: &port}},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{"10.0.0.1"}},
+				{Addresses: []string{"10.0.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+			},
+		}})
+	}
+	tree := builtinTree(t)
+	settings, err := ParseClusterConfiguration(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ng := range []*deckhousev1.NodeGroup{
+		{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "master"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeCloudPermanent}},
+	} {
+		sums := map[bool]string{}
+		for _, ready := range []bool{true, false} {
+			ctx, err := NewContext(ng, settings, endpointsWith(ready), testCA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sums[ready] = mustRender(t, tree, ctx).Checksum
+		}
+		if sums[true] != sums[false] {
+			t.Errorf("group %s: checksum %.12s with the second API server ready, %.12s with it not ready", ng.Name, sums[true], sums[false])
+		}
 	}
 }
 

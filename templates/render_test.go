@@ -74,7 +74,7 @@ func TestCustomStepsAreOrderedAmongBuiltins(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	want := []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "005_early.sh", "010_node_identity.sh",
+	want := []string{"000_preflight.sh", "005_bashible_units.sh", "005_early.sh", "010_node_identity.sh",
 		"015_kernel.sh", "020_proxy_and_ca.sh", "030_base_packages.sh", "040_containerd.sh", "050_kubernetes_binaries.sh",
 		"050_middle.sh", "055_api_proxy.sh", "060_kubelet.sh", "070_static_node_cleanup.sh", "099_reboot.sh", "999_late.sh"}
 	if !slices.Equal(names, want) {
@@ -196,7 +196,7 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"000_preflight.sh", "001_wait_for_approval.sh", "005_bashible_units.sh", "010_node_identity.sh",
+	want := []string{"000_preflight.sh", "005_bashible_units.sh", "010_node_identity.sh",
 		"020_proxy_and_ca.sh", "030_base_packages.sh", "040_containerd.sh", "050_kubernetes_binaries.sh", "055_api_proxy.sh",
 		"060_kubelet.sh", "070_static_node_cleanup.sh", "075_extra.sh", "099_reboot.sh"}
 	if got := tree.StepNames(); !slices.Equal(got, want) {
@@ -267,4 +267,23 @@ func workerGroupForFuzz() *deckhousev1.NodeGroup {
 		NodeType:     deckhousev1.NodeTypeStatic,
 		NodeTemplate: &deckhousev1.NodeTemplate{Labels: map[string]string{"a": "1", "b": "2"}},
 	}}
+}
+
+// Update approval is not a step: bashible.sh asks for it before the first
+// step, so a custom step of weight 0, whatever its name, runs approved.
+func TestAWeightZeroStepRunsAfterUpdateApproval(t *testing.T) {
+	tree := builtinTree(t)
+	b := mustRender(t, tree, workerContext(t, nil),
+		CustomStep{Name: "0-early", Weight: 0, Content: "true"},
+		CustomStep{Name: "a", Weight: 1, Content: "true"})
+	for name, content := range b.Steps {
+		if strings.Contains(content, "bb-wait-for-update-approval") || strings.Contains(content, "update.node.deckhouse.io/waiting-for-approval") {
+			t.Errorf("step %s asks for update approval: approval must come before every step, not be one", name)
+		}
+	}
+	approval := strings.Index(b.Bashible, "\n    bb-wait-for-update-approval\n")
+	steps := strings.Index(b.Bashible, `for step in "$BASHIBLE_DIR"/bundle_steps/*; do`)
+	if approval < 0 || steps < 0 || approval > steps {
+		t.Errorf("bashible.sh must ask for update approval (at %d) before it runs the first step (at %d)", approval, steps)
+	}
 }

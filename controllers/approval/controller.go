@@ -51,8 +51,8 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	}
 	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
 	if grants(d) {
-		// Approvals are what maxConcurrent limits, so they are decided on
-		// the API's own view rather than the informer's, which may lag
+		// Approvals and disruptions are what maxConcurrent limits, so they
+		// are decided on the API's own view rather than the informer's, which may lag
 		// (a stalled watch, a write of a previous leader). They are rare,
 		// so one LIST per grant is cheap.
 		list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
@@ -70,15 +70,16 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	for _, n := range ns {
 		byName[n.Name] = n
 	}
-	// Approvals are granted only after every other change landed: a slot
-	// freed by a finished node must really be free (its patch may fail)
-	// before another node takes it, so maxConcurrent holds at every moment.
+	// Approvals and disruptions are granted only after every other change
+	// landed: a slot freed by a finished node must really be free (its
+	// patch may fail) before another node takes it, so maxConcurrent holds
+	// at every moment.
 	var errs []error
 	written := map[string]bool{}
 	var grants []string
 	for _, name := range slices.Sorted(maps.Keys(d.Changes)) {
 		ch := d.Changes[name]
-		if v, ok := ch.Annotations[nodes.Approved]; ok && v != nil {
+		if isGrant(ch) {
 			grants = append(grants, name)
 			continue
 		}
@@ -100,7 +101,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 			continue
 		}
 		written[name] = true
-		klog.InfoS("Approved update", "group", group, "node", name)
+		klog.InfoS("Granted an update slot", "group", group, "node", name, "change", d.Changes[name].String())
 	}
 	for _, e := range d.Events {
 		if n := byName[e.Node]; n != nil && written[e.Node] {
@@ -124,7 +125,19 @@ func groupRef(g *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
 
 func grants(d Decision) bool {
 	for _, ch := range d.Changes {
-		if v, ok := ch.Annotations[nodes.Approved]; ok && v != nil {
+		if isGrant(ch) {
+			return true
+		}
+	}
+	return false
+}
+
+// isGrant reports whether the change takes one of the slots maxConcurrent
+// limits: an update approval, or a disruption (a drain by node-manager, a
+// disruption approval, a replacement mark).
+func isGrant(ch *nodes.Change) bool {
+	for _, k := range []string{nodes.Approved, nodes.Draining, nodes.DisruptionApproved, nodes.RollingUpdate} {
+		if v, ok := ch.Annotations[k]; ok && v != nil {
 			return true
 		}
 	}

@@ -4,6 +4,15 @@
 // applied its group's configuration. The decisions are a pure function of
 // the group, its checksum, its nodes and the time (Plan), so they are
 // tested exhaustively without a cluster; the controller only applies them.
+//
+// maxConcurrent bounds two things: how many nodes of a group hold an update
+// approval (approved), and how many are disrupted (see Disrupted: drained
+// or being drained by node-manager, disruption-approved, or marked
+// rolling-update). A disruption is granted only to a node that holds an
+// update approval, and only while fewer than maxConcurrent nodes of the
+// group are disrupted; a node that asks for a disruption without an
+// approval waits (bashible asks for the approval first, see
+// templates/tree/lib/_node_lib.tpl, bb-disruption-gate).
 package approval
 
 import (
@@ -113,7 +122,8 @@ func drainBeforeApproval(g *deckhousev1.NodeGroup) bool {
 // Plan decides, for one group, in three passes over one consistent view:
 //  1. nodes that applied the group's checksum and are Ready lose the
 //     protocol annotations (and are uncordoned if we drained them);
-//  2. nodes asking for a disruption get it as the mode allows;
+//  2. approved nodes asking for a disruption get it as the mode allows,
+//     while fewer than maxConcurrent are disrupted;
 //  3. waiting nodes are approved while fewer than maxConcurrent are.
 //
 // Each pass sees the changes of the ones before it.
@@ -137,7 +147,10 @@ func Plan(in Input) Decision {
 	// disruption): that drain is called off, and its cordon lifted.
 	for _, n := range view {
 		ours := nodes.DrainedByUs(n) || nodes.DrainingByUs(n)
-		if !(nodes.Has(n, nodes.Approved) || ours) || n.Annotations[nodes.ChecksumAnnotation] != in.Checksum || !nodes.IsReady(n) {
+		// A disruption approved by a person for a node without an update
+		// approval ends here too: it would hold a disruption slot forever.
+		inUpdate := nodes.Has(n, nodes.Approved) || ours || nodes.Has(n, nodes.DisruptionApproved)
+		if !inUpdate || n.Annotations[nodes.ChecksumAnnotation] != in.Checksum || !nodes.IsReady(n) {
 			continue
 		}
 		c := (&nodes.Change{}).Remove(n, nodes.Approved, nodes.WaitingForApproval, nodes.DisruptionRequired,
@@ -153,7 +166,25 @@ func Plan(in Input) Decision {
 			fmt.Sprintf("configuration %.12s is applied", in.Checksum)})
 	}
 
-	// 2. Disruptions.
+	// 2. Disruptions, bounded like approvals: at most maxConcurrent nodes
+	// are disrupted at once, and only nodes that hold an update approval
+	// are granted one.
+	limit := maxConcurrent(in.Group, len(view))
+	// slot reports whether n may be disrupted: it is already, or fewer
+	// than limit nodes are. Every grant is applied to the view at once, so
+	// the count always includes the grants of this pass.
+	slot := func(n *corev1.Node) bool {
+		if Disrupted(n) {
+			return true
+		}
+		c := 0
+		for _, o := range view {
+			if Disrupted(o) {
+				c++
+			}
+		}
+		return c < limit
+	}
 	mode := Mode(in.Group)
 	// available: Ready, schedulable and not being drained — where pods go.
 	available := func(except *corev1.Node) int {
@@ -198,8 +229,16 @@ func Plan(in Input) Decision {
 		if wantsDisruption && mode == deckhousev1.ApprovalAutomatic {
 			d.recheck(ClosesAt(windows(in.Group), in.Now))
 		}
+		// A node without an update approval (it asked for both at once, or
+		// its approval was taken back) waits for one: approvals are what
+		// maxConcurrent hands out, and a disruption is part of an update.
+		// Any change of the group's nodes looks again.
+		approved := nodes.Has(n, nodes.Approved)
 		if mode == deckhousev1.ApprovalRollingUpdate {
 			if !nodes.Has(n, nodes.RollingUpdate) {
+				if !approved || !slot(n) {
+					continue
+				}
 				apply(n, (&nodes.Change{}).Set(nodes.RollingUpdate, ""))
 			}
 			if _, managed := n.Annotations[MachineAnnotation]; !managed && !nodes.Has(n, replacementReported) {
@@ -210,7 +249,13 @@ func Plan(in Input) Decision {
 			continue
 		}
 		// Automatic.
+		if !approved {
+			continue
+		}
 		approve := func(why string) {
+			if !slot(n) {
+				return
+			}
 			apply(n, (&nodes.Change{}).Set(nodes.DisruptionApproved, "").Remove(n, nodes.DisruptionRequired))
 			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DisruptionApproved", "disruption approved: " + why})
 		}
@@ -227,6 +272,8 @@ func Plan(in Input) Decision {
 			// Draining the last node pods can run on would leave them
 			// nowhere: wait until another node of the group is Ready and
 			// schedulable (any node change looks again).
+		case !slot(n):
+			// maxConcurrent nodes are disrupted: wait for one to finish.
 		default:
 			apply(n, (&nodes.Change{}).Set(nodes.Draining, nodes.DrainSourceBashible))
 			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainRequested", "draining before the disruptive update"})
@@ -234,7 +281,6 @@ func Plan(in Input) Decision {
 	}
 
 	// 3. Update approvals.
-	limit := maxConcurrent(in.Group, len(view))
 	approved := 0
 	var waiting []*corev1.Node
 	allReady := true
@@ -246,24 +292,28 @@ func Plan(in Input) Decision {
 		}
 		allReady = allReady && nodes.IsReady(n)
 	}
-	// Nodes that are not Ready go first: they cannot get worse, and their
-	// update may be what mends them. While the group is not healthy only
-	// they are approved.
-	slices.SortStableFunc(waiting, func(a, b *corev1.Node) int {
-		ra, rb := nodes.IsReady(a), nodes.IsReady(b)
+	// Disrupted nodes go first, beyond the limit and whatever the group's
+	// health: someone (a person) already took them out of service, and
+	// only their update frees the disruption slot they hold — waiting
+	// would deadlock against an approved node waiting for that slot. Then
+	// nodes that are not Ready: they cannot get worse, and their update may
+	// be what mends them. While the group is not healthy only they are
+	// approved.
+	rank := func(n *corev1.Node) int {
 		switch {
-		case ra == rb:
+		case Disrupted(n):
 			return 0
-		case !ra:
-			return -1
+		case !nodes.IsReady(n):
+			return 1
 		}
-		return 1
-	})
+		return 2
+	}
+	slices.SortStableFunc(waiting, func(a, b *corev1.Node) int { return rank(a) - rank(b) })
 	for _, n := range waiting {
-		if approved >= limit {
+		if rank(n) > 0 && approved >= limit {
 			break
 		}
-		if !allReady && nodes.IsReady(n) {
+		if rank(n) > 1 && !allReady {
 			break
 		}
 		apply(n, (&nodes.Change{}).Set(nodes.Approved, "").Remove(n, nodes.WaitingForApproval))
@@ -287,3 +337,15 @@ const MachineAnnotation = "cluster.x-k8s.io/machine"
 // replacementReported remembers that a RollingUpdate node without a machine
 // controller was reported, so the warning is given once per update.
 const replacementReported = nodes.UpdatePrefix + "replacement-reported"
+
+// Disrupted reports whether the node counts as disrupted for an update: from
+// the moment node-manager asks to drain it until it reports the group's
+// checksum again. That is: node-manager drains it or has drained it
+// (draining or drained with the value bashible), its disruption is approved
+// (by node-manager or a person), or it is marked for replacement
+// (rolling-update). A drain a person or another tool started is theirs and
+// not counted; a node on its first run passes bb-disruption-gate without
+// asking, has no workloads yet, and is not counted either.
+func Disrupted(n *corev1.Node) bool {
+	return nodes.DrainingByUs(n) || nodes.DrainedByUs(n) || nodes.Has(n, nodes.DisruptionApproved) || nodes.Has(n, nodes.RollingUpdate)
+}

@@ -338,3 +338,119 @@ func TestDrainIsCalledOffWhenTheWindowCloses(t *testing.T) {
 		t.Error("a user's drain was called off")
 	}
 }
+
+func disruptedNames(m map[string]*corev1.Node) []string {
+	var out []string
+	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
+		if n, ok := m[name]; ok && Disrupted(n) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func TestDisruptionsAreBoundedByMaxConcurrent(t *testing.T) {
+	for name, g := range map[string]*deckhousev1.NodeGroup{
+		"drain first":   group("w", maxc(intstr.FromInt32(2))),
+		"without drain": group("w", maxc(intstr.FromInt32(2)), mode(deckhousev1.ApprovalAutomatic, ptr.To(false))),
+		"replacement":   group("w", maxc(intstr.FromInt32(2)), mode(deckhousev1.ApprovalRollingUpdate, nil)),
+	} {
+		// Five nodes hold an approval (a person approved them all) and ask
+		// for a disruption at once.
+		var ns []*corev1.Node
+		for _, n := range []string{"a", "b", "c", "d", "e"} {
+			ns = append(ns, node(n, true, nodes.Approved, "", nodes.DisruptionRequired, "", MachineAnnotation, "m"))
+		}
+		if got := disruptedNames(after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})); fmt.Sprint(got) != "[a b]" {
+			t.Errorf("%s: disrupted %v; want a and b only (maxConcurrent 2)", name, got)
+		}
+		// One slot is taken by a node that is drained already: one more.
+		ns[4] = node("e", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Drained, "bashible")
+		if got := disruptedNames(after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})); len(got) != 2 || got[1] != "e" {
+			t.Errorf("%s with e drained: disrupted %v; want e and one other", name, got)
+		}
+	}
+}
+
+func TestDisruptionIsGrantedOnlyToANodeWithAnUpdateApproval(t *testing.T) {
+	for name, g := range map[string]*deckhousev1.NodeGroup{
+		"drain first":   group("w", maxc(intstr.FromInt32(3))),
+		"without drain": group("w", maxc(intstr.FromInt32(3)), mode(deckhousev1.ApprovalAutomatic, ptr.To(false))),
+		"replacement":   group("w", maxc(intstr.FromInt32(3)), mode(deckhousev1.ApprovalRollingUpdate, nil)),
+	} {
+		// The node asks for both at once: it is approved for the update
+		// first, and disrupted only in a later pass.
+		ns := []*corev1.Node{node("a", true, nodes.WaitingForApproval, "", nodes.DisruptionRequired, "", MachineAnnotation, "m"), node("b", true)}
+		out := after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})
+		if a := out["a"]; Disrupted(a) || nodes.Has(a, nodes.Draining) || !nodes.Has(a, nodes.Approved) {
+			t.Errorf("%s: first pass %v; want approved, not disrupted", name, a.Annotations)
+		}
+		out = after(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{out["a"], out["b"]}, Now: noon})
+		if a := out["a"]; !Disrupted(a) {
+			t.Errorf("%s: second pass %v; want the disruption granted to the approved node", name, a.Annotations)
+		}
+		// Without an approval and without asking for one: nothing.
+		ns = []*corev1.Node{node("a", true, nodes.DisruptionRequired, "", MachineAnnotation, "m"), node("b", true)}
+		if d := Plan(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon}); len(d.Changes) != 0 {
+			t.Errorf("%s: a node without an update approval was granted %v", name, d.Changes["a"])
+		}
+	}
+}
+
+// A step that reboots on every boot made every node ask for a disruption
+// after a reboot, without an update approval; the old Plan drained all but
+// one of them at once.
+func TestEveryNodeAskingForADisruptionAtOnceDisruptsAtMostMaxConcurrent(t *testing.T) {
+	g := group("w")
+	var ns []*corev1.Node
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		ns = append(ns, node(n, true, nodes.DisruptionRequired, "", nodes.WaitingForApproval, ""))
+	}
+	for pass := range 6 {
+		out := after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})
+		if got := disruptedNames(out); len(got) > 1 {
+			t.Fatalf("pass %d: disrupted %v at once with maxConcurrent 1", pass, got)
+		}
+		if got := approvedNames(out); len(got) > 1 {
+			t.Fatalf("pass %d: approved %v at once with maxConcurrent 1", pass, got)
+		}
+		ns = ns[:0]
+		for _, name := range []string{"a", "b", "c", "d", "e"} {
+			n := out[name]
+			if nodes.Has(n, nodes.Draining) {
+				drainedNode := n.DeepCopy()
+				delete(drainedNode.Annotations, nodes.Draining)
+				drainedNode.Annotations[nodes.Drained] = "bashible"
+				n = drainedNode
+			}
+			ns = append(ns, n)
+		}
+	}
+	if got := disruptedNames(after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})); fmt.Sprint(got) != "[a]" {
+		t.Errorf("disrupted %v; want a alone, still in its update", got)
+	}
+}
+
+func TestNodeAPersonDisruptedIsApprovedFirstSoItsSlotIsFreed(t *testing.T) {
+	// a holds the only approval and waits for a disruption slot; b holds
+	// that slot (a person approved its disruption) and waits for an
+	// approval. Approving b beyond the limit is the way out.
+	ns := []*corev1.Node{
+		node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""),
+		node("b", true, nodes.WaitingForApproval, "", nodes.DisruptionApproved, ""),
+		node("c", true, nodes.WaitingForApproval, ""),
+	}
+	out := after(Input{Group: group("w"), Checksum: sum, Nodes: ns, Now: noon})
+	if got := approvedNames(out); fmt.Sprint(got) != "[a b]" {
+		t.Errorf("approved %v; want a and the disrupted b (not c)", got)
+	}
+	if nodes.Has(out["a"], nodes.Draining) {
+		t.Error("a was drained while b holds the only disruption slot")
+	}
+	// Once b reports the checksum its disruption ends, and a may go.
+	done := node("b", true, nodes.ChecksumAnnotation, sum, nodes.DisruptionApproved, "")
+	out = after(Input{Group: group("w"), Checksum: sum, Nodes: []*corev1.Node{out["a"], done, out["c"]}, Now: noon})
+	if Disrupted(out["b"]) || !nodes.Has(out["a"], nodes.Draining) {
+		t.Errorf("after b finished: b %v, a %v; want b cleaned and a draining", out["b"].Annotations, out["a"].Annotations)
+	}
+}

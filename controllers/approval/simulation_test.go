@@ -17,12 +17,19 @@ import (
 )
 
 // simNode is one node's agent in the simulation: it follows bashible's
-// side of the protocol (templates/tree: 001_wait_for_approval and
-// bb-disruption-gate), one small step at a time.
+// side of the protocol (templates/tree: bashible.sh and the library's
+// bb-wait-for-update-approval and bb-disruption-gate), one small step at a
+// time — and may ask for a disruption together with its update approval,
+// which the controller must not grant before the approval.
 type simNode struct {
 	node       *corev1.Node
 	disruptive bool // whether applying the current target needs a disruption
 	target     string
+	// again: the machine rebooted, and a step asks for a disruption on
+	// every boot, so the node converges its configuration once more
+	// through update approval and a disruption (bashible.sh: a reboot
+	// request, or bb-disruption-gate on a node that holds no approval).
+	again bool
 }
 
 // world is a group under rollout: the nodes, the drain controller's
@@ -39,6 +46,9 @@ type world struct {
 	// blocked makes every drain fail, like a PodDisruptionBudget that
 	// forbids eviction.
 	blocked bool
+	// everyRun: every node asks for a disruption on every run (a step that
+	// reboots on every boot), and machines reboot often.
+	everyRun bool
 }
 
 func (w *world) fail(format string, args ...any) {
@@ -66,14 +76,28 @@ func (w *world) controller() {
 	before := w.approved()
 	d := Plan(in)
 	limit := MaxConcurrent(w.group.Spec.Update.MaxConcurrent.String(), len(w.nodes))
-	grantedApproval := false
+	grantedApproval, grantedDisruption, beyond := false, false, 0
 	for _, n := range w.nodes {
 		c := d.Changes[n.node.Name]
 		if c == nil {
 			continue
 		}
 		if v, ok := c.Annotations[nodes.Approved]; ok && v != nil {
-			grantedApproval = true
+			if Disrupted(n.node) {
+				// Out of service already (a person disrupted it): approved
+				// beyond the limit so that its slot is freed.
+				before--
+				beyond++
+			} else {
+				grantedApproval = true
+			}
+		}
+		if grants := disruptionGrants(n.node, c); len(grants) > 0 {
+			// A node disrupted already holds its slot; a new one takes one.
+			grantedDisruption = grantedDisruption || !Disrupted(n.node)
+			if !nodes.Has(n.node, nodes.Approved) {
+				w.fail("node %s: %v granted to a node without an update approval (annotations %v)", n.node.Name, grants, n.node.Annotations)
+			}
 		}
 		if v, ok := c.Annotations[nodes.DisruptionApproved]; ok && v != nil {
 			if Mode(w.group) == deckhousev1.ApprovalManual {
@@ -111,9 +135,32 @@ func (w *world) controller() {
 			}
 		}
 	}
-	if after := w.approved(); grantedApproval && after > limit {
+	if after := w.approved() - beyond; grantedApproval && after > limit {
 		w.fail("approved %d nodes (was %d) with maxConcurrent %d", after, before, limit)
 	}
+	if grantedDisruption {
+		var disrupted []string
+		for _, n := range w.nodes {
+			if Disrupted(n.node) {
+				disrupted = append(disrupted, n.node.Name)
+			}
+		}
+		if len(disrupted) > limit {
+			w.fail("%d nodes disrupted at once %v with maxConcurrent %d (changes %v)", len(disrupted), disrupted, limit, d.Changes)
+		}
+	}
+}
+
+// disruptionGrants lists what of a disruption the change grants the node:
+// a drain by node-manager, a disruption approval, a replacement mark.
+func disruptionGrants(n *corev1.Node, c *nodes.Change) []string {
+	var out []string
+	for _, k := range []string{nodes.Draining, nodes.DisruptionApproved, nodes.RollingUpdate} {
+		if v, ok := c.Annotations[k]; ok && v != nil && !nodes.Has(n, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // drainer plays the drain controller: a drain takes a few steps and then
@@ -147,7 +194,13 @@ func (w *world) agents() {
 		}
 		a := n.node.Annotations
 		if n.target != w.sum {
-			n.target, n.disruptive = w.sum, w.rng.IntN(3) == 0
+			n.target, n.disruptive = w.sum, w.everyRun || w.rng.IntN(3) == 0
+		}
+		if n.again && a[nodes.ChecksumAnnotation] == n.target && !nodes.HasUpdateAnnotation(n.node) {
+			// A converge of the configuration the node has, that will
+			// disrupt: it is an update like any other.
+			n.again, n.disruptive = false, true
+			delete(a, nodes.ChecksumAnnotation)
 		}
 		if a[nodes.ChecksumAnnotation] == n.target && !nodes.Has(n.node, nodes.Approved) {
 			continue // in sync
@@ -156,6 +209,11 @@ func (w *world) agents() {
 		case !nodes.Has(n.node, nodes.Approved) && !nodes.Has(n.node, nodes.WaitingForApproval):
 			a[nodes.WaitingForApproval] = ""
 			delete(a, nodes.ChecksumAnnotation)
+			if n.disruptive && Mode(w.group) != deckhousev1.ApprovalRollingUpdate && w.rng.IntN(2) == 0 {
+				// A node may ask for both at once; the disruption must
+				// still wait for the update approval.
+				a[nodes.DisruptionRequired] = ""
+			}
 		case !nodes.Has(n.node, nodes.Approved):
 			// waiting
 		case a[nodes.ChecksumAnnotation] == n.target:
@@ -208,6 +266,8 @@ func (w *world) chaos() {
 	case r < 17: // a person changes the group's disruption mode
 		g := randomGroup(w.rng, 0)
 		w.group.Spec.Disruptions = g.Spec.Disruptions
+	case r < 30 && w.everyRun: // a machine reboots; its steps ask for a disruption again
+		n.again = true
 	}
 	if Mode(w.group) == deckhousev1.ApprovalManual && w.rng.IntN(10) == 0 {
 		// a person drains and approves a disruption
@@ -246,9 +306,12 @@ func randomGroup(rng *rand.Rand, i int) *deckhousev1.NodeGroup {
 
 // TestSimulatedRollouts runs randomized rollouts and checks the safety
 // invariants after every controller pass: never more approved than
-// maxConcurrent by the controller, never drained after a failed drain, never
-// a disruption approved in Manual mode, outside a window, or without a
-// finished drain where one is required. Then, with failures stopped, every
+// maxConcurrent by the controller, never more disrupted than maxConcurrent
+// after the controller granted a disruption, never a disruption granted to
+// a node without an update approval, never drained after a failed drain,
+// never a disruption approved in Manual mode, outside a window, or without a
+// finished drain where one is required. A third of the rollouts have every
+// node ask for a disruption on every run, with machines rebooting often. Then, with failures stopped, every
 // rollout must finish: all nodes on the group's checksum, no protocol
 // annotations left, nothing cordoned.
 func TestSimulatedRollouts(t *testing.T) {
@@ -262,6 +325,7 @@ func TestSimulatedRollouts(t *testing.T) {
 			w.nodes = append(w.nodes, &simNode{node: node(fmt.Sprintf("n%d", j), true, nodes.ChecksumAnnotation, "initial", MachineAnnotation, "m")})
 		}
 		w.blocked = rng.IntN(5) == 0
+		w.everyRun = i%3 == 0
 		for w.step = 0; w.step < 150; w.step++ {
 			w.chaos()
 			w.agents()
@@ -273,6 +337,7 @@ func TestSimulatedRollouts(t *testing.T) {
 		// a person approves manual disruptions.
 		w.blocked = false
 		for _, n := range w.nodes {
+			n.again = false
 			n.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 		}
 		for ; w.step < 400 && !w.done(); w.step++ {

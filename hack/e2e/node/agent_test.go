@@ -91,13 +91,18 @@ func events(t *testing.T, node, reason string) []string {
 	return notes
 }
 
-// changeBundle adds a NodeGroupConfiguration for group and waits until the
-// group serves a new checksum.
+// changeBundle adds a NodeGroupConfiguration of weight 40 for group and
+// waits until the group serves a new checksum.
 func changeBundle(t *testing.T, name, group, content string) string {
+	t.Helper()
+	return changeBundleWeight(t, name, group, 40, content)
+}
+
+func changeBundleWeight(t *testing.T, name, group string, weight int32, content string) string {
 	t.Helper()
 	before := served(t, group)
 	ngc := &deckhousev1alpha1.NodeGroupConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: []string{group}, Bundles: []string{"*"}, Weight: 40, Content: content}}
+		Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: []string{group}, Bundles: []string{"*"}, Weight: weight, Content: content}}
 	if _, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(stack.TestContext(t), ngc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +302,7 @@ func TestConcurrentRunsOneRunsOneExits(t *testing.T) {
 	}
 }
 
-func TestRebootAnnotationAndRebootForceAConverge(t *testing.T) {
+func TestARebootForcesAConvergeWithoutApproval(t *testing.T) {
 	n := newNode(t, "reboot-1", "sim")
 	mustRun(t, n)
 	applied := strings.Count(n.Read("applied-checksums"), "\n")
@@ -305,24 +310,136 @@ func TestRebootAnnotationAndRebootForceAConverge(t *testing.T) {
 	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied {
 		t.Fatalf("a run in sync ran the steps (%d → %d)", applied, got)
 	}
-	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
-		t.Fatal(err)
-	}
-	mustRun(t, n)
-	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied+1 {
-		t.Errorf("the reboot annotation should force a converge (%d → %d)", applied, got)
-	}
-	if _, ok := annotations(t, n)["update.node.deckhouse.io/reboot"]; ok {
-		t.Error("the reboot annotation should be cleared after the converge")
-	}
-	// A reboot since the last run (a new boot id) also forces one.
+	// A reboot since the last run (a new boot id) forces one; nothing in it
+	// disrupts, so it needs no approval.
 	if err := n.Write("proc/sys/kernel/random/boot_id", "00000000-0000-4000-8000-000000000002\n"); err != nil {
 		t.Fatal(err)
 	}
 	mustRun(t, n)
-	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied+2 {
-		t.Errorf("a reboot should force a converge (%d → %d)", applied+1, got)
+	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied+1 {
+		t.Errorf("a reboot should force a converge (%d → %d)", applied, got)
+	}
+	if _, asked := annotations(t, n)["update.node.deckhouse.io/waiting-for-approval"]; asked {
+		t.Error("a converge after a reboot asked for approval without a disruption")
+	}
+}
+
+// rebootsBy makes the node's reboot command count its calls and give the
+// machine a new boot id, as a real reboot does; before, it copies the
+// recorded checksum to rebooted-with.
+func rebootsBy(t *testing.T, n *stack.SimNode) {
+	t.Helper()
+	script := `echo reboot >> "$1/reboots"
+cp "$1/var/lib/bashible/configuration_checksum" "$1/rebooted-with"
+printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" > "$1/proc/sys/kernel/random/boot_id"
+`
+	if err := n.Write("reboot.sh", script); err != nil {
+		t.Fatal(err)
+	}
+	n.Env = append(n.Env, "BASHIBLE_REBOOT_COMMAND=bash "+n.Path("reboot.sh")+" "+n.Root)
+}
+
+// The reboot annotation is an update: the node asks for approval, then for
+// a disruption, reboots once as the run's last action, and reports (and
+// clears the request) only from the run after the reboot.
+func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.T) {
+	n := newNode(t, "reboot-3", "sim")
+	mustRun(t, n)
+	sum := served(t, "sim")
+	rebootsBy(t, n)
+	empty := ""
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, err := n.Start(stack.TestContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	has := func(ctx context.Context, key string) (bool, error) {
+		a, err := n.Annotations(ctx, cp)
+		_, ok := a[key]
+		return ok, err
+	}
+	stack.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
+		return has(ctx, "update.node.deckhouse.io/waiting-for-approval")
+	})
+	if _, ok := annotations(t, n)[checksumAnnotation]; ok {
+		t.Error("a node asking for approval must not count as up to date")
+	}
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	stack.Poll(t, "the node asks for a disruption", func(ctx context.Context) (bool, error) {
+		return has(ctx, "update.node.deckhouse.io/disruption-required")
+	})
+	if n.Exists("reboots") {
+		t.Fatal("the node rebooted before its disruption was approved")
+	}
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the run: %v\n%s", err, out)
+	}
+	if got := n.Read("reboots"); got != "reboot\n" {
+		t.Fatalf("reboot command calls: %q, want exactly one\n%s", got, out)
+	}
+	if strings.TrimSpace(n.Read("rebooted-with")) != sum {
+		t.Errorf("the reboot must come after the configuration is recorded; at reboot the checksum file held %q", n.Read("rebooted-with"))
+	}
+	a := annotations(t, n)
+	if _, ok := a["update.node.deckhouse.io/reboot"]; !ok {
+		t.Error("the reboot request was cleared before the node came back")
+	}
+	if _, ok := a[checksumAnnotation]; ok {
+		t.Error("the node reported its configuration before the reboot; node-manager would end its disruption while it is down")
+	}
+
+	// Back from the reboot: the run converges, reports, and clears the request.
+	mustRun(t, n)
+	a = annotations(t, n)
+	if _, ok := a["update.node.deckhouse.io/reboot"]; ok {
+		t.Error("the answered reboot request should be cleared once the node is back")
+	}
+	if a[checksumAnnotation] != sum {
+		t.Errorf("after the reboot the node reports %q, want %q", a[checksumAnnotation], sum)
+	}
+	mustRun(t, n)
+	if got := n.Read("reboots"); got != "reboot\n" {
+		t.Errorf("reboot command calls after the node came back: %q, want still one", got)
+	}
+}
+
+// A NodeGroupConfiguration of weight 0 sorts before every built-in step; it
+// must still run only once the update is approved.
+func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
+	n := newNode(t, "early-1", "sim")
+	mustRun(t, n)
+	changeBundleWeight(t, "0-early.sh", "sim", 0, `touch "$BASHIBLE_ROOT/early-marker"`+"\n")
+	cmd, out, err := n.Start(stack.TestContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	stack.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
+		a, err := n.Annotations(ctx, cp)
+		_, ok := a["update.node.deckhouse.io/waiting-for-approval"]
+		return ok, err
+	})
+	time.Sleep(2 * time.Second) // a few polls of a node that waits
+	if n.Exists("early-marker") {
+		t.Fatal("the weight-0 step ran before the update was approved")
+	}
+	empty := ""
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the run: %v\n%s", err, out)
+	}
+	if !n.Exists("early-marker") {
+		t.Error("the weight-0 step should run once the update is approved")
 	}
 }
 
@@ -396,28 +513,4 @@ func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
 
 func clientFor(cfg *rest.Config) bashibleclient.BashibleV1alpha1Interface {
 	return versioned.NewForConfigOrDie(cfg).BashibleV1alpha1()
-}
-
-func TestRebootComesLastAfterTheConfigurationIsRecorded(t *testing.T) {
-	n := newNode(t, "reboot-2", "sim")
-	mustRun(t, n)
-	if err := n.Control("reboot", true); err != nil {
-		t.Fatal(err)
-	}
-	empty := ""
-	// Force a converge of the same configuration, with the disruption approved.
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{
-		"update.node.deckhouse.io/reboot": &empty, "update.node.deckhouse.io/disruption-approved": &empty,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	// The reboot command records what was already written when it ran.
-	n.Env = []string{"BASHIBLE_REBOOT_COMMAND=cp " + n.Path("var/lib/bashible/configuration_checksum") + " " + n.Path("rebooted")}
-	mustRun(t, n)
-	if got := n.Read("rebooted"); strings.TrimSpace(got) != served(t, "sim") {
-		t.Errorf("the reboot must come after the configuration is recorded; at reboot the checksum file held %q", got)
-	}
-	if _, ok := annotations(t, n)["update.node.deckhouse.io/reboot"]; ok {
-		t.Error("the answered reboot request should be cleared")
-	}
 }

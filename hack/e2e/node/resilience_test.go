@@ -290,8 +290,8 @@ func TestSelfUpdateKeepsTheNewAgentOnlyIfItsRunSucceeds(t *testing.T) {
 	if err := n.Write("var/lib/bashible/bashible.sh", old); err != nil {
 		t.Fatal(err)
 	}
-	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+	// A reboot since the last run forces a converge (without approval).
+	if err := n.Write("proc/sys/kernel/random/boot_id", "00000000-0000-4000-8000-000000000002\n"); err != nil {
 		t.Fatal(err)
 	}
 	// The new agent's run fails: the old one stays.

@@ -409,11 +409,8 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
 	})
 	n.install(more)
-	// A new configuration first asks the cluster for approval (001), and
-	// no API runs here: the node suite proves that step; this run leaves it out.
-	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
-		t.Fatal(err)
-	}
+	// Update approval is bashible.sh's, before the steps (the node suite
+	// proves it); the steps run here directly.
 	before = snapshot(t, root)
 	out, calls, err = n.runSteps(more.Checksum)
 	if err != nil {
@@ -434,9 +431,6 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
 	})
 	n.install(moved)
-	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
-		t.Fatal(err)
-	}
 	before = snapshot(t, root)
 	out, calls, err = n.runSteps(moved.Checksum)
 	if err != nil {
@@ -465,9 +459,6 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
 	})
 	n.install(upgrade)
-	if err := os.Remove(filepath.Join(root, "var/lib/bashible/bundle_steps/001_wait_for_approval.sh")); err != nil {
-		t.Fatal(err)
-	}
 	before = snapshot(t, root)
 	out, calls, err = n.runSteps(upgrade.Checksum)
 	if err == nil || !strings.Contains(out, "containerd "+ctrdVersion+" is to be replaced by "+newer) || !strings.Contains(out, "=== 040_containerd.sh failed") {

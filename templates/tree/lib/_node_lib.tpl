@@ -178,9 +178,58 @@ bb-event() {
     bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events > /dev/null || bb-log "could not record event $2"
 }
 
+# bb-wait-for-update-approval: asks for update approval and waits for it,
+# with no time limit (a person may be the one to approve). bashible.sh
+# calls it before any step of a new configuration or of a reboot a person
+# asked for; bb-disruption-gate calls it for a disruption on a node without
+# one. The request (update.node.deckhouse.io/waiting-for-approval) removes
+# the node's configuration checksum in the same compare-and-set on the
+# Node's resourceVersion, so the node no longer counts as up to date and
+# node-manager ends its update only when it reports again; a node approved
+# already only loses the checksum. An approval that lands between the write
+# and the re-read does not make the node ask again.
+bb-wait-for-update-approval() {
+  local node rv rc tries=0 ask
+  node=$(bb-node-get)
+  until ! bb-node-has-annotation "$node" node.deckhouse.io/configuration-checksum &&
+      { bb-node-has-annotation "$node" update.node.deckhouse.io/waiting-for-approval ||
+        bb-node-has-annotation "$node" update.node.deckhouse.io/approved; }; do
+    ask='{"update.node.deckhouse.io/waiting-for-approval": "", "node.deckhouse.io/configuration-checksum": null}'
+    if bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
+      ask='{"node.deckhouse.io/configuration-checksum": null}'
+    fi
+    rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
+    rc=0
+    bb-node-annotate-cas "$rv" "$ask" || rc=$?
+    if (( rc != 0 )); then
+      # Only a conflict (someone else wrote the Node) is worth retrying.
+      tries=$(( tries + 1 ))
+      if (( rc != 9 || tries >= 30 )); then
+        bb-log "could not ask for update approval"
+        return 1
+      fi
+      sleep 1
+    fi
+    node=$(bb-node-get)
+  done
+  if ! bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
+    bb-instance-condition WaitingApproval True UpdateApprovalRequired \
+      "approve with: kubectl annotate node $(bb-node-name) update.node.deckhouse.io/approved="
+    bb-log "waiting for update.node.deckhouse.io/approved"
+    until bb-node-has-annotation "$node" update.node.deckhouse.io/approved; do
+      sleep "$BASHIBLE_POLL_SECONDS"
+      node=$(bb-node-get) || true
+    done
+  fi
+  bb-instance-condition WaitingApproval False Approved "the update is approved"
+}
+
 # bb-disruption-gate: call before anything that disrupts workloads
 # (restarting the container runtime, rebooting). It returns when the
-# disruption may go ahead; on the first run that is at once. In
+# disruption may go ahead; on the first run that is at once (a joining
+# machine has no workloads). A disruption is part of an update: a node
+# without an update approval asks for one first, since node-manager grants
+# disruptions only to approved nodes, at most maxConcurrent at once. In
 # RollingUpdate mode the node asks to be replaced instead: the step ends
 # here and bashible.sh stops the run without recording the configuration.
 bb-disruption-gate() {
@@ -191,6 +240,13 @@ bb-disruption-gate() {
   if [[ "$(cat "$BASHIBLE_DIR/flags/disruption" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
     return 0
   fi
+  local node
+  node=$(bb-node-get)
+  if ! bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
+    bb-log "a disruption needs an update approval first"
+    bb-wait-for-update-approval
+    node=$(bb-node-get)
+  fi
   if [[ "$BASHIBLE_APPROVAL_MODE" == RollingUpdate ]]; then
     bb-log "a disruptive change is needed; in RollingUpdate mode the node asks to be replaced"
     bb-node-annotate '{"update.node.deckhouse.io/rolling-update": ""}'
@@ -198,8 +254,6 @@ bb-disruption-gate() {
     bb-flag-set stop-run
     exit 0
   fi
-  local node
-  node=$(bb-node-get)
   if ! bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; then
     bb-node-annotate '{"update.node.deckhouse.io/disruption-required": ""}'
     bb-instance-condition WaitingDisruptionApproval True DisruptionApprovalRequired \

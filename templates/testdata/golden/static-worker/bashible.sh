@@ -2,8 +2,10 @@
 # bashible: the node agent of node group worker, served by
 # bashible-apiserver as bashibles/worker and run every minute by
 # bashible.timer. Each run: take the lock, update itself, skip if the node
-# already runs the group's configuration, otherwise fetch the bundle and run
-# its steps in order, reporting each one; on success record the checksum.
+# already runs the group's configuration, otherwise fetch the bundle, ask
+# for update approval (a new configuration or a reboot request, on a node
+# that has run before) and run its steps in order, reporting each one; on
+# success record the checksum.
 #
 # Options: --no-lock (the caller holds the lock), --max-retries N (attempts
 # per step, default 10). Environment, mostly for tests: BASHIBLE_ROOT (a
@@ -21,6 +23,10 @@ BASHIBLE_ROOT=${BASHIBLE_ROOT:-}
 BASHIBLE_DIR=${BASHIBLE_ROOT}/var/lib/bashible
 LOCK_FILE=${BASHIBLE_ROOT}/var/lock/bashible
 API_PATH=/apis/bashible.deckhouse.io/v1alpha1
+# A step's name: three digits, an underscore, then letters, digits, - _ .
+# Anchored at both ends of the whole string, in jq (Oniguruma) and in bash.
+STEP_NAME_RE='\A[0-9]{3}_[-a-zA-Z0-9_.]{1,246}\z'
+STEP_NAME_RE_BASH='^[0-9]{3}_[-a-zA-Z0-9_.]{1,246}$'
 NODE_GROUP='worker'
 MAX_RETRIES=10
 RETRY_DELAY=${BASHIBLE_RETRY_DELAY:-10}
@@ -231,9 +237,58 @@ bb-event() {
     bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events > /dev/null || bb-log "could not record event $2"
 }
 
+# bb-wait-for-update-approval: asks for update approval and waits for it,
+# with no time limit (a person may be the one to approve). bashible.sh
+# calls it before any step of a new configuration or of a reboot a person
+# asked for; bb-disruption-gate calls it for a disruption on a node without
+# one. The request (update.node.deckhouse.io/waiting-for-approval) removes
+# the node's configuration checksum in the same compare-and-set on the
+# Node's resourceVersion, so the node no longer counts as up to date and
+# node-manager ends its update only when it reports again; a node approved
+# already only loses the checksum. An approval that lands between the write
+# and the re-read does not make the node ask again.
+bb-wait-for-update-approval() {
+  local node rv rc tries=0 ask
+  node=$(bb-node-get)
+  until ! bb-node-has-annotation "$node" node.deckhouse.io/configuration-checksum &&
+      { bb-node-has-annotation "$node" update.node.deckhouse.io/waiting-for-approval ||
+        bb-node-has-annotation "$node" update.node.deckhouse.io/approved; }; do
+    ask='{"update.node.deckhouse.io/waiting-for-approval": "", "node.deckhouse.io/configuration-checksum": null}'
+    if bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
+      ask='{"node.deckhouse.io/configuration-checksum": null}'
+    fi
+    rv=$(jq -r '.metadata.resourceVersion' <<< "$node")
+    rc=0
+    bb-node-annotate-cas "$rv" "$ask" || rc=$?
+    if (( rc != 0 )); then
+      # Only a conflict (someone else wrote the Node) is worth retrying.
+      tries=$(( tries + 1 ))
+      if (( rc != 9 || tries >= 30 )); then
+        bb-log "could not ask for update approval"
+        return 1
+      fi
+      sleep 1
+    fi
+    node=$(bb-node-get)
+  done
+  if ! bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
+    bb-instance-condition WaitingApproval True UpdateApprovalRequired \
+      "approve with: kubectl annotate node $(bb-node-name) update.node.deckhouse.io/approved="
+    bb-log "waiting for update.node.deckhouse.io/approved"
+    until bb-node-has-annotation "$node" update.node.deckhouse.io/approved; do
+      sleep "$BASHIBLE_POLL_SECONDS"
+      node=$(bb-node-get) || true
+    done
+  fi
+  bb-instance-condition WaitingApproval False Approved "the update is approved"
+}
+
 # bb-disruption-gate: call before anything that disrupts workloads
 # (restarting the container runtime, rebooting). It returns when the
-# disruption may go ahead; on the first run that is at once. In
+# disruption may go ahead; on the first run that is at once (a joining
+# machine has no workloads). A disruption is part of an update: a node
+# without an update approval asks for one first, since node-manager grants
+# disruptions only to approved nodes, at most maxConcurrent at once. In
 # RollingUpdate mode the node asks to be replaced instead: the step ends
 # here and bashible.sh stops the run without recording the configuration.
 bb-disruption-gate() {
@@ -244,6 +299,13 @@ bb-disruption-gate() {
   if [[ "$(cat "$BASHIBLE_DIR/flags/disruption" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
     return 0
   fi
+  local node
+  node=$(bb-node-get)
+  if ! bb-node-has-annotation "$node" update.node.deckhouse.io/approved; then
+    bb-log "a disruption needs an update approval first"
+    bb-wait-for-update-approval
+    node=$(bb-node-get)
+  fi
   if [[ "$BASHIBLE_APPROVAL_MODE" == RollingUpdate ]]; then
     bb-log "a disruptive change is needed; in RollingUpdate mode the node asks to be replaced"
     bb-node-annotate '{"update.node.deckhouse.io/rolling-update": ""}'
@@ -251,8 +313,6 @@ bb-disruption-gate() {
     bb-flag-set stop-run
     exit 0
   fi
-  local node
-  node=$(bb-node-get)
   if ! bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; then
     bb-node-annotate '{"update.node.deckhouse.io/disruption-required": ""}'
     bb-instance-condition WaitingDisruptionApproval True DisruptionApprovalRequired \
@@ -575,31 +635,64 @@ run_step() {
 }
 
 # fetch_steps writes the bundle's steps to a new directory, then swaps it
-# in, so a half-written bundle is never run. A bundle without steps, or one
-# that does not parse, is refused.
+# in, so a half-written bundle is never run. The bundle is read one key at
+# a time, by name, so no content can make a step of another name: every
+# name must be a step name (checked whole, a newline included), every value
+# a string without a NUL byte (bash cannot run one, and it is how a value
+# could pose as a name). Otherwise, or without steps, the whole bundle is
+# refused and the node keeps the steps it has.
 fetch_steps() {
-  local json=$1 new pairs key value
-  if ! jq -e '.data | type == "object" and length > 0' <<< "$json" > /dev/null 2>&1; then
-    bb-log "refusing a bundle without steps"
+  local json=$1 new keys key count=0
+  if ! jq -e '.data | type == "object" and length > 0 and all(.[]; type == "string")' <<< "$json" > /dev/null 2>&1; then
+    bb-log "refusing a bundle without steps, or with a step that is not text"
     return 1
   fi
-  pairs=$BASHIBLE_DIR/tmp/steps.pairs
-  # One pass: name NUL script NUL, so no name or script is split.
-  jq -j '.data | to_entries[] | .key, "\u0000", .value, "\u0000"' <<< "$json" > "$pairs"
-  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX")
-  while IFS= read -r -d '' key && IFS= read -r -d '' value; do
-    if [[ ! "$key" =~ ^[0-9]{3}_[-a-zA-Z0-9_.]+$ ]]; then
+  if ! jq -e --arg re "$STEP_NAME_RE" '.data | keys | all(test($re))' <<< "$json" > /dev/null; then
+    bb-log "refusing the bundle: a step name is not NNN_<letters, digits, - _ .> (at most 250 bytes): $(jq -c --arg re "$STEP_NAME_RE" '[.data | keys[] | select(test($re) | not)] | .[:3]' <<< "$json" | head -c 600)"
+    return 1
+  fi
+  if ! jq -e '.data | all(.[]; explode | all(. != 0))' <<< "$json" > /dev/null; then
+    bb-log "refusing the bundle: step $(jq -r '[.data | to_entries[] | select(.value | explode | any(. == 0)) | .key][0]' <<< "$json") holds a NUL byte"
+    return 1
+  fi
+  # Called in a condition, so set -e does not hold here: every command
+  # that can fail says so.
+  keys=$(jq -r '.data | keys[]' <<< "$json") || return 1
+  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX") || return 1
+  while IFS= read -r key; do
+    # Checked again here: what is written is exactly what jq checked.
+    if [[ ! "$key" =~ $STEP_NAME_RE_BASH ]] || [[ -e "$new/$key" ]]; then
       bb-log "refusing a step named '$key'"
       return 1
     fi
-    printf '%s' "$value" > "$new/$key"
-  done < "$pairs"
+    jq -j --arg k "$key" '.data[$k] | strings' <<< "$json" > "$new/$key" || { bb-log "could not write step $key"; return 1; }
+    count=$(( count + 1 ))
+  done <<< "$keys"
+  if (( count != $(jq '.data | length' <<< "$json") )); then
+    bb-log "refusing the bundle: $count steps were written, the bundle has $(jq '.data | length' <<< "$json")"
+    return 1
+  fi
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
   if [[ -d "$BASHIBLE_DIR/bundle_steps" ]]; then
-    mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old"
+    mv "$BASHIBLE_DIR/bundle_steps" "$BASHIBLE_DIR/bundle_steps.old" || return 1
   fi
-  mv "$new" "$BASHIBLE_DIR/bundle_steps"
+  mv "$new" "$BASHIBLE_DIR/bundle_steps" || return 1
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
+}
+
+# reboot_request NODE-JSON prints what the Node's reboot annotation asks of
+# this run: "none"; "reboot" (a request not answered yet: go through
+# approval and a disruption, and reboot at the end); or "answered" (the
+# machine rebooted for it since: the run converges, then clears it).
+reboot_request() {
+  if ! bb-node-has-annotation "$1" update.node.deckhouse.io/reboot; then
+    echo none
+  elif [[ -s "$BASHIBLE_DIR/flags/reboot-answered" ]] &&
+      [[ "$(cat "$BASHIBLE_DIR/flags/reboot-answered")" != "$(boot_id)" ]]; then
+    echo answered
+  else
+    echo reboot
+  fi
 }
 
 main() {
@@ -608,16 +701,14 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step reboot_requested=no
+  local json checksum node="{}" step reboot=none approval=no
   json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
   checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
   [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
 
   if [[ ! -e "$BASHIBLE_DIR/first_run" ]]; then
     node=$(bb-node-get)
-    if bb-node-has-annotation "$node" update.node.deckhouse.io/reboot; then
-      reboot_requested=yes
-    fi
+    reboot=$(reboot_request "$node")
     if in_sync "$checksum" "$node"; then
       if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
         bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c}')"
@@ -625,14 +716,33 @@ main() {
       bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} is applied; nothing to do"
       return 0
     fi
+    # A new configuration, and a reboot a person asked for, are updates:
+    # approved before any step runs. A converge of the configuration the
+    # node has (after a reboot) needs no approval unless a step asks for a
+    # disruption, and then bb-disruption-gate asks for it.
+    if [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" != "$checksum" || "$reboot" == reboot ]]; then
+      approval=yes
+    fi
   else
     bb-instance-condition BashibleReady Unknown InitialRunInProgress "the first run is in progress"
   fi
 
-  fetch_steps "$json"
+  if ! fetch_steps "$json"; then
+    bb-instance-condition BashibleReady False BundleRefused "the served bundle of configuration ${checksum:0:12} is malformed and was not run; see bashible's log on the node"
+    bb-event Warning BashibleBundleRefused "the served bundle of configuration ${checksum:0:12} is malformed and was not run"
+    return 1
+  fi
+  export BASHIBLE_CHECKSUM=$checksum
+  if [[ "$approval" == yes ]]; then
+    bb-wait-for-update-approval
+  fi
+  if [[ "$reboot" == reboot ]]; then
+    # 099_reboot passes the disruption gate for it and reboots at the end.
+    bb-log "update.node.deckhouse.io/reboot asks for a reboot; the node reboots at the end of this run, once its disruption is approved"
+    bb-flag-set reboot
+  fi
   bb-log "converging to configuration ${checksum:0:12}"
   bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
-  export BASHIBLE_CHECKSUM=$checksum
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
     [[ -f "$step" ]] || continue
     run_step "$step" || {
@@ -654,23 +764,35 @@ main() {
   mv -f "$BASHIBLE_DIR/boot_id.new" "$BASHIBLE_DIR/boot_id"
   rm -f "$BASHIBLE_DIR/first_run"
   bb-flag-unset disruption
-  # The reboot request this run answered is cleared; one made since stays.
-  bb-node-annotate "$(jq -n --arg c "$checksum" --arg answered "$reboot_requested" \
-    '{"node.deckhouse.io/configuration-checksum": $c} + if $answered == "yes" then {"update.node.deckhouse.io/reboot": null} else {} end')"
-  bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
-  bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
-  bb-log "configuration ${checksum:0:12} applied"
   # Once joined, the node needs its bootstrap token no more.
   if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]]; then
     rm -f "$BASHIBLE_DIR/bootstrap-token" "$BASHIBLE_DIR/bootstrap-token-header"
   fi
-  # A reboot asked for by a step comes last, after everything is recorded.
+  # A reboot (asked for by a step or by the reboot annotation) comes last,
+  # after everything is recorded here. The Node hears of the configuration
+  # only from the run after the reboot (the boot id differs, so that run
+  # converges): until then the node stays in its update — approved,
+  # disrupted, drained — so node-manager neither uncordons it nor counts
+  # its disruption slot free while it is down.
   if bb-flag-is-set reboot-pending; then
     bb-flag-unset reboot-pending
-    bb-log "rebooting, as a step asked"
-    bb-event Normal BashibleReboot "rebooting, as a step asked"
+    if [[ "$reboot" == reboot ]]; then
+      boot_id > "$BASHIBLE_DIR/flags/reboot-answered"
+    fi
+    bb-instance-condition BashibleReady Unknown Rebooting "configuration ${checksum:0:12} applied; rebooting"
+    bb-log "rebooting, as asked"
+    bb-event Normal BashibleReboot "rebooting, as asked"
     ${BASHIBLE_REBOOT_COMMAND:-systemctl reboot}
+    return 0
   fi
+  # The reboot request this run answered (by rebooting before it) is
+  # cleared; one made since stays.
+  bb-node-annotate "$(jq -n --arg c "$checksum" --arg answered "$reboot" \
+    '{"node.deckhouse.io/configuration-checksum": $c} + if $answered == "answered" then {"update.node.deckhouse.io/reboot": null} else {} end')"
+  rm -f "$BASHIBLE_DIR/flags/reboot-answered"
+  bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
+  bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
+  bb-log "configuration ${checksum:0:12} applied"
 }
 
 main

@@ -1,0 +1,176 @@
+package templates
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeAPI is just enough of the API for one run of bashible.sh: the group's
+// NodeGroupBundle, and the node's Node with compare-and-set merge patches of
+// its annotations. Everything else is 404 (Instances: bashible reports
+// conditions best effort).
+type fakeAPI struct {
+	mu          sync.Mutex
+	bundle      map[string]any
+	annotations map[string]any
+	rv          int
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	node := func() map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{
+			"name": "n1", "resourceVersion": strconv.Itoa(f.rv), "annotations": f.annotations}}
+	}
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/worker":
+		_ = json.NewEncoder(w).Encode(f.bundle)
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/n1":
+		_ = json.NewEncoder(w).Encode(node())
+	case r.Method == http.MethodPatch && r.URL.Path == "/api/v1/nodes/n1":
+		var p struct {
+			Metadata struct {
+				ResourceVersion string         `json:"resourceVersion"`
+				Annotations     map[string]any `json:"annotations"`
+			} `json:"metadata"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(body, &p); err != nil {
+			http.Error(w, `{"message":"bad patch"}`, http.StatusBadRequest)
+			return
+		}
+		if p.Metadata.ResourceVersion != "" && p.Metadata.ResourceVersion != strconv.Itoa(f.rv) {
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"message":"conflict"}`))
+			return
+		}
+		for k, v := range p.Metadata.Annotations {
+			if v == nil {
+				delete(f.annotations, k)
+			} else {
+				f.annotations[k] = v
+			}
+		}
+		f.rv++
+		_ = json.NewEncoder(w).Encode(node())
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"message":"not found"}`))
+	}
+}
+
+// runAgent runs the group's rendered bashible.sh once, as on a node that has
+// run before (configuration "old"), against api; it returns the output,
+// the node's root and whether the run succeeded.
+func runAgent(t *testing.T, api *fakeAPI) (string, string, bool) {
+	t.Helper()
+	b := mustRender(t, builtinTree(t), workerContext(t, nil))
+	srv := httptest.NewTLSServer(api)
+	t.Cleanup(srv.Close)
+	root := t.TempDir()
+	files := map[string]string{
+		"var/lib/bashible/bashible.sh":            b.Bashible,
+		"var/lib/bashible/ca.crt":                 string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})),
+		"var/lib/bashible/bootstrap-token":        "abcdef.0123456789abcdef",
+		"var/lib/bashible/configuration_checksum": "old\n",
+		"var/lib/bashible/boot_id":                "boot-1\n",
+		"proc/sys/kernel/random/boot_id":          "boot-1\n",
+		"etc/os-release":                          "ID=debian\nVERSION_ID=12\n",
+	}
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "var/lib/bashible/bashible.sh"), "--max-retries", "1")
+	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+root, "BASHIBLE_NODE_NAME=n1", "BASHIBLE_SKIP_UPDATE=yes",
+		"BASHIBLE_API_ENDPOINTS="+strings.TrimPrefix(srv.URL, "https://"), "BASHIBLE_POLL_SECONDS=1", "BASHIBLE_RETRY_DELAY=0")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("bashible.sh did not finish:\n%s", out)
+	}
+	return string(out), root, err == nil
+}
+
+func bundleOf(steps map[string]string) map[string]any {
+	return map[string]any{"metadata": map[string]any{"name": "worker",
+		"annotations": map[string]any{"bashible.deckhouse.io/configuration-checksum": "new"}}, "data": steps}
+}
+
+// A step whose content holds NUL bytes used to write a step of another name
+// (the bundle was read as NUL-separated name/content pairs): here it
+// replaces the step that stands for the approval with "exit 0", so the
+// marker step would run without approval. The bundle must be refused whole,
+// and no step run.
+func TestAgentRefusesABundleThatCouldPoseAsAnotherStep(t *testing.T) {
+	for name, steps := range map[string]map[string]string{
+		"NUL in a step": {
+			"001_wait_for_approval.sh": "echo approval >> \"$BASHIBLE_ROOT/trace\"; exit 1\n",
+			"020_marker.sh":            "echo marker >> \"$BASHIBLE_ROOT/trace\"\n",
+			"500_evil.sh":              "true\x00001_wait_for_approval.sh\x00exit 0\n",
+		},
+		"newline in a name": {
+			"020_marker.sh":                      "echo marker >> \"$BASHIBLE_ROOT/trace\"\n",
+			"030_x.sh\n001_wait_for_approval.sh": "exit 0\n",
+		},
+	} {
+		api := &fakeAPI{bundle: bundleOf(steps), annotations: map[string]any{"node.deckhouse.io/configuration-checksum": "old"}}
+		out, root, ok := runAgent(t, api)
+		trace, _ := os.ReadFile(filepath.Join(root, "trace"))
+		if ok || strings.Contains(string(trace), "marker") {
+			t.Errorf("%s: the bundle was run (success %v, steps that ran: %q):\n%s", name, ok, trace, out)
+		}
+		if !strings.Contains(out, "refusing the bundle") {
+			t.Errorf("%s: the refusal should say why:\n%s", name, out)
+		}
+		if _, asked := api.annotations["update.node.deckhouse.io/waiting-for-approval"]; asked {
+			t.Errorf("%s: a refused bundle asked for approval", name)
+		}
+	}
+}
+
+// Every step is written byte for byte as served, whatever its content, and
+// the steps run only once the update is approved.
+func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
+	steps := map[string]string{
+		"000_-odd.name_.sh": "echo first >> \"$BASHIBLE_ROOT/trace\"\n# $(not run) `nor this` \\ \"quoted\" ünïcode\n",
+		"020_marker.sh":     "echo marker >> \"$BASHIBLE_ROOT/trace\"", // no final newline
+		"030_blank.sh":      "\n\n",
+	}
+	api := &fakeAPI{bundle: bundleOf(steps), annotations: map[string]any{
+		"node.deckhouse.io/configuration-checksum": "old", "update.node.deckhouse.io/approved": ""}}
+	out, root, ok := runAgent(t, api)
+	if !ok {
+		t.Fatalf("the run failed:\n%s", out)
+	}
+	for name, want := range steps {
+		got, err := os.ReadFile(filepath.Join(root, "var/lib/bashible/bundle_steps", name))
+		if err != nil || string(got) != want {
+			t.Errorf("step %s written as %q (%v), served as %q", name, got, err, want)
+		}
+	}
+	if trace, _ := os.ReadFile(filepath.Join(root, "trace")); string(trace) != "first\nmarker\n" {
+		t.Errorf("steps that ran: %q", trace)
+	}
+	if api.annotations["node.deckhouse.io/configuration-checksum"] != "new" {
+		t.Errorf("annotations after the run: %v", api.annotations)
+	}
+}
