@@ -67,7 +67,10 @@ func TestBootstrapTokenIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if user != "system:bootstrap:"+tok.ID || !slices.Contains(groups, "system:bootstrappers") || !slices.Contains(groups, controlplane.BootstrapGroup) {
+	// The token's node group is authenticated too: bashible-apiserver and
+	// node-manager's CSR approver read it from the request.
+	if user != "system:bootstrap:"+tok.ID || !slices.Contains(groups, "system:bootstrappers") || !slices.Contains(groups, controlplane.BootstrapGroup) ||
+		!slices.Contains(groups, controlplane.BootstrapGroup+":worker") {
 		t.Fatalf("bootstrap token authenticates as %q %v", user, groups)
 	}
 	secret, err := kube.CoreV1().Secrets("kube-system").Get(stack.TestContext(t), "bootstrap-token-"+tok.ID, metav1.GetOptions{})
