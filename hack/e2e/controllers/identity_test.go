@@ -262,9 +262,15 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 // limits a node to the status of the Instance named like it.
 func TestNodeWritesOnlyItsOwnInstanceStatus(t *testing.T) {
 	ctx := testCtx(t)
-	newGroup(t, "vap", nil)
-	pinInstance(t, "vap-a", "vap")
-	pinInstance(t, "vap-b", "vap")
+	for _, name := range []string{"vap-a", "vap-b"} {
+		// Made by hand (not managed by node-manager), so that no
+		// controller touches them while the nodes write.
+		inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodes.GroupLabel: "vap"}}}
+		if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
 	cfg, err := cp.NodeConfig("vap-a")
 	if err != nil {
 		t.Fatal(err)
