@@ -149,7 +149,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	})
 	if err := generic.AddReadyzChecks(healthz.NamedCheck("bashible-bundles", func(*http.Request) error {
 		if !narrower.HasSynced() {
-			return errors.New("Instances not loaded yet")
+			return errors.New("the Instances that narrow nodes' reads are not loaded yet")
 		}
 		return controller.Ready()
 	})); err != nil {

@@ -115,7 +115,9 @@ func createInstance(t *testing.T, name, group string) {
 	if _, err := nm.DeckhouseV1alpha1().Instances().Create(stack.TestContext(t), inst, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 func TestNodeReadsOnlyItsGroup(t *testing.T) {

@@ -41,7 +41,9 @@ func pinInstance(t *testing.T, node, group string) *deckhousev1alpha1.Instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), node, metav1.DeleteOptions{})
+	})
 	return inst
 }
 
@@ -210,7 +212,9 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 	}
 
 	fresh, key := certificateRequest(t, bootstrap, "csr-fresh")
-	t.Cleanup(func() { _ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), "csr-fresh", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), "csr-fresh", metav1.DeleteOptions{})
+	})
 	csr = decision(t, fresh)
 	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved || c.Reason != csrapproval.ReasonApproved {
 		t.Fatalf("a token of csr-a asking for a fresh name: want Approved by node-manager (%s), got %s %s: %s",
@@ -269,7 +273,9 @@ func TestNodeWritesOnlyItsOwnInstanceStatus(t *testing.T) {
 		if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	cfg, err := cp.NodeConfig("vap-a")
 	if err != nil {
