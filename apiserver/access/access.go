@@ -32,8 +32,7 @@ import (
 
 // Fixed names (DESIGN.md §3).
 const (
-	NodeGroupLabel      = "node.deckhouse.io/group"
-	TokenNodeGroupLabel = "node-manager.deckhouse.io/node-group"
+	NodeGroupLabel = "node.deckhouse.io/group"
 	// BootstrappersGroup is the extra group of every node-manager bootstrap
 	// token: RBAC lets it create kubelet CSRs and read bundles.
 	BootstrappersGroup = "system:bootstrappers:d8-node-manager"
