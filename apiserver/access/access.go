@@ -1,15 +1,17 @@
 // Package access narrows what a caller of bashible-apiserver may read,
 // beyond RBAC: a node (system:node:<name>) may read only the objects of its
-// own group, and a bootstrap token (system:bootstrap:<id>) only the group its
-// token Secret is labelled with. Other callers that RBAC let through
-// (administrators, controllers) read every group.
+// own group, and a bootstrap token (system:bootstrap:<id>) only the group it
+// was issued for. Other callers that RBAC let through (administrators,
+// controllers) read every group.
 //
-// A node's group comes from its Instance's node.deckhouse.io/group label
-// when the Instance exists: Instances are written by node-manager, and a
-// node may change only their status. Until node-manager has created the
-// Instance, the Node's own label is used; a kubelet can edit that label on
-// its own Node, so the Instance is what makes the narrowing hold against a
-// compromised node.
+// Nothing here trusts what a node can write. A node's group is the
+// node.deckhouse.io/group label of its Instance, which only node-manager
+// writes (at join, when it approves the kubelet's certificate; a node may
+// write only its own Instance's status): a node without an Instance reads
+// nothing, whatever its Node's labels say. A bootstrap token's group is the
+// group kube-apiserver authenticated it with,
+// system:bootstrappers:d8-node-manager:<group> (its Secret's
+// auth-extra-groups), so no Secret is read here.
 package access
 
 import (
@@ -17,16 +19,10 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
@@ -36,11 +32,44 @@ import (
 
 // Fixed names (DESIGN.md §3).
 const (
-	NodeGroupLabel      = "node.deckhouse.io/group"
-	TokenNodeGroupLabel = "node-manager.deckhouse.io/node-group"
-	nodeUserPrefix      = "system:node:"
-	bootstrapUserPrefix = "system:bootstrap:"
+	NodeGroupLabel = "node.deckhouse.io/group"
+	// BootstrappersGroup is the extra group of every node-manager bootstrap
+	// token: RBAC lets it create kubelet CSRs and read bundles.
+	BootstrappersGroup = "system:bootstrappers:d8-node-manager"
+	// BootstrapperGroupPrefix starts the extra group that names a token's
+	// node group, system:bootstrappers:d8-node-manager:<group>.
+	BootstrapperGroupPrefix = BootstrappersGroup + ":"
+	// NodeUserPrefix and BootstrapUserPrefix start the user names
+	// kube-apiserver gives kubelets and bootstrap tokens.
+	NodeUserPrefix      = "system:node:"
+	BootstrapUserPrefix = "system:bootstrap:"
 )
+
+// BootstrapperGroup is the authenticated group of group's bootstrap tokens.
+// Node group names ([a-z0-9-], at most 42 characters) always make a valid
+// bootstrap group (\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z).
+func BootstrapperGroup(group string) string { return BootstrapperGroupPrefix + group }
+
+// TokenGroup is the node group a bootstrap user was authenticated for: the
+// one system:bootstrappers:d8-node-manager:<group> among its groups. It
+// fails when there is none or more than one.
+func TokenGroup(groups []string) (string, error) {
+	var found []string
+	for _, g := range groups {
+		if name, ok := strings.CutPrefix(g, BootstrapperGroupPrefix); ok && name != "" {
+			found = append(found, name)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("it carries no %s<group> group, so it was not issued by node-manager for a node group "+
+			"(node-manager-controller replaces its older tokens at once: use the current one from manual-bootstrap-for-<group>)", BootstrapperGroupPrefix)
+	default:
+		return "", fmt.Errorf("it carries %d node groups (%s), so its group is ambiguous", len(found), strings.Join(found, ", "))
+	}
+}
 
 // Scope is what a caller may read: every group, or exactly one.
 type Scope struct {
@@ -51,53 +80,26 @@ type Scope struct {
 // Allows reports whether the scope includes group.
 func (s Scope) Allows(group string) bool { return s.All || s.Group == group }
 
-// Narrower resolves a caller's scope from Nodes and bootstrap-token Secrets.
+// Narrower resolves a caller's scope from Instances and the caller's
+// authenticated groups.
 type Narrower struct {
-	nodes     corelisters.NodeLister
 	instances nmlisters.InstanceLister
-	tokens    corelisters.SecretLister
-	synced    []cache.InformerSynced
-	starters  []interface{ Start(<-chan struct{}) }
+	synced    cache.InformerSynced
+	factory   nminformers.SharedInformerFactory
 }
 
-// NewNarrower watches Nodes, Instances and kube-system bootstrap-token Secrets.
-func NewNarrower(client kubernetes.Interface, nm versioned.Interface) *Narrower {
-	nodes := informers.NewSharedInformerFactory(client, 0)
-	tokens := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceSystem),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeBootstrapToken)).String()
-		}))
-	instances := nminformers.NewSharedInformerFactory(nm, 0)
-	n := &Narrower{
-		nodes:     nodes.Core().V1().Nodes().Lister(),
-		instances: instances.Deckhouse().V1alpha1().Instances().Lister(),
-		tokens:    tokens.Core().V1().Secrets().Lister(),
-		starters:  []interface{ Start(<-chan struct{}) }{nodes, tokens, instances},
-	}
-	n.synced = []cache.InformerSynced{
-		nodes.Core().V1().Nodes().Informer().HasSynced,
-		tokens.Core().V1().Secrets().Informer().HasSynced,
-		instances.Deckhouse().V1alpha1().Instances().Informer().HasSynced,
-	}
-	return n
+// NewNarrower watches Instances.
+func NewNarrower(nm versioned.Interface) *Narrower {
+	f := nminformers.NewSharedInformerFactory(nm, 0)
+	inst := f.Deckhouse().V1alpha1().Instances()
+	return &Narrower{instances: inst.Lister(), synced: inst.Informer().HasSynced, factory: f}
 }
 
-// Start starts the informers.
-func (n *Narrower) Start(stop <-chan struct{}) {
-	for _, f := range n.starters {
-		f.Start(stop)
-	}
-}
+// Start starts the informer.
+func (n *Narrower) Start(stop <-chan struct{}) { n.factory.Start(stop) }
 
-// HasSynced reports whether Nodes and tokens are loaded.
-func (n *Narrower) HasSynced() bool {
-	for _, s := range n.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
+// HasSynced reports whether Instances are loaded.
+func (n *Narrower) HasSynced() bool { return n.synced() }
 
 // ScopeFor resolves the scope of the request's user, or returns a 403 that
 // says why the caller may read nothing.
@@ -112,39 +114,29 @@ func (n *Narrower) ScopeFor(ctx context.Context, resource schema.GroupResource, 
 func (n *Narrower) scopeForUser(u user.Info, resource schema.GroupResource, name string) (Scope, error) {
 	username := u.GetName()
 	switch {
-	case strings.HasPrefix(username, nodeUserPrefix):
+	case strings.HasPrefix(username, NodeUserPrefix):
 		// Narrowed by the name alone: a user named like a node is treated
 		// as one whatever its groups, so a missing group never widens access.
-		nodeName := strings.TrimPrefix(username, nodeUserPrefix)
-		if inst, err := n.instances.Get(nodeName); err == nil && inst.Labels[NodeGroupLabel] != "" {
-			return Scope{Group: inst.Labels[NodeGroupLabel]}, nil
-		} else if err != nil && !apierrors.IsNotFound(err) {
-			return Scope{}, apierrors.NewInternalError(err)
-		}
-		node, err := n.nodes.Get(nodeName)
+		nodeName := strings.TrimPrefix(username, NodeUserPrefix)
+		inst, err := n.instances.Get(nodeName)
 		if apierrors.IsNotFound(err) {
-			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("node %q has no Node object, so its node group is unknown", nodeName))
+			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf(
+				"node %q has no Instance yet; node-manager creates it when the node joins (when it approves the kubelet's certificate), "+
+					"and a node's group is its Instance's %s label, never its Node's", nodeName, NodeGroupLabel))
 		}
 		if err != nil {
 			return Scope{}, apierrors.NewInternalError(err)
 		}
-		group := node.Labels[NodeGroupLabel]
+		group := inst.Labels[NodeGroupLabel]
 		if group == "" {
-			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("node %q has no %s label, so it may read no node group's bundle", nodeName, NodeGroupLabel))
+			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("the Instance of node %q has no %s label, so it may read no node group's bundle", nodeName, NodeGroupLabel))
 		}
 		return Scope{Group: group}, nil
-	case strings.HasPrefix(username, bootstrapUserPrefix):
-		id := strings.TrimPrefix(username, bootstrapUserPrefix)
-		secret, err := n.tokens.Secrets(metav1.NamespaceSystem).Get("bootstrap-token-" + id)
-		if apierrors.IsNotFound(err) {
-			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("bootstrap token %q is not known to bashible-apiserver", id))
-		}
+	case strings.HasPrefix(username, BootstrapUserPrefix):
+		group, err := TokenGroup(u.GetGroups())
 		if err != nil {
-			return Scope{}, apierrors.NewInternalError(err)
-		}
-		group := secret.Labels[TokenNodeGroupLabel]
-		if group == "" {
-			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("bootstrap token %q has no %s label, so it may read no node group's bundle", id, TokenNodeGroupLabel))
+			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("bootstrap token %q may read no node group's bundle: %w",
+				strings.TrimPrefix(username, BootstrapUserPrefix), err))
 		}
 		return Scope{Group: group}, nil
 	default:

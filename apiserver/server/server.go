@@ -129,7 +129,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.Namespace, Identity: c.extra.Identity,
 		Renderer: bundles.NewRenderer(tree), Store: store, Metrics: m,
 	})
-	narrower := access.NewNarrower(kube, nm)
+	narrower := access.NewNarrower(nm)
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(bashiblev1alpha1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap[bashiblev1alpha1.SchemeGroupVersion.Version] = registry.Storages(store, narrower, requestCounter{m})
@@ -149,7 +149,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	})
 	if err := generic.AddReadyzChecks(healthz.NamedCheck("bashible-bundles", func(*http.Request) error {
 		if !narrower.HasSynced() {
-			return errors.New("nodes and bootstrap tokens not loaded yet")
+			return errors.New("the Instances that narrow nodes' reads are not loaded yet")
 		}
 		return controller.Ready()
 	})); err != nil {

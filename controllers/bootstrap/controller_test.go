@@ -41,8 +41,10 @@ func TestFirstTokenAndManualSecret(t *testing.T) {
 	for k, want := range map[string]string{
 		"usage-bootstrap-authentication": "true",
 		"usage-bootstrap-signing":        "true",
-		"auth-extra-groups":              ExtraGroup,
-		"expiration":                     t0.Add(TokenTTL).Format(time.RFC3339),
+		// kube-apiserver authenticates the token with its node group, so
+		// bashible-apiserver and the CSR approver need no Secret to know it.
+		"auth-extra-groups": "system:bootstrappers:d8-node-manager,system:bootstrappers:d8-node-manager:worker",
+		"expiration":        t0.Add(TokenTTL).Format(time.RFC3339),
 	} {
 		if got := string(s.Data[k]); got != want {
 			t.Errorf("token Secret %s = %q, want %q", k, got, want)
@@ -181,6 +183,21 @@ func TestExpiredTokensAreDeleted(t *testing.T) {
 	}
 	if m := h.manualSecret("worker"); m == nil || m.Annotations[TokenIDAnnotation] != valid.ID {
 		t.Errorf("the manual-bootstrap Secret does not use the existing valid token")
+	}
+}
+
+func TestTokenWithoutItsGroupsOwnExtraGroupIsReplacedAtOnce(t *testing.T) {
+	h := newHarness(t, t0, group("worker", deckhousev1.NodeTypeStatic))
+	old, _ := newToken(t0, TokenTTL)
+	s := old.secret("worker")
+	s.Data["auth-extra-groups"] = []byte(ExtraGroup) // as issued before groups were authenticated
+	if _, err := h.kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(h.ctx, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.sync("worker")
+	m := h.manualSecret("worker")
+	if m == nil || m.Annotations[TokenIDAnnotation] == old.ID {
+		t.Fatalf("the manual-bootstrap Secret still uses token %s, which carries no node group", old.ID)
 	}
 }
 

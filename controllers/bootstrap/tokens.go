@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/node-manager/node-manager/apiserver/access"
 	"github.com/node-manager/node-manager/controllers/manager"
 )
 
@@ -18,8 +19,9 @@ const (
 	// GroupLabel on a token Secret names the group the token joins; the
 	// manager narrows its kube-system Secret watch to it.
 	GroupLabel = manager.TokenGroupLabel
-	// ExtraGroup is the group every node-manager bootstrap token adds.
-	ExtraGroup = "system:bootstrappers:d8-node-manager"
+	// ExtraGroup is the group every node-manager bootstrap token adds; RBAC
+	// lets it create kubelet CSRs and read bundles.
+	ExtraGroup = access.BootstrappersGroup
 	// HeritageLabel marks the objects this controller writes.
 	HeritageLabel = "heritage"
 	Heritage      = "node-manager"
@@ -28,6 +30,7 @@ const (
 	keyTokenID        = "token-id"
 	keyTokenSecret    = "token-secret"
 	keyExpiration     = "expiration"
+	keyExtraGroups    = "auth-extra-groups"
 )
 
 // Token lifetimes, as in Deckhouse: a token lives 4 hours and is replaced
@@ -50,11 +53,25 @@ type Token struct {
 // String is the bearer credential, <id>.<secret>.
 func (t Token) String() string { return t.ID + "." + t.Secret }
 
+// extraGroups is a token's auth-extra-groups: node-manager's bootstrappers
+// and the group's own, system:bootstrappers:d8-node-manager:<group>.
+// kube-apiserver authenticates a token with these groups, so bashible-apiserver
+// and the CSR approver learn the token's node group from the request itself
+// and never from a Secret.
+func extraGroups(group string) string {
+	return ExtraGroup + "," + access.BootstrapperGroup(group)
+}
+
 // parseToken reads a token Secret; it fails on a Secret that is not a
-// complete, expiring bootstrap token.
+// complete, expiring bootstrap token of the group it is labelled with (a
+// token without the group's own extra group, as issued before node groups
+// were authenticated, is not used and a current one is issued).
 func parseToken(s *corev1.Secret) (Token, error) {
 	if s.Type != corev1.SecretTypeBootstrapToken {
 		return Token{}, fmt.Errorf("secret %s is of type %q, not a bootstrap token", s.Name, s.Type)
+	}
+	if got, want := string(s.Data[keyExtraGroups]), extraGroups(s.Labels[GroupLabel]); got != want {
+		return Token{}, fmt.Errorf("secret %s has auth-extra-groups %q, not %q", s.Name, got, want)
 	}
 	id, secret := string(s.Data[keyTokenID]), string(s.Data[keyTokenSecret])
 	if !validTokenPart(id, 6) || !validTokenPart(secret, 16) || s.Name != tokenSecretPrefix+id {
@@ -110,7 +127,7 @@ func (t Token) secret(group string) *corev1.Secret {
 			"description":                    []byte("node-manager bootstrap token of node group " + group),
 			"usage-bootstrap-authentication": []byte("true"),
 			"usage-bootstrap-signing":        []byte("true"),
-			"auth-extra-groups":              []byte(ExtraGroup),
+			keyExtraGroups:                   []byte(extraGroups(group)),
 		},
 	}
 }

@@ -91,8 +91,9 @@ func (t BootstrapToken) String() string { return t.ID + "." + t.Secret }
 
 // CreateBootstrapToken creates a bootstrap token for nodeGroup the way
 // node-manager does: Secret kube-system/bootstrap-token-<id>, usable for
-// authentication, extra group system:bootstrappers:d8-node-manager, labelled
-// with the group. ttl <= 0 creates an already expired token.
+// authentication, extra groups system:bootstrappers:d8-node-manager and
+// system:bootstrappers:d8-node-manager:<group> (the token's group, as
+// kube-apiserver authenticates it), labelled with the group. ttl <= 0 creates an already expired token.
 func (cp *ControlPlane) CreateBootstrapToken(ctx context.Context, nodeGroup string, ttl time.Duration) (BootstrapToken, error) {
 	client, err := cp.AdminClient()
 	if err != nil {
@@ -112,7 +113,7 @@ func (cp *ControlPlane) CreateBootstrapToken(ctx context.Context, nodeGroup stri
 			"expiration":                     tok.Expires.Format(time.RFC3339),
 			"usage-bootstrap-authentication": "true",
 			"usage-bootstrap-signing":        "true",
-			"auth-extra-groups":              BootstrapGroup,
+			"auth-extra-groups":              BootstrapGroup + "," + BootstrapGroup + ":" + nodeGroup,
 		},
 	}
 	if _, err := client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil {

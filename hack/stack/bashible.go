@@ -48,11 +48,13 @@ func BuildBinaries(root string) error {
 	return nil
 }
 
-// InstallBashibleAPIServer applies bashible-apiserver's namespace and RBAC
-// from manifests/ (the real ones, so the e2e runs prove them).
+// InstallBashibleAPIServer applies bashible-apiserver's namespace, RBAC and
+// the admission policy on nodes' Instance writes from manifests/ (the real
+// ones, so the e2e runs prove them).
 func InstallBashibleAPIServer(ctx context.Context, root string, applier *controlplane.Applier) error {
 	dir := filepath.Join(root, "manifests", "bashible-apiserver")
-	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"))
+	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"),
+		filepath.Join(dir, "instance-status-policy.yaml"))
 }
 
 // BashibleOptions configure one bashible-apiserver replica.

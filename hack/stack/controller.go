@@ -19,9 +19,11 @@ import (
 // is bound to this ServiceAccount, so the e2e runs prove those rules.
 const ControllerUser = "system:serviceaccount:" + Namespace + ":node-manager-controller"
 
-// InstallController applies node-manager-controller's RBAC from manifests/.
+// InstallController applies node-manager-controller's RBAC and the
+// bindings of node-manager's TLS bootstrap from manifests/.
 func InstallController(ctx context.Context, root string, applier *controlplane.Applier) error {
-	return applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "node-manager-controller", "rbac.yaml"))
+	dir := filepath.Join(root, "manifests", "node-manager-controller")
+	return applier.ApplyFiles(ctx, filepath.Join(dir, "rbac.yaml"), filepath.Join(dir, "node-join.yaml"))
 }
 
 // ControllerOptions configure one node-manager-controller process.

@@ -64,15 +64,15 @@ func NewSimNode(ctx context.Context, cp *controlplane.ControlPlane, dir, name, g
 	}
 	admin := cp.AdminConfig()
 	labels := map[string]string{"node.deckhouse.io/group": group}
-	if _, err := kubernetes.NewForConfigOrDie(admin).CoreV1().Nodes().Create(ctx,
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create Node %s: %w", name, err)
-	}
-	// node-manager-controller, when it runs, creates the Instance of a new
-	// Node of a static group itself and may be first.
+	// As at a real join: node-manager creates the Instance (when it approves
+	// the kubelet's certificate) before the Node registers.
 	if _, err := versioned.NewForConfigOrDie(admin).DeckhouseV1alpha1().Instances().Create(ctx,
 		&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create Instance %s: %w", name, err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(admin).CoreV1().Nodes().Create(ctx,
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create Node %s: %w", name, err)
 	}
 	return n, nil
 }

@@ -1,7 +1,8 @@
 // Command node-manager-controller runs node-manager's controllers under one
 // leader Lease: node-group status, node templates, update and disruption
 // approval, draining, configuration checksums, bootstrap tokens and
-// manual-bootstrap Secrets, and Instances.
+// manual-bootstrap Secrets, Instances, and the approval of joining nodes'
+// kubelet certificates.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/bootstrap"
 	"github.com/node-manager/node-manager/controllers/checksums"
+	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/drain"
 	"github.com/node-manager/node-manager/controllers/instances"
 	"github.com/node-manager/node-manager/controllers/manager"
@@ -75,6 +77,7 @@ func all(deps *manager.Deps) []manager.Controller {
 		drain.New(deps),
 		checksums.New(deps),
 		instances.New(deps),
+		csrapproval.New(deps),
 		nodetemplate.New(deps),
 		bootstrap.New(deps),
 	}

@@ -104,25 +104,59 @@ func checkScopedToWorker(t *testing.T, c bashibleclient.BashibleV1alpha1Interfac
 	}
 }
 
+// createInstance creates the Instance node-manager writes when it approves
+// a joining node's certificate ("" makes one without a group).
+func createInstance(t *testing.T, name, group string) {
+	t.Helper()
+	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if group != "" {
+		inst.Labels = map[string]string{"node.deckhouse.io/group": group}
+	}
+	if _, err := nm.DeckhouseV1alpha1().Instances().Create(stack.TestContext(t), inst, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
 func TestNodeReadsOnlyItsGroup(t *testing.T) {
 	createNode(t, "node-w1", "worker")
+	createInstance(t, "node-w1", "worker")
 	cfg, err := cp.NodeConfig("node-w1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkScopedToWorker(t, clientFor(t, cfg), "node node-w1")
+	c := clientFor(t, cfg)
+	stack.Poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
+		_, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	checkScopedToWorker(t, c, "node node-w1")
+}
 
-	// A node without the group label, or without a Node object, reads nothing.
-	createNode(t, "node-unlabelled", "")
-	for name, want := range map[string]string{"node-unlabelled": "has no node.deckhouse.io/group label", "node-ghost": "has no Node object"} {
+// TestNodeWithoutInstanceReadsNothing: a node's group is its Instance's,
+// which node-manager writes; a Node's own label (a kubelet writes it) counts
+// for nothing.
+func TestNodeWithoutInstanceReadsNothing(t *testing.T) {
+	createNode(t, "node-fresh", "worker")
+	createNode(t, "node-unlabelled", "worker")
+	createInstance(t, "node-unlabelled", "")
+	for name, want := range map[string]string{
+		"node-fresh":      `node "node-fresh" has no Instance yet; node-manager creates it when the node joins`,
+		"node-ghost":      `node "node-ghost" has no Instance yet`,
+		"node-unlabelled": "the Instance of node \"node-unlabelled\" has no node.deckhouse.io/group label",
+	} {
 		cfg, err := cp.NodeConfig(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = clientFor(t, cfg).NodeGroupBundles().Get(stack.TestContext(t), "worker", metav1.GetOptions{})
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: want 403 saying it %s, got %v", name, want, err)
-		}
+		c := clientFor(t, cfg)
+		// The Instance without a group may take a moment to reach the narrower.
+		stack.Poll(t, name+" is refused with the reason", func(ctx context.Context) (bool, error) {
+			_, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), want), nil
+		})
 	}
 }
 

@@ -248,27 +248,6 @@ func TestDrainIsCancelledWhenTheAnnotationGoes(t *testing.T) {
 	}
 }
 
-func TestInstancesFollowNodes(t *testing.T) {
-	const group = "inst"
-	newGroup(t, group, nil)
-	newAgent(t, "inst-a", group)
-	stack.Poll(t, "Instance of inst-a", func(ctx context.Context) (bool, error) {
-		inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		return inst.Labels[nodes.GroupLabel] == group && inst.Status.NodeRef != nil && inst.Status.NodeRef.Name == "inst-a" &&
-			inst.Status.CurrentStatus != nil && inst.Status.CurrentStatus.Phase == "Running" && inst.Status.BashibleStatus == "Unknown", nil
-	})
-	if err := kube.CoreV1().Nodes().Delete(testCtx(t), "inst-a", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	stack.Poll(t, "Instance of a deleted node removed", func(ctx context.Context) (bool, error) {
-		_, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
-		return err != nil, nil
-	})
-}
-
 func has(ctx context.Context, node, key string) bool {
 	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	return err == nil && nodes.Has(n, key)

@@ -1,0 +1,109 @@
+package csrapproval
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
+)
+
+// approverWith runs the controller's informers over fake clients holding objs.
+func approverWith(t *testing.T, kubeObjs []any, nmObjs ...any) (*Controller, *kubefake.Clientset, *nmfake.Clientset) {
+	t.Helper()
+	kube := kubefake.NewClientset()
+	for _, o := range kubeObjs {
+		if err := kube.Tracker().Add(o.(*certificatesv1.CertificateSigningRequest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nm := nmfake.NewSimpleClientset()
+	for _, o := range nmObjs {
+		var err error
+		switch o := o.(type) {
+		case *deckhousev1.NodeGroup:
+			err = nm.Tracker().Add(o)
+		case *deckhousev1alpha1.Instance:
+			err = nm.Tracker().Add(o)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(time.Now()), prometheus.NewRegistry())
+	c := New(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	d.Informers.Cluster.Start(ctx.Done())
+	d.Informers.NodeManager.Start(ctx.Done())
+	if !manager.HasSynced(ctx, "test", c.synced...) {
+		t.Fatal("informers did not sync")
+	}
+	return c, kube, nm
+}
+
+func ng(name string) *deckhousev1.NodeGroup {
+	return &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name, UID: "uid-" + types.UID(name)}}
+}
+
+func TestApprovalCreatesTheInstanceBeforeApproving(t *testing.T) {
+	req := csr(t, "fresh", "worker")
+	req.Name = "node-csr-1"
+	c, kube, nm := approverWith(t, []any{req}, ng("worker"))
+	if err := c.sync(context.Background(), req.Name); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := nm.DeckhouseV1alpha1().Instances().Get(context.Background(), "fresh", metav1.GetOptions{})
+	if err != nil || inst.Labels[nodes.GroupLabel] != "worker" {
+		t.Fatalf("Instance of the approved node: %v, %v; want one labelled worker", inst, err)
+	}
+	got, _ := kube.CertificatesV1().CertificateSigningRequests().Get(context.Background(), req.Name, metav1.GetOptions{})
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != certificatesv1.CertificateApproved {
+		t.Fatalf("conditions %+v, want Approved", got.Status.Conditions)
+	}
+}
+
+// Two tokens racing for one fresh name: the Instance's Create decides, and
+// the loser, whose cache did not show the winner's Instance yet, is denied.
+func TestTheLoserOfARaceForANameIsDenied(t *testing.T) {
+	req := csr(t, "contested", "worker")
+	req.Name = "node-csr-2"
+	c, kube, nm := approverWith(t, []any{req}, ng("worker"), ng("master"))
+	// The other group's Instance lands after the cache was read.
+	d := Decide(req, c.cluster())
+	if d.Verdict != Approve || !d.CreateInstance {
+		t.Fatalf("setup: want an approval that creates the Instance, got %+v", d)
+	}
+	if _, err := nm.DeckhouseV1alpha1().Instances().Create(context.Background(), &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{
+		Name: "contested", Labels: map[string]string{nodes.GroupLabel: "master"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.createInstance(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Verdict != Deny || d.Reason != ReasonNodeOfOtherGroup {
+		t.Fatalf("got %+v, want Deny %s", d, ReasonNodeOfOtherGroup)
+	}
+	if err := c.conclude(context.Background(), req, d, certificatesv1.CertificateDenied); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := kube.CertificatesV1().CertificateSigningRequests().Get(context.Background(), req.Name, metav1.GetOptions{})
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != certificatesv1.CertificateDenied {
+		t.Fatalf("conditions %+v, want Denied", got.Status.Conditions)
+	}
+	if inst, _ := nm.DeckhouseV1alpha1().Instances().Get(context.Background(), "contested", metav1.GetOptions{}); inst.Labels[nodes.GroupLabel] != "master" {
+		t.Errorf("the winner's Instance was relabelled to %q", inst.Labels[nodes.GroupLabel])
+	}
+}

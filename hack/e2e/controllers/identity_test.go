@@ -1,0 +1,334 @@
+package controllers
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/csrapproval"
+	"github.com/node-manager/node-manager/controllers/instances"
+	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+// pinInstance creates the Instance node-manager's CSR approver creates
+// when it approves a joining node's certificate: node pinned to group.
+func pinInstance(t *testing.T, node, group string) *deckhousev1alpha1.Instance {
+	t.Helper()
+	g, err := nm.DeckhouseV1().NodeGroups().Get(testCtx(t), group, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := nm.DeckhouseV1alpha1().Instances().Create(testCtx(t), instances.ForNode(node, g), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), node, metav1.DeleteOptions{})
+	})
+	return inst
+}
+
+// nodeEvent reports whether an Event about node with reason exists whose
+// note contains text.
+func nodeEvent(ctx context.Context, node, reason, text string) (bool, error) {
+	evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, e := range evs.Items {
+		if e.Regarding.Name == node && e.Reason == reason && strings.Contains(e.Note, text) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// neverReads checks for two seconds that cfg is refused group's bundle.
+func neverReads(t *testing.T, cfg *rest.Config, group, when string) {
+	t.Helper()
+	bundles := versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().NodeGroupBundles()
+	for range 10 {
+		_, err := bundles.Get(testCtx(t), group, metav1.GetOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: the node read node group %s's bundle: want 403, got %v", when, group, err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func reads(t *testing.T, cfg *rest.Config, group, when string) {
+	t.Helper()
+	if _, err := versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().NodeGroupBundles().Get(testCtx(t), group, metav1.GetOptions{}); err != nil {
+		t.Errorf("%s: the node reading its own group %s: %v", when, group, err)
+	}
+}
+
+// TestNodeCannotMoveItselfIntoAnotherGroup: a kubelet may edit its own
+// Node's labels; relabelling itself to a group that does not exist, then
+// to another group, changes nothing: its Instance is neither deleted nor
+// relabelled, and it reads only its own group's bundles.
+func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
+	ctx := testCtx(t)
+	newGroup(t, "move-a", nil)
+	newGroup(t, "move-b", nil)
+	const name = "move-node"
+	original := pinInstance(t, name, "move-a")
+	cfg, err := cp.NodeConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
+	// The node registers itself, as its kubelet does.
+	if _, err := self.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{nodes.GroupLabel: "move-a"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the node registering itself: %v", err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	stack.Poll(t, "the instances controller fills the Instance's status", func(ctx context.Context) (bool, error) {
+		inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && inst.Status.NodeRef != nil, nil
+	})
+	reads(t, cfg, "move-a", "before relabelling")
+	neverReads(t, cfg, "move-b", "before relabelling")
+
+	for _, target := range []string{"move-missing", "move-b"} {
+		when := "after the node relabelled itself to " + target
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, nodes.GroupLabel, target)
+		if _, err := self.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("the node relabelling itself (NodeRestriction allows it): %v", err)
+		}
+		// Wait until the controller has looked at the relabelled node: it
+		// warns — or, as it once did, it deleted or relabelled the Instance.
+		stack.Poll(t, "the controller reacts to the relabelled node", func(ctx context.Context) (bool, error) {
+			inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || inst.UID != original.UID || inst.Labels[nodes.GroupLabel] != "move-a" {
+				return true, nil
+			}
+			return nodeEvent(ctx, name, instances.ReasonGroupMismatch, fmt.Sprintf("%q", target))
+		})
+		inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			t.Errorf("%s: the Instance is gone: %v", when, err)
+		case inst.UID != original.UID || inst.Labels[nodes.GroupLabel] != "move-a":
+			t.Errorf("%s: the Instance was replaced or relabelled (uid %s, group %q); want the original, pinned to move-a",
+				when, inst.UID, inst.Labels[nodes.GroupLabel])
+		}
+		reads(t, cfg, "move-a", when)
+		neverReads(t, cfg, "move-b", when)
+	}
+}
+
+// certificateRequest creates a kubelet client CSR for node with client
+// and returns its name and private key.
+func certificateRequest(t *testing.T, client kubernetes.Interface, node string) (string, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := client.CertificatesV1().CertificateSigningRequests().Create(testCtx(t), &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the bootstrap token creating a CSR for %s (system:node-bootstrapper, bound in manifests): %v", node, err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), csr.Name, metav1.DeleteOptions{})
+	})
+	return csr.Name, key
+}
+
+// decision waits for the CSR to be approved or denied and returns it.
+func decision(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	var csr *certificatesv1.CertificateSigningRequest
+	stack.Poll(t, "a decision on CSR "+name, func(ctx context.Context) (bool, error) {
+		var err error
+		csr, err = kube.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && len(csr.Status.Conditions) > 0, err
+	})
+	return csr
+}
+
+// TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup walks TLS
+// bootstrap with the shipped bindings and node-manager's approver: a token
+// of one group is denied the certificate of another group's node; for a
+// fresh name it is approved, the node's Instance pins it to the token's
+// group, and the issued certificate reads only that group's bundles.
+func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
+	ctx := testCtx(t)
+	newGroup(t, "csr-a", nil)
+	newGroup(t, "csr-b", nil)
+	pinInstance(t, "csr-taken", "csr-b")
+	tok, err := cp.CreateBootstrapToken(ctx, "csr-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap := kubernetes.NewForConfigOrDie(cp.BootstrapTokenConfig(tok))
+
+	taken, _ := certificateRequest(t, bootstrap, "csr-taken")
+	csr := decision(t, taken)
+	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonNodeOfOtherGroup ||
+		!strings.Contains(c.Message, `node csr-taken belongs to node group "csr-b"`) {
+		t.Errorf("a token of csr-a asking for csr-b's node: want Denied %s, got %s %s: %s", csrapproval.ReasonNodeOfOtherGroup, c.Type, c.Reason, c.Message)
+	}
+	if len(csr.Status.Certificate) > 0 {
+		t.Error("a certificate was issued for another group's node")
+	}
+	if inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "csr-taken", metav1.GetOptions{}); err != nil || inst.Labels[nodes.GroupLabel] != "csr-b" {
+		t.Errorf("the other group's Instance changed: %v", err)
+	}
+
+	fresh, key := certificateRequest(t, bootstrap, "csr-fresh")
+	t.Cleanup(func() {
+		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), "csr-fresh", metav1.DeleteOptions{})
+	})
+	csr = decision(t, fresh)
+	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved || c.Reason != csrapproval.ReasonApproved {
+		t.Fatalf("a token of csr-a asking for a fresh name: want Approved by node-manager (%s), got %s %s: %s",
+			csrapproval.ReasonApproved, c.Type, c.Reason, c.Message)
+	}
+	inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "csr-fresh", metav1.GetOptions{})
+	if err != nil || inst.Labels[nodes.GroupLabel] != "csr-a" || inst.Labels[instances.ManagedByLabel] == "" {
+		t.Fatalf("the approved node's Instance: %v %v; want one pinned to csr-a by node-manager", inst, err)
+	}
+	var certPEM []byte
+	stack.Poll(t, "kube-controller-manager signs the approved CSR", func(ctx context.Context) (bool, error) {
+		got, err := kube.CertificatesV1().CertificateSigningRequests().Get(ctx, fresh, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		certPEM = got.Status.Certificate
+		return len(certPEM) > 0, nil
+	})
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cp.AnonymousConfig()
+	cfg.CertData, cfg.KeyData = certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	stack.Poll(t, "the new node reads its group's bundle with its certificate", func(ctx context.Context) (bool, error) {
+		_, err := versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().NodeGroupBundles().Get(ctx, "csr-a", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	neverReads(t, cfg, "csr-b", "the newly joined node")
+
+	// Nothing else approves node-manager's bootstrappers' CSRs.
+	bindings, err := kube.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bindings.Items {
+		if b.RoleRef.Name != "system:certificates.k8s.io:certificatesigningrequests:nodeclient" {
+			continue
+		}
+		for _, s := range b.Subjects {
+			if strings.HasPrefix(s.Name, "system:bootstrappers") {
+				t.Errorf("ClusterRoleBinding %s lets kube-controller-manager approve %s's CSRs", b.Name, s.Name)
+			}
+		}
+	}
+}
+
+// TestNodeWritesOnlyItsOwnInstanceStatus: the ValidatingAdmissionPolicy
+// limits a node to the status of the Instance named like it.
+func TestNodeWritesOnlyItsOwnInstanceStatus(t *testing.T) {
+	ctx := testCtx(t)
+	for _, name := range []string{"vap-a", "vap-b"} {
+		// Made by hand (not managed by node-manager), so that no
+		// controller touches them while the nodes write.
+		inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodes.GroupLabel: "vap"}}}
+		if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	cfg, err := cp.NodeConfig("vap-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode := versioned.NewForConfigOrDie(cfg).DeckhouseV1alpha1().Instances()
+	patch := fmt.Appendf(nil, `{"status":{"conditions":[{"type":"BashibleReady","status":"True","reason":"Converged","message":"ok","lastTransitionTime":%q}]}}`,
+		time.Now().UTC().Format(time.RFC3339))
+	_, err = asNode.Patch(ctx, "vap-b", types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "node vap-a may write only the status of its own Instance vap-a, not update Instance vap-b/status") {
+		t.Errorf("node vap-a patching Instance vap-b's status: want 403 from the policy, got %v", err)
+	}
+	if _, err := asNode.Patch(ctx, "vap-a", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("node vap-a patching its own Instance's status: %v", err)
+	}
+}
+
+// TestInstanceKeepsItsNodesStatusAndGoesWithTheNode: the Instance made at
+// approval gets the node's status once it registers, and is deleted once
+// the Node is gone.
+func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
+	const group = "inst"
+	newGroup(t, group, nil)
+	pinInstance(t, "inst-a", group)
+	newAgent(t, "inst-a", group)
+	stack.Poll(t, "Instance of inst-a", func(ctx context.Context) (bool, error) {
+		inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return inst.Labels[nodes.GroupLabel] == group && inst.Status.NodeRef != nil && inst.Status.NodeRef.Name == "inst-a" &&
+			inst.Status.CurrentStatus != nil && inst.Status.CurrentStatus.Phase == "Running" && inst.Status.BashibleStatus == "Unknown", nil
+	})
+	if err := kube.CoreV1().Nodes().Delete(testCtx(t), "inst-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stack.Poll(t, "Instance of a deleted node removed", func(ctx context.Context) (bool, error) {
+		_, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// TestNodeThatJoinedWithoutApprovalGetsNoInstance: a Node registered after
+// node-manager-controller first ran, without node-manager approving its
+// certificate, is not adopted from its own label: it gets a Warning Event
+// and no Instance, so it reads nothing.
+func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
+	newGroup(t, "late", nil)
+	newAgent(t, "late-node", "late")
+	stack.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
+		return nodeEvent(ctx, "late-node", instances.ReasonNoInstance, "has no Instance")
+	})
+	if _, err := nm.DeckhouseV1alpha1().Instances().Get(testCtx(t), "late-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Instance of a node node-manager never approved: want none, got %v", err)
+	}
+}
