@@ -42,7 +42,10 @@ const (
 // {{ define }} blocks) are parsed once and are available to every render
 // through include and template.
 type Engine struct {
-	base *template.Template
+	base    *template.Template
+	library map[string]string
+	// untrusted, when set, renders what RenderUntrusted is given.
+	untrusted Untrusted
 	// Timeout bounds one render; zero means DefaultTimeout.
 	Timeout time.Duration
 }
@@ -60,7 +63,7 @@ func NewEngine(library map[string]string) (*Engine, error) {
 		}
 	}
 	guardLoops(base)
-	return &Engine{base: base}, nil
+	return &Engine{base: base, library: maps.Clone(library)}, nil
 }
 
 func noRender(string, any) (string, error) {

@@ -1,0 +1,361 @@
+// Package sandbox renders untrusted templates (NodeGroupConfiguration
+// content) in worker processes that are bounded in CPU time and memory and
+// are really stopped when they exceed either: a template that spins or
+// allocates without end costs one worker, which is killed and replaced,
+// never the server.
+//
+// A worker is the server's own binary re-executed with WorkerArg as its
+// first argument (see RunWorkerIfRequested). It limits itself before it
+// reads any template: RLIMIT_DATA and a Go memory limit for memory,
+// RLIMIT_CPU per request, one thread of Go code. The server adds a
+// wall-clock deadline after which it kills the worker. Workers are long
+// lived and reused, so a render costs a round trip over a pipe, not a
+// process start.
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/node-manager/node-manager/templates"
+)
+
+// Defaults for a Config's zero fields.
+const (
+	DefaultWorkers = 2
+	DefaultMemory  = 128 << 20
+	// killGrace is how long past Timeout the server waits before it kills
+	// a worker, so the engine's own deadline (which names the line) fires
+	// first when it can.
+	killGrace = 2 * time.Second
+)
+
+// Config configures a Pool.
+type Config struct {
+	// Library holds the library templates (name → text) every render may
+	// include.
+	Library map[string]string
+	// Workers is how many renders may run at once, each in its own process.
+	Workers int
+	// Timeout is the wall-clock time one template may take, and CPU the
+	// CPU time; zero means templates.DefaultTimeout for both.
+	Timeout, CPU time.Duration
+	// Memory is the most a worker process may use, in bytes (RLIMIT_DATA).
+	Memory int64
+	// Command starts a worker; nil means this executable with WorkerArg.
+	Command func() *exec.Cmd
+}
+
+// Pool renders templates in worker processes. It is safe for concurrent
+// use; Render blocks while every worker is busy.
+type Pool struct {
+	cfg    Config
+	setup  []byte
+	slots  chan struct{}
+	idle   chan *worker
+	closed atomic.Bool
+	// Started counts worker processes started, for tests and metrics.
+	Started atomic.Int64
+}
+
+// New returns a pool; workers start on first use.
+func New(cfg Config) (*Pool, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = templates.DefaultTimeout
+	}
+	if cfg.CPU <= 0 {
+		cfg.CPU = cfg.Timeout
+	}
+	if cfg.Memory <= 0 {
+		cfg.Memory = DefaultMemory
+	}
+	if cfg.Command == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("render sandbox: find this executable to run workers: %w", err)
+		}
+		cfg.Command = func() *exec.Cmd { return exec.Command(exe, WorkerArg) }
+	}
+	setupFrame, err := json.Marshal(setup{Library: cfg.Library, Memory: cfg.Memory, CPU: cfg.CPU, Timeout: cfg.Timeout})
+	if err != nil {
+		return nil, fmt.Errorf("render sandbox: encode setup: %w", err)
+	}
+	p := &Pool{cfg: cfg, setup: setupFrame, slots: make(chan struct{}, cfg.Workers), idle: make(chan *worker, cfg.Workers)}
+	return p, nil
+}
+
+// Limits are the pool's effective limits.
+func (p *Pool) Limits() (timeout, cpu time.Duration, memory int64) {
+	return p.cfg.Timeout, p.cfg.CPU, p.cfg.Memory
+}
+
+// Close stops every idle worker; busy ones stop when their render ends.
+func (p *Pool) Close() {
+	p.closed.Store(true)
+	for {
+		select {
+		case w := <-p.idle:
+			w.stop()
+		default:
+			return
+		}
+	}
+}
+
+// Render renders text, named name in errors, with data in a worker. data
+// must survive a JSON round trip unchanged (the render context's values
+// do: they are decoded JSON). A template error is a *templates.RenderError
+// as the in-process engine reports it; a worker stopped at a limit is a
+// *templates.RenderError that says which limit.
+func (p *Pool) Render(name, text string, data any) (string, error) {
+	values, err := json.Marshal(data)
+	if err != nil {
+		return "", &templates.RenderError{Template: name, Message: fmt.Sprintf("encode the render context: %v", err)}
+	}
+	req := request{Name: name, Text: text}
+	p.slots <- struct{}{}
+	defer func() { <-p.slots }()
+
+	// A worker that died between requests (or was retired) is replaced
+	// once; a second failure is this template's.
+	for attempt := 0; ; attempt++ {
+		w, err := p.get()
+		if err != nil {
+			return "", &templates.RenderError{Template: name, Message: err.Error()}
+		}
+		out, retire, err := w.render(req, values, p.cfg)
+		if retire || err != nil && !isTemplateError(err) {
+			w.stop()
+		} else {
+			p.put(w)
+		}
+		var died *workerDied
+		if errors.As(err, &died) && died.beforeRequest && attempt == 0 {
+			continue
+		}
+		if died != nil {
+			return "", &templates.RenderError{Template: name, Message: died.Error()}
+		}
+		return out, err
+	}
+}
+
+func isTemplateError(err error) bool {
+	var re *templates.RenderError
+	return errors.As(err, &re)
+}
+
+func (p *Pool) get() (*worker, error) {
+	select {
+	case w := <-p.idle:
+		return w, nil
+	default:
+	}
+	if p.closed.Load() {
+		return nil, errors.New("the render sandbox is shut down")
+	}
+	return p.start()
+}
+
+func (p *Pool) put(w *worker) {
+	if p.closed.Load() {
+		w.stop()
+		return
+	}
+	select {
+	case p.idle <- w:
+	default:
+		w.stop()
+	}
+}
+
+// worker is one worker process.
+type worker struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+	stderr *headBuffer
+	// lastValues are the values the worker holds.
+	lastValues []byte
+	waitOnce   sync.Once
+	waitErr    error
+	stderrDone chan struct{}
+}
+
+func (p *Pool) start() (*worker, error) {
+	cmd := p.cfg.Command()
+	// Only what the runtime needs: the server's environment is none of a
+	// template's business.
+	cmd.Env = []string{"GOMAXPROCS=1", "GOTRACEBACK=single"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start a render worker: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start a render worker: %w", err)
+	}
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start a render worker: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start a render worker %s: %w", cmd.Path, err)
+	}
+	p.Started.Add(1)
+	w := &worker{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout), stderr: &headBuffer{max: 2 << 10}, stderrDone: make(chan struct{})}
+	go func() {
+		_, _ = io.Copy(w.stderr, stderrPipe)
+		close(w.stderrDone)
+	}()
+	if err := writeFrame(w.stdin, p.setup); err != nil {
+		w.stop()
+		return nil, fmt.Errorf("start a render worker: send setup: %w (%s)", err, w.stderr.String())
+	}
+	return w, nil
+}
+
+// render sends one request and reads its response, killing the worker
+// when it takes longer than cfg.Timeout (plus a grace period).
+func (w *worker) render(req request, values []byte, cfg Config) (out string, retire bool, err error) {
+	if !bytes.Equal(values, w.lastValues) {
+		req.Values = values
+	}
+	frame, err := json.Marshal(req)
+	if err != nil {
+		return "", true, err
+	}
+	w.lastValues = values
+	if err := writeFrame(w.stdin, frame); err != nil {
+		return "", true, w.died(cfg, true, false)
+	}
+	var killed atomic.Bool
+	var readErr error
+	timer := time.AfterFunc(cfg.Timeout+killGrace, func() {
+		killed.Store(true)
+		_ = w.cmd.Process.Kill()
+	})
+	frame, readErr = readFrame(w.stdout)
+	timer.Stop()
+	if readErr != nil {
+		return "", true, w.died(cfg, false, killed.Load())
+	}
+	if len(frame) == 0 {
+		return "", true, errors.New("the render worker sent an empty response")
+	}
+	switch frame[0] {
+	case tagOutput:
+		return string(frame[1:]), false, nil
+	case tagError, tagErrorRetire:
+		var re templates.RenderError
+		if err := json.Unmarshal(frame[1:], &re); err != nil {
+			return "", true, fmt.Errorf("the render worker sent an unreadable error: %w", err)
+		}
+		return "", frame[0] == tagErrorRetire, &re
+	default:
+		return "", true, fmt.Errorf("the render worker sent an unknown response %d", frame[0])
+	}
+}
+
+// workerDied says why a worker stopped during a request.
+type workerDied struct {
+	beforeRequest bool
+	msg           string
+}
+
+func (e *workerDied) Error() string { return e.msg }
+
+// died waits for the (dead or killed) worker and says why it stopped.
+func (w *worker) died(cfg Config, beforeRequest, killed bool) error {
+	_ = w.cmd.Process.Kill()
+	waitErr := w.wait()
+	stderr := w.stderr.String()
+	var exit *exec.ExitError
+	code := -1
+	if errors.As(waitErr, &exit) {
+		code = exit.ExitCode()
+	}
+	e := &workerDied{beforeRequest: beforeRequest}
+	switch {
+	case killed:
+		e.msg = fmt.Sprintf("rendering took longer than %s and was stopped", cfg.Timeout)
+	case code == exitCPU:
+		e.msg = fmt.Sprintf("rendering took more than %s of CPU and was stopped", cfg.CPU)
+	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory"):
+		e.msg = fmt.Sprintf("rendering used more than %d MiB and was stopped", cfg.Memory>>20)
+	case code == exitRetired:
+		e.beforeRequest = true // it retired after its last request; nothing of this one ran
+		e.msg = "the render worker had stopped"
+	default:
+		e.msg = fmt.Sprintf("the render worker stopped unexpectedly (%v): %s", waitErr, firstLine(stderr))
+	}
+	if !e.beforeRequest {
+		klog.V(2).InfoS("Render worker stopped", "pid", w.cmd.Process.Pid, "reason", e.msg, "stderr", firstLine(stderr))
+	}
+	return e
+}
+
+func (w *worker) wait() error {
+	w.waitOnce.Do(func() {
+		<-w.stderrDone
+		w.waitErr = w.cmd.Wait()
+	})
+	return w.waitErr
+}
+
+// stop ends the worker: closing its stdin ends an idle worker; a busy one
+// is killed.
+func (w *worker) stop() {
+	_ = w.stdin.Close()
+	_ = w.cmd.Process.Kill()
+	_ = w.wait()
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// headBuffer keeps the first max bytes written to it: a worker says why
+// it stops first (the runtime's "fatal error: ..." comes before its
+// traceback), and what follows may be long.
+type headBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *headBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - len(t.buf); room > 0 {
+		t.buf = append(t.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (t *headBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
