@@ -227,9 +227,33 @@ func (p *Pool) start() (*worker, error) {
 	}()
 	if err := writeFrame(w.stdin, p.setup); err != nil {
 		w.stop()
-		return nil, fmt.Errorf("start a render worker: send setup: %w (%s)", err, w.stderr.String())
+		return nil, fmt.Errorf("start a render worker: send setup: %w (%s)", err, firstLine(w.stderr.String()))
+	}
+	timer := time.AfterFunc(p.cfg.Timeout+killGrace, func() { _ = w.cmd.Process.Kill() })
+	ready, err := readFrame(w.stdout)
+	timer.Stop()
+	if err != nil || len(ready) != 1 || ready[0] != tagOutput {
+		_ = w.cmd.Process.Kill()
+		waitErr := w.wait()
+		return nil, fmt.Errorf("a render worker did not start (%v): %s; if it ran out of memory, raise --render-worker-memory",
+			waitErr, firstLine(w.stderr.String()))
 	}
 	return w, nil
+}
+
+// Check starts a worker and renders a trivial template, so a pool that
+// cannot work (the executable cannot run as a worker, or the memory limit
+// is too small for it to start) is found at start-up, not at the first
+// NodeGroupConfiguration.
+func (p *Pool) Check() error {
+	out, err := p.Render("check", "{{ range 2 }}ok{{ end }}", map[string]any{})
+	if err != nil {
+		return fmt.Errorf("render sandbox: %w", err)
+	}
+	if out != "okok" {
+		return fmt.Errorf("render sandbox: a worker rendered %q, want %q", out, "okok")
+	}
+	return nil
 }
 
 // render sends one request and reads its response, killing the worker

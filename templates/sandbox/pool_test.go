@@ -75,8 +75,10 @@ func errorText(err error) string {
 }
 
 func TestAWorkerPastItsDeadlineIsKilled(t *testing.T) {
-	// A worker that never answers.
-	p := newPool(t, Config{Workers: 1, Timeout: 200 * time.Millisecond, Command: func() *exec.Cmd { return exec.Command("sleep", "60") }})
+	// A worker that starts and then never answers.
+	p := newPool(t, Config{Workers: 1, Timeout: 200 * time.Millisecond, Command: func() *exec.Cmd {
+		return exec.Command("bash", "-c", `printf '\0\0\0\1\1'; exec sleep 60`)
+	}})
 	start := time.Now()
 	_, err := p.Render("NodeGroupConfiguration/x.sh", "x", nil)
 	var re *templates.RenderError

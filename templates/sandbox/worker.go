@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,6 +63,11 @@ func serve(stdin io.Reader, stdout io.Writer) int {
 		return exitSetup
 	}
 	engine.Timeout = s.Timeout
+	// Tell the server the worker is up, limits and all: a worker that
+	// cannot start is told apart from a template that kills it.
+	if err := writeFrame(out, []byte{tagOutput}); err == nil {
+		err = out.Flush()
+	}
 
 	var values any // the last values sent, decoded; each render gets a copy
 	for {
@@ -116,20 +123,31 @@ func serve(stdin io.Reader, stdout io.Writer) int {
 }
 
 // limitSelf applies the worker's limits before it reads any template:
-// a data limit the kernel enforces (the Go runtime reserves address space
-// it never uses, so RLIMIT_AS would count that; RLIMIT_DATA counts only
-// memory the process made writable), a soft Go memory limit below it so
-// the collector works harder before the hard limit is reached, one
-// thread of Go code, and an OOM score that makes the kernel pick a worker
-// before the server if the container runs out of memory anyway.
+// a data limit the kernel enforces, a soft Go memory limit below it so the
+// collector works harder before the hard limit is reached, one thread of
+// Go code, and an OOM score that makes the kernel pick a worker before the
+// server if the container runs out of memory anyway.
+//
+// The data limit is RLIMIT_DATA, which counts private writable mappings
+// (RLIMIT_AS would also count the address space the Go runtime reserves
+// and never touches, gigabytes). It is set to what the process has mapped
+// so far plus s.Memory: the server's binary maps about 125 MiB writable at
+// start, of which it touches under 10 MiB, so s.Memory is what a render
+// may add, and what the worker may really use is about s.Memory + 10 MiB.
 func limitSelf(s setup) error {
 	runtime.GOMAXPROCS(1)
 	if s.Memory > 0 {
-		lim := syscall.Rlimit{Cur: uint64(s.Memory), Max: uint64(s.Memory)}
+		base, err := mappedData()
+		if err != nil {
+			return err
+		}
+		lim := syscall.Rlimit{Cur: uint64(base + s.Memory), Max: uint64(base + s.Memory)}
 		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &lim); err != nil {
 			return fmt.Errorf("set the memory limit: %w", err)
 		}
-		debug.SetMemoryLimit(s.Memory * 3 / 4)
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		debug.SetMemoryLimit(int64(ms.Sys-ms.HeapReleased) + s.Memory*3/4)
 	}
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0) // best effort
 	// Past RLIMIT_CPU's soft limit the kernel sends SIGXCPU, which the Go
@@ -142,6 +160,24 @@ func limitSelf(s setup) error {
 		os.Exit(exitCPU)
 	}()
 	return nil
+}
+
+// mappedData is the process's VmData: what RLIMIT_DATA counts.
+func mappedData() (int64, error) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, fmt.Errorf("read the memory in use: %w", err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmData:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("read the memory in use: VmData %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("read the memory in use: /proc/self/status has no VmData")
 }
 
 // allowCPU sets RLIMIT_CPU's soft limit to the CPU time used so far plus
