@@ -461,7 +461,13 @@ var executingRE = regexp.MustCompile(`^executing "[^"]*" at (<.*?>): (.*)$`)
 
 func simplify(msg string) string {
 	if m := executingRE.FindStringSubmatch(msg); m != nil {
+		if g := guardRE.FindStringSubmatch(m[2]); g != nil && "<"+g[1]+">" == m[1] {
+			// A guard guardLoops inserted: the action is not the author's.
+			return g[2]
+		}
 		return m[1] + ": " + m[2]
 	}
 	return msg
 }
+
+var guardRE = regexp.MustCompile(`^error calling (` + tickFunc + `|` + rangeFunc + `): (.*)$`)

@@ -292,7 +292,13 @@ func (w *worker) render(req request, values []byte, cfg Config) (out string, ret
 		if err := json.Unmarshal(frame[1:], &re); err != nil {
 			return "", true, fmt.Errorf("the render worker sent an unreadable error: %w", err)
 		}
-		return "", frame[0] == tagErrorRetire, &re
+		retire := frame[0] == tagErrorRetire
+		if retire && re.Line == 0 {
+			// The engine gave up on a call still running; the worker
+			// exits, which stops it.
+			re.Message = fmt.Sprintf("rendering took longer than %s and was stopped", cfg.Timeout)
+		}
+		return "", retire, &re
 	default:
 		return "", true, fmt.Errorf("the render worker sent an unknown response %d", frame[0])
 	}
