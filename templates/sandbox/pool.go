@@ -67,6 +67,8 @@ type Pool struct {
 	slots  chan struct{}
 	idle   chan *worker
 	closed atomic.Bool
+	mu     sync.Mutex
+	live   map[*worker]struct{}
 	// Started counts worker processes started, for tests and metrics.
 	Started atomic.Int64
 }
@@ -96,7 +98,8 @@ func New(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render sandbox: encode setup: %w", err)
 	}
-	p := &Pool{cfg: cfg, setup: setupFrame, slots: make(chan struct{}, cfg.Workers), idle: make(chan *worker, cfg.Workers)}
+	p := &Pool{cfg: cfg, setup: setupFrame, slots: make(chan struct{}, cfg.Workers), idle: make(chan *worker, cfg.Workers),
+		live: map[*worker]struct{}{}}
 	return p, nil
 }
 
@@ -105,17 +108,34 @@ func (p *Pool) Limits() (timeout, cpu time.Duration, memory int64) {
 	return p.cfg.Timeout, p.cfg.CPU, p.cfg.Memory
 }
 
-// Close stops every idle worker; busy ones stop when their render ends.
+// Close stops every worker, busy ones too: their renders fail.
 func (p *Pool) Close() {
 	p.closed.Store(true)
+	p.mu.Lock()
+	live := make([]*worker, 0, len(p.live))
+	for w := range p.live {
+		live = append(live, w)
+	}
+	p.mu.Unlock()
+	for _, w := range live {
+		_ = w.cmd.Process.Kill()
+	}
 	for {
 		select {
 		case w := <-p.idle:
-			w.stop()
+			p.stop(w)
 		default:
 			return
 		}
 	}
+}
+
+// stop ends a worker and forgets it.
+func (p *Pool) stop(w *worker) {
+	w.stop()
+	p.mu.Lock()
+	delete(p.live, w)
+	p.mu.Unlock()
 }
 
 // Render renders text, named name in errors, with data in a worker. data
@@ -141,7 +161,7 @@ func (p *Pool) Render(name, text string, data any) (string, error) {
 		}
 		out, retire, err := w.render(req, values, p.cfg)
 		if retire || err != nil && !isTemplateError(err) {
-			w.stop()
+			p.stop(w)
 		} else {
 			p.put(w)
 		}
@@ -150,6 +170,9 @@ func (p *Pool) Render(name, text string, data any) (string, error) {
 			continue
 		}
 		if died != nil {
+			if p.closed.Load() {
+				return "", &templates.RenderError{Template: name, Message: "the render sandbox is shut down"}
+			}
 			return "", &templates.RenderError{Template: name, Message: died.Error()}
 		}
 		return out, err
@@ -175,13 +198,13 @@ func (p *Pool) get() (*worker, error) {
 
 func (p *Pool) put(w *worker) {
 	if p.closed.Load() {
-		w.stop()
+		p.stop(w)
 		return
 	}
 	select {
 	case p.idle <- w:
 	default:
-		w.stop()
+		p.stop(w)
 	}
 }
 
@@ -225,15 +248,22 @@ func (p *Pool) start() (*worker, error) {
 		_, _ = io.Copy(w.stderr, stderrPipe)
 		close(w.stderrDone)
 	}()
+	p.mu.Lock()
+	p.live[w] = struct{}{}
+	p.mu.Unlock()
+	if p.closed.Load() { // Close ran while this one started
+		p.stop(w)
+		return nil, errors.New("the render sandbox is shut down")
+	}
 	if err := writeFrame(w.stdin, p.setup); err != nil {
-		w.stop()
+		p.stop(w)
 		return nil, fmt.Errorf("start a render worker: send setup: %w (%s)", err, firstLine(w.stderr.String()))
 	}
 	timer := time.AfterFunc(p.cfg.Timeout+killGrace, func() { _ = w.cmd.Process.Kill() })
 	ready, err := readFrame(w.stdout)
 	timer.Stop()
 	if err != nil || len(ready) != 1 || ready[0] != tagOutput {
-		_ = w.cmd.Process.Kill()
+		p.stop(w)
 		waitErr := w.wait()
 		return nil, fmt.Errorf("a render worker did not start (%v): %s; if it ran out of memory, raise --render-worker-memory",
 			waitErr, firstLine(w.stderr.String()))
