@@ -105,6 +105,8 @@ type Controller struct {
 	resultsMu sync.Mutex
 	// results is every group's latest render.
 	results map[string]*Result
+	// dirty groups have a render queued; inflight ones, one running.
+	dirty, inflight map[string]bool
 	// allRendered records that every group had a result once: until then
 	// the leader does not publish, so a group that has not rendered since
 	// this replica started is never taken for a deleted one.
@@ -127,7 +129,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		publishQ: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles-publish"}),
-		results: map[string]*Result{},
+		results: map[string]*Result{}, dirty: map[string]bool{}, inflight: map[string]bool{},
 	}
 	// Each input is watched as narrowly as the API allows, so unrelated
 	// objects never trigger a render.
@@ -239,7 +241,7 @@ func (c *Controller) Leading() bool { return c.leading.Load() }
 
 func (c *Controller) enqueueGroupOf(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key) // cluster-scoped: the key is the name
+		c.enqueue(key) // cluster-scoped: the key is the name
 	}
 }
 
@@ -258,7 +260,7 @@ func (c *Controller) enqueueSelected(obj any) {
 		return
 	}
 	for _, g := range ngc.Spec.NodeGroups {
-		c.queue.Add(g)
+		c.enqueue(g)
 	}
 }
 
@@ -269,8 +271,24 @@ func (c *Controller) enqueueAllGroups() {
 		return
 	}
 	for _, ng := range ngs {
-		c.queue.Add(ng.Name)
+		c.enqueue(ng.Name)
 	}
+}
+
+// enqueue queues a group's render and marks it unsettled until then.
+func (c *Controller) enqueue(group string) {
+	c.resultsMu.Lock()
+	c.dirty[group] = true
+	c.resultsMu.Unlock()
+	c.queue.Add(group)
+}
+
+// settled reports whether group's latest result reflects every change
+// seen so far: no render of it is queued or running.
+func (c *Controller) settled(group string) bool {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
+	return !c.dirty[group] && !c.inflight[group]
 }
 
 func (c *Controller) renderWorker(context.Context) {
@@ -279,7 +297,18 @@ func (c *Controller) renderWorker(context.Context) {
 		if quit {
 			return
 		}
+		c.resultsMu.Lock()
+		c.dirty[group], c.inflight[group] = false, true
+		c.resultsMu.Unlock()
 		err := c.renderGroup(group)
+		c.resultsMu.Lock()
+		delete(c.inflight, group)
+		if err != nil {
+			c.dirty[group] = true
+		} else if !c.dirty[group] {
+			delete(c.dirty, group)
+		}
+		c.resultsMu.Unlock()
 		c.queue.Done(group)
 		if err != nil {
 			klog.ErrorS(err, "Rendering a node group failed; will retry", "group", group)
@@ -371,9 +400,9 @@ func (c *Controller) renderGroup(group string) error {
 	c.resultsMu.Lock()
 	c.results[group] = r
 	c.resultsMu.Unlock()
-	if !r.Cached {
-		c.publishQ.Add(publishKey)
-	}
+	// Even an unchanged result may settle a NodeGroupConfiguration whose
+	// status waited for this group.
+	c.publishQ.Add(publishKey)
 	return nil
 }
 
@@ -391,7 +420,29 @@ func (c *Controller) publishLatest() error {
 	if !ready {
 		return nil // the last group's first render enqueues a publish
 	}
+	// Every bundle is published as soon as its group renders, but a
+	// NodeGroupConfiguration's status is reported only once every group it
+	// selects has rendered the current state: its message lists the groups
+	// and what failed in each, and must not be a mix of old and new. The
+	// last of those renders enqueues another publish.
+	configs := make([]*deckhousev1alpha1.NodeGroupConfiguration, 0, len(in.Configs))
+	for _, ngc := range in.Configs {
+		if c.allSettled(ngc, in.NodeGroups) {
+			configs = append(configs, ngc)
+		}
+	}
+	in.Configs = configs
 	return c.publish(*leaderCtx, in, results)
+}
+
+// allSettled reports whether every existing group ngc selects is settled.
+func (c *Controller) allSettled(ngc *deckhousev1alpha1.NodeGroupConfiguration, ngs []*deckhousev1.NodeGroup) bool {
+	for _, ng := range ngs {
+		if (slices.Contains(ngc.Spec.NodeGroups, "*") || slices.Contains(ngc.Spec.NodeGroups, ng.Name)) && !c.settled(ng.Name) {
+			return false
+		}
+	}
+	return true
 }
 
 // latestResults are the latest results of the groups that exist, and

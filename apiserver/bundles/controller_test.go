@@ -2,6 +2,7 @@ package bundles
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,41 @@ func TestReadyDoesNotWaitForARender(t *testing.T) {
 	}
 	if took := time.Since(start); took >= 5*time.Second {
 		t.Errorf("ready only after %s, as long as the group's bad template", took)
+	}
+}
+
+func TestAConfigurationsStatusWaitsForEveryGroupItSelects(t *testing.T) {
+	// Group slow takes a while for each render; group fast does not.
+	slow := config("slow.sh", []string{"slow"}, `{{ range until 100000 }}{{ range until 10 }}{{ end }}{{ end }}{{ .nodeGroup.name }}`)
+	_, kube, nm := runController(t, 30*time.Second, []string{"fast", "slow"}, slow)
+	waitPublished(t, kube, "slow", time.Minute, func(sum string) bool { return sum != "" })
+	ctx := context.Background()
+	broken, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctx, config("all.sh", []string{"*"}, `{{ fail "not yet" }}`), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every status written for this generation names both groups: none is
+	// reported from one group's render while the other's is still running.
+	var seen []string
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, "all.sh", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range ngc.Status.Conditions {
+			if c.Type == ConditionRendered && c.ObservedGeneration == broken.Generation {
+				if len(seen) == 0 || seen[len(seen)-1] != c.Message {
+					seen = append(seen, c.Message)
+				}
+				return c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "fast, slow"), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("all.sh never reported both groups; saw %q", seen)
+	}
+	if len(seen) != 1 {
+		t.Errorf("all.sh's status went through %q", seen)
 	}
 }
