@@ -78,8 +78,8 @@ type ControllerConfig struct {
 // groups a NodeGroupConfiguration selects before and after the change,
 // every group for a cluster-wide input), and Workers goroutines render
 // them, so a group whose templates take their whole time budget delays no
-// other group. A rendered change enqueues the single publish item, which
-// the leader runs over every group's latest result.
+// other group. Every render enqueues the single publish item (coalesced
+// while queued), which the leader runs over every group's latest result.
 type Controller struct {
 	cfg      ControllerConfig
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -364,8 +364,7 @@ func (c *Controller) inputs() (Inputs, error) {
 	return in, nil
 }
 
-// renderGroup renders one group and records its result; a new result
-// enqueues a publish.
+// renderGroup renders one group, records its result and enqueues a publish.
 func (c *Controller) renderGroup(group string) error {
 	ng, err := c.nodeGroups.Get(group)
 	if apierrors.IsNotFound(err) {

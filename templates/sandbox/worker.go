@@ -65,8 +65,13 @@ func serve(stdin io.Reader, stdout io.Writer) int {
 	engine.Timeout = s.Timeout
 	// Tell the server the worker is up, limits and all: a worker that
 	// cannot start is told apart from a template that kills it.
-	if err := writeFrame(out, []byte{tagOutput}); err == nil {
+	err = writeFrame(out, []byte{tagOutput})
+	if err == nil {
 		err = out.Flush()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "render worker: write ready: %v\n", err)
+		return exitSetup
 	}
 
 	var values any // the last values sent, decoded; each render gets a copy
