@@ -72,7 +72,7 @@ func waitPublished(t *testing.T, kube *kubefake.Clientset, group string, within 
 }
 
 func TestAGroupWithATemplateBombDoesNotDelayAnotherGroupsChange(t *testing.T) {
-	const timeout = 3 * time.Second
+	const timeout = 5 * time.Second
 	spin := func(n int) string { return spinBomb + "\n# " + string(rune('a'+n)) }
 	_, kube, nm := runController(t, timeout, []string{"a", "b"},
 		config("bomb.sh", []string{"a"}, spin(0)), config("b.sh", []string{"b"}, "echo b"))
