@@ -307,7 +307,10 @@ func (w *worker) render(req request, values []byte, cfg Config) (out string, ret
 		_ = w.cmd.Process.Kill()
 	})
 	frame, readErr = readFrame(w.stdout)
-	timer.Stop()
+	if !timer.Stop() || killed.Load() {
+		// The kill raced the answer: use the answer, not the worker.
+		defer func() { retire = true }()
+	}
 	if readErr != nil {
 		return "", true, w.died(cfg, false, killed.Load())
 	}
