@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -21,8 +22,10 @@ import (
 )
 
 // Limits that keep any template, however written, bounded in time and
-// memory: a script is at most MaxOutputBytes, and sprig's sequence and
-// repeat functions refuse counts above MaxSequence.
+// output: a script is at most MaxOutputBytes, and sprig's sequence and
+// repeat functions and range over an integer refuse counts above
+// MaxSequence. Memory is not bounded in process: untrusted templates render
+// in templates/sandbox, whose workers have a memory limit.
 const (
 	MaxOutputBytes = 4 << 20
 	MaxSequence    = 100000
@@ -39,7 +42,10 @@ const (
 // {{ define }} blocks) are parsed once and are available to every render
 // through include and template.
 type Engine struct {
-	base *template.Template
+	base    *template.Template
+	library map[string]string
+	// untrusted, when set, renders what RenderUntrusted is given.
+	untrusted Untrusted
 	// Timeout bounds one render; zero means DefaultTimeout.
 	Timeout time.Duration
 }
@@ -50,13 +56,14 @@ func NewEngine(library map[string]string) (*Engine, error) {
 	base := template.New("").Option("missingkey=error").Funcs(staticFuncs())
 	// Placeholders so library texts that call include or tpl parse; each
 	// render binds the real ones.
-	base.Funcs(template.FuncMap{"include": noRender, "tpl": noRender})
+	base.Funcs(template.FuncMap{"include": noRender, "tpl": noRender, tickFunc: func() (string, error) { return "", nil }})
 	for _, name := range slices.Sorted(maps.Keys(library)) {
 		if _, err := base.New(name).Parse(library[name]); err != nil {
 			return nil, newRenderError(name, err)
 		}
 	}
-	return &Engine{base: base}, nil
+	guardLoops(base)
+	return &Engine{base: base, library: maps.Clone(library)}, nil
 }
 
 func noRender(string, any) (string, error) {
@@ -67,9 +74,13 @@ func noRender(string, any) (string, error) {
 //
 // A render is bounded: include and tpl may nest at most MaxNesting deep,
 // everything it writes (including what include and tpl produce) counts
-// against MaxOutputBytes, and a render still running after Timeout is
-// reported as failed and abandoned, so one template can neither crash nor
-// stall the server.
+// against MaxOutputBytes, range may not iterate over an integer above
+// MaxSequence, and the deadline is checked on every loop iteration and
+// template call even when nothing is written, so a render still running
+// after Timeout stops at its next iteration and is reported as failed. A
+// single function call that runs long (a sprig builtin) finishes in the
+// background; the sandbox, not this engine, bounds what untrusted
+// templates may spend.
 func (e *Engine) Render(name, text string, data any) (string, error) {
 	b := &budget{deadline: time.Now().Add(e.timeout())}
 	type result struct {
@@ -119,6 +130,112 @@ func (b *budget) enter(what string) error {
 
 func (b *budget) leave() { b.depth-- }
 
+// tick is called at the start of every range iteration and template call.
+func (b *budget) tick() (string, error) {
+	if time.Now().After(b.deadline) {
+		return "", errors.New("the render ran out of time")
+	}
+	return "", nil
+}
+
+// Names of the functions guardLoops inserts; a template cannot gain
+// anything by calling them itself.
+const (
+	tickFunc  = "_nodeManagerTick"
+	rangeFunc = "_nodeManagerRange"
+)
+
+// guardLoops rewrites every template in t so that no loop escapes the
+// render's budget: each range body and each template body starts with a
+// call of tickFunc (which fails once the deadline has passed, even when the
+// loop writes nothing), and each range pipeline ends in rangeFunc (which
+// refuses to range over an integer above MaxSequence). It is idempotent,
+// so trees shared with a parsed library are rewritten once and only read
+// afterwards.
+func guardLoops(t *template.Template) {
+	for _, tmpl := range t.Templates() {
+		if tmpl.Tree != nil && tmpl.Tree.Root != nil {
+			guardList(tmpl.Tree, tmpl.Tree.Root)
+		}
+	}
+}
+
+func guardList(tree *parse.Tree, list *parse.ListNode) {
+	if list == nil {
+		return
+	}
+	if !startsWithTick(list) {
+		list.Nodes = append([]parse.Node{tickAction(tree, list.Position())}, list.Nodes...)
+	}
+	for _, n := range list.Nodes {
+		switch n := n.(type) {
+		case *parse.RangeNode:
+			guardRangePipe(tree, n.Pipe)
+			guardList(tree, n.List)
+			guardList(tree, n.ElseList)
+		case *parse.IfNode:
+			guardList(tree, n.List)
+			guardList(tree, n.ElseList)
+		case *parse.WithNode:
+			guardList(tree, n.List)
+			guardList(tree, n.ElseList)
+		case *parse.ListNode:
+			guardList(tree, n)
+		}
+	}
+}
+
+func isCallOf(cmd *parse.CommandNode, name string) bool {
+	if len(cmd.Args) != 1 {
+		return false
+	}
+	id, ok := cmd.Args[0].(*parse.IdentifierNode)
+	return ok && id.Ident == name
+}
+
+func startsWithTick(list *parse.ListNode) bool {
+	if len(list.Nodes) == 0 {
+		return false
+	}
+	a, ok := list.Nodes[0].(*parse.ActionNode)
+	return ok && a.Pipe != nil && len(a.Pipe.Cmds) == 1 && isCallOf(a.Pipe.Cmds[0], tickFunc)
+}
+
+// tickAction is {{ _nodeManagerTick }} at pos: it prints nothing.
+func tickAction(tree *parse.Tree, pos parse.Pos) *parse.ActionNode {
+	return &parse.ActionNode{NodeType: parse.NodeAction, Pos: pos, Line: 0,
+		Pipe: &parse.PipeNode{NodeType: parse.NodePipe, Pos: pos, Cmds: []*parse.CommandNode{call(tree, pos, tickFunc)}}}
+}
+
+func call(tree *parse.Tree, pos parse.Pos, name string) *parse.CommandNode {
+	return &parse.CommandNode{NodeType: parse.NodeCommand, Pos: pos,
+		Args: []parse.Node{parse.NewIdentifier(name).SetTree(tree).SetPos(pos)}}
+}
+
+func guardRangePipe(tree *parse.Tree, pipe *parse.PipeNode) {
+	if pipe == nil || len(pipe.Cmds) == 0 || isCallOf(pipe.Cmds[len(pipe.Cmds)-1], rangeFunc) {
+		return
+	}
+	pipe.Cmds = append(pipe.Cmds, call(tree, pipe.Position(), rangeFunc))
+}
+
+// rangeLimit passes what a range iterates over through unchanged, unless
+// it is an integer above MaxSequence.
+func rangeLimit(v any) (reflect.Value, error) {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if rv.Int() > MaxSequence {
+			return reflect.Value{}, fmt.Errorf("range over %d: more than %d iterations", rv.Int(), MaxSequence)
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if rv.Uint() > MaxSequence {
+			return reflect.Value{}, fmt.Errorf("range over %d: more than %d iterations", rv.Uint(), MaxSequence)
+		}
+	}
+	return rv, nil
+}
+
 func (e *Engine) render(name, text string, data any, b *budget) (string, error) {
 	t, err := e.base.Clone()
 	if err != nil {
@@ -146,10 +263,12 @@ func (e *Engine) render(name, text string, data any, b *budget) (string, error) 
 			}
 			return e.render(name+"/tpl", text, data, b)
 		},
+		tickFunc: b.tick,
 	})
 	if _, err := t.Parse(text); err != nil {
 		return "", newRenderError(name, err)
 	}
+	guardLoops(t)
 	out := &limitedBuffer{budget: b}
 	if err := t.Execute(out, data); err != nil {
 		return "", newRenderError(name, err)
@@ -189,6 +308,7 @@ func staticFuncs() template.FuncMap {
 	funcs["required"] = required
 	funcs["index"] = strictIndex
 	funcs["squote"] = shellQuote
+	funcs[rangeFunc] = rangeLimit
 	// Bounded replacements for functions whose cost a template chooses.
 	until, untilStep, seq, repeat := funcs["until"].(func(int) []int), funcs["untilStep"].(func(int, int, int) []int),
 		funcs["seq"].(func(...int) string), funcs["repeat"].(func(int, string) string)
@@ -440,7 +560,13 @@ var executingRE = regexp.MustCompile(`^executing "[^"]*" at (<.*?>): (.*)$`)
 
 func simplify(msg string) string {
 	if m := executingRE.FindStringSubmatch(msg); m != nil {
+		if g := guardRE.FindStringSubmatch(m[2]); g != nil && "<"+g[1]+">" == m[1] {
+			// A guard guardLoops inserted: the action is not the author's.
+			return g[2]
+		}
 		return m[1] + ": " + m[2]
 	}
 	return msg
 }
+
+var guardRE = regexp.MustCompile(`^error calling (` + tickFunc + `|` + rangeFunc + `): (.*)$`)

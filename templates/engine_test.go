@@ -3,6 +3,7 @@ package templates
 import (
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -110,5 +111,64 @@ func TestEngineBoundsCostlyTemplates(t *testing.T) {
 	}
 	if out, err := e.Render("ok", `{{ range until 3 }}{{ . }}{{ end }}{{ repeat 2 "ab" }}{{ seq 3 }}`, nil); err != nil || out != "012abab1 2 3" {
 		t.Errorf("small sequences: %q, %v", out, err)
+	}
+}
+
+func TestRangeOverAnIntegerIsBoundedLikeSequences(t *testing.T) {
+	e := mustEngine(t, nil)
+	start := time.Now()
+	_, err := e.Render("bomb", `{{ range 100000000000 }}{{ end }}`, nil)
+	var re *RenderError
+	if !errors.As(err, &re) || re.Line != 1 || re.Message != "range over 100000000000: more than 100000 iterations" {
+		t.Errorf("range over 1e11: want a RenderError on line 1 saying more than 100000 iterations, got %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("range over 1e11 was refused only after %s", d)
+	}
+	data := map[string]any{"null": nil, "list": []any{"a", "b"}, "n": 2}
+	for text, want := range map[string]string{
+		`{{ range 3 }}{{ . }}{{ end }}`:                                  "012",
+		`{{ range $i := .n }}{{ $i }}{{ end }}`:                          "01",
+		`{{ range $i, $v := .list }}{{ $i }}{{ $v }}{{ end }}`:           "0a1b",
+		`{{ range .null }}x{{ else }}empty{{ end }}`:                     "empty",
+		`{{ range until 2 }}{{ range $.list }}{{ . }}{{ end }}{{ end }}`: "abab",
+	} {
+		if got, err := e.Render("ok", text, data); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", text, got, err, want)
+		}
+	}
+}
+
+// processCPU is the CPU time this test process has used so far.
+func processCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestLoopsThatWriteNothingStopAtTheDeadline(t *testing.T) {
+	e := mustEngine(t, nil)
+	e.Timeout = 300 * time.Millisecond
+	for _, text := range []string{
+		`{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`,
+		`{{ range 100000 }}{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}{{ end }}`,
+		// Recursion that doubles at every level, with no range at all.
+		`{{ define "t" }}{{ if lt (len .) 60 }}{{ template "t" (append . 1) }}{{ template "t" (append . 1) }}{{ end }}{{ end }}{{ template "t" list }}`,
+	} {
+		if _, err := e.Render("spin", text, nil); err == nil {
+			t.Errorf("%s rendered", text)
+			continue
+		}
+		// The render must really stop, not go on burning a core after
+		// Render gave up on it.
+		time.Sleep(100 * time.Millisecond)
+		before := processCPU(t)
+		time.Sleep(time.Second)
+		if used := processCPU(t) - before; used > 250*time.Millisecond {
+			t.Errorf("%s: the process used %s of CPU in the second after the render failed", text, used)
+		}
 	}
 }

@@ -134,7 +134,7 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 			failures = append(failures, Failure{Custom: s.Name, Err: fmt.Errorf("step %s is a built-in step and cannot be replaced; change the weight or the name", file)})
 			continue
 		}
-		out, err := t.engine.Render("NodeGroupConfiguration/"+s.Name, s.Content, values)
+		out, err := t.engine.RenderUntrusted("NodeGroupConfiguration/"+s.Name, s.Content, values)
 		if err == nil {
 			if err = checkControlCharacters(out, true); err != nil {
 				err = fmt.Errorf("the rendered step: %w", err)

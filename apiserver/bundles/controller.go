@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,14 +65,25 @@ type ControllerConfig struct {
 	Renderer *Renderer
 	Store    *Store
 	Metrics  *Metrics
+	// Workers is how many groups render at once; zero means 2.
+	Workers int
 	// LeaseDuration etc. tune leader election; zero means 15s/10s/2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // Controller renders on every replica and, on the leader, publishes.
+//
+// Each node group is a work item of its own (the key is the group's
+// name): a change enqueues the groups it affects (a NodeGroup itself, the
+// groups a NodeGroupConfiguration selects before and after the change,
+// every group for a cluster-wide input), and Workers goroutines render
+// them, so a group whose templates take their whole time budget delays no
+// other group. Every render enqueues the single publish item (coalesced
+// while queued), which the leader runs over every group's latest result.
 type Controller struct {
-	cfg   ControllerConfig
-	queue workqueue.TypedRateLimitingInterface[string]
+	cfg      ControllerConfig
+	queue    workqueue.TypedRateLimitingInterface[string]
+	publishQ workqueue.TypedRateLimitingInterface[string]
 
 	factories      []interface{ Start(<-chan struct{}) }
 	nodeGroups     nmlistersv1.NodeGroupLister
@@ -84,22 +96,40 @@ type Controller struct {
 	recorder       events.EventRecorder
 	broadcaster    events.EventBroadcaster
 
-	leading  atomic.Bool
-	rendered atomic.Bool
+	leading      atomic.Bool
+	inputsSynced atomic.Bool
 	// leaderCtx is the context of the current term as leader; publishing
 	// uses it, so writes stop when leadership is lost.
 	leaderCtx atomic.Pointer[context.Context]
-	// groups seen in the last render, to drop metrics of vanished ones.
-	groups map[string]bool
+
+	resultsMu sync.Mutex
+	// results is every group's latest render.
+	results map[string]*Result
+	// dirty groups have a render queued; inflight ones, one running.
+	dirty, inflight map[string]bool
+	// allRendered records that every group had a result once: until then
+	// the leader does not publish, so a group that has not rendered since
+	// this replica started is never taken for a deleted one.
+	allRendered bool
 }
+
+// publishKey is the publish queue's only item.
+const publishKey = "publish"
 
 // NewController sets up the informers; Run starts them.
 func NewController(cfg ControllerConfig) *Controller {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
 	c := &Controller{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles"}),
+		publishQ: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles-publish"}),
+		results: map[string]*Result{}, dirty: map[string]bool{}, inflight: map[string]bool{},
 	}
 	// Each input is watched as narrowly as the API allows, so unrelated
 	// objects never trigger a render.
@@ -117,27 +147,42 @@ func NewController(cfg ControllerConfig) *Controller {
 	nm := nminformers.NewSharedInformerFactory(cfg.NodeMgr, 0)
 	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, rootCA, apiEndpoints, publishedNS, nm}
 
-	enqueue := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.queue.Add("render") },
-		UpdateFunc: func(any, any) { c.queue.Add("render") },
-		DeleteFunc: func(any) { c.queue.Add("render") },
-	}
 	ngInf := nm.Deckhouse().V1().NodeGroups()
 	ngcInf := nm.Deckhouse().V1alpha1().NodeGroupConfigurations()
 	secInf := clusterConfig.Core().V1().Secrets()
 	cmInf := rootCA.Core().V1().ConfigMaps()
 	esInf := apiEndpoints.Discovery().V1().EndpointSlices()
 	pubInf := publishedNS.Core().V1().Secrets()
-	for _, inf := range []cache.SharedIndexInformer{ngInf.Informer(), ngcInf.Informer(), esInf.Informer(), secInf.Informer(), cmInf.Informer()} {
-		_, _ = inf.AddEventHandler(enqueue)
+	c.nodeGroups, c.configs = ngInf.Lister(), ngcInf.Lister()
+	_, _ = ngInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueGroupOf,
+		UpdateFunc: func(_, obj any) { c.enqueueGroupOf(obj) },
+		DeleteFunc: c.enqueueGroupOf,
+	})
+	_, _ = ngcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueSelected,
+		UpdateFunc: func(old, obj any) { c.enqueueSelected(old); c.enqueueSelected(obj) },
+		DeleteFunc: c.enqueueSelected,
+	})
+	everyGroup := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueAllGroups() },
+		UpdateFunc: func(any, any) { c.enqueueAllGroups() },
+		DeleteFunc: func(any) { c.enqueueAllGroups() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{esInf.Informer(), secInf.Informer(), cmInf.Informer()} {
+		_, _ = inf.AddEventHandler(everyGroup)
 	}
 	_, _ = pubInf.Informer().AddEventHandler(cfg.Store.Handler())
 	cfg.Store.SetResourceVersionSource(pubInf.Informer().LastSyncResourceVersion)
 	// A change to what is published may need correcting (someone edited or
 	// deleted a Secret): the leader re-publishes.
-	_, _ = pubInf.Informer().AddEventHandler(enqueue)
+	republish := func() { c.publishQ.Add(publishKey) }
+	_, _ = pubInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { republish() },
+		UpdateFunc: func(any, any) { republish() },
+		DeleteFunc: func(any) { republish() },
+	})
 
-	c.nodeGroups, c.configs = ngInf.Lister(), ngcInf.Lister()
 	c.secretsKS, c.configMapsKS = secInf.Lister(), cmInf.Lister()
 	c.endpointSlices, c.published = esInf.Lister(), pubInf.Lister()
 	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, secInf.Informer().HasSynced,
@@ -155,6 +200,7 @@ func NewController(cfg ControllerConfig) *Controller {
 // takes part in leader election until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
+	defer c.publishQ.ShutDown()
 	c.broadcaster.StartRecordingToSink(ctx.Done())
 	defer c.broadcaster.Shutdown()
 	for _, f := range c.factories {
@@ -164,21 +210,28 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("informers did not sync before shutdown")
 	}
 	c.cfg.Store.MarkSynced()
+	c.inputsSynced.Store(true)
 	go c.runLeaderElection(ctx)
-	go wait.UntilWithContext(ctx, c.worker, time.Second)
-	c.queue.Add("render")
+	for range c.cfg.Workers {
+		go wait.UntilWithContext(ctx, c.renderWorker, time.Second)
+	}
+	go wait.UntilWithContext(ctx, c.publishWorker, time.Second)
+	c.enqueueAllGroups()
 	<-ctx.Done()
 	return nil
 }
 
-// Ready reports whether this replica can serve: inputs synced, the store
-// loaded, and a first render done.
+// Ready reports whether this replica can serve: the published bundles,
+// which are what it serves, are loaded and its inputs are synced. It does
+// not wait for a render: a replica serves the published bundles whatever
+// its own renders do, so a template that takes its whole time budget
+// delays no replica's readiness.
 func (c *Controller) Ready() error {
 	if !c.cfg.Store.Synced() {
 		return errors.New("published bundles not loaded yet")
 	}
-	if !c.rendered.Load() {
-		return errors.New("first render not done yet")
+	if !c.inputsSynced.Load() {
+		return errors.New("inputs (node groups, configurations, cluster settings) not loaded yet")
 	}
 	return nil
 }
@@ -186,20 +239,100 @@ func (c *Controller) Ready() error {
 // Leading reports whether this replica publishes.
 func (c *Controller) Leading() bool { return c.leading.Load() }
 
-func (c *Controller) worker(context.Context) {
+func (c *Controller) enqueueGroupOf(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.enqueue(key) // cluster-scoped: the key is the name
+	}
+}
+
+// enqueueSelected enqueues the groups a NodeGroupConfiguration selects.
+func (c *Controller) enqueueSelected(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	ngc, ok := obj.(*deckhousev1alpha1.NodeGroupConfiguration)
+	if !ok {
+		c.enqueueAllGroups()
+		return
+	}
+	if slices.Contains(ngc.Spec.NodeGroups, "*") {
+		c.enqueueAllGroups()
+		return
+	}
+	for _, g := range ngc.Spec.NodeGroups {
+		c.enqueue(g)
+	}
+}
+
+func (c *Controller) enqueueAllGroups() {
+	ngs, err := c.nodeGroups.List(labels.Everything())
+	if err != nil {
+		klog.ErrorS(err, "List node groups to re-render")
+		return
+	}
+	for _, ng := range ngs {
+		c.enqueue(ng.Name)
+	}
+}
+
+// enqueue queues a group's render and marks it unsettled until then.
+func (c *Controller) enqueue(group string) {
+	c.resultsMu.Lock()
+	c.dirty[group] = true
+	c.resultsMu.Unlock()
+	c.queue.Add(group)
+}
+
+// settled reports whether group's latest result reflects every change
+// seen so far: no render of it is queued or running.
+func (c *Controller) settled(group string) bool {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
+	return !c.dirty[group] && !c.inflight[group]
+}
+
+func (c *Controller) renderWorker(context.Context) {
 	for {
-		key, quit := c.queue.Get()
+		group, quit := c.queue.Get()
 		if quit {
 			return
 		}
-		err := c.sync()
-		c.queue.Done(key)
+		c.resultsMu.Lock()
+		c.dirty[group], c.inflight[group] = false, true
+		c.resultsMu.Unlock()
+		err := c.renderGroup(group)
+		c.resultsMu.Lock()
+		delete(c.inflight, group)
 		if err != nil {
-			klog.ErrorS(err, "Publishing bundles failed; will retry")
-			c.queue.AddRateLimited(key)
+			c.dirty[group] = true
+		} else if !c.dirty[group] {
+			delete(c.dirty, group)
+		}
+		c.resultsMu.Unlock()
+		c.queue.Done(group)
+		if err != nil {
+			klog.ErrorS(err, "Rendering a node group failed; will retry", "group", group)
+			c.queue.AddRateLimited(group)
 			continue
 		}
-		c.queue.Forget(key)
+		c.queue.Forget(group)
+	}
+}
+
+func (c *Controller) publishWorker(context.Context) {
+	for {
+		key, quit := c.publishQ.Get()
+		if quit {
+			return
+		}
+		err := c.publishLatest()
+		c.publishQ.Done(key)
+		if err != nil {
+			klog.ErrorS(err, "Publishing bundles failed; will retry")
+			c.publishQ.AddRateLimited(key)
+			continue
+		}
+		c.publishQ.Forget(key)
 	}
 }
 
@@ -231,38 +364,105 @@ func (c *Controller) inputs() (Inputs, error) {
 	return in, nil
 }
 
-func (c *Controller) sync() error {
+// renderGroup renders one group, records its result and enqueues a publish.
+func (c *Controller) renderGroup(group string) error {
+	ng, err := c.nodeGroups.Get(group)
+	if apierrors.IsNotFound(err) {
+		c.resultsMu.Lock()
+		_, had := c.results[group]
+		delete(c.results, group)
+		c.resultsMu.Unlock()
+		c.cfg.Renderer.Forget(group)
+		c.cfg.Metrics.ForgetGroup(group)
+		if had {
+			c.publishQ.Add(publishKey)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	in, err := c.inputs()
 	if err != nil {
 		return err
 	}
-	results := c.cfg.Renderer.RenderAll(in)
-	for _, r := range results {
-		if r.Cached {
-			c.cfg.Metrics.RenderCached.Inc()
-			continue
-		}
+	r := c.cfg.Renderer.Render(ng, in)
+	if r.Cached {
+		c.cfg.Metrics.RenderCached.Inc()
+	} else {
 		c.cfg.Metrics.RenderDuration.WithLabelValues(r.Group).Observe(r.Duration.Seconds())
 		if r.Published == nil {
 			c.cfg.Metrics.RenderErrors.WithLabelValues(r.Group).Inc()
 			klog.InfoS("Node group failed to render; it keeps its last good bundle", "group", r.Group, "failures", failureMessages(r.Failures))
 		}
 	}
-	for g := range c.groups {
-		if results[g] == nil {
-			c.cfg.Metrics.ForgetGroup(g)
-		}
-	}
-	c.groups = map[string]bool{}
-	for g := range results {
-		c.groups[g] = true
-	}
-	c.rendered.Store(true)
+	c.resultsMu.Lock()
+	c.results[group] = r
+	c.resultsMu.Unlock()
+	// Even an unchanged result may settle a NodeGroupConfiguration whose
+	// status waited for this group.
+	c.publishQ.Add(publishKey)
+	return nil
+}
+
+// publishLatest publishes, on the leader, every group's latest result.
+func (c *Controller) publishLatest() error {
 	leaderCtx := c.leaderCtx.Load()
 	if !c.leading.Load() || leaderCtx == nil || (*leaderCtx).Err() != nil {
 		return nil
 	}
+	in, err := c.inputs()
+	if err != nil {
+		return err
+	}
+	results, ready := c.latestResults(in.NodeGroups)
+	if !ready {
+		return nil // the last group's first render enqueues a publish
+	}
+	// Every bundle is published as soon as its group renders, but a
+	// NodeGroupConfiguration's status is reported only once every group it
+	// selects has rendered the current state: its message lists the groups
+	// and what failed in each, and must not be a mix of old and new. The
+	// last of those renders enqueues another publish.
+	configs := make([]*deckhousev1alpha1.NodeGroupConfiguration, 0, len(in.Configs))
+	for _, ngc := range in.Configs {
+		if c.allSettled(ngc, in.NodeGroups) {
+			configs = append(configs, ngc)
+		}
+	}
+	in.Configs = configs
 	return c.publish(*leaderCtx, in, results)
+}
+
+// allSettled reports whether every existing group ngc selects is settled.
+func (c *Controller) allSettled(ngc *deckhousev1alpha1.NodeGroupConfiguration, ngs []*deckhousev1.NodeGroup) bool {
+	for _, ng := range ngs {
+		if (slices.Contains(ngc.Spec.NodeGroups, "*") || slices.Contains(ngc.Spec.NodeGroups, ng.Name)) && !c.settled(ng.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// latestResults are the latest results of the groups that exist, and
+// whether every group has had one since this replica started (a group
+// created since then may still be missing: it has nothing published yet).
+func (c *Controller) latestResults(ngs []*deckhousev1.NodeGroup) (map[string]*Result, bool) {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
+	results := make(map[string]*Result, len(ngs))
+	for _, ng := range ngs {
+		if r := c.results[ng.Name]; r != nil {
+			results[ng.Name] = r
+		}
+	}
+	if !c.allRendered {
+		if len(results) < len(ngs) {
+			return nil, false
+		}
+		c.allRendered = true
+	}
+	return results, true
 }
 
 func failureMessages(fs []templates.Failure) []string {
@@ -299,7 +499,7 @@ func (c *Controller) runLeaderElection(ctx context.Context) {
 					c.leaderCtx.Store(&ctx)
 					c.leading.Store(true)
 					c.cfg.Metrics.Leader.Set(1)
-					c.queue.Add("render")
+					c.publishQ.Add(publishKey)
 				},
 				OnStoppedLeading: func() {
 					klog.InfoS("No longer the leader", "identity", c.cfg.Identity)

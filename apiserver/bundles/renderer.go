@@ -1,6 +1,7 @@
 package bundles
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -44,16 +45,32 @@ type Result struct {
 	inputHash string
 }
 
-// Renderer renders every group, reusing a group's previous result when none
-// of its inputs changed, so a change re-renders only the groups it affects.
+// Renderer renders node groups, reusing a group's previous result when
+// none of its inputs changed, so a change re-renders only the groups it
+// affects. Groups render independently: Render may run for different
+// groups at once, and nothing is held across groups while a template
+// renders, so a group whose templates are slow delays no other.
 type Renderer struct {
 	tree *templates.Tree
+	// Parallelism is how many groups RenderAll renders at once; zero means 1.
+	Parallelism int
 
-	mu    sync.Mutex
-	cache map[string]*Result
+	mu       sync.Mutex
+	cache    map[string]*Result
+	settings parsedSettings
 }
 
-// NewRenderer returns a renderer for a template tree.
+// parsedSettings memoizes the last cluster configuration parsed.
+type parsedSettings struct {
+	raw      []byte
+	valid    bool
+	settings templates.ClusterSettings
+	err      error
+}
+
+// NewRenderer returns a renderer for a template tree. Give it a tree with
+// a sandbox (templates.Tree.WithSandbox) to bound what NodeGroupConfiguration
+// templates may spend.
 func NewRenderer(tree *templates.Tree) *Renderer {
 	return &Renderer{tree: tree, cache: map[string]*Result{}}
 }
@@ -61,56 +78,94 @@ func NewRenderer(tree *templates.Tree) *Renderer {
 // TemplatesDigest identifies the renderer's template tree.
 func (r *Renderer) TemplatesDigest() string { return r.tree.Digest() }
 
-// RenderAll renders every NodeGroup in in. A cluster configuration that
-// cannot be read fails every group with the same error.
+// RenderAll renders every NodeGroup in in, Parallelism at a time, and
+// forgets the cached renders of groups no longer in in.
 func (r *Renderer) RenderAll(in Inputs) map[string]*Result {
 	results := make(map[string]*Result, len(in.NodeGroups))
-	settings, settingsErr := templates.ParseClusterConfiguration(in.ClusterConfiguration)
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(r.Parallelism, 1))
 	for _, ng := range in.NodeGroups {
-		custom, names := customSteps(ng.Name, in.Configs)
-		if settingsErr != nil {
-			results[ng.Name] = &Result{Group: ng.Name, Custom: names,
-				Failures: []templates.Failure{{Err: fmt.Errorf("kube-system/d8-cluster-configuration: %w", settingsErr)}}}
-			continue
-		}
-		ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
-		if err != nil {
-			results[ng.Name] = &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: fmt.Errorf("NodeGroup %s: %w", ng.Name, err)}}}
-			continue
-		}
-		hash, err := inputHash(r.tree.Digest(), &ctx, custom)
-		if err != nil {
-			results[ng.Name] = &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: err}}}
-			continue
-		}
-		if prev := r.cache[ng.Name]; prev != nil && prev.inputHash == hash {
-			cached := *prev
-			cached.Cached, cached.Duration = true, 0
-			results[ng.Name] = &cached
-			continue
-		}
-		start := time.Now()
-		bundle, failures := r.tree.Render(&ctx, custom)
-		res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), inputHash: hash}
-		if bundle != nil {
-			res.Published = &Published{
-				Group: ng.Name, NodeType: string(ng.Spec.NodeType),
-				KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
-				Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
-			}
-		}
-		r.cache[ng.Name] = res
-		results[ng.Name] = res
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res := r.Render(ng, in)
+			mu.Lock()
+			results[ng.Name] = res
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
+	r.mu.Lock()
 	for group := range r.cache {
 		if results[group] == nil {
 			delete(r.cache, group)
 		}
 	}
+	r.mu.Unlock()
 	return results
+}
+
+// Forget drops the cached render of a group that no longer exists.
+func (r *Renderer) Forget(group string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.cache, group)
+}
+
+// Render renders one group from the cluster-wide inputs in (in.NodeGroups
+// is not read). Renders of different groups may run at once; renders of
+// one group must not (the controller's queue never runs a key twice at
+// once). A cluster configuration that cannot be read fails the group.
+func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
+	custom, names := customSteps(ng.Name, in.Configs)
+	settings, err := r.clusterSettings(in.ClusterConfiguration)
+	if err != nil {
+		return &Result{Group: ng.Name, Custom: names,
+			Failures: []templates.Failure{{Err: fmt.Errorf("kube-system/d8-cluster-configuration: %w", err)}}}
+	}
+	ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
+	if err != nil {
+		return &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: fmt.Errorf("NodeGroup %s: %w", ng.Name, err)}}}
+	}
+	hash, err := inputHash(r.tree.Digest(), &ctx, custom)
+	if err != nil {
+		return &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: err}}}
+	}
+	r.mu.Lock()
+	prev := r.cache[ng.Name]
+	r.mu.Unlock()
+	if prev != nil && prev.inputHash == hash {
+		cached := *prev
+		cached.Cached, cached.Duration = true, 0
+		return &cached
+	}
+	start := time.Now()
+	bundle, failures := r.tree.Render(&ctx, custom)
+	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), inputHash: hash}
+	if bundle != nil {
+		res.Published = &Published{
+			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
+			KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
+			Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
+		}
+	}
+	r.mu.Lock()
+	r.cache[ng.Name] = res
+	r.mu.Unlock()
+	return res
+}
+
+// clusterSettings parses cluster-configuration.yaml once per content.
+func (r *Renderer) clusterSettings(raw []byte) (templates.ClusterSettings, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.settings.valid || !bytes.Equal(r.settings.raw, raw) {
+		s, err := templates.ParseClusterConfiguration(raw)
+		r.settings = parsedSettings{raw: bytes.Clone(raw), valid: true, settings: s, err: err}
+	}
+	return r.settings.settings, r.settings.err
 }
 
 // customSteps are the NodeGroupConfigurations that apply to group, by name.

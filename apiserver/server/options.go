@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	"github.com/node-manager/node-manager/templates"
+	"github.com/node-manager/node-manager/templates/sandbox"
 )
 
 // Options are bashible-apiserver's command-line options: the generic
@@ -24,6 +28,20 @@ type Options struct {
 	Namespace string
 	// Identity names this replica in the leader Lease.
 	Identity string
+	// Render bounds the rendering of NodeGroupConfigurations.
+	Render RenderOptions
+}
+
+// RenderOptions bound what rendering may spend. NodeGroupConfiguration
+// templates render in worker processes (templates/sandbox), each limited
+// to RenderTimeout of wall-clock time and CPU per template and
+// WorkerMemory bytes; Workers groups render at once, each with at most one
+// worker busy. The container's memory limit must hold the server plus
+// Workers times WorkerMemory.
+type RenderOptions struct {
+	Workers      int
+	Timeout      time.Duration
+	WorkerMemory string
 }
 
 // NewOptions returns the defaults.
@@ -36,7 +54,8 @@ func NewOptions() *Options {
 	generic.SecureServing.BindPort = 10423
 	generic.SecureServing.MinTLSVersion = "VersionTLS12"
 	hostname, _ := os.Hostname()
-	return &Options{Generic: generic, Namespace: "d8-cloud-instance-manager", Identity: hostname}
+	return &Options{Generic: generic, Namespace: "d8-cloud-instance-manager", Identity: hostname,
+		Render: RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi"}}
 }
 
 // AddFlags adds every option to fs.
@@ -46,6 +65,24 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"a directory layered over the built-in template tree: its files replace built-in ones of the same path, and an empty file removes one")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the published bundle Secrets and the leader Lease")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "this replica's name in the leader Lease (default: the hostname)")
+	fs.IntVar(&o.Render.Workers, "render-workers", o.Render.Workers,
+		"how many node groups render at once; each may use one render worker process")
+	fs.DurationVar(&o.Render.Timeout, "render-timeout", o.Render.Timeout,
+		"wall-clock and CPU time one NodeGroupConfiguration template may take before its render worker is stopped")
+	fs.StringVar(&o.Render.WorkerMemory, "render-worker-memory", o.Render.WorkerMemory,
+		"memory one render worker process may use (a quantity such as 128Mi); a template that needs more is stopped")
+}
+
+// workerMemory is --render-worker-memory in bytes.
+func (o *Options) workerMemory() (int64, error) {
+	q, err := resource.ParseQuantity(o.Render.WorkerMemory)
+	if err != nil {
+		return 0, fmt.Errorf("--render-worker-memory %q: %w", o.Render.WorkerMemory, err)
+	}
+	if q.Value() < 16<<20 {
+		return 0, fmt.Errorf("--render-worker-memory %s is below 16Mi, too little for a render", o.Render.WorkerMemory)
+	}
+	return q.Value(), nil
 }
 
 // Validate checks the options.
@@ -56,6 +93,15 @@ func (o *Options) Validate() error {
 	}
 	if o.Identity == "" {
 		errs = append(errs, errors.New("--identity must not be empty (the hostname is unknown)"))
+	}
+	if o.Render.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--render-workers %d must be at least 1", o.Render.Workers))
+	}
+	if o.Render.Timeout < time.Second {
+		errs = append(errs, fmt.Errorf("--render-timeout %s must be at least 1s", o.Render.Timeout))
+	}
+	if _, err := o.workerMemory(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.TemplatesDir != "" {
 		if info, err := os.Stat(o.TemplatesDir); err != nil || !info.IsDir() {

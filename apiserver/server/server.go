@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
@@ -23,6 +24,7 @@ import (
 	generatedopenapi "github.com/node-manager/node-manager/generated/openapi"
 	"github.com/node-manager/node-manager/registry"
 	"github.com/node-manager/node-manager/templates"
+	"github.com/node-manager/node-manager/templates/sandbox"
 )
 
 // Config is the server's configuration: the generic server's and ours.
@@ -36,6 +38,14 @@ type ExtraConfig struct {
 	TemplatesDir string
 	Namespace    string
 	Identity     string
+	Render       RenderConfig
+}
+
+// RenderConfig bounds rendering (see RenderOptions).
+type RenderConfig struct {
+	Workers      int
+	Timeout      time.Duration
+	WorkerMemory int64
 }
 
 // CompletedConfig is a Config with every default filled in; only it can
@@ -63,7 +73,12 @@ func newConfig(o *Options) (*Config, error) {
 	if generic.ClientConfig == nil {
 		return nil, errors.New("no client for the cluster: pass --kubeconfig or run in a pod")
 	}
-	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, Namespace: o.Namespace, Identity: o.Identity}}, nil
+	memory, err := o.workerMemory()
+	if err != nil {
+		return nil, err
+	}
+	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, Namespace: o.Namespace, Identity: o.Identity,
+		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}}}, nil
 }
 
 // Complete fills in defaults.
@@ -123,11 +138,21 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// NodeGroupConfigurations are written by users: they render in worker
+	// processes that cannot take the server's CPU or memory with them.
+	pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: c.extra.Render.Workers,
+		Timeout: c.extra.Render.Timeout, Memory: c.extra.Render.WorkerMemory})
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Check(); err != nil {
+		return nil, err
+	}
 	m := processMetrics()
 	store := bundles.NewStore(m.ServedChanged)
 	controller := bundles.NewController(bundles.ControllerConfig{
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.Namespace, Identity: c.extra.Identity,
-		Renderer: bundles.NewRenderer(tree), Store: store, Metrics: m,
+		Renderer: bundles.NewRenderer(tree.WithSandbox(pool)), Store: store, Metrics: m, Workers: c.extra.Render.Workers,
 	})
 	narrower := access.NewNarrower(nm)
 
@@ -144,6 +169,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			if err := controller.Run(hook.Context); err != nil {
 				klog.ErrorS(err, "The bundle controller stopped")
 			}
+			pool.Close()
 		}()
 		return nil
 	})

@@ -2,8 +2,16 @@ package stack
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/node-manager/node-manager/apiserver/bundles"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
@@ -51,8 +59,11 @@ func NewEnvironment(ctx context.Context) (_ *Environment, err error) {
 	return &Environment{CP: cp, Root: root, Applier: applier}, nil
 }
 
-// StartRegistered starts a bashible-apiserver replica and registers it
-// with the aggregator.
+// StartRegistered starts a bashible-apiserver replica, registers it with
+// the aggregator and waits until every NodeGroup has been published (or
+// reports that it failed to render): a replica is ready as soon as it
+// serves what is published, which on a fresh cluster is nothing until the
+// leader's first renders land.
 func (e *Environment) StartRegistered(ctx context.Context, opts BashibleOptions) (*Bashible, error) {
 	b, err := StartBashibleAPIServer(ctx, e.CP, opts)
 	if err != nil {
@@ -62,5 +73,40 @@ func (e *Environment) StartRegistered(ctx context.Context, opts BashibleOptions)
 		b.Stop()
 		return nil, err
 	}
+	if err := waitPublished(ctx, versioned.NewForConfigOrDie(e.CP.AdminConfig())); err != nil {
+		b.Stop()
+		return nil, b.Failure(err)
+	}
 	return b, nil
+}
+
+// waitPublished waits until each NodeGroup is served or has Rendered=False.
+func waitPublished(ctx context.Context, nm versioned.Interface) error {
+	var missing []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		ngs, err := nm.DeckhouseV1().NodeGroups().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		list, err := nm.BashibleV1alpha1().NodeGroupBundles().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		served := map[string]bool{}
+		for _, b := range list.Items {
+			served[b.Name] = true
+		}
+		missing = nil
+		for _, ng := range ngs.Items {
+			failed := meta.IsStatusConditionFalse(ng.Status.Conditions, bundles.ConditionRendered)
+			if !served[ng.Name] && !failed {
+				missing = append(missing, ng.Name)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("node groups %v were not published: %w", missing, err)
+	}
+	return nil
 }

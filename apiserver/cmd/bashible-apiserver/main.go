@@ -13,9 +13,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/node-manager/node-manager/apiserver/server"
+	"github.com/node-manager/node-manager/templates/sandbox"
 )
 
 func main() {
+	// Before anything else: this binary is also the worker that renders
+	// NodeGroupConfigurations in a process of their own.
+	sandbox.RunWorkerIfRequested()
 	if err := run(); err != nil {
 		klog.ErrorS(err, "bashible-apiserver failed")
 		klog.Flush()

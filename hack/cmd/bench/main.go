@@ -4,6 +4,11 @@
 //   - render_full: rendering 100 node groups with 30 NodeGroupConfigurations
 //     from scratch, in process;
 //   - render_one_ngc: re-rendering after one NGC that selects one group changed;
+//   - the same two with NodeGroupConfigurations rendered in the sandbox
+//     (templates/sandbox, as bashible-apiserver does), one group at a time
+//     (_sandboxed) and two at a time with two workers (_sandboxed_2_workers),
+//     sandbox_worker_start (starting one worker process) and
+//     sandbox_worker_rss_anon (an idle worker's own memory);
 //   - get_{direct,aggregated,configmap}_{p50,p99,rps,errors}: GETs of a
 //     cached bundle by 100 concurrent clients (each its own connection),
 //     straight from bashible-apiserver, through kube-apiserver's aggregator,
@@ -15,12 +20,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +45,7 @@ import (
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/stack"
 	"github.com/node-manager/node-manager/templates"
+	"github.com/node-manager/node-manager/templates/sandbox"
 )
 
 const (
@@ -49,9 +55,12 @@ const (
 )
 
 func main() {
+	// This binary is also the sandbox's render worker.
+	sandbox.RunWorkerIfRequested()
 	duration := flag.Duration("duration", 5*time.Second, "how long each GET load runs")
+	renderOnly := flag.Bool("render-only", false, "run only the render benchmarks (no control plane)")
 	flag.Parse()
-	if err := run(*duration); err != nil {
+	if err := run(*duration, *renderOnly); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
@@ -98,8 +107,8 @@ func nodeGroupConfigurations() []*deckhousev1alpha1.NodeGroupConfiguration {
 	return out
 }
 
-func run(duration time.Duration) error {
-	if err := benchRender(); err != nil {
+func run(duration time.Duration, renderOnly bool) error {
+	if err := benchRender(); err != nil || renderOnly {
 		return err
 	}
 	return benchServe(duration)
@@ -110,11 +119,35 @@ func benchRender() error {
 	if err != nil {
 		return err
 	}
+	if err := benchRenderWith(tree, 1, ""); err != nil {
+		return err
+	}
+	for _, workers := range []int{1, 2} {
+		pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: workers})
+		if err != nil {
+			return err
+		}
+		suffix := "_sandboxed"
+		if workers > 1 {
+			suffix = fmt.Sprintf("_sandboxed_%d_workers", workers)
+		}
+		err = benchRenderWith(tree.WithSandbox(pool), workers, suffix)
+		pool.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return benchWorker(tree)
+}
+
+// benchRenderWith measures a full render and a one-NGC re-render.
+func benchRenderWith(tree *templates.Tree, parallelism int, suffix string) error {
 	in := bundles.Inputs{NodeGroups: nodeGroups(), Configs: nodeGroupConfigurations(), Endpoints: []string{"192.0.2.10:6443"}}
 	const rounds = 5
 	var full, one []time.Duration
 	for range rounds {
 		r := bundles.NewRenderer(tree)
+		r.Parallelism = parallelism
 		start := time.Now()
 		res := r.RenderAll(in)
 		full = append(full, time.Since(start))
@@ -143,8 +176,43 @@ func benchRender() error {
 	}
 	slices.Sort(full)
 	slices.Sort(one)
-	figure("render_full_100_groups_30_ngcs", ms(full[rounds/2]), "ms")
-	figure("render_one_ngc_change", ms(one[rounds/2]), "ms")
+	figure("render_full_100_groups_30_ngcs"+suffix, ms(full[rounds/2]), "ms")
+	figure("render_one_ngc_change"+suffix, ms(one[rounds/2]), "ms")
+	return nil
+}
+
+// benchWorker measures starting a sandbox worker and its idle memory.
+func benchWorker(tree *templates.Tree) error {
+	const rounds = 5
+	var starts []time.Duration
+	var rssAnon float64
+	for range rounds {
+		var cmd *exec.Cmd
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: 1, Command: func() *exec.Cmd {
+			cmd = exec.Command(exe, sandbox.WorkerArg)
+			return cmd
+		}})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		err = pool.Check()
+		starts = append(starts, time.Since(start))
+		if err == nil {
+			rssAnon, err = statusField(cmd.Process.Pid, "RssAnon:")
+		}
+		pool.Close()
+		if err != nil {
+			return err
+		}
+	}
+	slices.Sort(starts)
+	figure("sandbox_worker_start", ms(starts[rounds/2]), "ms")
+	figure("sandbox_worker_rss_anon", rssAnon/(1<<20), "MiB")
 	return nil
 }
 
@@ -299,16 +367,19 @@ func load(cp *controlplane.ControlPlane, url string, d time.Duration) loadResult
 	return loadResult{p50: pct(0.50), p99: pct(0.99), rps: float64(len(latencies)) / elapsed.Seconds(), errors: errs}
 }
 
-func residentMemory(pid int) (float64, error) {
+func residentMemory(pid int) (float64, error) { return statusField(pid, "VmRSS:") }
+
+// statusField is a memory field of /proc/<pid>/status in bytes.
+func statusField(pid int, field string) (float64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("VmRSS not found")
+	return 0, fmt.Errorf("%s not found in /proc/%d/status", field, pid)
 }

@@ -1,0 +1,131 @@
+package bundles
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/templates"
+	"github.com/node-manager/node-manager/templates/sandbox"
+)
+
+// Template bombs a NodeGroupConfiguration author can write.
+const (
+	rangeBomb = `{{ range 100000000000 }}{{ end }}`
+	// One action of many RSA key generations: no loop, so nothing in the
+	// engine checks the deadline until the action ends.
+	spinBomb = `{{ list` + spinArgs + ` }}`
+	spinArgs = ` (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa")` +
+		` (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa")` +
+		` (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa") (genPrivateKey "rsa")`
+	// Every step stays under the output limit; all of it is 4 GB.
+	memoryBomb = `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`
+)
+
+// sandboxedRenderer renders NodeGroupConfigurations in workers that are
+// this test binary.
+func sandboxedRenderer(t *testing.T, timeout time.Duration, memory int64) *Renderer {
+	t.Helper()
+	tree, err := templates.LoadTree(templates.Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: 2, Timeout: timeout, Memory: memory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return NewRenderer(tree.WithSandbox(pool))
+}
+
+func TestTemplateBombsFailWithinTheirDeadlineAndLeaveNoCPUBurning(t *testing.T) {
+	const timeout = 2 * time.Second
+	r := sandboxedRenderer(t, timeout, 64<<20)
+	for name, bomb := range map[string]string{"range.sh": rangeBomb, "spin.sh": spinBomb} {
+		t.Run(name, func(t *testing.T) {
+			in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a"), group("b")},
+				Configs: []*deckhousev1alpha1.NodeGroupConfiguration{config(name, []string{"a"}, bomb), config("fine.sh", []string{"*"}, "echo fine")}}
+			start := time.Now()
+			res := r.RenderAll(in)
+			took := time.Since(start)
+			if a := res["a"]; a.Published != nil || len(a.Failures) != 1 || a.Failures[0].Custom != name {
+				t.Fatalf("group a: want one failure of %s, got %+v", name, a.Failures)
+			}
+			t.Logf("%s failed after %s: %v", name, took, res["a"].Failures[0])
+			if took > timeout+3*time.Second {
+				t.Errorf("the render failed only after %s", took)
+			}
+			if res["b"].Published == nil {
+				t.Errorf("group b: %v", res["b"].Failures)
+			}
+			time.Sleep(200 * time.Millisecond)
+			before := processTreeCPU()
+			time.Sleep(2 * time.Second)
+			used := processTreeCPU() - before
+			t.Logf("CPU used by the process and its workers in the 2s after: %s", used)
+			if used > 300*time.Millisecond {
+				t.Errorf("the server and its workers used %s of CPU in the 2s after the render failed", used)
+			}
+		})
+	}
+}
+
+func TestAMemoryBombIsStoppedAtTheWorkerLimitAndTheServerDoesNotGrow(t *testing.T) {
+	r := sandboxedRenderer(t, 10*time.Second, 64<<20)
+	in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a")},
+		Configs: []*deckhousev1alpha1.NodeGroupConfiguration{config("fine.sh", []string{"a"}, "echo fine")}}
+	if res := r.RenderAll(in); res["a"].Published == nil {
+		t.Fatal(res["a"].Failures)
+	}
+	before := residentBytes(t)
+	in.Configs = append(in.Configs, config("mem.sh", []string{"a"}, memoryBomb))
+	res := r.RenderAll(in)
+	grew := residentBytes(t) - before
+	t.Logf("failures %v; resident memory grew by %.1f MiB", res["a"].Failures, float64(grew)/(1<<20))
+	want := "NodeGroupConfiguration mem.sh: template NodeGroupConfiguration/mem.sh: rendering used more than 64 MiB and was stopped"
+	if a := res["a"]; a.Published != nil || len(a.Failures) != 1 || a.Failures[0].Error() != want {
+		t.Fatalf("want %q, got %+v", want, a.Failures)
+	}
+	if grew > 16<<20 {
+		t.Errorf("the server grew by %d MiB", grew>>20)
+	}
+}
+
+// processTreeCPU is the CPU time used by this process and its live
+// children (the render workers).
+func processTreeCPU() time.Duration {
+	total := statCPU("self")
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		children, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
+		for _, pid := range strings.Fields(string(children)) {
+			total += statCPU(pid)
+		}
+	}
+	return total
+}
+
+func statCPU(pid string) time.Duration {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0 // gone
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+func residentBytes(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, _ := strconv.ParseInt(strings.Fields(string(data))[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}

@@ -1,0 +1,127 @@
+package bashible
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+)
+
+// TestTemplateBombsCostTheServerNothing: NodeGroupConfigurations that would
+// take the server's memory or loop without end fail on their own status,
+// the server's memory does not grow, nothing keeps burning CPU afterwards,
+// another group's change is published while one group renders a bomb, and
+// the replica stays ready.
+func TestTemplateBombsCostTheServerNothing(t *testing.T) {
+	ctx := context.Background()
+	rss0 := procStatus(t, replica.PID(), "VmRSS:")
+	for _, tc := range []struct{ name, content, want string }{
+		// 4 GB in 4 MB strings, each under the output limit.
+		{"memory-bomb.sh", `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`,
+			"rendering used more than 128 MiB and was stopped"},
+		{"range-bomb.sh", `{{ range 100000000000 }}{{ end }}`, "range over 100000000000: more than 100000 iterations"},
+	} {
+		ngc := createConfig(t, tc.name, deckhousev1alpha1.NodeGroupConfigurationSpec{
+			NodeGroups: []string{"master"}, Bundles: []string{"*"}, Weight: 90, Content: tc.content,
+		})
+		cond := waitConfigProcessed(t, tc.name, ngc.Generation)
+		if cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, tc.want) {
+			t.Errorf("%s: want Rendered=False saying %q, got %s: %s", tc.name, tc.want, cond.Status, cond.Message)
+		}
+		if err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, tc.name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grew := procStatus(t, replica.PID(), "VmRSS:") - rss0
+	t.Logf("bashible-apiserver's resident memory grew by %.1f MiB", float64(grew)/(1<<20))
+	if grew > 32<<20 {
+		t.Errorf("bashible-apiserver grew by %d MiB", grew>>20)
+	}
+
+	// A CPU bomb on master (one action of RSA key generations: nothing
+	// but the sandbox stops it, at the 10s --render-timeout), and while it
+	// renders, a change for worker.
+	worker0 := waitChecksum(t, "worker", func(s string) bool { return s != "" })
+	spin := createConfig(t, "spin-bomb.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+		NodeGroups: []string{"master"}, Bundles: []string{"*"}, Weight: 91,
+		Content: "{{ list" + strings.Repeat(` (genPrivateKey "rsa")`, 200) + " }}",
+	})
+	time.Sleep(500 * time.Millisecond) // master's render has started
+	start := time.Now()
+	createConfig(t, "worker-change.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+		NodeGroups: []string{"worker"}, Bundles: []string{"*"}, Weight: 92, Content: "echo changed\n",
+	})
+	waitChecksum(t, "worker", func(s string) bool { return s != worker0 })
+	latency := time.Since(start)
+	t.Logf("worker's change was served after %s while master rendered a template that runs until the 10s deadline", latency)
+	if latency > 5*time.Second {
+		t.Errorf("worker's change took %s", latency)
+	}
+	cond := waitConfigProcessed(t, "spin-bomb.sh", spin.Generation)
+	if want := "rendering took longer than 10s and was stopped"; cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, want) {
+		t.Errorf("spin-bomb.sh: want Rendered=False saying %q, got %s: %s", want, cond.Status, cond.Message)
+	}
+	time.Sleep(500 * time.Millisecond)
+	cpu0 := treeCPU(replica.PID())
+	time.Sleep(2 * time.Second)
+	used := treeCPU(replica.PID()) - cpu0
+	t.Logf("CPU used by bashible-apiserver and its render workers in the 2s after: %s", used)
+	if used > 300*time.Millisecond {
+		t.Errorf("bashible-apiserver and its workers used %s of CPU in the 2s after the bombs failed", used)
+	}
+	if code, body := direct(t, replica.Port, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d: %s", code, body)
+	}
+}
+
+// procStatus is a memory field of /proc/<pid>/status in bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// treeCPU is the CPU time used by process pid and its live children.
+func treeCPU(pid int) time.Duration {
+	total := statCPU(strconv.Itoa(pid))
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, child := range strings.Fields(string(children)) {
+			total += statCPU(child)
+		}
+	}
+	return total
+}
+
+func statCPU(pid string) time.Duration {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0 // gone
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}

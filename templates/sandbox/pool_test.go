@@ -1,0 +1,177 @@
+package sandbox
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/node-manager/node-manager/templates"
+)
+
+// The test binary is the worker: Pools in these tests re-execute it.
+func TestMain(m *testing.M) {
+	RunWorkerIfRequested()
+	os.Exit(m.Run())
+}
+
+var library = map[string]string{"lib/_x.tpl": `{{ define "greet" }}hello {{ .name }}{{ end }}`}
+
+func newPool(t *testing.T, cfg Config) *Pool {
+	t.Helper()
+	if cfg.Library == nil {
+		cfg.Library = library
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestRendersWhatTheEngineRenders(t *testing.T) {
+	p := newPool(t, Config{Workers: 1})
+	engine, err := templates.NewEngine(library)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string]any{"name": "worker", "n": 3.0, "list": []any{"a", "b"}}
+	for _, text := range []string{
+		`{{ include "greet" . }} {{ .n }} {{ .list | join "," }} {{ range 3 }}{{ . }}{{ end }}`,
+		`{{ $_ := set . "name" "changed" }}{{ .name }}`,
+		// The previous template's change is not seen by the next render.
+		`{{ .name }}`,
+		"line one\n{{ .nodeGroup }}",
+		`{{ fail "no" }}`,
+	} {
+		want, wantErr := engine.Render("t", text, copyMap(data))
+		got, err := p.Render("t", text, data)
+		if got != want || errorText(err) != errorText(wantErr) {
+			t.Errorf("%s: sandbox %q, %v; engine %q, %v", text, got, err, want, wantErr)
+		}
+	}
+	if n := p.Started.Load(); n != 1 {
+		t.Errorf("%d workers started for renders that all succeeded or failed cleanly, want 1 reused", n)
+	}
+}
+
+func copyMap(m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestAWorkerPastItsDeadlineIsKilled(t *testing.T) {
+	// A worker that starts and then never answers.
+	p := newPool(t, Config{Workers: 1, Timeout: 200 * time.Millisecond, Command: func() *exec.Cmd {
+		return exec.Command("bash", "-c", `printf '\0\0\0\1\1'; exec sleep 60`)
+	}})
+	start := time.Now()
+	_, err := p.Render("NodeGroupConfiguration/x.sh", "x", nil)
+	var re *templates.RenderError
+	if !errors.As(err, &re) || re.Template != "NodeGroupConfiguration/x.sh" || re.Message != "rendering took longer than 200ms and was stopped" {
+		t.Fatalf("want a RenderError saying the render took too long, got %v", err)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond+killGrace+time.Second {
+		t.Errorf("stopped after %s", d)
+	}
+}
+
+func TestASpinningTemplateIsStoppedAndCostsNothingAfterwards(t *testing.T) {
+	p := newPool(t, Config{Workers: 1, Timeout: time.Second})
+	// One action of many RSA key generations: no loop, so no check of the
+	// deadline between them; only the sandbox stops it.
+	spin := "{{ list" + strings.Repeat(` (genPrivateKey "rsa")`, 200) + " }}"
+	start := time.Now()
+	_, err := p.Render("spin", spin, nil)
+	if err == nil || !strings.Contains(err.Error(), "took longer than 1s") {
+		t.Fatalf("want a timeout, got %v", err)
+	}
+	if d := time.Since(start); d > time.Second+killGrace+time.Second {
+		t.Errorf("stopped after %s", d)
+	}
+	time.Sleep(200 * time.Millisecond)
+	before := treeCPU(t)
+	time.Sleep(time.Second)
+	if used := treeCPU(t) - before; used > 100*time.Millisecond {
+		t.Errorf("this process and its workers used %s of CPU in the second after the render was stopped", used)
+	}
+	if out, err := p.Render("ok", "fine", nil); err != nil || out != "fine" {
+		t.Errorf("the next render: %q, %v", out, err)
+	}
+}
+
+func TestATemplateOverItsCPUTimeIsStopped(t *testing.T) {
+	p := newPool(t, Config{Workers: 1, Timeout: time.Minute, CPU: time.Second})
+	_, err := p.Render("spin", `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`, nil)
+	if err == nil || err.Error() != "template spin: rendering took more than 1s of CPU and was stopped" {
+		t.Fatalf("want the CPU limit, got %v", err)
+	}
+}
+
+func TestAMemoryBombKillsOnlyItsWorker(t *testing.T) {
+	p := newPool(t, Config{Workers: 1, Memory: 128 << 20})
+	if _, err := p.Render("warm", "{{ range 3 }}x{{ end }}", nil); err != nil {
+		t.Fatal(err)
+	}
+	before := rss(t)
+	// Under MaxOutputBytes at every step, 4 GB in all.
+	_, err := p.Render("bomb", `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`, nil)
+	if err == nil || err.Error() != "template bomb: rendering used more than 128 MiB and was stopped" {
+		t.Fatalf("want the memory limit, got %v", err)
+	}
+	if grew := rss(t) - before; grew > 16<<20 {
+		t.Errorf("this process grew by %d MiB", grew>>20)
+	}
+	if out, err := p.Render("ok", "fine", nil); err != nil || out != "fine" {
+		t.Errorf("the next render: %q, %v", out, err)
+	}
+}
+
+// treeCPU is the CPU time used by this process and its live children.
+func treeCPU(t *testing.T) time.Duration {
+	t.Helper()
+	total := statCPU(t, "self")
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		children, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
+		for _, pid := range strings.Fields(string(children)) {
+			total += statCPU(t, pid)
+		}
+	}
+	return total
+}
+
+func statCPU(t *testing.T, pid string) time.Duration {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0 // gone
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+func rss(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, _ := strconv.ParseInt(strings.Fields(string(data))[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
