@@ -34,8 +34,9 @@ type Config struct {
 // ExtraConfig is what bashible-apiserver adds to the generic configuration.
 type ExtraConfig struct {
 	TemplatesDir string
-	Namespace    string
-	Identity     string
+	// BundlesNamespace holds the published bundles and the leader Lease.
+	BundlesNamespace string
+	Identity         string
 }
 
 // CompletedConfig is a Config with every default filled in; only it can
@@ -63,7 +64,7 @@ func newConfig(o *Options) (*Config, error) {
 	if generic.ClientConfig == nil {
 		return nil, errors.New("no client for the cluster: pass --kubeconfig or run in a pod")
 	}
-	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, Namespace: o.Namespace, Identity: o.Identity}}, nil
+	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, BundlesNamespace: o.BundlesNamespace, Identity: o.Identity}}, nil
 }
 
 // Complete fills in defaults.
@@ -126,7 +127,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	m := processMetrics()
 	store := bundles.NewStore(m.ServedChanged)
 	controller := bundles.NewController(bundles.ControllerConfig{
-		Kube: kube, NodeMgr: nm, Namespace: c.extra.Namespace, Identity: c.extra.Identity,
+		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
 		Renderer: bundles.NewRenderer(tree), Store: store, Metrics: m,
 	})
 	narrower := access.NewNarrower(kube, nm)
