@@ -5,6 +5,8 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -163,24 +165,42 @@ func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
 	forged, forgedSum := forgedBundle(t, "tampered")
 	published.Data = forged
 	published.Annotations[bashiblev1alpha1.ChecksumAnnotation] = forgedSum
-	if _, err := kube.CoreV1().Secrets(published.Namespace).Update(ctx, published, metav1.UpdateOptions{}); err != nil {
+	written, err := kube.CoreV1().Secrets(published.Namespace).Update(ctx, published, metav1.UpdateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitChecksum(t, "tampered", func(s string) bool { return s == good })
+	waitServedAfter(t, "tampered", written.ResourceVersion, good)
 	assertStaysGood(t, "tampered", good, forgedSum)
 
 	// Deleted: re-created from the last good bundle too.
 	if err := kube.CoreV1().Secrets(published.Namespace).Delete(ctx, published.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the deleted bundle re-created with the good checksum", func(ctx context.Context) (bool, error) {
-		s, err := kube.CoreV1().Secrets(published.Namespace).Get(ctx, published.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+	waitServedAfter(t, "tampered", written.ResourceVersion, good)
+	assertStaysGood(t, "tampered", good, forgedSum)
+}
+
+// waitServedAfter waits until group is served from a Secret written after
+// resourceVersion rv (a served object's resourceVersion is its Secret's)
+// with checksum want.
+func waitServedAfter(t *testing.T, group, rv, want string) {
+	t.Helper()
+	after, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	stack.Poll(t, "group "+group+" served from a rewritten Secret with checksum "+want, func(ctx context.Context) (bool, error) {
+		b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
 			return false, nil
 		}
-		return err == nil && s.UID != published.UID && s.Annotations[bashiblev1alpha1.ChecksumAnnotation] == good, err
+		served, _ := strconv.ParseUint(b.ResourceVersion, 10, 64)
+		last = fmt.Sprintf("resourceVersion %s, checksum %s", b.ResourceVersion, checksum0(b))
+		return served > after && checksum0(b) == want, nil
 	})
-	assertStaysGood(t, "tampered", good, forgedSum)
+	t.Logf("group %s: %s", group, last)
 }
 
 // assertStaysGood watches group's served bundle for a few seconds: it must
