@@ -169,27 +169,27 @@ func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitServedAfter(t, "tampered", written.ResourceVersion, good)
+	restored := waitServedAfter(t, "tampered", written.ResourceVersion, good)
 	assertStaysGood(t, "tampered", good, forgedSum)
 
 	// Deleted: re-created from the last good bundle too.
 	if err := kube.CoreV1().Secrets(published.Namespace).Delete(ctx, published.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitServedAfter(t, "tampered", written.ResourceVersion, good)
+	waitServedAfter(t, "tampered", restored, good)
 	assertStaysGood(t, "tampered", good, forgedSum)
 }
 
 // waitServedAfter waits until group is served from a Secret written after
 // resourceVersion rv (a served object's resourceVersion is its Secret's)
-// with checksum want.
-func waitServedAfter(t *testing.T, group, rv, want string) {
+// with checksum want, and returns the served resourceVersion.
+func waitServedAfter(t *testing.T, group, rv, want string) string {
 	t.Helper()
 	after, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last string
+	var last, servedRV string
 	stack.Poll(t, "group "+group+" served from a rewritten Secret with checksum "+want, func(ctx context.Context) (bool, error) {
 		b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
 		if err != nil {
@@ -197,10 +197,11 @@ func waitServedAfter(t *testing.T, group, rv, want string) {
 			return false, nil
 		}
 		served, _ := strconv.ParseUint(b.ResourceVersion, 10, 64)
-		last = fmt.Sprintf("resourceVersion %s, checksum %s", b.ResourceVersion, checksum0(b))
+		last, servedRV = fmt.Sprintf("resourceVersion %s, checksum %s", b.ResourceVersion, checksum0(b)), b.ResourceVersion
 		return served > after && checksum0(b) == want, nil
 	})
 	t.Logf("group %s: %s", group, last)
+	return servedRV
 }
 
 // assertStaysGood watches group's served bundle for a few seconds: it must
