@@ -138,9 +138,7 @@ func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
 	if err := createGroup(ctx, "tampered", nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), "tampered", metav1.DeleteOptions{})
-	})
+	t.Cleanup(func() { deleteGroup(t, "tampered") })
 	good := waitChecksum(t, "tampered", func(s string) bool { return s != "" })
 
 	createConfig(t, "tampered-broken.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
@@ -178,6 +176,20 @@ func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
 	}
 	waitServedAfter(t, "tampered", restored, good)
 	assertStaysGood(t, "tampered", good, forgedSum)
+}
+
+// deleteGroup deletes a group and waits until its bundle is gone, so the
+// next test starts from a settled server.
+func deleteGroup(t *testing.T, group string) {
+	t.Helper()
+	if err := nm.DeckhouseV1().NodeGroups().Delete(context.Background(), group, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Error(err)
+		return
+	}
+	stack.Poll(t, "the bundle of deleted group "+group+" gone", func(ctx context.Context) (bool, error) {
+		_, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }
 
 // waitServedAfter waits until group is served from a Secret written after
