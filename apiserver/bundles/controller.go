@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -57,8 +58,10 @@ const (
 
 // ControllerConfig wires a Controller.
 type ControllerConfig struct {
-	Kube      kubernetes.Interface
-	NodeMgr   versioned.Interface
+	Kube    kubernetes.Interface
+	NodeMgr versioned.Interface
+	// Namespace holds the published bundles and the leader Lease; only
+	// bashible-apiserver may write there (PublishedNamespace by default).
 	Namespace string
 	// Identity names this replica in the leader Lease.
 	Identity string
@@ -111,6 +114,9 @@ type Controller struct {
 	// the leader does not publish, so a group that has not rendered since
 	// this replica started is never taken for a deleted one.
 	allRendered bool
+	// lastGood is each group's bundle to restore when its Secret is
+	// tampered with and the current render cannot replace it.
+	lastGood *lastGood
 }
 
 // publishKey is the publish queue's only item.
@@ -130,7 +136,9 @@ func NewController(cfg ControllerConfig) *Controller {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles-publish"}),
 		results: map[string]*Result{}, dirty: map[string]bool{}, inflight: map[string]bool{},
+		lastGood: newLastGood(),
 	}
+	cfg.Store.OnChange(c.lastGood.observed)
 	// Each input is watched as narrowly as the API allows, so unrelated
 	// objects never trigger a render.
 	named := func(name string) informers.SharedInformerFactory {
@@ -475,7 +483,7 @@ func failureMessages(fs []templates.Failure) []string {
 
 func (c *Controller) runLeaderElection(ctx context.Context) {
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: "bashible-apiserver"},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: LeaseName},
 		Client:     c.cfg.Kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
 	}
@@ -497,6 +505,7 @@ func (c *Controller) runLeaderElection(ctx context.Context) {
 				OnStartedLeading: func(ctx context.Context) {
 					klog.InfoS("Publishing bundles as the leader", "identity", c.cfg.Identity)
 					c.leaderCtx.Store(&ctx)
+					c.lastGood.setLeading(true)
 					c.leading.Store(true)
 					c.cfg.Metrics.Leader.Set(1)
 					c.publishQ.Add(publishKey)
@@ -504,42 +513,71 @@ func (c *Controller) runLeaderElection(ctx context.Context) {
 				OnStoppedLeading: func() {
 					klog.InfoS("No longer the leader", "identity", c.cfg.Identity)
 					c.leading.Store(false)
+					c.lastGood.setLeading(false)
 					c.cfg.Metrics.Leader.Set(0)
+					c.cfg.Metrics.BundleTooLarge.Reset()
 				},
 			},
 		})
 	}
 }
 
-// publish writes the bundles, deletes those of vanished groups, and reports
-// render failures on the objects at fault.
+// publish writes the bundles, restores tampered ones, deletes those of
+// removed groups, and reports render failures on the objects at fault.
 func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]*Result) error {
 	var errs []error
+	tooLarge := map[string]*BundleTooLargeError{}
 	for _, group := range sortedGroups(results) {
-		r := results[group]
-		if r.Published == nil {
-			continue
-		}
-		if err := c.writeBundle(ctx, r.Published); err != nil {
+		big, err := c.publishGroup(ctx, results[group])
+		if err != nil {
 			errs = append(errs, err)
 		}
-	}
-	published, err := c.published.Secrets(c.cfg.Namespace).List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	for _, s := range published {
-		group := strings.TrimPrefix(s.Name, SecretPrefix)
-		if results[group] == nil && strings.HasPrefix(s.Name, SecretPrefix) {
-			err := c.cfg.Kube.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
-			if err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete bundle of removed group %s: %w", group, err))
-			}
+		if big != nil {
+			tooLarge[group] = big
+			c.cfg.Metrics.BundleTooLarge.WithLabelValues(group).Set(1)
+		} else {
+			c.cfg.Metrics.BundleTooLarge.WithLabelValues(group).Set(0)
 		}
 	}
-	errs = append(errs, c.reportConfigs(ctx, in.Configs, results)...)
-	errs = append(errs, c.reportNodeGroups(ctx, in.NodeGroups, results)...)
+	errs = append(errs, c.deleteRemoved(ctx, results)...)
+	errs = append(errs, c.reportConfigs(ctx, in.Configs, results, tooLarge)...)
+	errs = append(errs, c.reportNodeGroups(ctx, in.NodeGroups, results, tooLarge)...)
 	return errors.Join(errs...)
+}
+
+// publishGroup publishes r's bundle. When there is none to publish (the
+// render failed, or the bundle is too large for a Secret, which it returns)
+// it writes the group's last good bundle instead: writeBundle leaves an
+// intact Secret alone, so this only restores one that someone else changed
+// or deleted.
+func (c *Controller) publishGroup(ctx context.Context, r *Result) (*BundleTooLargeError, error) {
+	var big *BundleTooLargeError
+	if r.Published != nil {
+		_, err := c.writeBundle(ctx, r.Published)
+		if err == nil {
+			good := *r.Published
+			good.TemplatesDigest = c.templatesDigest(r.Published)
+			c.lastGood.wrote(&good)
+			return nil, nil
+		}
+		if !errors.As(err, &big) {
+			return nil, err
+		}
+		klog.InfoS("Node group's bundle is too large to publish; it keeps its last good bundle", "group", r.Group,
+			"encodedBytes", big.Encoded, "limit", big.Limit)
+	}
+	good := c.lastGood.get(r.Group)
+	if good == nil {
+		return big, nil
+	}
+	wrote, err := c.writeBundle(ctx, good)
+	if err != nil {
+		return big, fmt.Errorf("restore the last good bundle of group %s: %w", r.Group, err)
+	}
+	if wrote {
+		klog.InfoS("Restored a published bundle that was changed or deleted by someone else", "group", r.Group, "checksum", good.Checksum)
+	}
+	return big, nil
 }
 
 func sortedGroups(results map[string]*Result) []string {
@@ -551,17 +589,22 @@ func sortedGroups(results map[string]*Result) []string {
 	return groups
 }
 
-func (c *Controller) writeBundle(ctx context.Context, p *Published) error {
+// writeBundle makes p's Secret hold exactly p, and says whether it wrote.
+// A bundle too large for a Secret is a *BundleTooLargeError.
+func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error) {
 	name := SecretPrefix + p.Group
 	current, err := c.published.Secrets(c.cfg.Namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return false, err
 	}
 	data, err := encodeSecretData(p)
 	if err != nil {
-		return err
+		return false, err
 	}
-	digest := c.cfg.Renderer.TemplatesDigest()
+	if err := checkEncodedSize(p, data[bundleKey]); err != nil {
+		return false, err
+	}
+	digest := c.templatesDigest(p)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: c.cfg.Namespace,
@@ -575,9 +618,17 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) error {
 	// anything else (a new render, or someone's edit) is rewritten.
 	if current != nil && bytes.Equal(current.Data[bundleKey], data[bundleKey]) && len(current.Data) == 1 &&
 		maps.Equal(current.Annotations, secret.Annotations) && maps.Equal(current.Labels, secret.Labels) {
-		return nil
+		return false, nil
 	}
 	secrets := c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace)
+	if current != nil && (current.Type != secret.Type || ptr.Deref(current.Immutable, false)) {
+		// An update cannot change these: replace the Secret.
+		err := secrets.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &current.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("replace the published Secret of group %s (type %s, immutable %t): %w", p.Group, current.Type, ptr.Deref(current.Immutable, false), err)
+		}
+		current = nil
+	}
 	if current == nil {
 		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
 		if apierrors.IsAlreadyExists(err) {
@@ -585,7 +636,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) error {
 			// removed): take it over.
 			existing, getErr := secrets.Get(ctx, name, metav1.GetOptions{})
 			if getErr != nil {
-				return fmt.Errorf("publish bundle of group %s: %w", p.Group, getErr)
+				return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, getErr)
 			}
 			current = existing
 		}
@@ -595,15 +646,23 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) error {
 		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
 	}
 	if err != nil {
-		return fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
+		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
 	}
 	klog.InfoS("Published bundle", "group", p.Group, "checksum", p.Checksum, "bytes", p.Size())
-	return nil
+	return true, nil
+}
+
+// templatesDigest is the template tree p was rendered from.
+func (c *Controller) templatesDigest(p *Published) string {
+	if p.TemplatesDigest != "" {
+		return p.TemplatesDigest
+	}
+	return c.cfg.Renderer.TemplatesDigest()
 }
 
 // reportConfigs sets each NodeGroupConfiguration's Rendered condition and
 // emits a Warning event when it starts failing or fails differently.
-func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1alpha1.NodeGroupConfiguration, results map[string]*Result) []error {
+func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1alpha1.NodeGroupConfiguration, results map[string]*Result, tooLarge map[string]*BundleTooLargeError) []error {
 	// failures[ngc][message] = groups
 	failures := map[string]map[string][]string{}
 	applied := map[string][]string{}
@@ -632,6 +691,15 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 				parts = append(parts, fmt.Sprintf("node groups %s: %s", strings.Join(byMsg[msg], ", "), msg))
 			}
 			cond.Status, cond.Reason = metav1.ConditionFalse, "RenderFailed"
+			cond.Message = truncate(strings.Join(parts, "; ")+". The node groups keep their last good bundle until this is fixed.", 4000)
+		} else if big := tooLargeOf(applied[ngc.Name], tooLarge); len(big) > 0 {
+			// Its step rendered, but a group it is in cannot be published:
+			// it is not what those nodes run.
+			parts := make([]string, len(big))
+			for i, e := range big {
+				parts[i] = e.Error()
+			}
+			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonBundleTooLarge
 			cond.Message = truncate(strings.Join(parts, "; ")+". The node groups keep their last good bundle until this is fixed.", 4000)
 		} else if groups := applied[ngc.Name]; len(groups) > 0 {
 			cond.Status, cond.Reason = metav1.ConditionTrue, "Rendered"
@@ -672,7 +740,7 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 
 // reportNodeGroups sets the Rendered condition on each NodeGroup with
 // server-side apply, owning only that condition.
-func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.NodeGroup, results map[string]*Result) []error {
+func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.NodeGroup, results map[string]*Result, tooLarge map[string]*BundleTooLargeError) []error {
 	var errs []error
 	for _, ng := range ngs {
 		r := results[ng.Name]
@@ -686,6 +754,9 @@ func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.No
 		if r.Published == nil {
 			status, reason = metav1.ConditionFalse, "RenderFailed"
 			msg = truncate(strings.Join(failureMessages(r.Failures), "; ")+". The group keeps its last good bundle.", 4000)
+		} else if big := tooLarge[ng.Name]; big != nil {
+			status, reason = metav1.ConditionFalse, ReasonBundleTooLarge
+			msg = truncate(big.Error()+". The group keeps its last good bundle.", 4000)
 		}
 		// observedGeneration tells a reader which spec this condition is
 		// about, so a new generation is always reported.
@@ -705,6 +776,17 @@ func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.No
 		}
 	}
 	return errs
+}
+
+// tooLargeOf are the errors of those groups whose bundle is too large.
+func tooLargeOf(groups []string, tooLarge map[string]*BundleTooLargeError) []*BundleTooLargeError {
+	var out []*BundleTooLargeError
+	for _, g := range groups {
+		if e := tooLarge[g]; e != nil {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func truncate(s string, n int) string {

@@ -16,8 +16,6 @@ import (
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
 
-const testNamespace = "d8-cloud-instance-manager"
-
 // runController runs a leader with fake clients and a sandboxed renderer
 // whose templates may take timeout.
 func runController(t *testing.T, timeout time.Duration, groups []string, configs ...*deckhousev1alpha1.NodeGroupConfiguration) (*Controller, *kubefake.Clientset, *nmfake.Clientset) {

@@ -17,6 +17,7 @@ type Metrics struct {
 	Checksum       *prometheus.GaugeVec
 	Requests       *prometheus.CounterVec
 	Leader         prometheus.Gauge
+	BundleTooLarge *prometheus.GaugeVec
 
 	mu        sync.Mutex
 	checksums map[string]string // group → checksum label currently set
@@ -54,13 +55,17 @@ func NewMetrics() *Metrics {
 			Name: "bashible_apiserver_leader",
 			Help: "1 while this replica publishes bundles, 0 otherwise.",
 		}),
+		BundleTooLarge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bashible_apiserver_bundle_too_large",
+			Help: "1 while a node group's rendered bundle is too large for a Secret and is not published (the group keeps its last good bundle); set by the leader.",
+		}, []string{"group"}),
 		checksums: map[string]string{},
 	}
 }
 
 // Collectors lists every metric for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.RenderDuration, m.RenderErrors, m.RenderCached, m.BundleBytes, m.Checksum, m.Requests, m.Leader}
+	return []prometheus.Collector{m.RenderDuration, m.RenderErrors, m.RenderCached, m.BundleBytes, m.Checksum, m.Requests, m.Leader, m.BundleTooLarge}
 }
 
 // ServedChanged updates the per-group serving metrics; cur nil means the
@@ -94,4 +99,5 @@ func (m *Metrics) ServedChanged(old, cur *Published) {
 func (m *Metrics) ForgetGroup(group string) {
 	m.RenderDuration.DeleteLabelValues(group)
 	m.RenderErrors.DeleteLabelValues(group)
+	m.BundleTooLarge.DeleteLabelValues(group)
 }

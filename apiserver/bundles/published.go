@@ -5,16 +5,40 @@
 //
 //  1. Every replica renders every node group from its informers (Renderer).
 //  2. One replica, the leader of the Lease bashible-apiserver, publishes each
-//     group's bundle as a Secret bashible-bundle-<group> in its namespace
-//     (Publisher). It writes only bundles that rendered completely, and only
-//     when the checksum changed. A group whose render fails keeps its
-//     previous Secret: the last good bundle. The failure is reported on the
-//     NodeGroupConfiguration and NodeGroup status, as an Event and a metric.
+//     group's bundle as a Secret bashible-bundle-<group> in the namespace
+//     PublishedNamespace (publish). It writes only bundles that rendered
+//     completely and fit in a Secret, and only when the checksum changed. A
+//     group whose render fails, or whose bundle is too large to publish,
+//     keeps its previous Secret: the last good bundle. The failure is
+//     reported on the NodeGroupConfiguration and NodeGroup status, as an
+//     Event and a metric.
 //  3. Every replica serves what the Secrets hold (Store). Objects are
 //     therefore byte-identical across replicas and across restarts, and
 //     their resourceVersion is the Secret's etcd resourceVersion, which
 //     means the same thing on every replica, so list-then-watch works
 //     whichever replica a request lands on.
+//
+// Who may author a bundle. A node runs as root whatever its bundle says, so
+// only bashible-apiserver may write one. The checksum inside a published
+// Secret proves only that the Secret is intact, not who wrote it: anyone who
+// can write the Secret can recompute it. The guarantee therefore rests on
+// who can write there. Published bundles live in a namespace of their own
+// (PublishedNamespace, default d8-bashible-bundles) in which only
+// bashible-apiserver's ServiceAccount is granted any write (Secrets and its
+// leader Lease, manifests/bashible-apiserver/rbac.yaml); node-manager-
+// controller, which writes Secrets in d8-cloud-instance-manager, has no
+// rights there at all. The remaining writers are those who may write
+// Secrets in every namespace — cluster administrators — and they could as
+// well read any signing key, so signing the bundles (an HMAC with a key only
+// bashible-apiserver reads) would add no protection the namespace does not
+// already give, and is not done.
+//
+// Should a writer change or delete a published Secret anyway, the leader
+// rewrites it from the group's last good bundle (lastGood), even while the
+// group's current render fails; a follower takes what the leader publishes
+// as the last good bundle, so after a failover the new leader restores the
+// same one. A bundle is deleted only when its NodeGroup is confirmed gone by
+// the API itself, never because the informer showed no groups for a moment.
 package bundles
 
 import (
@@ -30,8 +54,14 @@ import (
 	"github.com/node-manager/node-manager/templates"
 )
 
-// Names of the published Secrets.
+// Where and under which names bundles are published.
 const (
+	// PublishedNamespace is the default namespace of the published bundles
+	// and the leader Lease (bashible-apiserver's --bundles-namespace): only
+	// bashible-apiserver's ServiceAccount may write there.
+	PublishedNamespace = "d8-bashible-bundles"
+	// LeaseName is the leader Lease in the published namespace.
+	LeaseName = "bashible-apiserver"
 	// SecretPrefix + group name is a published bundle's Secret.
 	SecretPrefix = "bashible-bundle-"
 	// AppLabel marks Secrets written by bashible-apiserver.
@@ -60,6 +90,10 @@ type Published struct {
 	// ResourceVersion and CreationTimestamp come from the Secret.
 	ResourceVersion   string      `json:"-"`
 	CreationTimestamp metav1.Time `json:"-"`
+	// TemplatesDigest is the template tree the bundle was rendered from,
+	// from the Secret's annotation; empty for a fresh render (the
+	// renderer's tree).
+	TemplatesDigest string `json:"-"`
 }
 
 // Size is the number of bytes of script the group's nodes receive.
@@ -119,5 +153,6 @@ func decodeSecret(s *corev1.Secret) (*Published, error) {
 	}
 	p.ResourceVersion = s.ResourceVersion
 	p.CreationTimestamp = s.CreationTimestamp
+	p.TemplatesDigest = s.Annotations[TemplatesDigestAnnotation]
 	return &p, nil
 }

@@ -45,7 +45,8 @@ type Store struct {
 	history  []Event
 	synced   bool
 	watchers map[*storeWatcher]struct{}
-	onChange func(old, cur *Published)
+	// onChange are called, under the lock, for every change.
+	onChange []func(old, cur *Published)
 	// rvSource is the informer's last synced resourceVersion, used to stamp
 	// a deletion the informer noticed only on a relist.
 	rvSource func() string
@@ -62,7 +63,20 @@ func (s *Store) SetResourceVersionSource(f func() string) {
 // NewStore returns an empty store. onChange, if set, is called for every
 // change (for metrics).
 func NewStore(onChange func(old, cur *Published)) *Store {
-	return &Store{groups: map[string]*Published{}, watchers: map[*storeWatcher]struct{}{}, onChange: onChange}
+	s := &Store{groups: map[string]*Published{}, watchers: map[*storeWatcher]struct{}{}}
+	if onChange != nil {
+		s.onChange = append(s.onChange, onChange)
+	}
+	return s
+}
+
+// OnChange adds f to the functions called for every change, including
+// those of the initial list. f runs under the store's lock: it must be
+// quick and must not call the store.
+func (s *Store) OnChange(f func(old, cur *Published)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onChange = append(s.onChange, f)
 }
 
 // Handler is the event handler to register on the published-Secret informer.
@@ -158,8 +172,8 @@ func (s *Store) apply(obj any, deleted bool) {
 		s.groups[group] = cur
 		ev = Event{Type: watch.Modified, Published: cur, rv: rv}
 	}
-	if s.onChange != nil {
-		s.onChange(old, cur)
+	for _, f := range s.onChange {
+		f(old, cur)
 	}
 	if !s.synced {
 		return // part of the initial list; watches start after it

@@ -12,6 +12,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/templates"
 	"github.com/node-manager/node-manager/templates/sandbox"
 )
@@ -24,8 +25,10 @@ type Options struct {
 
 	// TemplatesDir is layered over the built-in template tree.
 	TemplatesDir string
-	// Namespace holds the published bundles and the leader Lease.
-	Namespace string
+	// BundlesNamespace holds the published bundles and the leader Lease. It
+	// must be a namespace where only bashible-apiserver may write Secrets
+	// (see package bundles): whoever can write there authors what nodes run.
+	BundlesNamespace string
 	// Identity names this replica in the leader Lease.
 	Identity string
 	// Render bounds the rendering of NodeGroupConfigurations.
@@ -54,7 +57,7 @@ func NewOptions() *Options {
 	generic.SecureServing.BindPort = 10423
 	generic.SecureServing.MinTLSVersion = "VersionTLS12"
 	hostname, _ := os.Hostname()
-	return &Options{Generic: generic, Namespace: "d8-cloud-instance-manager", Identity: hostname,
+	return &Options{Generic: generic, BundlesNamespace: bundles.PublishedNamespace, Identity: hostname,
 		Render: RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi"}}
 }
 
@@ -63,7 +66,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Generic.AddFlags(fs)
 	fs.StringVar(&o.TemplatesDir, "templates-dir", o.TemplatesDir,
 		"a directory layered over the built-in template tree: its files replace built-in ones of the same path, and an empty file removes one")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the published bundle Secrets and the leader Lease")
+	fs.StringVar(&o.BundlesNamespace, "bundles-namespace", o.BundlesNamespace,
+		"namespace of the published bundle Secrets and the leader Lease; only bashible-apiserver's identity may be allowed to write Secrets there, since whoever can authors what nodes run")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "this replica's name in the leader Lease (default: the hostname)")
 	fs.IntVar(&o.Render.Workers, "render-workers", o.Render.Workers,
 		"how many node groups render at once; each may use one render worker process")
@@ -88,8 +92,8 @@ func (o *Options) workerMemory() (int64, error) {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	errs := o.Generic.Validate()
-	if o.Namespace == "" {
-		errs = append(errs, errors.New("--namespace must not be empty"))
+	if o.BundlesNamespace == "" {
+		errs = append(errs, errors.New("--bundles-namespace must not be empty"))
 	}
 	if o.Identity == "" {
 		errs = append(errs, errors.New("--identity must not be empty (the hostname is unknown)"))

@@ -36,9 +36,10 @@ type Config struct {
 // ExtraConfig is what bashible-apiserver adds to the generic configuration.
 type ExtraConfig struct {
 	TemplatesDir string
-	Namespace    string
-	Identity     string
-	Render       RenderConfig
+	// BundlesNamespace holds the published bundles and the leader Lease.
+	BundlesNamespace string
+	Identity         string
+	Render           RenderConfig
 }
 
 // RenderConfig bounds rendering (see RenderOptions).
@@ -77,7 +78,7 @@ func newConfig(o *Options) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, Namespace: o.Namespace, Identity: o.Identity,
+	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, BundlesNamespace: o.BundlesNamespace, Identity: o.Identity,
 		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}}}, nil
 }
 
@@ -151,7 +152,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	m := processMetrics()
 	store := bundles.NewStore(m.ServedChanged)
 	controller := bundles.NewController(bundles.ControllerConfig{
-		Kube: kube, NodeMgr: nm, Namespace: c.extra.Namespace, Identity: c.extra.Identity,
+		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
 		Renderer: bundles.NewRenderer(tree.WithSandbox(pool)), Store: store, Metrics: m, Workers: c.extra.Render.Workers,
 	})
 	narrower := access.NewNarrower(nm)

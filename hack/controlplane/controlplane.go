@@ -345,8 +345,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, binDir string) error
 		"--service-account-signing-key-file=" + cp.path("sa.key"),
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
-		// Nodes may only write their own Node object, as in a real cluster.
-		"--enable-admission-plugins=NodeRestriction",
+		// Nodes may only write their own Node object, as in a real cluster;
+		// ValidatingAdmissionPolicy (on by default since 1.30, named so
+		// that the manifests' policies are enforced whatever the default)
+		// narrows node-manager's identities beyond RBAC.
+		"--enable-admission-plugins=NodeRestriction,ValidatingAdmissionPolicy",
 		"--enable-bootstrap-token-auth=true",
 		"--allow-privileged=true",
 		// Aggregation layer: the aggregator authenticates to extension

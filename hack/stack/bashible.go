@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
@@ -35,6 +36,9 @@ const (
 	// RBAC is bound to this ServiceAccount, and a client certificate with
 	// this name gets exactly those permissions.
 	ServiceAccountUser = "system:serviceaccount:" + Namespace + ":bashible-apiserver"
+	// BundlesNamespace is where bashible-apiserver publishes bundles and
+	// holds its Lease: a namespace only it may write to.
+	BundlesNamespace = bundles.PublishedNamespace
 )
 
 // BuildBinaries builds node-manager's binaries into <root>/bin.
@@ -48,13 +52,18 @@ func BuildBinaries(root string) error {
 	return nil
 }
 
-// InstallBashibleAPIServer applies bashible-apiserver's namespace, RBAC and
-// the admission policy on nodes' Instance writes from manifests/ (the real
-// ones, so the e2e runs prove them).
+// InstallBashibleAPIServer applies bashible-apiserver's namespaces and RBAC
+// from manifests/ (the real ones, so the e2e runs prove them).
 func InstallBashibleAPIServer(ctx context.Context, root string, applier *controlplane.Applier) error {
 	dir := filepath.Join(root, "manifests", "bashible-apiserver")
-	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"),
-		filepath.Join(dir, "instance-status-policy.yaml"))
+	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"))
+}
+
+// InstallPolicies applies the ValidatingAdmissionPolicies of
+// manifests/policies, which narrow what node-manager's identities may write.
+// kube-apiserver enforces a new policy within about a second.
+func InstallPolicies(ctx context.Context, root string, applier *controlplane.Applier) error {
+	return applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "policies"))
 }
 
 // BashibleOptions configure one bashible-apiserver replica.
@@ -129,7 +138,7 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts Bashib
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
-		"--namespace=" + Namespace,
+		"--bundles-namespace=" + BundlesNamespace,
 		"--identity=" + opts.Identity,
 		"--v=2",
 	}

@@ -93,6 +93,9 @@ func run() error {
 	if err := stack.InstallController(ctx, root, applier); err != nil {
 		return err
 	}
+	if err := stack.InstallPolicies(ctx, root, applier); err != nil {
+		return err
+	}
 	if _, err := env.StartController(ctx, stack.ControllerOptions{}); err != nil {
 		return err
 	}

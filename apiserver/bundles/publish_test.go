@@ -1,0 +1,352 @@
+package bundles
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
+	"github.com/node-manager/node-manager/templates"
+)
+
+const testNamespace = "bundles"
+
+// publisher is a Controller on fake clients with its informers running,
+// driven one sync at a time.
+type publisher struct {
+	*Controller
+	t    *testing.T
+	ctx  context.Context
+	kube *kubefake.Clientset
+	nm   *nmfake.Clientset
+}
+
+// fakeNodeManager is a fake node-manager clientset that also takes the
+// server-side apply of a NodeGroup's status conditions, which the fake's
+// object tracker cannot.
+func fakeNodeManager(objs ...runtime.Object) *nmfake.Clientset {
+	nm := nmfake.NewSimpleClientset(objs...)
+	gvr := deckhousev1.SchemeGroupVersion.WithResource("nodegroups")
+	nm.PrependReactor("patch", "nodegroups", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		patch := action.(k8stesting.PatchAction)
+		if patch.GetSubresource() != "status" || patch.GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil
+		}
+		var applied deckhousev1.NodeGroup
+		if err := json.Unmarshal(patch.GetPatch(), &applied); err != nil {
+			return true, nil, err
+		}
+		obj, err := nm.Tracker().Get(gvr, "", patch.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		ng := obj.(*deckhousev1.NodeGroup).DeepCopy()
+		for _, c := range applied.Status.Conditions {
+			meta.SetStatusCondition(&ng.Status.Conditions, c)
+		}
+		return true, ng, nm.Tracker().Update(gvr, ng, "")
+	})
+	return nm
+}
+
+// lastResourceVersion is shared by every fake, so a Secret copied from one
+// into another never meets its own resourceVersion again.
+var lastResourceVersion atomic.Int64
+
+// fakeKube is a fake clientset that, like the API, gives every written
+// Secret a new resourceVersion (the store orders changes by it).
+func fakeKube(objs ...runtime.Object) *kubefake.Clientset {
+	kube := kubefake.NewClientset(objs...)
+	stamp := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if obj, ok := action.(k8stesting.CreateAction); ok {
+			if s, ok := obj.GetObject().(*corev1.Secret); ok {
+				s.ResourceVersion = strconv.FormatInt(lastResourceVersion.Add(1), 10)
+			}
+		}
+		return false, nil, nil
+	}
+	kube.PrependReactor("create", "secrets", stamp)
+	kube.PrependReactor("update", "secrets", stamp)
+	return kube
+}
+
+func newPublisher(t *testing.T, kube *kubefake.Clientset, nm *nmfake.Clientset) *publisher {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	c := NewController(ControllerConfig{Kube: kube, NodeMgr: nm, Namespace: testNamespace, Identity: "test",
+		Renderer: newRenderer(t), Store: NewStore(nil), Metrics: NewMetrics()})
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		t.Fatal("informers did not sync")
+	}
+	c.cfg.Store.MarkSynced()
+	return &publisher{Controller: c, t: t, ctx: ctx, kube: kube, nm: nm}
+}
+
+// lead makes the controller the leader, as OnStartedLeading does.
+func (p *publisher) lead() {
+	p.lastGood.setLeading(true)
+	p.leaderCtx.Store(&p.ctx)
+	p.leading.Store(true)
+}
+
+// sync renders every group the controller knows, as the render workers
+// would, then publishes as the leader's publish worker would.
+func (p *publisher) sync() {
+	p.t.Helper()
+	groups := map[string]bool{}
+	ngs, err := p.nodeGroups.List(labels.Everything())
+	if err != nil {
+		p.t.Fatalf("list node groups: %v", err)
+	}
+	for _, ng := range ngs {
+		groups[ng.Name] = true
+	}
+	p.resultsMu.Lock()
+	for g := range p.results {
+		groups[g] = true
+	}
+	p.resultsMu.Unlock()
+	for g := range groups {
+		p.resultsMu.Lock()
+		delete(p.dirty, g)
+		p.resultsMu.Unlock()
+		if err := p.renderGroup(g); err != nil {
+			p.t.Fatalf("render %s: %v", g, err)
+		}
+	}
+	if err := p.publishLatest(); err != nil {
+		p.t.Fatalf("publish: %v", err)
+	}
+}
+
+func (p *publisher) waitFor(what string, cond func() bool) {
+	p.t.Helper()
+	if err := wait.PollUntilContextTimeout(p.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		p.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// served is the checksum the store serves for group, "" for none.
+func (p *publisher) served(group string) string {
+	if b, ok := p.cfg.Store.Get(group); ok {
+		return b.Checksum
+	}
+	return ""
+}
+
+// secret is the group's published Secret in the API, nil when there is none.
+func (p *publisher) secret(group string) *corev1.Secret {
+	p.t.Helper()
+	s, err := p.kube.CoreV1().Secrets(testNamespace).Get(p.ctx, SecretPrefix+group, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return s
+}
+
+// forge overwrites group's published Secret as a writer who knows the
+// format would: new content, a correctly recomputed checksum.
+func (p *publisher) forge(group string) string {
+	p.t.Helper()
+	steps := map[string]string{"000_forged.sh": "touch /tmp/owned\n"}
+	forged := &Published{Group: group, NodeType: "Static", Bashible: "#!/usr/bin/env bash\n", Steps: steps,
+		Checksum: templates.Checksum("#!/usr/bin/env bash\n", steps)}
+	data, err := encodeSecretData(forged)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	s := p.secret(group)
+	s.Data = data
+	if _, err := p.kube.CoreV1().Secrets(testNamespace).Update(p.ctx, s, metav1.UpdateOptions{}); err != nil {
+		p.t.Fatal(err)
+	}
+	p.waitFor("the store to load the forged bundle", func() bool { return p.served(group) == forged.Checksum })
+	return forged.Checksum
+}
+
+func (p *publisher) addConfig(ngc *deckhousev1alpha1.NodeGroupConfiguration) {
+	p.t.Helper()
+	if _, err := p.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(p.ctx, ngc, metav1.CreateOptions{}); err != nil {
+		p.t.Fatal(err)
+	}
+	p.waitFor("the informer to see "+ngc.Name, func() bool { _, err := p.configs.Get(ngc.Name); return err == nil })
+}
+
+func TestLeaderRestoresATamperedBundleWhileTheGroupFailsToRender(t *testing.T) {
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("worker")))
+	p.lead()
+	p.sync()
+	p.waitFor("the first bundle", func() bool { return p.served("worker") != "" })
+	good := p.served("worker")
+
+	p.addConfig(config("broken.sh", []string{"worker"}, `{{ fail "not ready" }}`))
+	p.sync()
+	if p.served("worker") != good {
+		t.Fatal("a failing render must leave the last good bundle")
+	}
+
+	forged := p.forge("worker")
+	p.sync()
+	p.waitFor("the leader to restore the last good bundle", func() bool { return p.served("worker") == good })
+	if sum := p.secret("worker").Annotations["bashible.deckhouse.io/configuration-checksum"]; sum != good {
+		t.Errorf("the Secret's checksum annotation is %s, want the good %s (forged was %s)", sum, good, forged)
+	}
+
+	if err := p.kube.CoreV1().Secrets(testNamespace).Delete(p.ctx, SecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the store to see the deletion", func() bool { return p.served("worker") == "" })
+	p.sync()
+	p.waitFor("the leader to re-create the deleted bundle", func() bool { return p.served("worker") == good })
+}
+
+func TestNewLeaderRestoresTheBundleItLoadedWhenTheGroupFailsToRender(t *testing.T) {
+	first := newPublisher(t, fakeKube(), fakeNodeManager(group("worker")))
+	first.lead()
+	first.sync()
+	first.waitFor("the first bundle", func() bool { return first.served("worker") != "" })
+	good := first.served("worker")
+	published := first.secret("worker")
+
+	// A second replica starts with the group already failing: the only good
+	// bundle it knows is the one it loaded.
+	broken := config("broken.sh", []string{"worker"}, `{{ fail "not ready" }}`)
+	second := newPublisher(t, fakeKube(published), fakeNodeManager(group("worker"), broken))
+	if second.served("worker") != good {
+		t.Fatalf("the second replica loaded %q, want %s", second.served("worker"), good)
+	}
+	second.lead()
+	second.forge("worker")
+	second.sync()
+	second.waitFor("the new leader to restore the bundle it loaded", func() bool { return second.served("worker") == good })
+}
+
+func TestBundlesAreDeletedOnlyWhenTheAPIConfirmsTheirGroupIsGone(t *testing.T) {
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("a"), group("b")))
+	p.lead()
+	p.sync()
+	p.waitFor("both bundles", func() bool { return p.served("a") != "" && p.served("b") != "" })
+
+	// The NodeGroup informer shows no groups for a moment (a relist):
+	// every render is missing, but the API still has both groups.
+	if err := p.publish(p.ctx, Inputs{}, map[string]*Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if p.secret("a") == nil || p.secret("b") == nil {
+		t.Fatal("a transiently empty group list deleted published bundles of groups that still exist")
+	}
+
+	if err := p.nm.DeckhouseV1().NodeGroups().Delete(p.ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.publish(p.ctx, Inputs{}, map[string]*Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if p.secret("a") == nil {
+		t.Error("the bundle of group a, which exists, was deleted")
+	}
+	if p.secret("b") != nil {
+		t.Error("the bundle of group b, whose NodeGroup is gone, was kept")
+	}
+}
+
+// incompressible is n bytes of valid shell that gzip cannot shrink much: a
+// heredoc of random base64.
+func incompressible(t *testing.T, n int) string {
+	t.Helper()
+	raw := make([]byte, n*3/4)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	return "cat > /dev/null <<'EOF'\n" + base64.StdEncoding.EncodeToString(raw) + "\nEOF\n"
+}
+
+func TestBundleTooLargeForASecretIsReportedAndTheGroupKeepsItsLastGoodBundle(t *testing.T) {
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("huge")))
+	p.lead()
+	p.sync()
+	p.waitFor("the first bundle", func() bool { return p.served("huge") != "" })
+	good := p.served("huge")
+
+	// Each within the CRD's 512 KiB content limit; together, encoded, over
+	// what a Secret holds.
+	for _, name := range []string{"big-1.sh", "big-2.sh", "big-3.sh"} {
+		p.addConfig(config(name, []string{"huge"}, incompressible(t, 500_000)))
+	}
+	p.sync()
+
+	if got := p.secret("huge").Annotations["bashible.deckhouse.io/configuration-checksum"]; got != good {
+		t.Errorf("the published bundle changed to %s; an oversize bundle must never replace the last good one", got)
+	}
+	ng, err := p.nm.DeckhouseV1().NodeGroups().Get(p.ctx, "huge", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(ng.Status.Conditions, ConditionRendered)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonBundleTooLarge {
+		t.Fatalf("NodeGroup huge: Rendered is %+v, want False %s", cond, ReasonBundleTooLarge)
+	}
+	for _, want := range []string{"bytes encoded", "1024000 bytes", "050_big-1.sh", "050_big-2.sh", "050_big-3.sh", "last good bundle"} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("NodeGroup huge: the message should say %q: %s", want, cond.Message)
+		}
+	}
+	for _, name := range []string{"big-1.sh", "big-2.sh", "big-3.sh"} {
+		ngc, err := p.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(p.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(ngc.Status.Conditions, ConditionRendered)
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ReasonBundleTooLarge || !strings.Contains(cond.Message, "huge") {
+			t.Errorf("NodeGroupConfiguration %s: Rendered is %+v, want False %s naming the group", name, cond, ReasonBundleTooLarge)
+		}
+	}
+	if v := testutil.ToFloat64(p.cfg.Metrics.BundleTooLarge.WithLabelValues("huge")); v != 1 {
+		t.Errorf("bashible_apiserver_bundle_too_large{group=huge} = %v, want 1", v)
+	}
+}
+
+func TestBundleTooLargeErrorNamesTheLargestParts(t *testing.T) {
+	p := &Published{Group: "g", Bashible: "bb", Bootstrap: "b", Steps: map[string]string{"001_a.sh": "aaaa", "002_b.sh": "bbbbbbb", "003_c.sh": "c"}}
+	err := checkEncodedSize(p, make([]byte, MaxEncodedBundleBytes+1))
+	big, ok := err.(*BundleTooLargeError)
+	if !ok {
+		t.Fatalf("want a *BundleTooLargeError, got %v", err)
+	}
+	if big.Encoded != MaxEncodedBundleBytes+1 || len(big.Largest) != 3 || big.Largest[0].Name != "002_b.sh" || big.Largest[1].Name != "001_a.sh" || big.Largest[2].Name != "bashible.sh" {
+		t.Errorf("%+v", big)
+	}
+	if checkEncodedSize(p, make([]byte, MaxEncodedBundleBytes)) != nil {
+		t.Error("a bundle of exactly the limit must be published")
+	}
+}
