@@ -361,7 +361,7 @@ func (w *worker) died(cfg Config, beforeRequest, killed bool) error {
 		e.msg = fmt.Sprintf("rendering took longer than %s and was stopped", cfg.Timeout)
 	case code == exitCPU:
 		e.msg = fmt.Sprintf("rendering took more than %s of CPU and was stopped", cfg.CPU)
-	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory"):
+	case outOfMemory(stderr):
 		e.msg = fmt.Sprintf("rendering used more than %d MiB and was stopped", cfg.Memory>>20)
 	case code == exitRetired:
 		e.beforeRequest = true // it retired after its last request; nothing of this one ran
@@ -421,4 +421,13 @@ func (t *headBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
+}
+
+// outOfMemory reports whether a dead worker's last words say an allocation
+// failed: the Go runtime's "out of memory", or ENOMEM from a lower-level
+// allocator (the race detector's ThreadSanitizer reports "failed to
+// allocate ... (errno: 12)" when RLIMIT_DATA refuses its shadow memory).
+func outOfMemory(stderr string) bool {
+	return strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory") ||
+		(strings.Contains(stderr, "failed to allocate") && strings.Contains(stderr, "errno: 12"))
 }
