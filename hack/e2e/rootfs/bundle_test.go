@@ -333,7 +333,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 	}
 	for path, expect := range map[string][]string{
 		"etc/containerd/config.toml":                                {"version = 3", "max_concurrent_downloads = 3", `sandbox = "` + builtin.SandboxImage + `"`, "SystemdCgroup = true"},
-		"etc/kubernetes/kubelet/config.yaml":                        {"maxPods: 120", "clusterDNS:\n  - 10.222.0.10", "cgroupDriver: systemd", "systemReserved:\n  cpu: "},
+		"etc/kubernetes/kubelet/config.yaml":                        {"maxPods: 120", "clusterDNS:\n  - \"10.222.0.10\"", "cgroupDriver: systemd", "systemReserved:\n  cpu: "},
 		"etc/kubernetes/bootstrap-kubelet.conf":                     {"server: https://127.0.0.1:6445", "token: " + bootstrapToken},
 		"etc/kubernetes/pki/ca.crt":                                 {clusterCA},
 		"etc/systemd/system/kubelet.service.d/10-node-manager.conf": {"--node-labels=node.deckhouse.io/group=worker,node.deckhouse.io/type=Static", "--register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule"},
