@@ -2,13 +2,12 @@ package bundles
 
 import (
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/hack/procstat"
 	"github.com/node-manager/node-manager/templates"
 	"github.com/node-manager/node-manager/templates/sandbox"
 )
@@ -63,9 +62,9 @@ func TestTemplateBombsFailWithinTheirDeadlineAndLeaveNoCPUBurning(t *testing.T) 
 				t.Errorf("group b: %v", res["b"].Failures)
 			}
 			time.Sleep(200 * time.Millisecond)
-			before := processTreeCPU()
+			before := procstat.TreeCPU(os.Getpid())
 			time.Sleep(2 * time.Second)
-			used := processTreeCPU() - before
+			used := procstat.TreeCPU(os.Getpid()) - before
 			t.Logf("CPU used by the process and its workers in the 2s after: %s", used)
 			if used > 300*time.Millisecond {
 				t.Errorf("the server and its workers used %s of CPU in the 2s after the render failed", used)
@@ -81,10 +80,10 @@ func TestAMemoryBombIsStoppedAtTheWorkerLimitAndTheServerDoesNotGrow(t *testing.
 	if res := r.RenderAll(in); res["a"].Published == nil {
 		t.Fatal(res["a"].Failures)
 	}
-	before := residentBytes(t)
+	before := resident(t)
 	in.Configs = append(in.Configs, config("mem.sh", []string{"a"}, memoryBomb))
 	res := r.RenderAll(in)
-	grew := residentBytes(t) - before
+	grew := resident(t) - before
 	t.Logf("failures %v; resident memory grew by %.1f MiB", res["a"].Failures, float64(grew)/(1<<20))
 	want := "NodeGroupConfiguration mem.sh: template NodeGroupConfiguration/mem.sh: rendering used more than 64 MiB and was stopped"
 	if a := res["a"]; a.Published != nil || len(a.Failures) != 1 || a.Failures[0].Error() != want {
@@ -95,37 +94,11 @@ func TestAMemoryBombIsStoppedAtTheWorkerLimitAndTheServerDoesNotGrow(t *testing.
 	}
 }
 
-// processTreeCPU is the CPU time used by this process and its live
-// children (the render workers).
-func processTreeCPU() time.Duration {
-	total := statCPU("self")
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		children, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
-		for _, pid := range strings.Fields(string(children)) {
-			total += statCPU(pid)
-		}
-	}
-	return total
-}
-
-func statCPU(pid string) time.Duration {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0 // gone
-	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-func residentBytes(t *testing.T) int64 {
+func resident(t *testing.T) int64 {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/statm")
+	n, err := procstat.Resident(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages, _ := strconv.ParseInt(strings.Fields(string(data))[1], 10, 64)
-	return pages * int64(os.Getpagesize())
+	return n
 }

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/node-manager/node-manager/hack/procstat"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -104,9 +104,9 @@ func TestASpinningTemplateIsStoppedAndCostsNothingAfterwards(t *testing.T) {
 		t.Errorf("stopped after %s", d)
 	}
 	time.Sleep(200 * time.Millisecond)
-	before := treeCPU(t)
+	before := procstat.TreeCPU(os.Getpid())
 	time.Sleep(time.Second)
-	if used := treeCPU(t) - before; used > 100*time.Millisecond {
+	if used := procstat.TreeCPU(os.Getpid()) - before; used > 100*time.Millisecond {
 		t.Errorf("this process and its workers used %s of CPU in the second after the render was stopped", used)
 	}
 	if out, err := p.Render("ok", "fine", nil); err != nil || out != "fine" {
@@ -127,13 +127,13 @@ func TestAMemoryBombKillsOnlyItsWorker(t *testing.T) {
 	if _, err := p.Render("warm", "{{ range 3 }}x{{ end }}", nil); err != nil {
 		t.Fatal(err)
 	}
-	before := rss(t)
+	before := resident(t)
 	// Under MaxOutputBytes at every step, 4 GB in all.
 	_, err := p.Render("bomb", `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`, nil)
 	if err == nil || err.Error() != "template bomb: rendering used more than 128 MiB and was stopped" {
 		t.Fatalf("want the memory limit, got %v", err)
 	}
-	if grew := rss(t) - before; grew > 16<<20 {
+	if grew := resident(t) - before; grew > 16<<20 {
 		t.Errorf("this process grew by %d MiB", grew>>20)
 	}
 	if out, err := p.Render("ok", "fine", nil); err != nil || out != "fine" {
@@ -141,37 +141,11 @@ func TestAMemoryBombKillsOnlyItsWorker(t *testing.T) {
 	}
 }
 
-// treeCPU is the CPU time used by this process and its live children.
-func treeCPU(t *testing.T) time.Duration {
+func resident(t *testing.T) int64 {
 	t.Helper()
-	total := statCPU(t, "self")
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		children, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
-		for _, pid := range strings.Fields(string(children)) {
-			total += statCPU(t, pid)
-		}
-	}
-	return total
-}
-
-func statCPU(t *testing.T, pid string) time.Duration {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0 // gone
-	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-func rss(t *testing.T) int64 {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/statm")
+	n, err := procstat.Resident(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages, _ := strconv.ParseInt(strings.Fields(string(data))[1], 10, 64)
-	return pages * int64(os.Getpagesize())
+	return n
 }

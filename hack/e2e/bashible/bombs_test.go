@@ -2,10 +2,7 @@ package bashible
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/hack/procstat"
 )
 
 // TestTemplateBombsCostTheServerNothing: NodeGroupConfigurations that would
@@ -22,7 +20,7 @@ import (
 // the replica stays ready.
 func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 	ctx := context.Background()
-	rss0 := procStatus(t, replica.PID(), "VmRSS:")
+	rss0 := resident(t, replica.PID())
 	for _, tc := range []struct{ name, content, want string }{
 		// 4 GB in 4 MB strings, each under the output limit.
 		{"memory-bomb.sh", `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`,
@@ -40,7 +38,7 @@ func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	grew := procStatus(t, replica.PID(), "VmRSS:") - rss0
+	grew := resident(t, replica.PID()) - rss0
 	t.Logf("bashible-apiserver's resident memory grew by %.1f MiB", float64(grew)/(1<<20))
 	if grew > 32<<20 {
 		t.Errorf("bashible-apiserver grew by %d MiB", grew>>20)
@@ -70,9 +68,9 @@ func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 		t.Errorf("spin-bomb.sh: want Rendered=False saying %q, got %s: %s", want, cond.Status, cond.Message)
 	}
 	time.Sleep(500 * time.Millisecond)
-	cpu0 := treeCPU(replica.PID())
+	cpu0 := procstat.TreeCPU(replica.PID())
 	time.Sleep(2 * time.Second)
-	used := treeCPU(replica.PID()) - cpu0
+	used := procstat.TreeCPU(replica.PID()) - cpu0
 	t.Logf("CPU used by bashible-apiserver and its render workers in the 2s after: %s", used)
 	if used > 300*time.Millisecond {
 		t.Errorf("bashible-apiserver and its workers used %s of CPU in the 2s after the bombs failed", used)
@@ -82,46 +80,11 @@ func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 	}
 }
 
-// procStatus is a memory field of /proc/<pid>/status in bytes.
-func procStatus(t *testing.T, pid int, field string) int64 {
+func resident(t *testing.T, pid int) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := procstat.Resident(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
-}
-
-// treeCPU is the CPU time used by process pid and its live children.
-func treeCPU(pid int) time.Duration {
-	total := statCPU(strconv.Itoa(pid))
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, task := range tasks {
-		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		for _, child := range strings.Fields(string(children)) {
-			total += statCPU(child)
-		}
-	}
-	return total
-}
-
-func statCPU(pid string) time.Duration {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0 // gone
-	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return n
 }
