@@ -1,10 +1,12 @@
 package templates
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -21,6 +23,60 @@ const MaxCustomStepNameLength = 200
 // to the delimiter, or a command named like a delimiter (what is left of a
 // here-document that a value ended). Errors give the line of the script.
 func checkScript(name, script string, multiline []string) error {
+	key := scriptKey(script, multiline)
+	if passedChecks.has(key) {
+		return nil
+	}
+	if err := parseAndCheckScript(name, script, multiline); err != nil {
+		return err
+	}
+	passedChecks.add(key)
+	return nil
+}
+
+// passedChecks remembers scripts that passed checkScript: most steps render
+// to the same text for many groups and across re-renders, and parsing is
+// the larger part of a render's cost. Only a pass is remembered, keyed by
+// everything the check reads, so a remembered pass is exactly what a new
+// parse would say.
+var passedChecks = &checkCache{max: 4096}
+
+type checkCache struct {
+	mu   sync.Mutex
+	max  int
+	seen map[[sha256.Size]byte]bool
+}
+
+func (c *checkCache) has(k [sha256.Size]byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[k]
+}
+
+// add remembers k; a full cache starts over, which bounds its memory.
+func (c *checkCache) add(k [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil || len(c.seen) >= c.max {
+		c.seen = make(map[[sha256.Size]byte]bool, c.max)
+	}
+	c.seen[k] = true
+}
+
+// scriptKey identifies a script and the multi-line values checked against
+// its here-documents, each length-prefixed so no two inputs share a key.
+func scriptKey(script string, multiline []string) [sha256.Size]byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(script), script)
+	for _, v := range multiline {
+		fmt.Fprintf(h, "%d:%s", len(v), v)
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
+}
+
+func parseAndCheckScript(name, script string, multiline []string) error {
 	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(script), name)
 	if err != nil {
 		var pe syntax.ParseError
