@@ -138,7 +138,17 @@ func NewController(cfg ControllerConfig) *Controller {
 		results: map[string]*Result{}, dirty: map[string]bool{}, inflight: map[string]bool{},
 		lastGood: newLastGood(),
 	}
-	cfg.Store.OnChange(c.lastGood.observed)
+	cfg.Store.OnChange(func(old, cur *Published) {
+		// A follower sees the leader delete a removed group's bundle; a
+		// bundle deleted while its group still exists was tampered with,
+		// and its last good copy is what the next leader restores.
+		if cur == nil && old != nil && c.nodeGroups != nil {
+			if _, err := c.nodeGroups.Get(old.Group); err == nil {
+				return
+			}
+		}
+		c.lastGood.observed(old, cur)
+	})
 	// Each input is watched as narrowly as the API allows, so unrelated
 	// objects never trigger a render.
 	named := func(name string) informers.SharedInformerFactory {

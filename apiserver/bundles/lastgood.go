@@ -34,7 +34,8 @@ func (l *lastGood) observed(old, cur *Published) {
 	case cur != nil:
 		l.bundles[cur.Group] = cur
 	case old != nil:
-		// The leader deleted it because the group is gone.
+		// The leader deleted it because the group is gone (the controller
+		// passes on no deletion of a group that still exists).
 		delete(l.bundles, old.Group)
 	}
 }

@@ -350,3 +350,46 @@ func TestBundleTooLargeErrorNamesTheLargestParts(t *testing.T) {
 		t.Error("a bundle of exactly the limit must be published")
 	}
 }
+
+func TestBundlesAreKeptWhenTheAPIDoesNotServeNodeGroupsAtAll(t *testing.T) {
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("a")))
+	p.lead()
+	p.sync()
+	p.waitFor("the bundle", func() bool { return p.served("a") != "" })
+
+	// The CRD is being reinstalled: the informer shows no groups and the
+	// API answers 404 for the resource, naming no object.
+	p.nm.PrependReactor("get", "nodegroups", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewGenericServerResponse(404, "get", deckhousev1.Resource("nodegroups"), "", "the server could not find the requested resource", 0, false)
+	})
+	if err := p.publish(p.ctx, Inputs{}, map[string]*Result{}); err != nil {
+		t.Logf("publish: %v", err)
+	}
+	if p.secret("a") == nil {
+		t.Fatal("a 404 for the whole nodegroups resource deleted the bundle of a group it says nothing about")
+	}
+}
+
+func TestAFollowerKeepsTheLastGoodBundleOfAGroupWhoseSecretWasDeleted(t *testing.T) {
+	leader := newPublisher(t, fakeKube(), fakeNodeManager(group("worker")))
+	leader.lead()
+	leader.sync()
+	leader.waitFor("the first bundle", func() bool { return leader.served("worker") != "" })
+	good := leader.served("worker")
+
+	// A follower of the same cluster, whose group now fails to render, sees
+	// someone delete the bundle while no replica leads.
+	broken := config("broken.sh", []string{"worker"}, `{{ fail "not ready" }}`)
+	follower := newPublisher(t, fakeKube(leader.secret("worker")), fakeNodeManager(group("worker"), broken))
+	follower.waitFor("the follower to load the bundle", func() bool { return follower.served("worker") == good })
+	if err := follower.kube.CoreV1().Secrets(testNamespace).Delete(follower.ctx, SecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	follower.waitFor("the follower to see the deletion", func() bool { return follower.served("worker") == "" })
+
+	// It becomes the leader: the group still exists, so it restores the
+	// bundle it last saw rather than leaving the group with none.
+	follower.lead()
+	follower.sync()
+	follower.waitFor("the new leader to restore the deleted bundle", func() bool { return follower.served("worker") == good })
+}

@@ -2,6 +2,7 @@ package bundles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -37,7 +38,7 @@ func (c *Controller) deleteRemoved(ctx context.Context, results map[string]*Resu
 			klog.InfoS("Keeping the bundle of a node group the informer does not show: the API still has it",
 				"group", group, "secret", klog.KObj(s))
 			continue
-		case !apierrors.IsNotFound(err):
+		case !groupIsGone(err, group):
 			errs = append(errs, fmt.Errorf("confirm that node group %s is gone before deleting its bundle: %w", group, err))
 			continue
 		}
@@ -50,4 +51,18 @@ func (c *Controller) deleteRemoved(ctx context.Context, results map[string]*Resu
 		klog.InfoS("Deleted the bundle of a removed node group", "group", group, "secret", klog.KObj(s))
 	}
 	return errs
+}
+
+// groupIsGone reports whether err is the API's 404 for NodeGroup group
+// itself. A 404 that names no object (nodegroups not served at all, say
+// while the CRD is reinstalled) proves nothing about the group.
+func groupIsGone(err error, group string) bool {
+	if !apierrors.IsNotFound(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	return status.Status().Details.Name == group
 }

@@ -279,6 +279,14 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 			metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
+	refused(t, "the controller creates a manual-bootstrap Secret that would mint bashible-apiserver's token", func(ctx context.Context, dryRun []string) error {
+		_, err := controller.CoreV1().Secrets(stack.Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "manual-bootstrap-for-mint", Namespace: stack.Namespace,
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: "bashible-apiserver"}},
+			Type: corev1.SecretTypeServiceAccountToken,
+		}, metav1.CreateOptions{DryRun: dryRun})
+		return err
+	})
 	refused(t, "the controller creates an Opaque Secret named like a bootstrap token", func(ctx context.Context, dryRun []string) error {
 		_, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx,
 			token("bootstrap-token-abcdef", string(corev1.SecretTypeOpaque), "system:bootstrappers:d8-node-manager"), metav1.CreateOptions{DryRun: dryRun})
