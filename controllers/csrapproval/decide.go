@@ -33,6 +33,7 @@ const (
 	ReasonMalformed         = "NotAKubeletClientRequest"
 	ReasonUnknownGroup      = "UnknownNodeGroup"
 	ReasonNodeOfOtherGroup  = "NodeOfAnotherGroup"
+	ReasonNodeExists        = "NodeAlreadyRegistered"
 	nodeOrganization        = "system:nodes"
 	kubeletClientSignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
 )
@@ -62,8 +63,8 @@ type Cluster struct {
 
 // Decide decides on a CSR. It approves a kubelet client certificate asked
 // for by a node-manager bootstrap token of group G only for a node that is
-// not another group's: no Instance of another group, no Node labelled with
-// another group. It denies a node-manager bootstrapper's CSR that is not a
+// not another group's (no Instance of another group, no Node labelled with
+// another group) and has not registered yet (no Node of that name). It denies a node-manager bootstrapper's CSR that is not a
 // well-formed kubelet client request, and ignores every other CSR.
 func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
 	if decided(csr) || csr.Spec.SignerName != kubeletClientSignerName ||
@@ -83,17 +84,25 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
 	if !c.GroupExists(group) {
 		return deny(ReasonUnknownGroup, node, group, "bootstrap token %s names node group %s, which does not exist", token, group)
 	}
-	if pinned, ok := c.InstanceGroup(node); ok {
-		if pinned != group {
+	pinned, hasInstance := c.InstanceGroup(node)
+	if hasInstance && pinned != group {
+		return deny(ReasonNodeOfOtherGroup, node, group,
+			"node %s belongs to node group %q (its Instance), so a bootstrap token of node group %s may not obtain its certificate", node, pinned, group)
+	}
+	if label, ok := c.NodeGroup(node); ok {
+		if label != group {
 			return deny(ReasonNodeOfOtherGroup, node, group,
-				"node %s belongs to node group %q (its Instance), so a bootstrap token of node group %s may not obtain its certificate", node, pinned, group)
+				"a Node %s labelled with node group %q exists, so a bootstrap token of node group %s may not obtain its certificate", node, label, group)
 		}
+		// A registered node renews with its own certificate; a token
+		// that could obtain one for it could act as that node (and read
+		// the Secrets of its pods).
+		return deny(ReasonNodeExists, node, group,
+			"node %s has already registered; a bootstrap token may not obtain its certificate (it renews its own). To join a reinstalled machine under this name, delete the Node first", node)
+	}
+	if hasInstance {
 		return Decision{Verdict: Approve, Reason: ReasonApproved, Node: node, Group: group,
 			Message: fmt.Sprintf("node-manager approved the kubelet client certificate of node %s of node group %s (bootstrap token %s; its Instance exists)", node, group, token)}
-	}
-	if label, ok := c.NodeGroup(node); ok && label != group {
-		return deny(ReasonNodeOfOtherGroup, node, group,
-			"a Node %s labelled with node group %q exists, so a bootstrap token of node group %s may not obtain its certificate", node, label, group)
 	}
 	return Decision{Verdict: Approve, Reason: ReasonApproved, Node: node, Group: group, CreateInstance: true,
 		Message: fmt.Sprintf("node-manager approved the kubelet client certificate of node %s of node group %s (bootstrap token %s) and created its Instance", node, group, token)}

@@ -71,8 +71,8 @@ func TestDecide(t *testing.T) {
 	}{
 		{"a fresh name is approved and gets an Instance of the token's group",
 			func(t *testing.T) *certificatesv1.CertificateSigningRequest { return csr(t, "fresh", "worker") }, Approve, ReasonApproved, true, "node fresh of node group worker"},
-		{"a node of the token's group is approved without a new Instance",
-			func(t *testing.T) *certificatesv1.CertificateSigningRequest { return csr(t, "w1", "worker") }, Approve, ReasonApproved, false, ""},
+		{"a registered node of the token's group is denied: a token may not act as a live node",
+			func(t *testing.T) *certificatesv1.CertificateSigningRequest { return csr(t, "w1", "worker") }, Deny, ReasonNodeExists, false, "delete the Node first"},
 		{"an Instance created at approval whose Node has not registered is the same group's",
 			func(t *testing.T) *certificatesv1.CertificateSigningRequest { return csr(t, "pending", "worker") }, Approve, ReasonApproved, false, ""},
 		{"an Instance of another group is denied, whatever the Node's label says",
