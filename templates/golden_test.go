@@ -32,20 +32,16 @@ type fixture struct {
 	} `json:"customSteps"`
 }
 
-// testCA is a real certificate (the fixtures' registry mirror CA): the
-// cluster CA is parsed and encoded again.
-const testCA = `-----BEGIN CERTIFICATE-----
-MIIBfzCCASWgAwIBAgIUDp2aszEOrm2WnAniQHiVMr14aI8wCgYIKoZIzj0EAwIw
-FDESMBAGA1UEAwwJbWlycm9yLWNhMCAXDTI2MTEyMTA3NTAwN1oYDzIxMjYxMDI4
-MDc1MDA3WjAUMRIwEAYDVQQDDAltaXJyb3ItY2EwWTATBgcqhkjOPQIBBggqhkjO
-PQMBBwNCAAQgnrtDIIEQWRCrYPXQhDNRhG77PPljYgr3gIh+McKUmfeVuxy+6G48
-v9WsdrcR2qmJz24dpTRtRkO9jXAfz3Fvo1MwUTAdBgNVHQ4EFgQUU3Mz+IZ8Pync
-GWRGFrdBDYQyTe4wHwYDVR0jBBgwFoAUU3Mz+IZ8PyncGWRGFrdBDYQyTe4wDwYD
-VR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEAqC1V0nU1dVpTXdK5S+ur
-GDCqhSrOyaXc9Fm1+yUf+1sCIBMknzu8NmquPnPlvhicr7N1SUb9V9ouBA2WyDYg
-Qq3y
------END CERTIFICATE-----
-`
+// testCA is a real certificate (the fixtures' registry mirror CA, also
+// the rootfs e2e suite's cluster CA): the cluster CA is parsed and encoded
+// again.
+var testCA = func() string {
+	pem, err := os.ReadFile("testdata/ca.crt")
+	if err != nil {
+		panic(err)
+	}
+	return string(pem)
+}()
 
 func loadFixture(t *testing.T, path string) (Context, []CustomStep) {
 	t.Helper()

@@ -80,10 +80,10 @@ func TestAMemoryBombIsStoppedAtTheWorkerLimitAndTheServerDoesNotGrow(t *testing.
 	if res := r.RenderAll(in); res["a"].Published == nil {
 		t.Fatal(res["a"].Failures)
 	}
-	before := resident(t)
+	before := procstat.MustResident(t, os.Getpid())
 	in.Configs = append(in.Configs, config("mem.sh", []string{"a"}, memoryBomb))
 	res := r.RenderAll(in)
-	grew := resident(t) - before
+	grew := procstat.MustResident(t, os.Getpid()) - before
 	t.Logf("failures %v; resident memory grew by %.1f MiB", res["a"].Failures, float64(grew)/(1<<20))
 	want := "NodeGroupConfiguration mem.sh: template NodeGroupConfiguration/mem.sh: rendering used more than 64 MiB and was stopped"
 	if a := res["a"]; a.Published != nil || len(a.Failures) != 1 || a.Failures[0].Error() != want {
@@ -92,13 +92,4 @@ func TestAMemoryBombIsStoppedAtTheWorkerLimitAndTheServerDoesNotGrow(t *testing.
 	if grew > 16<<20 {
 		t.Errorf("the server grew by %d MiB", grew>>20)
 	}
-}
-
-func resident(t *testing.T) int64 {
-	t.Helper()
-	n, err := procstat.Resident(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

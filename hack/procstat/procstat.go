@@ -66,3 +66,19 @@ func Resident(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
 }
+
+// Test is the part of testing.TB that MustResident needs.
+type Test interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+// MustResident is Resident for a test, which fails when /proc cannot say.
+func MustResident(t Test, pid int) int64 {
+	t.Helper()
+	n, err := Resident(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

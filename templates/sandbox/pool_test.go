@@ -127,25 +127,16 @@ func TestAMemoryBombKillsOnlyItsWorker(t *testing.T) {
 	if _, err := p.Render("warm", "{{ range 3 }}x{{ end }}", nil); err != nil {
 		t.Fatal(err)
 	}
-	before := resident(t)
+	before := procstat.MustResident(t, os.Getpid())
 	// Under MaxOutputBytes at every step, 4 GB in all.
 	_, err := p.Render("bomb", `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`, nil)
 	if err == nil || err.Error() != "template bomb: rendering used more than 128 MiB and was stopped" {
 		t.Fatalf("want the memory limit, got %v", err)
 	}
-	if grew := resident(t) - before; grew > 16<<20 {
+	if grew := procstat.MustResident(t, os.Getpid()) - before; grew > 16<<20 {
 		t.Errorf("this process grew by %d MiB", grew>>20)
 	}
 	if out, err := p.Render("ok", "fine", nil); err != nil || out != "fine" {
 		t.Errorf("the next render: %q, %v", out, err)
 	}
-}
-
-func resident(t *testing.T) int64 {
-	t.Helper()
-	n, err := procstat.Resident(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -20,7 +20,7 @@ import (
 // the replica stays ready.
 func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 	ctx := context.Background()
-	rss0 := resident(t, replica.PID())
+	rss0 := procstat.MustResident(t, replica.PID())
 	for _, tc := range []struct{ name, content, want string }{
 		// 4 GB in 4 MB strings, each under the output limit.
 		{"memory-bomb.sh", `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`,
@@ -38,7 +38,7 @@ func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	grew := resident(t, replica.PID()) - rss0
+	grew := procstat.MustResident(t, replica.PID()) - rss0
 	t.Logf("bashible-apiserver's resident memory grew by %.1f MiB", float64(grew)/(1<<20))
 	if grew > 32<<20 {
 		t.Errorf("bashible-apiserver grew by %d MiB", grew>>20)
@@ -78,13 +78,4 @@ func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 	if code, body := direct(t, replica.Port, "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d: %s", code, body)
 	}
-}
-
-func resident(t *testing.T, pid int) int64 {
-	t.Helper()
-	n, err := procstat.Resident(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -117,23 +117,21 @@ func pinnedVersion(t *testing.T, goMod, module string) string {
 	return m[1]
 }
 
-const (
-	bootstrapToken = "e2e0ab.0123456789abcdef"
-	// clusterCA is a real certificate: the renderer parses the cluster CA
-	// and encodes it again.
-	clusterCA = `-----BEGIN CERTIFICATE-----
-MIIBfzCCASWgAwIBAgIUDp2aszEOrm2WnAniQHiVMr14aI8wCgYIKoZIzj0EAwIw
-FDESMBAGA1UEAwwJbWlycm9yLWNhMCAXDTI2MTEyMTA3NTAwN1oYDzIxMjYxMDI4
-MDc1MDA3WjAUMRIwEAYDVQQDDAltaXJyb3ItY2EwWTATBgcqhkjOPQIBBggqhkjO
-PQMBBwNCAAQgnrtDIIEQWRCrYPXQhDNRhG77PPljYgr3gIh+McKUmfeVuxy+6G48
-v9WsdrcR2qmJz24dpTRtRkO9jXAfz3Fvo1MwUTAdBgNVHQ4EFgQUU3Mz+IZ8Pync
-GWRGFrdBDYQyTe4wHwYDVR0jBBgwFoAUU3Mz+IZ8PyncGWRGFrdBDYQyTe4wDwYD
-VR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEAqC1V0nU1dVpTXdK5S+ur
-GDCqhSrOyaXc9Fm1+yUf+1sCIBMknzu8NmquPnPlvhicr7N1SUb9V9ouBA2WyDYg
-Qq3y
------END CERTIFICATE-----
-`
-)
+const bootstrapToken = "e2e0ab.0123456789abcdef"
+
+// clusterCA is a real certificate (the renderer parses the cluster CA and
+// encodes it again): the one the template golden tests use.
+var clusterCA = func() string {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		panic(err)
+	}
+	pem, err := os.ReadFile(filepath.Join(root, "templates", "testdata", "ca.crt"))
+	if err != nil {
+		panic(err)
+	}
+	return string(pem)
+}()
 
 // node is a Debian root set up to run bundles the way bashible.sh runs them.
 type node struct {
