@@ -1,0 +1,238 @@
+package bundles
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+)
+
+// publishKey is the publish queue's only item.
+const publishKey = "publish"
+
+func (c *Controller) publishWorker(context.Context) {
+	for {
+		key, quit := c.publishQ.Get()
+		if quit {
+			return
+		}
+		err := c.publishLatest()
+		c.publishQ.Done(key)
+		if err != nil {
+			klog.ErrorS(err, "Publishing bundles failed; will retry")
+			c.publishQ.AddRateLimited(key)
+			continue
+		}
+		c.publishQ.Forget(key)
+	}
+}
+
+// publishLatest publishes, on the leader, every group's latest result.
+func (c *Controller) publishLatest() error {
+	leaderCtx := c.leaderCtx.Load()
+	if !c.leading.Load() || leaderCtx == nil || (*leaderCtx).Err() != nil {
+		return nil
+	}
+	in, err := c.inputs()
+	if err != nil {
+		return err
+	}
+	results, ready := c.latestResults(in.NodeGroups)
+	if !ready {
+		return nil // the last group's first render enqueues a publish
+	}
+	// Every bundle is published as soon as its group renders, but a
+	// NodeGroupConfiguration's status is reported only once every group it
+	// selects has rendered the current state: its message lists the groups
+	// and what failed in each, and must not be a mix of old and new. The
+	// last of those renders enqueues another publish.
+	configs := make([]*deckhousev1alpha1.NodeGroupConfiguration, 0, len(in.Configs))
+	for _, ngc := range in.Configs {
+		if c.allSettled(ngc, in.NodeGroups) {
+			configs = append(configs, ngc)
+		}
+	}
+	in.Configs = configs
+	return c.publish(*leaderCtx, in, results)
+}
+
+// allSettled reports whether every existing group ngc selects is settled.
+func (c *Controller) allSettled(ngc *deckhousev1alpha1.NodeGroupConfiguration, ngs []*deckhousev1.NodeGroup) bool {
+	for _, ng := range ngs {
+		if (slices.Contains(ngc.Spec.NodeGroups, "*") || slices.Contains(ngc.Spec.NodeGroups, ng.Name)) && !c.settled(ng.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// latestResults are the latest results of the groups that exist, and
+// whether every group has had one since this replica started (a group
+// created since then may still be missing: it has nothing published yet).
+func (c *Controller) latestResults(ngs []*deckhousev1.NodeGroup) (map[string]*Result, bool) {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
+	results := make(map[string]*Result, len(ngs))
+	for _, ng := range ngs {
+		if r := c.results[ng.Name]; r != nil {
+			results[ng.Name] = r
+		}
+	}
+	if !c.allRendered {
+		if len(results) < len(ngs) {
+			return nil, false
+		}
+		c.allRendered = true
+	}
+	return results, true
+}
+
+// publish writes the bundles, restores tampered ones, deletes those of
+// removed groups, and reports render failures on the objects at fault.
+func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]*Result) error {
+	var errs []error
+	tooLarge := map[string]*BundleTooLargeError{}
+	for _, group := range sortedGroups(results) {
+		big, err := c.publishGroup(ctx, results[group])
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if big != nil {
+			tooLarge[group] = big
+			c.cfg.Metrics.BundleTooLarge.WithLabelValues(group).Set(1)
+		} else {
+			c.cfg.Metrics.BundleTooLarge.WithLabelValues(group).Set(0)
+		}
+	}
+	errs = append(errs, c.deleteRemoved(ctx, results)...)
+	errs = append(errs, c.reportConfigs(ctx, in.Configs, results, tooLarge)...)
+	errs = append(errs, c.reportNodeGroups(ctx, in.NodeGroups, results, tooLarge)...)
+	return errors.Join(errs...)
+}
+
+// publishGroup publishes r's bundle. When there is none to publish (the
+// render failed, or the bundle is too large for a Secret, which it returns)
+// it writes the group's last good bundle instead: writeBundle leaves an
+// intact Secret alone, so this only restores one that someone else changed
+// or deleted.
+func (c *Controller) publishGroup(ctx context.Context, r *Result) (*BundleTooLargeError, error) {
+	var big *BundleTooLargeError
+	if r.Published != nil {
+		_, err := c.writeBundle(ctx, r.Published)
+		if err == nil {
+			good := *r.Published
+			good.TemplatesDigest = c.templatesDigest(r.Published)
+			c.lastGood.wrote(&good)
+			return nil, nil
+		}
+		if !errors.As(err, &big) {
+			return nil, err
+		}
+		klog.InfoS("Node group's bundle is too large to publish; it keeps its last good bundle", "group", r.Group,
+			"encodedBytes", big.Encoded, "limit", big.Limit)
+	}
+	good := c.lastGood.get(r.Group)
+	if good == nil {
+		return big, nil
+	}
+	wrote, err := c.writeBundle(ctx, good)
+	if err != nil {
+		return big, fmt.Errorf("restore the last good bundle of group %s: %w", r.Group, err)
+	}
+	if wrote {
+		klog.InfoS("Restored a published bundle that was changed or deleted by someone else", "group", r.Group, "checksum", good.Checksum)
+	}
+	return big, nil
+}
+
+func sortedGroups(results map[string]*Result) []string {
+	groups := make([]string, 0, len(results))
+	for g := range results {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	return groups
+}
+
+// writeBundle makes p's Secret hold exactly p, and says whether it wrote.
+// A bundle too large for a Secret is a *BundleTooLargeError.
+func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error) {
+	name := SecretPrefix + p.Group
+	current, err := c.published.Secrets(c.cfg.Namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	data, err := encodeSecretData(p)
+	if err != nil {
+		return false, err
+	}
+	if err := checkEncodedSize(p, data[bundleKey]); err != nil {
+		return false, err
+	}
+	digest := c.templatesDigest(p)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: c.cfg.Namespace,
+			Labels:      map[string]string{AppLabel: AppLabelValue, bashiblev1alpha1.GroupLabel: p.Group},
+			Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: p.Checksum, TemplatesDigestAnnotation: digest},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	// The encoding is deterministic, so equal bytes mean an equal bundle;
+	// anything else (a new render, or someone's edit) is rewritten.
+	if current != nil && bytes.Equal(current.Data[bundleKey], data[bundleKey]) && len(current.Data) == 1 &&
+		maps.Equal(current.Annotations, secret.Annotations) && maps.Equal(current.Labels, secret.Labels) {
+		return false, nil
+	}
+	secrets := c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace)
+	if current != nil && (current.Type != secret.Type || ptr.Deref(current.Immutable, false)) {
+		// An update cannot change these: replace the Secret.
+		err := secrets.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &current.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("replace the published Secret of group %s (type %s, immutable %t): %w", p.Group, current.Type, ptr.Deref(current.Immutable, false), err)
+		}
+		current = nil
+	}
+	if current == nil {
+		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			// It exists but the informer does not see it (its label was
+			// removed): take it over.
+			existing, getErr := secrets.Get(ctx, name, metav1.GetOptions{})
+			if getErr != nil {
+				return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, getErr)
+			}
+			current = existing
+		}
+	}
+	if current != nil {
+		secret.ResourceVersion = current.ResourceVersion
+		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
+	}
+	if err != nil {
+		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
+	}
+	klog.InfoS("Published bundle", "group", p.Group, "checksum", p.Checksum, "bytes", p.Size())
+	return true, nil
+}
+
+// templatesDigest is the template tree p was rendered from.
+func (c *Controller) templatesDigest(p *Published) string {
+	if p.TemplatesDigest != "" {
+		return p.TemplatesDigest
+	}
+	return c.cfg.Renderer.TemplatesDigest()
+}

@@ -1,0 +1,125 @@
+package bundles
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/node-manager/node-manager/templates"
+)
+
+func (c *Controller) renderWorker(context.Context) {
+	for {
+		group, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		c.resultsMu.Lock()
+		c.dirty[group], c.inflight[group] = false, true
+		c.resultsMu.Unlock()
+		err := c.renderGroup(group)
+		c.resultsMu.Lock()
+		delete(c.inflight, group)
+		if err != nil {
+			c.dirty[group] = true
+		} else if !c.dirty[group] {
+			delete(c.dirty, group)
+		}
+		c.resultsMu.Unlock()
+		c.queue.Done(group)
+		if err != nil {
+			klog.ErrorS(err, "Rendering a node group failed; will retry", "group", group)
+			c.queue.AddRateLimited(group)
+			continue
+		}
+		c.queue.Forget(group)
+	}
+}
+
+// renderGroup renders one group, records its result and enqueues a publish.
+func (c *Controller) renderGroup(group string) error {
+	ng, err := c.nodeGroups.Get(group)
+	if apierrors.IsNotFound(err) {
+		c.resultsMu.Lock()
+		_, had := c.results[group]
+		delete(c.results, group)
+		c.resultsMu.Unlock()
+		c.cfg.Renderer.Forget(group)
+		c.cfg.Metrics.ForgetGroup(group)
+		if had {
+			c.publishQ.Add(publishKey)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	in, err := c.inputs()
+	if err != nil {
+		return err
+	}
+	r := c.cfg.Renderer.Render(ng, in)
+	if r.Cached {
+		c.cfg.Metrics.RenderCached.Inc()
+	} else {
+		c.cfg.Metrics.RenderDuration.WithLabelValues(r.Group).Observe(r.Duration.Seconds())
+		if r.Published == nil {
+			c.cfg.Metrics.RenderErrors.WithLabelValues(r.Group).Inc()
+			klog.InfoS("Node group failed to render; it keeps its last good bundle", "group", r.Group, "failures", failureMessages(r.Failures))
+		}
+	}
+	c.resultsMu.Lock()
+	c.results[group] = r
+	c.resultsMu.Unlock()
+	// Even an unchanged result may settle a NodeGroupConfiguration whose
+	// status waited for this group.
+	c.publishQ.Add(publishKey)
+	return nil
+}
+
+func (c *Controller) inputs() (Inputs, error) {
+	ngs, err := c.nodeGroups.List(labels.Everything())
+	if err != nil {
+		return Inputs{}, err
+	}
+	configs, err := c.configs.List(labels.Everything())
+	if err != nil {
+		return Inputs{}, err
+	}
+	in := Inputs{NodeGroups: ngs, Configs: configs}
+	if s, err := c.secretsKS.Secrets(metav1.NamespaceSystem).Get(ClusterConfigurationSecret); err == nil {
+		in.ClusterConfiguration = s.Data[ClusterConfigurationKey]
+	} else if !apierrors.IsNotFound(err) {
+		return Inputs{}, err
+	}
+	if cm, err := c.configMapsKS.ConfigMaps(metav1.NamespaceSystem).Get(RootCAConfigMap); err == nil {
+		in.CA = cm.Data["ca.crt"]
+	} else if !apierrors.IsNotFound(err) {
+		return Inputs{}, err
+	}
+	endpointSlices, err := c.endpointSlices.List(labels.Everything())
+	if err != nil {
+		return Inputs{}, err
+	}
+	in.Endpoints = templates.APIServerEndpoints(endpointSlices)
+	return in, nil
+}
+
+// settled reports whether group's latest result reflects every change
+// seen so far: no render of it is queued or running.
+func (c *Controller) settled(group string) bool {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
+	return !c.dirty[group] && !c.inflight[group]
+}
+
+func failureMessages(fs []templates.Failure) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Error()
+	}
+	return out
+}
