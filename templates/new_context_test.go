@@ -1,10 +1,7 @@
 package templates
 
 import (
-	"os"
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -13,67 +10,6 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
-
-func TestParseClusterConfiguration(t *testing.T) {
-	def, err := ParseClusterConfiguration(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if def.Cluster.ClusterDomain != "cluster.local" || def.Cluster.ClusterDNSAddress != "10.222.0.10" ||
-		def.Cluster.KubernetesVersion != DefaultKubernetesVersion || def.Cluster.DefaultCRI != "Containerd" || len(def.Proxy.NoProxy) != 0 {
-		t.Errorf("defaults: %+v", def)
-	}
-	got, err := ParseClusterConfiguration([]byte("kind: ClusterConfiguration\nserviceSubnetCIDR: 10.96.0.0/12\nkubernetesVersion: Automatic\nproxy:\n  httpsProxy: http://p:3128\n  noProxy: [.corp]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Cluster.ClusterDNSAddress != "10.96.0.10" || got.Cluster.KubernetesVersion != DefaultKubernetesVersion {
-		t.Errorf("parsed: %+v", got.Cluster)
-	}
-	if want := []string{"127.0.0.1", "169.254.169.254", "cluster.local", "10.111.0.0/16", "10.96.0.0/12", ".corp"}; !slices.Equal(got.Proxy.NoProxy, want) {
-		t.Errorf("noProxy = %v, want %v", got.Proxy.NoProxy, want)
-	}
-	for _, bad := range []string{
-		"kind: Something",
-		"serviceSubnetCIDR: nonsense",
-		"podSubnetNodeCIDRPrefix: \"40\"",
-		"clusterDomain: [",
-		"proxy: {httpProxy: \"http://p:3128; rm -rf /\"}",
-		"proxy: {httpProxy: http://p, noProxy: [\"a b\"]}",
-		"packageSource: {url: ftp://mirror}",
-		"extraCACertificates: [\"not a certificate\"]",
-		"registry: {mirrors: [{host: docker.io}]}",
-		"registry: {mirrors: [{host: \"Docker.io/x\", endpoints: [https://m]}]}",
-		"registry: {mirrors: [{host: docker.io, endpoints: [https://m]}, {host: docker.io, endpoints: [https://n]}]}",
-		"registry: {mirrors: [{host: docker.io, endpoints: [https://m], auth: nonsense}]}",
-		"registry: {mirrors: [{host: docker.io, endpoints: [https://m], auth: dTpw, username: u}]}",
-		"registry: {mirrors: [{host: docker.io, endpoints: [https://m], ca: nope}]}",
-	} {
-		if _, err := ParseClusterConfiguration([]byte(bad)); err == nil {
-			t.Errorf("%q: want an error", bad)
-		}
-	}
-}
-
-func TestRegistryMirrors(t *testing.T) {
-	got, err := ParseClusterConfiguration([]byte(`
-registry:
-  mirrors:
-    - {host: registry.k8s.io, endpoints: ["https://m:5000"], auth: dTpw}
-    - {host: docker.io, endpoints: ["https://m:5000", "http://c"], username: puller, password: s3cret}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []RegistryMirror{
-		{Host: "docker.io", Endpoints: []string{"https://m:5000", "http://c"}, Auth: "cHVsbGVyOnMzY3JldA=="},
-		{Host: "registry.k8s.io", Endpoints: []string{"https://m:5000"}, Auth: "dTpw"},
-	}
-	if len(got.Registry.Mirrors) != 2 || got.Registry.Mirrors[0].Auth != want[0].Auth || got.Registry.Mirrors[1].Host != want[1].Host ||
-		!slices.Equal(got.Registry.Mirrors[0].Endpoints, want[0].Endpoints) {
-		t.Errorf("mirrors %+v, want %+v", got.Registry.Mirrors, want)
-	}
-}
 
 func TestNewContextResolvesDefaults(t *testing.T) {
 	settings, err := ParseClusterConfiguration([]byte("podSubnetNodeCIDRPrefix: \"22\"\ndefaultCRI: ContainerdV2\nkubernetesVersion: \"1.35\""))
@@ -174,17 +110,4 @@ func TestAnEndpointReadinessFlapChangesNoGroupsChecksum(t *testing.T) {
 			t.Errorf("group %s: checksum %.12s with the second API server ready, %.12s with it not ready", ng.Name, sums[true], sums[false])
 		}
 	}
-}
-
-// runBash runs a script with bash and the given environment, returning its
-// combined output.
-func runBash(t *testing.T, script string, env ...string) string {
-	t.Helper()
-	cmd := exec.Command("bash", script)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("bash %s: %v\n%s", script, err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
