@@ -240,6 +240,9 @@ func withoutUserInfo(u string) string {
 	return authority + path
 }
 
+// parseRegistry checks the registry mirrors and gives each its credentials
+// as base64 of user:password (from auth or from username and password),
+// sorted by host so the rendered order does not depend on the input's.
 func parseRegistry(cc clusterConfiguration) (Registry, error) {
 	r := Registry{Mirrors: []RegistryMirror{}}
 	seen := map[string]bool{}
@@ -288,6 +291,8 @@ func parseRegistry(cc clusterConfiguration) (Registry, error) {
 	return r, nil
 }
 
+// tenthAddress is the tenth address of the service subnet, which the
+// cluster DNS Service takes.
 func tenthAddress(cidr string) (string, error) {
 	prefix, err := netip.ParsePrefix(cidr)
 	if err != nil {

@@ -138,6 +138,8 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 	}, nil
 }
 
+// resolveKubelet is the group's kubelet settings with every default filled
+// in; maxPods defaults from the per-node pod subnet prefix.
 func resolveKubelet(k *deckhousev1.KubeletSpec, podPrefix int) Kubelet {
 	out := Kubelet{
 		MaxPods:              maxPodsForPrefix(podPrefix),
@@ -181,6 +183,7 @@ func resolveKubelet(k *deckhousev1.KubeletSpec, podPrefix int) Kubelet {
 	return out
 }
 
+// quantity is q in canonical form, empty when q is not set.
 func quantity(q *resource.Quantity) string {
 	if q == nil {
 		return ""
@@ -203,6 +206,7 @@ func maxPodsForPrefix(prefix int) int32 {
 	}
 }
 
+// or is s, or def when s is empty.
 func or(s, def string) string {
 	if s == "" {
 		return def

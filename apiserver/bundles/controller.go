@@ -60,17 +60,13 @@ type ControllerConfig struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// Controller renders on every replica and, on the leader, publishes.
-//
-// Each node group is a work item of its own (the key is the group's
-// name): a change enqueues the groups it affects (a NodeGroup itself, the
-// groups a NodeGroupConfiguration selects before and after the change,
-// every group for a cluster-wide input), and Workers goroutines render
-// them, so a group whose templates take their whole time budget delays no
-// other group. Every render enqueues the single publish item (coalesced
-// while queued), which the leader runs over every group's latest result.
+// Controller renders every node group on every replica and, on the leader,
+// publishes the bundles and reports their status; the package
+// documentation tells the flow and why it is shaped so.
 type Controller struct {
-	cfg      ControllerConfig
+	cfg ControllerConfig
+	// queue is the render queue, keyed by group name, which cfg.Workers
+	// goroutines drain; publishQ holds the single item publishKey.
 	queue    workqueue.TypedRateLimitingInterface[string]
 	publishQ workqueue.TypedRateLimitingInterface[string]
 
@@ -237,6 +233,7 @@ func (c *Controller) Ready() error {
 	return nil
 }
 
+// enqueueGroupOf enqueues a NodeGroup's own group.
 func (c *Controller) enqueueGroupOf(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		c.enqueue(key) // cluster-scoped: the key is the name
@@ -262,6 +259,8 @@ func (c *Controller) enqueueSelected(obj any) {
 	}
 }
 
+// enqueueAllGroups enqueues every group, for a change to a cluster-wide
+// input.
 func (c *Controller) enqueueAllGroups() {
 	ngs, err := c.nodeGroups.List(labels.Everything())
 	if err != nil {

@@ -13,6 +13,10 @@ import (
 // Leading reports whether this replica publishes.
 func (c *Controller) Leading() bool { return c.leading.Load() }
 
+// runLeaderElection runs for the Lease LeaseName in the bundles namespace
+// until ctx ends, again after every lost term. A term's context is the one
+// publishing writes with, so writes stop when the term ends; the new leader
+// publishes at once.
 func (c *Controller) runLeaderElection(ctx context.Context) {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: LeaseName},

@@ -22,6 +22,8 @@ import (
 // publishKey is the publish queue's only item.
 const publishKey = "publish"
 
+// publishWorker runs publishLatest for the publish item until the queue
+// shuts down, retrying with backoff when publishing fails.
 func (c *Controller) publishWorker(context.Context) {
 	for {
 		key, quit := c.publishQ.Get()
@@ -157,6 +159,8 @@ func (c *Controller) publishGroup(ctx context.Context, r *Result) (*BundleTooLar
 	return big, nil
 }
 
+// sortedGroups are the groups of results in name order, so that publishing
+// and status messages follow a stable order.
 func sortedGroups(results map[string]*Result) []string {
 	groups := make([]string, 0, len(results))
 	for g := range results {

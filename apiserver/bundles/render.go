@@ -11,6 +11,9 @@ import (
 	"github.com/node-manager/node-manager/templates"
 )
 
+// renderWorker renders groups from the render queue until it shuts down.
+// A group changed again while it renders stays dirty (unsettled) and is
+// rendered once more; a failed render is retried with backoff.
 func (c *Controller) renderWorker(context.Context) {
 	for {
 		group, quit := c.queue.Get()
@@ -80,6 +83,7 @@ func (c *Controller) renderGroup(group string) error {
 	return nil
 }
 
+// inputs reads the current cluster state from the informers' caches.
 func (c *Controller) inputs() (Inputs, error) {
 	ngs, err := c.nodeGroups.List(labels.Everything())
 	if err != nil {
@@ -116,6 +120,8 @@ func (c *Controller) settled(group string) bool {
 	return !c.dirty[group] && !c.inflight[group]
 }
 
+// failureMessages are the messages of a render's failures, for logs and
+// conditions.
 func failureMessages(fs []templates.Failure) []string {
 	out := make([]string, len(fs))
 	for i, f := range fs {

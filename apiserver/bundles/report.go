@@ -147,6 +147,8 @@ func tooLargeOf(groups []string, tooLarge map[string]*BundleTooLargeError) []*Bu
 	return out
 }
 
+// truncate shortens s to at most n bytes, ending in "...", to fit a
+// condition message or an event note.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
