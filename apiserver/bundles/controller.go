@@ -259,8 +259,9 @@ func (c *Controller) enqueueSelected(obj any) {
 	}
 }
 
-// enqueueAllGroups enqueues every group, for a change to a cluster-wide
-// input.
+// enqueueAllGroups enqueues every group the informer shows: at start, for a
+// change to a cluster-wide input, and for a NodeGroupConfiguration that
+// selects every group.
 func (c *Controller) enqueueAllGroups() {
 	ngs, err := c.nodeGroups.List(labels.Everything())
 	if err != nil {

@@ -42,7 +42,7 @@
 // # Why only the leader publishes
 //
 // Replicas see a change at slightly different times, and during a rollout
-// run different template trees. Were each to write what it rendered, they
+// they run different template trees. Were each to write what it rendered, they
 // would overwrite each other's Secrets, and nodes would flap between two
 // checksums. One replica, the holder of the Lease [LeaseName] in the
 // bundles namespace ([PublishedNamespace] by default), is the only writer;
