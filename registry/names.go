@@ -1,7 +1,3 @@
-// Package registry holds the REST storage of bashible.deckhouse.io/v1alpha1:
-// bashibles, nodegroupbundles and bootstrap. The objects are computed (see
-// apiserver/bundles); the storages only read them: get, list and watch,
-// with a table for kubectl, narrowed to what the caller may see.
 package registry
 
 import (

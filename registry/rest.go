@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -29,130 +30,177 @@ const (
 	CRIAnnotation               = "bashible.deckhouse.io/cri"
 )
 
-// The storages serve only get, list and watch.
-var (
-	_ rest.Storage              = &REST{}
-	_ rest.Scoper               = &REST{}
-	_ rest.Getter               = &REST{}
-	_ rest.Lister               = &REST{}
-	_ rest.Watcher              = &REST{}
-	_ rest.TableConvertor       = &REST{}
-	_ rest.SingularNameProvider = &REST{}
-)
-
-// Counter counts requests by resource and verb.
-type Counter interface {
-	Inc(resource, verb string)
+// Storages returns the REST storage of every resource, keyed by resource.
+func Storages(source BundleSource, narrower Narrower, metrics *Metrics) map[string]rest.Storage {
+	return map[string]rest.Storage{
+		bashiblesResource:        NewBashibles(source, narrower, metrics),
+		nodeGroupBundlesResource: NewNodeGroupBundles(source, narrower, metrics),
+		bootstrapResource:        NewBootstrap(source, narrower, metrics),
+	}
 }
 
-// REST serves one resource of computed objects from a bundles.Store.
-type REST struct {
-	kind    kind
-	store   *bundles.Store
-	access  *access.Narrower
-	counter Counter
+// storage is what the REST storages of all three resources share: where
+// the objects come from, who may read which, the requests counted, and
+// the encoded objects kept. Each resource's file adds its types and
+// serves get, list, watch and tables through the functions below.
+type storage struct {
+	resource schema.GroupResource
+	source   BundleSource
+	narrower Narrower
+	metrics  *Metrics
 	// cache keeps encoded objects of canonical names (a legacy name is
 	// built per request, so odd names cannot grow the cache).
 	cache objectCache
 }
 
-// kind describes one resource.
-type kind struct {
-	resource string
-	singular string
-	newObj   func() runtime.Object
-	newList  func() runtime.Object
-	// fill sets the payload of obj (a newObj) from a published bundle.
-	fill func(obj runtime.Object, p *bundles.Published)
-	// setItems stores objs (of newObj's type) in list (a newList).
-	setItems func(list runtime.Object, objs []runtime.Object)
-	// size is the payload size of obj; steps its number of steps, -1 if n/a.
-	size  func(obj runtime.Object) int
-	steps func(obj runtime.Object) int
+func newStorage(resource string, source BundleSource, narrower Narrower, metrics *Metrics) storage {
+	return storage{resource: bashiblev1alpha1.Resource(resource), source: source, narrower: narrower, metrics: metrics}
 }
 
-// Storages returns the REST storage of every resource, keyed by resource.
-func Storages(store *bundles.Store, narrower *access.Narrower, counter Counter) map[string]rest.Storage {
-	out := map[string]rest.Storage{}
-	for _, k := range kinds() {
-		out[k.resource] = &REST{kind: k, store: store, access: narrower, counter: counter}
-	}
-	return out
-}
-
-func (r *REST) groupResource() schema.GroupResource {
-	return bashiblev1alpha1.Resource(r.kind.resource)
-}
-
-// New returns an empty object.
-func (r *REST) New() runtime.Object { return r.kind.newObj() }
-
-// NewList returns an empty list.
-func (r *REST) NewList() runtime.Object { return r.kind.newList() }
-
-// Destroy releases nothing: the store is shared and outlives the storage.
-func (r *REST) Destroy() {}
+// Destroy releases nothing: the source is shared and outlives the storage.
+func (s *storage) Destroy() {}
 
 // NamespaceScoped is false: every object is cluster-scoped.
-func (r *REST) NamespaceScoped() bool { return false }
+func (s *storage) NamespaceScoped() bool { return false }
 
-// GetSingularName is the singular resource name, for discovery.
-func (r *REST) GetSingularName() string { return r.kind.singular }
+// object is a pointer to a served type, such as *v1alpha1.Bashible.
+type object[T any] interface {
+	*T
+	runtime.Object
+	metav1.Object
+}
 
-// object builds the served object of a bundle.
-func (r *REST) object(p *bundles.Published, name string) runtime.Object {
-	obj := r.kind.newObj()
-	m := obj.(metav1.Object)
-	m.SetName(name)
-	m.SetResourceVersion(p.ResourceVersion)
-	m.SetCreationTimestamp(p.CreationTimestamp)
-	m.SetLabels(map[string]string{bashiblev1alpha1.GroupLabel: p.Group, bashiblev1alpha1.NodeTypeLabel: p.NodeType})
-	m.SetAnnotations(map[string]string{
-		bashiblev1alpha1.ChecksumAnnotation: p.Checksum,
-		KubernetesVersionAnnotation:         p.KubernetesVersion,
-		CRIAnnotation:                       p.CRI,
-	})
-	r.kind.fill(obj, p)
-	return obj
+// objectList is a pointer to a served list type, such as *v1alpha1.BashibleList.
+type objectList[L any] interface {
+	*L
+	runtime.Object
+	metav1.ListInterface
+}
+
+// builder makes a group's object from its published bundle, named name:
+// the group, or the legacy <os>.<group> a node asked for.
+type builder[PT any] func(p *bundles.Published, name string) PT
+
+// objectMeta is the metadata every served object carries: the Secret's
+// resourceVersion and creation time, the group and node type as labels,
+// the configuration checksum and render details as annotations.
+func objectMeta(p *bundles.Published, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              name,
+		ResourceVersion:   p.ResourceVersion,
+		CreationTimestamp: p.CreationTimestamp,
+		Labels:            map[string]string{bashiblev1alpha1.GroupLabel: p.Group, bashiblev1alpha1.NodeTypeLabel: p.NodeType},
+		Annotations: map[string]string{
+			bashiblev1alpha1.ChecksumAnnotation: p.Checksum,
+			KubernetesVersionAnnotation:         p.KubernetesVersion,
+			CRIAnnotation:                       p.CRI,
+		},
+	}
 }
 
 // notLoaded answers requests that arrive before the published bundles are
 // loaded: a partial answer would look like missing groups.
-func (r *REST) notLoaded() error {
-	if r.store.Synced() {
+func (s *storage) notLoaded() error {
+	if s.source.Synced() {
 		return nil
 	}
 	return apierrors.NewServiceUnavailable("bashible-apiserver has not loaded the published bundles yet; retry shortly")
 }
 
-// Get returns one group's object; name may be the legacy <os>.<group>.
-func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
-	r.counter.Inc(r.kind.resource, "get")
-	if err := r.notLoaded(); err != nil {
+// get returns one group's object; name may be the legacy <os>.<group>,
+// and the object then keeps the requested name (as Deckhouse does).
+func get[T any, PT object[T]](ctx context.Context, s *storage, name string, build builder[PT]) (runtime.Object, error) {
+	s.metrics.served(s.resource.Resource, "get")
+	if err := s.notLoaded(); err != nil {
 		return nil, err
 	}
 	group, err := ParseName(name)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
-	scope, err := r.access.ScopeFor(ctx, r.groupResource(), name)
+	scope, err := s.narrower.ScopeFor(ctx, s.resource, name)
 	if err != nil {
 		return nil, err
 	}
 	if !scope.Allows(group) {
-		return nil, apierrors.NewForbidden(r.groupResource(), name,
+		return nil, apierrors.NewForbidden(s.resource, name,
 			fmt.Errorf("this identity may read only node group %q, not %q", scope.Group, group))
 	}
-	p, ok := r.store.Get(group)
+	p, ok := s.source.Get(group)
 	if !ok {
-		r.cache.forget(group)
-		return nil, apierrors.NewNotFound(r.groupResource(), name)
+		s.cache.forget(group)
+		return nil, apierrors.NewNotFound(s.resource, name)
 	}
 	if name == group {
-		return r.cache.get(group, p.ResourceVersion, func() runtime.Object { return r.object(p, name) }), nil
+		return s.cache.get(group, p.ResourceVersion, func() runtime.Object { return build(p, name) }), nil
 	}
-	// The object keeps the requested name (as Deckhouse does for the legacy form).
-	return r.object(p, name), nil
+	return build(p, name), nil
+}
+
+// list returns the objects the caller may read and the list's
+// resourceVersion. A node or bootstrap token sees only its own group.
+func list[T any, PT object[T]](ctx context.Context, s *storage, options *metainternalversion.ListOptions, build builder[PT]) ([]T, string, error) {
+	s.metrics.served(s.resource.Resource, "list")
+	if err := s.notLoaded(); err != nil {
+		return nil, "", err
+	}
+	f, err := s.newFilter(ctx, options)
+	if err != nil {
+		return nil, "", err
+	}
+	all, rv := s.source.List()
+	items := make([]T, 0, len(all))
+	for _, p := range all {
+		if f.matches(p) {
+			items = append(items, *build(p, p.Group))
+		}
+	}
+	return items, rv, nil
+}
+
+// watchObjects streams changes to the objects the caller may read:
+// MODIFIED when a group's bundle changes, ADDED and DELETED as groups
+// appear and go. A resourceVersion older than the source's history gets
+// 410 Gone.
+func watchObjects[T any, PT object[T]](ctx context.Context, s *storage, options *metainternalversion.ListOptions, build builder[PT]) (watch.Interface, error) {
+	s.metrics.served(s.resource.Resource, "watch")
+	if err := s.notLoaded(); err != nil {
+		return nil, err
+	}
+	f, err := s.newFilter(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	rv, initialEvents := "", false
+	if options != nil {
+		rv = options.ResourceVersion
+		initialEvents = options.SendInitialEvents != nil && *options.SendInitialEvents
+	}
+	sub, err := s.source.Watch(rv, initialEvents)
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{
+		source:  sub,
+		filter:  f,
+		object:  func(p *bundles.Published) runtime.Object { return build(p, p.Group) },
+		initEnd: func(rv string) runtime.Object { return initialEventsEnd(PT(new(T)), rv) },
+		result:  make(chan watch.Event),
+		done:    make(chan struct{}),
+	}
+	go w.run(ctx)
+	return w, nil
+}
+
+// initialEventsEnd makes obj the bookmark that ends a streaming list's
+// initial events.
+func initialEventsEnd(obj interface {
+	runtime.Object
+	metav1.Object
+}, rv string) runtime.Object {
+	obj.SetResourceVersion(rv)
+	obj.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+	return obj
 }
 
 // filter matches a bundle against the caller's scope and the list options.
@@ -162,8 +210,8 @@ type filter struct {
 	fields fields.Selector
 }
 
-func (r *REST) newFilter(ctx context.Context, options *metainternalversion.ListOptions) (filter, error) {
-	scope, err := r.access.ScopeFor(ctx, r.groupResource(), "")
+func (s *storage) newFilter(ctx context.Context, options *metainternalversion.ListOptions) (filter, error) {
+	scope, err := s.narrower.ScopeFor(ctx, s.resource, "")
 	if err != nil {
 		return filter{}, err
 	}
@@ -188,73 +236,19 @@ func (f filter) matches(p *bundles.Published) bool {
 		f.fields.Matches(fields.Set{"metadata.name": p.Group})
 }
 
-// List returns the objects the caller may read. A node or bootstrap token
-// sees only its own group.
-func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	r.counter.Inc(r.kind.resource, "list")
-	if err := r.notLoaded(); err != nil {
-		return nil, err
-	}
-	f, err := r.newFilter(ctx, options)
-	if err != nil {
-		return nil, err
-	}
-	all, rv := r.store.List()
-	var items []runtime.Object
-	for _, p := range all {
-		if f.matches(p) {
-			items = append(items, r.object(p, p.Group))
-		}
-	}
-	list := r.kind.newList()
-	r.kind.setItems(list, items)
-	list.(metav1.ListInterface).SetResourceVersion(rv)
-	return list, nil
-}
-
-// Watch streams changes to the objects the caller may read: MODIFIED when
-// a group's bundle changes, ADDED and DELETED as groups appear and go. A
-// resourceVersion older than the server's history gets 410 Gone.
-func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	r.counter.Inc(r.kind.resource, "watch")
-	if err := r.notLoaded(); err != nil {
-		return nil, err
-	}
-	f, err := r.newFilter(ctx, options)
-	if err != nil {
-		return nil, err
-	}
-	rv, initialEvents := "", false
-	if options != nil {
-		rv = options.ResourceVersion
-		initialEvents = options.SendInitialEvents != nil && *options.SendInitialEvents
-	}
-	sw, err := r.store.Watch(rv, initialEvents)
-	if err != nil {
-		return nil, err
-	}
-	w := &watcher{source: sw, result: make(chan watch.Event), done: make(chan struct{})}
-	go w.run(ctx, r, f)
-	return w, nil
-}
-
-// initialEventsEnd is the bookmark that ends a streaming list's initial events.
-func (r *REST) initialEventsEnd(rv string) runtime.Object {
-	obj := r.kind.newObj()
-	m := obj.(metav1.Object)
-	m.SetResourceVersion(rv)
-	m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-	return obj
-}
-
+// watcher turns a source's events into the watch events of one resource,
+// dropping what the caller may not read.
 type watcher struct {
-	source   *bundles.StoreWatch
+	source   bundles.Subscription
+	filter   filter
+	object   func(p *bundles.Published) runtime.Object
+	initEnd  func(rv string) runtime.Object
 	result   chan watch.Event
 	done     chan struct{}
 	stopOnce sync.Once
 }
 
-func (w *watcher) run(ctx context.Context, r *REST, f filter) {
+func (w *watcher) run(ctx context.Context) {
 	defer close(w.result)
 	defer w.source.Stop()
 	for {
@@ -269,9 +263,9 @@ func (w *watcher) run(ctx context.Context, r *REST, f filter) {
 			}
 			var out watch.Event
 			if ev.Type == watch.Bookmark {
-				out = watch.Event{Type: watch.Bookmark, Object: r.initialEventsEnd(ev.RV)}
-			} else if f.matches(ev.Published) {
-				out = watch.Event{Type: ev.Type, Object: r.object(ev.Published, ev.Published.Group)}
+				out = watch.Event{Type: watch.Bookmark, Object: w.initEnd(ev.RV)}
+			} else if w.filter.matches(ev.Published) {
+				out = watch.Event{Type: ev.Type, Object: w.object(ev.Published)}
 			} else {
 				continue
 			}
@@ -290,58 +284,59 @@ func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 
 func (w *watcher) Stop() { w.stopOnce.Do(func() { close(w.done) }) }
 
-// ConvertToTable prints objects for kubectl: group, node type, checksum
-// prefix, steps, size and age; -o wide adds the Kubernetes version, the
-// container runtime and the whole checksum.
-func (r *REST) ConvertToTable(_ context.Context, object runtime.Object, _ runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
-		{Name: "Name", Type: "string", Format: "name", Description: "The node group"},
-		{Name: "Type", Type: "string", Description: "The group's node type"},
-		{Name: "Checksum", Type: "string", Description: "The first 12 characters of the configuration checksum"},
-		{Name: "Steps", Type: "integer", Description: "Steps in the group's bundle"},
-		{Name: "Size", Type: "string", Description: "Size of the script(s)"},
-		{Name: "Age", Type: "string", Description: "Time since the group's bundle was first published"},
-		{Name: "Kubernetes", Type: "string", Priority: 1, Description: "The group's Kubernetes version"},
-		{Name: "CRI", Type: "string", Priority: 1, Description: "The group's container runtime"},
-		{Name: "Full-Checksum", Type: "string", Priority: 1, Description: "The configuration checksum"},
-	}}
-	if co, ok := object.(runtime.CacheableObject); ok {
-		object = co.GetObject()
+// columns are the table columns of every resource: group, node type,
+// checksum prefix, steps, size and age; -o wide adds the Kubernetes
+// version, the container runtime and the whole checksum.
+var columns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "The node group"},
+	{Name: "Type", Type: "string", Description: "The group's node type"},
+	{Name: "Checksum", Type: "string", Description: "The first 12 characters of the configuration checksum"},
+	{Name: "Steps", Type: "integer", Description: "Steps in the group's bundle"},
+	{Name: "Size", Type: "string", Description: "Size of the script(s)"},
+	{Name: "Age", Type: "string", Description: "Time since the group's bundle was first published"},
+	{Name: "Kubernetes", Type: "string", Priority: 1, Description: "The group's Kubernetes version"},
+	{Name: "CRI", Type: "string", Priority: 1, Description: "The group's container runtime"},
+	{Name: "Full-Checksum", Type: "string", Priority: 1, Description: "The configuration checksum"},
+}
+
+// table prints an object or a list of one resource for kubectl. items
+// reads a list's items; cells gives an object's steps (a number, or "-"
+// for a resource without steps) and the bytes of script it carries.
+func table[T, L any, PT object[T], PL objectList[L]](obj runtime.Object, items func(PL) []T, cells func(PT) (steps any, size int)) (*metav1.Table, error) {
+	t := &metav1.Table{ColumnDefinitions: slices.Clone(columns)}
+	if co, ok := obj.(runtime.CacheableObject); ok {
+		obj = co.GetObject()
 	}
-	var objs []runtime.Object
-	if meta, ok := object.(metav1.ListInterface); ok {
-		table.ResourceVersion = meta.GetResourceVersion()
-		var err error
-		if objs, err = listItems(object); err != nil {
-			return nil, err
+	var objs []PT
+	switch o := obj.(type) {
+	case PT:
+		objs = []PT{o}
+	case PL:
+		t.ResourceVersion = o.GetResourceVersion()
+		all := items(o)
+		for i := range all {
+			objs = append(objs, &all[i])
 		}
-	} else {
-		objs = []runtime.Object{object}
+	default:
+		return nil, fmt.Errorf("cannot print %T", obj)
 	}
-	for _, obj := range objs {
-		m, ok := obj.(metav1.Object)
-		if !ok {
-			return nil, fmt.Errorf("cannot print %T", obj)
-		}
-		checksum := m.GetAnnotations()[bashiblev1alpha1.ChecksumAnnotation]
+	for _, o := range objs {
+		checksum := o.GetAnnotations()[bashiblev1alpha1.ChecksumAnnotation]
 		short := checksum
 		if len(short) > 12 {
 			short = short[:12]
 		}
-		steps := any(r.kind.steps(obj))
-		if steps == -1 {
-			steps = "-"
-		}
-		table.Rows = append(table.Rows, metav1.TableRow{
-			Object: runtime.RawExtension{Object: obj},
+		steps, size := cells(o)
+		t.Rows = append(t.Rows, metav1.TableRow{
+			Object: runtime.RawExtension{Object: o},
 			Cells: []any{
-				m.GetName(), m.GetLabels()[bashiblev1alpha1.NodeTypeLabel], short, steps,
-				humanSize(r.kind.size(obj)), age(m.GetCreationTimestamp()),
-				m.GetAnnotations()[KubernetesVersionAnnotation], m.GetAnnotations()[CRIAnnotation], checksum,
+				o.GetName(), o.GetLabels()[bashiblev1alpha1.NodeTypeLabel], short, steps,
+				humanSize(size), age(o.GetCreationTimestamp()),
+				o.GetAnnotations()[KubernetesVersionAnnotation], o.GetAnnotations()[CRIAnnotation], checksum,
 			},
 		})
 	}
-	return table, nil
+	return t, nil
 }
 
 func humanSize(n int) string {

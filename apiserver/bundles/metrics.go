@@ -6,16 +6,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are bashible-apiserver's own Prometheus metrics. Label values are
-// node group names (bounded by the cluster's NodeGroups; a group's series are
-// deleted when the group goes), resource names and verbs.
+// Metrics are the Prometheus metrics of rendering, publishing and serving
+// bundles (the requests served are counted by registry.Metrics). Label
+// values are node group names, bounded by the cluster's NodeGroups; a
+// group's series are deleted when the group goes.
 type Metrics struct {
 	RenderDuration *prometheus.HistogramVec
 	RenderErrors   *prometheus.CounterVec
 	RenderCached   prometheus.Counter
 	BundleBytes    *prometheus.GaugeVec
 	Checksum       *prometheus.GaugeVec
-	Requests       *prometheus.CounterVec
 	Leader         prometheus.Gauge
 	BundleTooLarge *prometheus.GaugeVec
 
@@ -47,10 +47,6 @@ func NewMetrics() *Metrics {
 			Name: "bashible_apiserver_configuration_checksum",
 			Help: "Always 1; the checksum label is the configuration checksum a node group serves.",
 		}, []string{"group", "checksum"}),
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bashible_apiserver_requests_total",
-			Help: "Requests served, by resource and verb.",
-		}, []string{"resource", "verb"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bashible_apiserver_leader",
 			Help: "1 while this replica publishes bundles, 0 otherwise.",
@@ -65,7 +61,7 @@ func NewMetrics() *Metrics {
 
 // Collectors lists every metric for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.RenderDuration, m.RenderErrors, m.RenderCached, m.BundleBytes, m.Checksum, m.Requests, m.Leader, m.BundleTooLarge}
+	return []prometheus.Collector{m.RenderDuration, m.RenderErrors, m.RenderCached, m.BundleBytes, m.Checksum, m.Leader, m.BundleTooLarge}
 }
 
 // ServedChanged updates the per-group serving metrics; cur nil means the

@@ -216,7 +216,7 @@ func (s *Store) List() ([]*Published, string) {
 // With initialEvents (a client's sendInitialEvents=true, the streaming list
 // of client-go informers) the current state comes first whatever fromRV
 // says, followed by a Bookmark event marking the end of the initial events.
-func (s *Store) Watch(fromRV string, initialEvents bool) (*StoreWatch, error) {
+func (s *Store) Watch(fromRV string, initialEvents bool) (Subscription, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &storeWatcher{ch: make(chan Event, watcherBuffer)}
@@ -253,6 +253,15 @@ func (s *Store) Watch(fromRV string, initialEvents bool) (*StoreWatch, error) {
 	}
 	s.watchers[w] = struct{}{}
 	return &StoreWatch{store: s, w: w}, nil
+}
+
+// Subscription is a running watch: Events delivers changes and is closed
+// when the watch stops or falls behind; Stop ends it. It is what the
+// registry's bundle source returns (registry.BundleSource), so a test of
+// the registry can feed events of its own.
+type Subscription interface {
+	Events() <-chan Event
+	Stop()
 }
 
 // StoreWatch is a running watch on the store.

@@ -26,7 +26,7 @@ func secretFor(t *testing.T, group, version string, rv int) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretPrefix + group, Namespace: "ns", ResourceVersion: strconv.Itoa(rv)}, Data: data}
 }
 
-func next(t *testing.T, w *StoreWatch) Event {
+func next(t *testing.T, w Subscription) Event {
 	t.Helper()
 	select {
 	case ev, ok := <-w.Events():

@@ -95,25 +95,28 @@ type Server struct {
 }
 
 var (
-	metricsOnce sync.Once
-	metrics     *bundles.Metrics
+	metricsOnce     sync.Once
+	bundleMetrics   *bundles.Metrics
+	registryMetrics *registry.Metrics
 )
 
 // processMetrics are registered once per process with the registry served
-// on /metrics.
-func processMetrics() *bundles.Metrics {
+// on /metrics: the bundles' (render, publish, serve) and the requests.
+func processMetrics() (*bundles.Metrics, *registry.Metrics) {
 	metricsOnce.Do(func() {
-		metrics = bundles.NewMetrics()
-		legacyregistry.RawMustRegister(metrics.Collectors()...)
+		bundleMetrics, registryMetrics = bundles.NewMetrics(), registry.NewMetrics()
+		legacyregistry.RawMustRegister(bundleMetrics.Collectors()...)
+		legacyregistry.RawMustRegister(registryMetrics.Collectors()...)
 	})
-	return metrics
+	return bundleMetrics, registryMetrics
 }
 
-type requestCounter struct{ m *bundles.Metrics }
-
-func (r requestCounter) Inc(resource, verb string) {
-	r.m.Requests.WithLabelValues(resource, verb).Inc()
-}
+// The registry reads bundles from the store and narrows reads by Instances
+// and bootstrap tokens.
+var (
+	_ registry.BundleSource = &bundles.Store{}
+	_ registry.Narrower     = &access.Narrower{}
+)
 
 // New builds the server: it loads the template tree (a broken tree is an
 // error here, not at the first request), wires the bundle controller and
@@ -149,7 +152,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := pool.Check(); err != nil {
 		return nil, err
 	}
-	m := processMetrics()
+	m, requests := processMetrics()
 	store := bundles.NewStore(m.ServedChanged)
 	controller := bundles.NewController(bundles.ControllerConfig{
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
@@ -158,7 +161,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	narrower := access.NewNarrower(nm)
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(bashiblev1alpha1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	group.VersionedResourcesStorageMap[bashiblev1alpha1.SchemeGroupVersion.Version] = registry.Storages(store, narrower, requestCounter{m})
+	group.VersionedResourcesStorageMap[bashiblev1alpha1.SchemeGroupVersion.Version] = registry.Storages(store, narrower, requests)
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("install %s: %w", bashiblev1alpha1.GroupName, err)
 	}
