@@ -43,9 +43,9 @@ func setUp(ctx context.Context, e *stack.Environment) (func(), error) {
 	env, cp = e, e.CP
 	kube = kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	nm = versioned.NewForConfigOrDie(cp.AdminConfig())
-	// The node suite's overlay: steps that are harmless on a simulated node.
-	if _, err := env.StartRegistered(ctx, stack.BashibleOptions{
-		TemplatesDir: filepath.Join(env.Root, "hack", "e2e", "node", "testdata", "overlay"),
+	// The agent suite's overlay: steps that are harmless on a simulated node.
+	if _, err := env.StartRegistered(ctx, stack.APIServerOptions{
+		TemplatesDir: filepath.Join(env.Root, "hack", "e2e", "agent", "testdata", "overlay"),
 	}); err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}

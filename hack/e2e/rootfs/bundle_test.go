@@ -407,7 +407,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
 	})
 	n.install(more)
-	// Update approval is bashible.sh's, before the steps (the node suite
+	// Update approval is bashible.sh's, before the steps (the agent suite
 	// proves it); the steps run here directly.
 	before = snapshot(t, root)
 	out, calls, err = n.runSteps(more.Checksum)

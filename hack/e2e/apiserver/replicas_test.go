@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ func TestRestartServesIdenticalObjects(t *testing.T) {
 
 // TestTwoReplicasServeIdenticalObjects asks each replica directly.
 func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
-	second, err := stack.StartBashibleAPIServer(stack.TestContext(t), cp, stack.BashibleOptions{Identity: "replica-2"})
+	second, err := stack.StartAPIServer(stack.TestContext(t), cp, stack.APIServerOptions{Identity: "replica-2"})
 	if err != nil {
 		t.Fatal(err)
 	}

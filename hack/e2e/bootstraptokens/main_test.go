@@ -1,9 +1,9 @@
-// Package bootstrap is the e2e suite of the bootstrap-token and
+// Package bootstraptokens is the e2e suite of the bootstrap-token and
 // manual-bootstrap controller: the controller runs in-process on a fake
 // clock against the local control plane, with bashible-apiserver
 // registered, and the manual-bootstrap script it writes is run the way an
 // administrator runs it on a new machine.
-package bootstrap
+package bootstraptokens
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
 	if err := seedCluster(ctx); err != nil {
 		return nil, fmt.Errorf("seed cluster: %w", err)
 	}
-	if _, err := env.StartRegistered(ctx, stack.BashibleOptions{Identity: "replica-1"}); err != nil {
+	if _, err := env.StartRegistered(ctx, stack.APIServerOptions{Identity: "replica-1"}); err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
 	stop, err := startController()

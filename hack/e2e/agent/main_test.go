@@ -1,9 +1,9 @@
-// Package node is the e2e suite of bashible on the node: the real
+// Package agent is the e2e suite of bashible on the node: the real
 // bashible.sh served by bashible-apiserver, run by simulated nodes (a
 // directory as their root, real node client certificates) against a
 // template overlay whose steps are harmless, with assertions on Node
 // annotations, Events, Instance conditions and the nodes' files.
-package node
+package agent
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 
 var (
 	cp       *controlplane.ControlPlane
-	server   *stack.Bashible
+	server   *stack.APIServer
 	kube     kubernetes.Interface
 	nm       versioned.Interface
 	repoRoot string
@@ -44,8 +44,8 @@ func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
 		}
 	}
 	var err error
-	server, err = env.StartRegistered(ctx, stack.BashibleOptions{
-		TemplatesDir: filepath.Join(repoRoot, "hack", "e2e", "node", "testdata", "overlay"),
+	server, err = env.StartRegistered(ctx, stack.APIServerOptions{
+		TemplatesDir: filepath.Join(repoRoot, "hack", "e2e", "agent", "testdata", "overlay"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)

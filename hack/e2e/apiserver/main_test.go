@@ -1,7 +1,7 @@
-// Package bashible is the e2e suite of bashible-apiserver: the real server
+// Package apiserver is the e2e suite of bashible-apiserver: the real server
 // binary, registered with the real kube-apiserver aggregator, exercised with
 // kubectl and client-go as administrators, nodes and bootstrap tokens.
-package bashible
+package apiserver
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 var (
 	cp       *controlplane.ControlPlane
-	replica  *stack.Bashible
+	replica  *stack.APIServer
 	kube     kubernetes.Interface
 	nm       versioned.Interface
 	repoRoot string
@@ -35,7 +35,7 @@ func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
 		return nil, fmt.Errorf("seed cluster: %w", err)
 	}
 	var err error
-	if replica, err = env.StartRegistered(ctx, stack.BashibleOptions{Identity: "replica-1"}); err != nil {
+	if replica, err = env.StartRegistered(ctx, stack.APIServerOptions{Identity: "replica-1"}); err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
 	return nil, nil

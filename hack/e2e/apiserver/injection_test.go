@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package node
+package agent
 
 import (
 	"context"
@@ -224,7 +224,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	// Only the leader publishes: replace the server with one whose
 	// bashible.sh template renders garbage, then put the real one back.
 	dir := t.TempDir()
-	overlay := filepath.Join(repoRoot, "hack", "e2e", "node", "testdata", "overlay")
+	overlay := filepath.Join(repoRoot, "hack", "e2e", "agent", "testdata", "overlay")
 	if err := os.CopyFS(dir, os.DirFS(overlay)); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	server.Stop()
-	garbage, err := stack.StartBashibleAPIServer(stack.TestContext(t), cp, stack.BashibleOptions{Identity: "garbage", TemplatesDir: dir})
+	garbage, err := stack.StartAPIServer(stack.TestContext(t), cp, stack.APIServerOptions{Identity: "garbage", TemplatesDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
