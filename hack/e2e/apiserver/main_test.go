@@ -9,33 +9,24 @@ import (
 	"os"
 	"testing"
 
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/node-manager/node-manager/generated/clientset/versioned"
-	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
 var (
-	cp       *controlplane.ControlPlane
-	replica  *stack.APIServer
-	kube     kubernetes.Interface
-	nm       versioned.Interface
-	repoRoot string
+	f       *framework.Framework
+	replica *stack.APIServer
 )
 
-func TestMain(m *testing.M) { os.Exit(stack.RunSuite(m, setUp)) }
+func TestMain(m *testing.M) { os.Exit(framework.Suite{SetUp: setUp}.Run(m)) }
 
-func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
-	cp, repoRoot = env.CP, env.Root
-	cfg := cp.AdminConfig()
-	kube = kubernetes.NewForConfigOrDie(cfg)
-	nm = versioned.NewForConfigOrDie(cfg)
+func setUp(ctx context.Context, fw *framework.Framework) (func(), error) {
+	f = fw
 	if err := seedCluster(ctx); err != nil {
 		return nil, fmt.Errorf("seed cluster: %w", err)
 	}
 	var err error
-	if replica, err = env.StartRegistered(ctx, stack.APIServerOptions{Identity: "replica-1"}); err != nil {
+	if replica, err = f.Env.StartRegistered(ctx, stack.APIServerOptions{Identity: "replica-1"}); err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
 	return nil, nil
@@ -45,12 +36,12 @@ func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
 // local kube-apiserver's loopback address cannot be stored, so a
 // documentation address stands in), a cluster configuration, and two groups.
 func seedCluster(ctx context.Context) error {
-	if err := stack.PublishAPIEndpoints(ctx, kube, "192.0.2.10", "192.0.2.11"); err != nil {
+	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10", "192.0.2.11"); err != nil {
 		return err
 	}
 	for _, ng := range []string{"master", "worker"} {
-		if err := createGroup(ctx, ng, nil); err != nil {
-			return err
+		if _, err := f.CreateGroup(ctx, framework.NewGroup(ng)); err != nil {
+			return fmt.Errorf("create NodeGroup %s: %w", ng, err)
 		}
 	}
 	return nil
