@@ -17,14 +17,13 @@ import (
 )
 
 var (
-	f      *framework.Framework
+	f      = framework.New(framework.Options{})
 	server *stack.APIServer
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.Suite{SetUp: setUp}.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
-func setUp(ctx context.Context, fw *framework.Framework) (func(), error) {
-	f = fw
+func setUp(ctx context.Context) (func(), error) {
 	for name, mode := range map[string]deckhousev1.ApprovalMode{"sim": deckhousev1.ApprovalManual, "rolling": deckhousev1.ApprovalRollingUpdate, "other": deckhousev1.ApprovalAutomatic} {
 		ng := framework.NewGroup(name, func(ng *deckhousev1.NodeGroup) {
 			ng.Spec.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: mode}

@@ -14,14 +14,13 @@ import (
 )
 
 var (
-	f       *framework.Framework
+	f       = framework.New(framework.Options{})
 	replica *stack.APIServer
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.Suite{SetUp: setUp}.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
-func setUp(ctx context.Context, fw *framework.Framework) (func(), error) {
-	f = fw
+func setUp(ctx context.Context) (func(), error) {
 	if err := seedCluster(ctx); err != nil {
 		return nil, fmt.Errorf("seed cluster: %w", err)
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 var (
-	f *framework.Framework
+	f = framework.New(framework.Options{})
 	// ctrl is the controller the tests run against; the failover test
 	// replaces it with the survivor.
 	ctrl *stack.Controller
@@ -30,10 +30,9 @@ var (
 // controllerArgs make drains quick to observe.
 var controllerArgs = []string{"--eviction-retry-interval=1s", "--default-drain-timeout=30s"}
 
-func TestMain(m *testing.M) { os.Exit(framework.Suite{SetUp: setUp}.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
-func setUp(ctx context.Context, fw *framework.Framework) (func(), error) {
-	f = fw
+func setUp(ctx context.Context) (func(), error) {
 	// The agent suite's overlay: steps that are harmless on a simulated node.
 	if _, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{TemplatesDir: f.OverlayDir()}); err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)

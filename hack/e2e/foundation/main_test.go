@@ -18,7 +18,7 @@ import (
 // The suite shares one bare control plane; tests that need their own
 // start it.
 var (
-	f   *framework.Framework
+	f   = framework.New(framework.Options{Bare: true, AfterStop: checkNothingLeft})
 	dyn dynamic.Interface
 	// procs and dir are the shared control plane's processes and
 	// directory, which must be gone once it has stopped.
@@ -26,12 +26,9 @@ var (
 	dir   string
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(framework.Suite{Bare: true, SetUp: setUp, AfterStop: checkNothingLeft}.Run(m))
-}
+func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
-func setUp(_ context.Context, fw *framework.Framework) (func(), error) {
-	f = fw
+func setUp(context.Context) (func(), error) {
 	dyn = dynamic.NewForConfigOrDie(f.CP.AdminConfig())
 	procs, dir = f.CP.Processes(), f.CP.Dir()
 	return nil, nil

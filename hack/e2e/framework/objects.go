@@ -48,14 +48,8 @@ func (f *Framework) CreateGroup(ctx context.Context, ng *deckhousev1.NodeGroup) 
 // TestGroup creates ng for the test and deletes it when the test ends.
 func (f *Framework) TestGroup(t testing.TB, ng *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
 	t.Helper()
-	created, err := f.CreateGroup(Context(t), ng)
-	if err != nil {
-		t.Fatalf("create NodeGroup %s: %v", ng.Name, err)
-	}
-	t.Cleanup(func() {
-		_ = f.NM.DeckhouseV1().NodeGroups().Delete(context.Background(), ng.Name, metav1.DeleteOptions{})
-	})
-	return created
+	groups := f.NM.DeckhouseV1().NodeGroups()
+	return testObject(t, "NodeGroup", ng, groups.Create, groups.Delete)
 }
 
 // NewNode is a Node in group, or in none when group is "".
@@ -70,12 +64,8 @@ func NewNode(name, group string) *corev1.Node {
 // TestNode creates node for the test and deletes it when the test ends.
 func (f *Framework) TestNode(t testing.TB, node *corev1.Node) *corev1.Node {
 	t.Helper()
-	created, err := f.Kube.CoreV1().Nodes().Create(Context(t), node, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create Node %s: %v", node.Name, err)
-	}
-	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
-	return created
+	nodes := f.Kube.CoreV1().Nodes()
+	return testObject(t, "Node", node, nodes.Create, nodes.Delete)
 }
 
 // NewInstance is the Instance node-manager writes when it approves a
@@ -91,28 +81,30 @@ func NewInstance(name, group string) *deckhousev1alpha1.Instance {
 // TestInstance creates inst for the test and deletes it when the test ends.
 func (f *Framework) TestInstance(t testing.TB, inst *deckhousev1alpha1.Instance) *deckhousev1alpha1.Instance {
 	t.Helper()
-	created, err := f.NM.DeckhouseV1alpha1().Instances().Create(Context(t), inst, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create Instance %s: %v", inst.Name, err)
-	}
-	t.Cleanup(func() {
-		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), inst.Name, metav1.DeleteOptions{})
-	})
-	return created
+	instances := f.NM.DeckhouseV1alpha1().Instances()
+	return testObject(t, "Instance", inst, instances.Create, instances.Delete)
 }
 
 // TestConfiguration creates a NodeGroupConfiguration for the test and
 // deletes it when the test ends.
 func (f *Framework) TestConfiguration(t testing.TB, name string, spec deckhousev1alpha1.NodeGroupConfigurationSpec) *deckhousev1alpha1.NodeGroupConfiguration {
 	t.Helper()
-	ngc, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Create(Context(t), &deckhousev1alpha1.NodeGroupConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec,
-	}, metav1.CreateOptions{})
+	configurations := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations()
+	ngc := &deckhousev1alpha1.NodeGroupConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	return testObject(t, "NodeGroupConfiguration", ngc, configurations.Create, configurations.Delete)
+}
+
+// testObject creates obj of kind for the test with create, failing the
+// test when the API refuses, and deletes it with del when the test ends.
+func testObject[T metav1.Object](t testing.TB, kind string, obj T,
+	create func(context.Context, T, metav1.CreateOptions) (T, error),
+	del func(context.Context, string, metav1.DeleteOptions) error,
+) T {
+	t.Helper()
+	created, err := create(Context(t), obj, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create NodeGroupConfiguration %s: %v", name, err)
+		t.Fatalf("create %s %s: %v", kind, obj.GetName(), err)
 	}
-	t.Cleanup(func() {
-		_ = f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	return ngc
+	t.Cleanup(func() { _ = del(context.Background(), obj.GetName(), metav1.DeleteOptions{}) })
+	return created
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
@@ -24,23 +23,19 @@ import (
 )
 
 var (
-	f *framework.Framework
+	// The controller needs only the API and the CRDs; bashible-apiserver
+	// plays no part in templates, so the suite is bare.
+	f = framework.New(framework.Options{Bare: true})
 	// registry holds the controller's metrics.
 	registry *prometheus.Registry
 )
 
-// The controller needs only the API and the CRDs; bashible-apiserver plays
-// no part in templates, so the suite is bare.
-func TestMain(m *testing.M) { os.Exit(framework.Suite{Bare: true, SetUp: setUp}.Run(m)) }
-
-func setUp(ctx context.Context, fw *framework.Framework) (func(), error) {
-	f = fw
-	return startController(ctx, f.CP.AdminConfig())
-}
+func TestMain(m *testing.M) { os.Exit(f.Run(m, startController)) }
 
 // startController runs the node-template controller in-process until the
 // returned func is called, with its events recorded to the API.
-func startController(ctx context.Context, cfg *rest.Config) (func(), error) {
+func startController(ctx context.Context) (func(), error) {
+	cfg := f.CP.AdminConfig()
 	fail := func(format string, args ...any) (func(), error) { return nil, fmt.Errorf(format, args...) }
 	registry = prometheus.NewRegistry()
 	d, err := manager.NewDeps(cfg, manager.NewOptions(), clock.RealClock{}, registry)
