@@ -65,7 +65,7 @@ $(BIN)/staticcheck: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ honnef.co/go/tools/cmd/staticcheck
 
 # Debian packages the tests need: shellcheck checks every shell script we
-# ship (golden tests run it); jq is used by bashible, which the node e2e
+# ship (golden tests run it); jq is used by bashible, which the agent e2e
 # suite runs on simulated nodes; debootstrap builds the Debian root the
 # rootfs e2e suite runs the bundle in.
 DEBIAN_TOOLS := shellcheck jq debootstrap

@@ -1,11 +1,9 @@
 package templates
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden from the current templates")
@@ -121,9 +120,9 @@ func TestGolden(t *testing.T) {
 			compareGolden(t, dir, files)
 			for file, content := range files {
 				if strings.HasSuffix(file, ".sh") {
-					checkShell(t, file, content)
+					shell.Check(t, file, content)
 					for i, script := range embeddedScripts(content) {
-						checkShell(t, fmt.Sprintf("%s (embedded script %d)", file, i+1), script)
+						shell.Check(t, fmt.Sprintf("%s (embedded script %d)", file, i+1), script)
 					}
 				}
 			}
@@ -204,25 +203,4 @@ func embeddedScripts(script string) []string {
 		}
 	}
 	return out
-}
-
-// checkShell runs bash -n and shellcheck on a rendered script.
-func checkShell(t *testing.T, name, script string) {
-	t.Helper()
-	bashN := exec.Command("bash", "-n")
-	bashN.Stdin = strings.NewReader(script)
-	if out, err := bashN.CombinedOutput(); err != nil {
-		t.Errorf("%s: bash -n: %v\n%s", name, err, out)
-	}
-	sc, err := exec.LookPath("shellcheck")
-	if err != nil {
-		t.Fatal("shellcheck is not installed; `make shellcheck` installs it from Debian packages")
-	}
-	cmd := exec.Command(sc, "--shell=bash", "--severity=style", "-")
-	cmd.Stdin = strings.NewReader(script)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Errorf("%s: shellcheck: %v\n%s", name, err, out.String())
-	}
 }

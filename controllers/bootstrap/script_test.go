@@ -1,40 +1,21 @@
 package bootstrap
 
 import (
-	"bytes"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
 )
-
-// checkShell runs bash -n and shellcheck on a script.
-func checkShell(t *testing.T, script string) {
-	t.Helper()
-	bashN := exec.Command("bash", "-n")
-	bashN.Stdin = strings.NewReader(script)
-	if out, err := bashN.CombinedOutput(); err != nil {
-		t.Errorf("bash -n: %v\n%s", err, out)
-	}
-	sc, err := exec.LookPath("shellcheck")
-	if err != nil {
-		t.Fatal("shellcheck is not installed; `make debian-tools` installs it from Debian packages")
-	}
-	cmd := exec.Command(sc, "--shell=bash", "--severity=style", "-")
-	cmd.Stdin = strings.NewReader(script)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("shellcheck: %v\n%s", err, out)
-	}
-}
 
 func testManual(t *testing.T, expires time.Time, endpoints ...string) Manual {
 	if len(endpoints) == 0 {
@@ -51,7 +32,7 @@ func TestScriptPassesShellcheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkShell(t, sh)
+	shell.Check(t, "bootstrap.sh", sh)
 	for _, want := range []string{"set -Eeuo pipefail", "valid until 2031-05-06T07:00:00Z", "TOKEN_EXPIRES_EPOCH=" + "1935817200",
 		`kubectl -n d8-cloud-instance-manager get secret manual-bootstrap-for-worker -o json | jq -r '.data["bootstrap.sh"]' | base64 -d`} {
 		if !strings.Contains(sh, want) {
@@ -85,33 +66,14 @@ func TestScriptRefusesBadInput(t *testing.T) {
 }
 
 // runScript runs a script as a node would, with root redirected to a temp
-// directory; extraEnv is added (or replaces PATH).
+// directory ("" leaves it as the environment has it); extraEnv is added
+// (or replaces PATH).
 func runScript(t *testing.T, script, root string, extraEnv ...string) (string, int) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "bootstrap.sh")
-	if err := os.WriteFile(path, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bash, path)
-	cmd.Env = append(os.Environ(), extraEnv...)
 	if root != "" {
-		cmd.Env = append(cmd.Env, "BASHIBLE_ROOT="+root)
+		extraEnv = append(slices.Clip(extraEnv), "BASHIBLE_ROOT="+root)
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		return out.String(), exit.ExitCode()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return out.String(), 0
+	return shell.Run(t, "bootstrap.sh", script, extraEnv...)
 }
 
 // The controller running on a clock in the past writes a script whose
@@ -122,7 +84,7 @@ func TestExpiredScriptRefusesToRun(t *testing.T) {
 	h := newHarness(t, past, group("worker", deckhousev1.NodeTypeStatic))
 	h.sync("worker")
 	sh := string(h.manualSecret("worker").Data["bootstrap.sh"])
-	checkShell(t, sh)
+	shell.Check(t, "bootstrap.sh", sh)
 
 	root := t.TempDir()
 	out, code := runScript(t, sh, root)

@@ -50,7 +50,7 @@ func NewEnvironment(ctx context.Context) (_ *Environment, err error) {
 	if err := applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "crds")); err != nil {
 		return nil, err
 	}
-	if err := InstallBashibleAPIServer(ctx, root, applier); err != nil {
+	if err := InstallAPIServer(ctx, root, applier); err != nil {
 		return nil, err
 	}
 	if err := InstallController(ctx, root, applier); err != nil {
@@ -67,20 +67,20 @@ func NewEnvironment(ctx context.Context) (_ *Environment, err error) {
 // reports that it failed to render): a replica is ready as soon as it
 // serves what is published, which on a fresh cluster is nothing until the
 // leader's first renders land.
-func (e *Environment) StartRegistered(ctx context.Context, opts BashibleOptions) (*Bashible, error) {
-	b, err := StartBashibleAPIServer(ctx, e.CP, opts)
+func (e *Environment) StartRegistered(ctx context.Context, opts APIServerOptions) (*APIServer, error) {
+	s, err := StartAPIServer(ctx, e.CP, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Register(ctx); err != nil {
-		b.Stop()
+	if err := s.Register(ctx); err != nil {
+		s.Stop()
 		return nil, err
 	}
 	if err := waitPublished(ctx, versioned.NewForConfigOrDie(e.CP.AdminConfig())); err != nil {
-		b.Stop()
-		return nil, b.Failure(err)
+		s.Stop()
+		return nil, s.Failure(err)
 	}
-	return b, nil
+	return s, nil
 }
 
 // waitPublished waits until each NodeGroup is served or has Rendered=False.

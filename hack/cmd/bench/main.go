@@ -240,7 +240,7 @@ func benchServe(duration time.Duration) error {
 			return err
 		}
 	}
-	server, err := env.StartRegistered(ctx, stack.BashibleOptions{})
+	server, err := env.StartRegistered(ctx, stack.APIServerOptions{})
 	if err != nil {
 		return err
 	}

@@ -73,14 +73,14 @@ func run() error {
 	if err := stack.BuildBinaries(root); err != nil {
 		return err
 	}
-	if err := stack.InstallBashibleAPIServer(ctx, root, applier); err != nil {
+	if err := stack.InstallAPIServer(ctx, root, applier); err != nil {
 		return err
 	}
-	bashible, err := stack.StartBashibleAPIServer(ctx, cp, stack.BashibleOptions{BinDir: filepath.Join(root, "bin")})
+	apiServer, err := stack.StartAPIServer(ctx, cp, stack.APIServerOptions{BinDir: filepath.Join(root, "bin")})
 	if err != nil {
 		return err
 	}
-	if err := bashible.Register(ctx); err != nil {
+	if err := apiServer.Register(ctx); err != nil {
 		return err
 	}
 	// Stand-ins for the control-plane addresses a real cluster publishes;

@@ -17,6 +17,7 @@ import (
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // agent plays bashible's side of the update protocol for a Node in Go (the
@@ -44,12 +45,16 @@ type agent struct {
 // the group's current checksum, as a node that has joined and converged.
 func newAgent(t *testing.T, name, group string) *agent {
 	t.Helper()
-	ctx := testCtx(t)
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodes.GroupLabel: group}}}
-	if sum := served(t, group); sum != "" {
+	ctx := framework.Context(t)
+	node := framework.NewNode(name, group)
+	sum, err := f.ServedChecksum(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != "" {
 		node.Annotations = map[string]string{nodes.ChecksumAnnotation: sum}
 	}
-	if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+	if _, err := f.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create node %s: %v", name, err)
 	}
 	a := &agent{name: name, group: group, done: make(chan struct{})}
@@ -63,7 +68,7 @@ func newAgent(t *testing.T, name, group string) *agent {
 	t.Cleanup(func() {
 		a.stop()
 		<-a.done
-		_ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return a
 }
@@ -83,7 +88,7 @@ func heartbeat(ctx context.Context, name string, ready bool) error {
 	}}, "nodeInfo": map[string]any{"kubeletVersion": "v1.36.3"},
 		"capacity":    map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"},
 		"allocatable": map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"}}})
-	if _, err := kube.CoreV1().Nodes().PatchStatus(ctx, name, patch); err != nil {
+	if _, err := f.Kube.CoreV1().Nodes().PatchStatus(ctx, name, patch); err != nil {
 		return fmt.Errorf("heartbeat of %s: %w", name, err)
 	}
 	return nil
@@ -113,11 +118,11 @@ func (a *agent) run(ctx context.Context) {
 
 // step does one thing of the protocol, guarded by the Node's resourceVersion.
 func (a *agent) step(ctx context.Context) {
-	n, err := kube.CoreV1().Nodes().Get(ctx, a.name, metav1.GetOptions{})
+	n, err := f.Kube.CoreV1().Nodes().Get(ctx, a.name, metav1.GetOptions{})
 	if err != nil {
 		return
 	}
-	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, a.group, metav1.GetOptions{})
+	b, err := f.NM.BashibleV1alpha1().NodeGroupBundles().Get(ctx, a.group, metav1.GetOptions{})
 	if err != nil {
 		return
 	}
@@ -147,7 +152,7 @@ func (a *agent) step(ctx context.Context) {
 		set = map[string]any{nodes.ChecksumAnnotation: target}
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
-	_, _ = kube.CoreV1().Nodes().Patch(ctx, a.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, _ = f.Kube.CoreV1().Nodes().Patch(ctx, a.name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 // monitor watches the Nodes of a group and records the most nodes ever
@@ -164,7 +169,7 @@ type monitor struct {
 func watchNodes(t *testing.T, group string, seen func(watch.EventType, *corev1.Node)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: nodes.GroupLabel + "=" + group})
+	w, err := f.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: nodes.GroupLabel + "=" + group})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +233,7 @@ func (m *monitor) check(t *testing.T, limit int) {
 // is no kubelet to do it) and keeps created pods Running and Ready, so
 // kube-controller-manager counts them for PodDisruptionBudgets.
 func kubelet(ctx context.Context) {
-	w, err := kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
+	w, err := f.Kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
 	}
@@ -239,7 +244,7 @@ func kubelet(ctx context.Context) {
 			continue
 		}
 		if p.DeletionTimestamp != nil {
-			err := kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			err := f.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 				GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				fmt.Printf("kubelet: finishing deletion of %s/%s: %v\n", p.Namespace, p.Name, err)
@@ -252,7 +257,7 @@ func kubelet(ctx context.Context) {
 			p.Status.Phase = corev1.PodRunning
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
 			p.Status.StartTime = &now
-			_, _ = kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			_, _ = f.Kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 		}
 	}
 }

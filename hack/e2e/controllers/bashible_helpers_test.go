@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
@@ -30,8 +31,8 @@ type realNode struct {
 // bashible.sh, as after bootstrap: its next run is its first.
 func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	t.Helper()
-	ctx := testCtx(t)
-	sn, err := stack.NewSimNode(ctx, cp, dir, name, group)
+	ctx := framework.Context(t)
+	sn, err := stack.NewSimNode(ctx, f.CP, dir, name, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +43,8 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 			t.Logf("bashible runs on %s:\n%s", name, strings.Join(n.runs, "\n"))
 			n.mu.Unlock()
 		}
-		_ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	if err := heartbeat(ctx, name, true); err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 		}
 	}()
 	t.Cleanup(func() { stop(); <-done })
-	if err := sn.FetchAgent(ctx, cp); err != nil {
+	if err := sn.FetchAgent(ctx, f.CP); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // TestRolloutWithRealBashible runs the update protocol end to end between
@@ -27,7 +27,10 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	// Runs after the group's deletion: the next test (or -count) with this
 	// name starts without the old group's bundle.
 	t.Cleanup(func() {
-		stack.Poll(t, "the deleted group's bundle gone", func(context.Context) (bool, error) { return served(t, group) == "", nil })
+		framework.Poll(t, "the deleted group's bundle gone", func(ctx context.Context) (bool, error) {
+			sum, err := f.ServedChecksum(ctx, group)
+			return sum == "", err
+		})
 	})
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		one := intstr.FromInt32(1)
@@ -40,7 +43,7 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	m := watchGroup(t, group)
 
 	// Joining: the first runs converge without asking for approval.
-	joined := served(t, group)
+	joined := f.Checksum(t, group)
 	runEach(t, time.Minute, ns...)
 	waitRolledOut(t, group, joined, 3)
 	m.check(t, 0)
@@ -120,8 +123,8 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	m.check(t, 1)
 	checkNeverCordoned(t, tl, mark, ns[0], ns[2])
 	checkDrainedBeforeDisruption(t, tl, mark, disrupted.Name)
-	stack.Poll(t, "events of the drain and the disruption's approval", func(ctx context.Context) (bool, error) {
-		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	framework.Poll(t, "events of the drain and the disruption's approval", func(ctx context.Context) (bool, error) {
+		evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,48 +27,33 @@ import (
 	"github.com/node-manager/node-manager/controllers/instances"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // pinInstance creates the Instance node-manager's CSR approver creates
 // when it approves a joining node's certificate: node pinned to group.
 func pinInstance(t *testing.T, node, group string) *deckhousev1alpha1.Instance {
 	t.Helper()
-	g, err := nm.DeckhouseV1().NodeGroups().Get(testCtx(t), group, metav1.GetOptions{})
+	g, err := f.NM.DeckhouseV1().NodeGroups().Get(framework.Context(t), group, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst, err := nm.DeckhouseV1alpha1().Instances().Create(testCtx(t), instances.ForNode(node, g), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), node, metav1.DeleteOptions{})
-	})
-	return inst
+	return f.TestInstance(t, instances.ForNode(node, g))
 }
 
-// nodeEvent reports whether an Event about node with reason exists whose
+// hasEvent reports whether an Event about node with reason exists whose
 // note contains text.
-func nodeEvent(ctx context.Context, node, reason, text string) (bool, error) {
-	evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return false, err
-	}
-	for _, e := range evs.Items {
-		if e.Regarding.Name == node && e.Reason == reason && strings.Contains(e.Note, text) {
-			return true, nil
-		}
-	}
-	return false, nil
+func hasEvent(t *testing.T, node, reason, text string) bool {
+	t.Helper()
+	return slices.ContainsFunc(f.EventNotes(t, node, reason), func(note string) bool { return strings.Contains(note, text) })
 }
 
 // neverReads checks for two seconds that cfg is refused group's bundle.
 func neverReads(t *testing.T, cfg *rest.Config, group, when string) {
 	t.Helper()
-	bundles := versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().NodeGroupBundles()
+	bundles := framework.BashibleClient(cfg).NodeGroupBundles()
 	for range 10 {
-		_, err := bundles.Get(testCtx(t), group, metav1.GetOptions{})
+		_, err := bundles.Get(framework.Context(t), group, metav1.GetOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s: the node read node group %s's bundle: want 403, got %v", when, group, err)
 			return
@@ -78,7 +64,7 @@ func neverReads(t *testing.T, cfg *rest.Config, group, when string) {
 
 func reads(t *testing.T, cfg *rest.Config, group, when string) {
 	t.Helper()
-	if _, err := versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().NodeGroupBundles().Get(testCtx(t), group, metav1.GetOptions{}); err != nil {
+	if _, err := framework.BashibleClient(cfg).NodeGroupBundles().Get(framework.Context(t), group, metav1.GetOptions{}); err != nil {
 		t.Errorf("%s: the node reading its own group %s: %v", when, group, err)
 	}
 }
@@ -88,12 +74,12 @@ func reads(t *testing.T, cfg *rest.Config, group, when string) {
 // to another group, changes nothing: its Instance is neither deleted nor
 // relabelled, and it reads only its own group's bundles.
 func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := framework.Context(t)
 	newGroup(t, "move-a", nil)
 	newGroup(t, "move-b", nil)
 	const name = "move-node"
 	original := pinInstance(t, name, "move-a")
-	cfg, err := cp.NodeConfig(name)
+	cfg, err := f.CP.NodeConfig(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,9 +89,9 @@ func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
 		Labels: map[string]string{nodes.GroupLabel: "move-a"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the node registering itself: %v", err)
 	}
-	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	stack.Poll(t, "the instances controller fills the Instance's status", func(ctx context.Context) (bool, error) {
-		inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	framework.Poll(t, "the instances controller fills the Instance's status", func(ctx context.Context) (bool, error) {
+		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && inst.Status.NodeRef != nil, nil
 	})
 	reads(t, cfg, "move-a", "before relabelling")
@@ -119,14 +105,14 @@ func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
 		}
 		// Wait until the controller has looked at the relabelled node: it
 		// warns — or, as it once did, it deleted or relabelled the Instance.
-		stack.Poll(t, "the controller reacts to the relabelled node", func(ctx context.Context) (bool, error) {
-			inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		framework.Poll(t, "the controller reacts to the relabelled node", func(ctx context.Context) (bool, error) {
+			inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
 			if err != nil || inst.UID != original.UID || inst.Labels[nodes.GroupLabel] != "move-a" {
 				return true, nil
 			}
-			return nodeEvent(ctx, name, instances.ReasonGroupMismatch, fmt.Sprintf("%q", target))
+			return hasEvent(t, name, instances.ReasonGroupMismatch, fmt.Sprintf("%q", target)), nil
 		})
-		inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err != nil:
 			t.Errorf("%s: the Instance is gone: %v", when, err)
@@ -153,7 +139,7 @@ func certificateRequest(t *testing.T, client kubernetes.Interface, node string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	csr, err := client.CertificatesV1().CertificateSigningRequests().Create(testCtx(t), &certificatesv1.CertificateSigningRequest{
+	csr, err := client.CertificatesV1().CertificateSigningRequests().Create(framework.Context(t), &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
@@ -165,7 +151,7 @@ func certificateRequest(t *testing.T, client kubernetes.Interface, node string) 
 		t.Fatalf("the bootstrap token creating a CSR for %s (system:node-bootstrapper, bound in manifests): %v", node, err)
 	}
 	t.Cleanup(func() {
-		_ = kube.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), csr.Name, metav1.DeleteOptions{})
+		_ = f.Kube.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), csr.Name, metav1.DeleteOptions{})
 	})
 	return csr.Name, key
 }
@@ -174,9 +160,9 @@ func certificateRequest(t *testing.T, client kubernetes.Interface, node string) 
 func decision(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
 	t.Helper()
 	var csr *certificatesv1.CertificateSigningRequest
-	stack.Poll(t, "a decision on CSR "+name, func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "a decision on CSR "+name, func(ctx context.Context) (bool, error) {
 		var err error
-		csr, err = kube.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		csr, err = f.Kube.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && len(csr.Status.Conditions) > 0, err
 	})
 	return csr
@@ -188,15 +174,15 @@ func decision(t *testing.T, name string) *certificatesv1.CertificateSigningReque
 // fresh name it is approved, the node's Instance pins it to the token's
 // group, and the issued certificate reads only that group's bundles.
 func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := framework.Context(t)
 	newGroup(t, "csr-a", nil)
 	newGroup(t, "csr-b", nil)
 	pinInstance(t, "csr-taken", "csr-b")
-	tok, err := cp.CreateBootstrapToken(ctx, "csr-a", time.Hour)
+	tok, err := f.CP.CreateBootstrapToken(ctx, "csr-a", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootstrap := kubernetes.NewForConfigOrDie(cp.BootstrapTokenConfig(tok))
+	bootstrap := kubernetes.NewForConfigOrDie(f.CP.BootstrapTokenConfig(tok))
 
 	taken, _ := certificateRequest(t, bootstrap, "csr-taken")
 	csr := decision(t, taken)
@@ -207,26 +193,26 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 	if len(csr.Status.Certificate) > 0 {
 		t.Error("a certificate was issued for another group's node")
 	}
-	if inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "csr-taken", metav1.GetOptions{}); err != nil || inst.Labels[nodes.GroupLabel] != "csr-b" {
+	if inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "csr-taken", metav1.GetOptions{}); err != nil || inst.Labels[nodes.GroupLabel] != "csr-b" {
 		t.Errorf("the other group's Instance changed: %v", err)
 	}
 
 	fresh, key := certificateRequest(t, bootstrap, "csr-fresh")
 	t.Cleanup(func() {
-		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), "csr-fresh", metav1.DeleteOptions{})
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), "csr-fresh", metav1.DeleteOptions{})
 	})
 	csr = decision(t, fresh)
 	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved || c.Reason != csrapproval.ReasonApproved {
 		t.Fatalf("a token of csr-a asking for a fresh name: want Approved by node-manager (%s), got %s %s: %s",
 			csrapproval.ReasonApproved, c.Type, c.Reason, c.Message)
 	}
-	inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "csr-fresh", metav1.GetOptions{})
+	inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "csr-fresh", metav1.GetOptions{})
 	if err != nil || inst.Labels[nodes.GroupLabel] != "csr-a" || inst.Labels[instances.ManagedByLabel] == "" {
 		t.Fatalf("the approved node's Instance: %v %v; want one pinned to csr-a by node-manager", inst, err)
 	}
 	var certPEM []byte
-	stack.Poll(t, "kube-controller-manager signs the approved CSR", func(ctx context.Context) (bool, error) {
-		got, err := kube.CertificatesV1().CertificateSigningRequests().Get(ctx, fresh, metav1.GetOptions{})
+	framework.Poll(t, "kube-controller-manager signs the approved CSR", func(ctx context.Context) (bool, error) {
+		got, err := f.Kube.CertificatesV1().CertificateSigningRequests().Get(ctx, fresh, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -237,16 +223,16 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := cp.AnonymousConfig()
+	cfg := f.CP.AnonymousConfig()
 	cfg.CertData, cfg.KeyData = certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	stack.Poll(t, "the new node reads its group's bundle with its certificate", func(ctx context.Context) (bool, error) {
-		_, err := versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().NodeGroupBundles().Get(ctx, "csr-a", metav1.GetOptions{})
+	framework.Poll(t, "the new node reads its group's bundle with its certificate", func(ctx context.Context) (bool, error) {
+		_, err := framework.BashibleClient(cfg).NodeGroupBundles().Get(ctx, "csr-a", metav1.GetOptions{})
 		return err == nil, nil
 	})
 	neverReads(t, cfg, "csr-b", "the newly joined node")
 
 	// Nothing else approves node-manager's bootstrappers' CSRs.
-	bindings, err := kube.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	bindings, err := f.Kube.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,19 +251,13 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 // TestNodeWritesOnlyItsOwnInstanceStatus: the ValidatingAdmissionPolicy
 // limits a node to the status of the Instance named like it.
 func TestNodeWritesOnlyItsOwnInstanceStatus(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := framework.Context(t)
 	for _, name := range []string{"vap-a", "vap-b"} {
 		// Made by hand (not managed by node-manager), so that no
 		// controller touches them while the nodes write.
-		inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodes.GroupLabel: "vap"}}}
-		if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
-		})
+		f.TestInstance(t, framework.NewInstance(name, "vap"))
 	}
-	cfg, err := cp.NodeConfig("vap-a")
+	cfg, err := f.CP.NodeConfig("vap-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,19 +281,19 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 	newGroup(t, group, nil)
 	pinInstance(t, "inst-a", group)
 	newAgent(t, "inst-a", group)
-	stack.Poll(t, "Instance of inst-a", func(ctx context.Context) (bool, error) {
-		inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
+	framework.Poll(t, "Instance of inst-a", func(ctx context.Context) (bool, error) {
+		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		return inst.Labels[nodes.GroupLabel] == group && inst.Status.NodeRef != nil && inst.Status.NodeRef.Name == "inst-a" &&
 			inst.Status.CurrentStatus != nil && inst.Status.CurrentStatus.Phase == "Running" && inst.Status.BashibleStatus == "Unknown", nil
 	})
-	if err := kube.CoreV1().Nodes().Delete(testCtx(t), "inst-a", metav1.DeleteOptions{}); err != nil {
+	if err := f.Kube.CoreV1().Nodes().Delete(framework.Context(t), "inst-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "Instance of a deleted node removed", func(ctx context.Context) (bool, error) {
-		_, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
+	framework.Poll(t, "Instance of a deleted node removed", func(ctx context.Context) (bool, error) {
+		_, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 }
@@ -325,10 +305,10 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
 	newGroup(t, "late", nil)
 	newAgent(t, "late-node", "late")
-	stack.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
-		return nodeEvent(ctx, "late-node", instances.ReasonNoInstance, "has no Instance")
+	framework.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
+		return hasEvent(t, "late-node", instances.ReasonNoInstance, "has no Instance"), nil
 	})
-	if _, err := nm.DeckhouseV1alpha1().Instances().Get(testCtx(t), "late-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := f.NM.DeckhouseV1alpha1().Instances().Get(framework.Context(t), "late-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Instance of a node node-manager never approved: want none, got %v", err)
 	}
 }

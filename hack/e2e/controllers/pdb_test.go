@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // blockEvictions creates a PodDisruptionBudget that allows no disruption of
@@ -23,15 +23,15 @@ func blockEvictions(t *testing.T, app string) *policyv1.PodDisruptionBudget {
 		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: metav1.NamespaceDefault},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}},
 	}
-	pdb, err := kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Create(testCtx(t), pdb, metav1.CreateOptions{})
+	pdb, err := f.Kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Create(framework.Context(t), pdb, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(context.Background(), pdb.Name, metav1.DeleteOptions{})
+		_ = f.Kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(context.Background(), pdb.Name, metav1.DeleteOptions{})
 	})
-	stack.Poll(t, "PodDisruptionBudget "+app+" computed", func(ctx context.Context) (bool, error) {
-		got, err := kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Get(ctx, pdb.Name, metav1.GetOptions{})
+	framework.Poll(t, "PodDisruptionBudget "+app+" computed", func(ctx context.Context) (bool, error) {
+		got, err := f.Kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Get(ctx, pdb.Name, metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1 && got.Status.DisruptionsAllowed == 0, err
 	})
 	return pdb
@@ -57,21 +57,21 @@ func runDaemonSet(t *testing.T, node string) *corev1.Pod {
 			},
 		},
 	}
-	if _, err := kube.AppsV1().DaemonSets(ds.Namespace).Create(testCtx(t), ds, metav1.CreateOptions{}); err != nil {
+	if _, err := f.Kube.AppsV1().DaemonSets(ds.Namespace).Create(framework.Context(t), ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = kube.AppsV1().DaemonSets(ds.Namespace).Delete(context.Background(), ds.Name, metav1.DeleteOptions{})
+		_ = f.Kube.AppsV1().DaemonSets(ds.Namespace).Delete(context.Background(), ds.Name, metav1.DeleteOptions{})
 	})
 	var pod *corev1.Pod
-	stack.Poll(t, "DaemonSet pod on "+node, func(ctx context.Context) (bool, error) {
-		pods, err := kube.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + node + "-agent"})
+	framework.Poll(t, "DaemonSet pod on "+node, func(ctx context.Context) (bool, error) {
+		pods, err := f.Kube.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + node + "-agent"})
 		if err != nil || len(pods.Items) != 1 {
 			return false, err
 		}
 		if p := pods.Items[0]; p.Spec.NodeName == "" {
 			// There is no scheduler: bind the pod as it would.
-			err := kube.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+			err := f.Kube.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
 				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 				Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 			}, metav1.CreateOptions{})

@@ -11,10 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // TestRebootRequestsWithRealBashible: a person asks every node of a group
@@ -32,7 +34,7 @@ func TestRebootRequestsWithRealBashible(t *testing.T) {
 	})
 	dir := t.TempDir()
 	ns := []*realNode{newRealNode(t, dir, "reboots-0", group), newRealNode(t, dir, "reboots-1", group), newRealNode(t, dir, "reboots-2", group)}
-	sum := served(t, group)
+	sum := f.Checksum(t, group)
 	runEach(t, time.Minute, ns...)
 	waitRolledOut(t, group, sum, 3)
 
@@ -48,13 +50,13 @@ printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" 
 			t.Fatal(err)
 		}
 		n.Env = append(n.Env, "BASHIBLE_REBOOT_COMMAND=bash "+n.Path("reboot.sh")+" "+n.Root)
-		annotate(t, n.Name, map[string]*string{nodes.Reboot: ptr("")})
+		annotate(t, n.Name, map[string]*string{nodes.Reboot: ptr.To("")})
 	}
 
 	// Every node's timer fires, again and again, until the node is back
 	// from its reboot and has reported.
 	done := func(n *realNode) bool {
-		ctx := testCtx(t)
+		ctx := framework.Context(t)
 		return n.Exists("reboots") && !has(ctx, n.Name, nodes.Reboot) && annotation(ctx, n.Name, nodes.ChecksumAnnotation) == sum
 	}
 	var wg sync.WaitGroup

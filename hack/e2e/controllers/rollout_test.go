@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
@@ -23,7 +25,7 @@ func TestRolloutRespectsMaxConcurrent(t *testing.T) {
 	for i := range 5 {
 		newAgent(t, fmt.Sprintf("rollout-%d", i), group)
 	}
-	waitRolledOut(t, group, served(t, group), 5)
+	waitRolledOut(t, group, f.Checksum(t, group), 5)
 	m := watchGroup(t, group)
 	for i, c := range []struct {
 		max   intstr.IntOrString
@@ -42,8 +44,8 @@ func TestRolloutRespectsMaxConcurrent(t *testing.T) {
 	}
 	// The group's status counts only its own nodes and the compatibility
 	// Secret follows the served checksum.
-	stack.Poll(t, "group conditions Ready=True, Updating=False", func(ctx context.Context) (bool, error) {
-		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+	framework.Poll(t, "group conditions Ready=True, Updating=False", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -51,12 +53,12 @@ func TestRolloutRespectsMaxConcurrent(t *testing.T) {
 		return meta.IsStatusConditionTrue(c, "Ready") && meta.IsStatusConditionFalse(c, "Updating") &&
 			ng.Status.ConditionSummary != nil && ng.Status.ConditionSummary.Ready == "True" && ng.Status.KubernetesVersion == "1.36", nil
 	})
-	stack.Poll(t, "configuration-checksums Secret", func(ctx context.Context) (bool, error) {
-		s, err := kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "configuration-checksums", metav1.GetOptions{})
+	framework.Poll(t, "configuration-checksums Secret", func(ctx context.Context) (bool, error) {
+		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "configuration-checksums", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		return string(s.Data[group]) == served(t, group), nil
+		return string(s.Data[group]) == f.Checksum(t, group), nil
 	})
 }
 
@@ -67,34 +69,34 @@ func TestNotReadyGroupWaitsButNotReadyNodeGoesFirst(t *testing.T) {
 		s.Update = &deckhousev1.UpdateSpec{MaxConcurrent: &mc}
 	})
 	a, b, sick := newAgent(t, "unhealthy-a", group), newAgent(t, "unhealthy-b", group), newAgent(t, "unhealthy-sick", group)
-	waitRolledOut(t, group, served(t, group), 3)
+	waitRolledOut(t, group, f.Checksum(t, group), 3)
 
 	sick.ready.Store(false)
 	sick.paused.Store(true) // its bashible has not asked yet
-	stack.Poll(t, "group Ready=False", func(ctx context.Context) (bool, error) {
-		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+	framework.Poll(t, "group Ready=False", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 		return err == nil && meta.IsStatusConditionFalse(ng.Status.Conditions, "Ready"), err
 	})
 	newConfiguration(t, group, "echo unhealthy\n")
-	stack.Poll(t, "healthy nodes waiting for approval", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "healthy nodes waiting for approval", func(ctx context.Context) (bool, error) {
 		return has(ctx, a.name, nodes.WaitingForApproval) && has(ctx, b.name, nodes.WaitingForApproval), nil
 	})
 	time.Sleep(2 * time.Second)
 	for _, n := range []*agent{a, b} {
-		if has(testCtx(t), n.name, nodes.Approved) {
+		if has(framework.Context(t), n.name, nodes.Approved) {
 			t.Fatalf("%s was approved while the group has a NotReady node", n.name)
 		}
 	}
 	// The sick node asks too: it is approved first, though the group is not healthy.
 	sick.paused.Store(false)
-	stack.Poll(t, "the NotReady node approved", func(ctx context.Context) (bool, error) {
-		return has(ctx, sick.name, nodes.Approved) || annotation(ctx, sick.name, nodes.ChecksumAnnotation) == served(t, group), nil
+	framework.Poll(t, "the NotReady node approved", func(ctx context.Context) (bool, error) {
+		return has(ctx, sick.name, nodes.Approved) || annotation(ctx, sick.name, nodes.ChecksumAnnotation) == f.Checksum(t, group), nil
 	})
-	if has(testCtx(t), a.name, nodes.Approved) || has(testCtx(t), b.name, nodes.Approved) {
+	if has(framework.Context(t), a.name, nodes.Approved) || has(framework.Context(t), b.name, nodes.Approved) {
 		t.Fatal("a Ready node was approved while the group was not healthy")
 	}
 	sick.ready.Store(true)
-	waitRolledOut(t, group, served(t, group), 3)
+	waitRolledOut(t, group, f.Checksum(t, group), 3)
 }
 
 func TestManualDisruptionWaitsForAPerson(t *testing.T) {
@@ -104,12 +106,12 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 	})
 	n := newAgent(t, "manual-a", group)
 	newAgent(t, "manual-b", group)
-	waitRolledOut(t, group, served(t, group), 2)
+	waitRolledOut(t, group, f.Checksum(t, group), 2)
 	n.disruptive.Store(true)
 	sum := newConfiguration(t, group, "echo manual\n")
-	stack.Poll(t, "disruption required", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DisruptionRequired), nil })
-	stack.Poll(t, "WaitingForDisruptiveApproval condition and metric", func(ctx context.Context) (bool, error) {
-		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DisruptionRequired), nil })
+	framework.Poll(t, "WaitingForDisruptiveApproval condition and metric", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 		if err != nil || !meta.IsStatusConditionTrue(ng.Status.Conditions, "WaitingForDisruptiveApproval") {
 			return false, err
 		}
@@ -117,11 +119,11 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 		return err == nil && strings.Contains(body, `node_group_node_status{node="manual-a",node_group="manual",status="WaitingForManualDisruptionApproval"} 1`), nil
 	})
 	time.Sleep(2 * time.Second)
-	ctx := testCtx(t)
+	ctx := framework.Context(t)
 	if has(ctx, n.name, nodes.DisruptionApproved) || has(ctx, n.name, nodes.Draining) {
 		t.Fatal("Manual mode approved or drained on its own")
 	}
-	annotate(t, n.name, map[string]*string{nodes.DisruptionApproved: ptr("")})
+	annotate(t, n.name, map[string]*string{nodes.DisruptionApproved: ptr.To("")})
 	waitRolledOut(t, group, sum, 2)
 }
 
@@ -135,21 +137,21 @@ func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
 	})
 	n := newAgent(t, "windowed-a", group)
 	newAgent(t, "windowed-b", group)
-	waitRolledOut(t, group, served(t, group), 2)
+	waitRolledOut(t, group, f.Checksum(t, group), 2)
 	pod := runPod(t, "windowed-a", "web", nil)
 
 	n.disruptive.Store(true)
 	sum := newConfiguration(t, group, "echo windowed\n")
-	stack.Poll(t, "disruption required", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DisruptionRequired), nil })
+	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DisruptionRequired), nil })
 	time.Sleep(2 * time.Second)
-	if ctx := testCtx(t); has(ctx, n.name, nodes.Draining) || has(ctx, n.name, nodes.DisruptionApproved) {
+	if ctx := framework.Context(t); has(ctx, n.name, nodes.Draining) || has(ctx, n.name, nodes.DisruptionApproved) {
 		t.Fatal("a disruption was acted on outside the group's windows")
 	}
 	now := time.Now().UTC()
 	updateGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		s.Disruptions.Automatic.Windows = []deckhousev1.DisruptionWindow{{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}}
 	})
-	stack.Poll(t, "drained, then disruption approved", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "drained, then disruption approved", func(ctx context.Context) (bool, error) {
 		if has(ctx, n.name, nodes.DisruptionApproved) || annotation(ctx, n.name, nodes.ChecksumAnnotation) == sum {
 			if podExists(ctx, pod) {
 				t.Fatal("the disruption was approved before the node's pod was evicted")
@@ -167,7 +169,7 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.NodeDrainTimeoutSecond = &timeout })
 	n := newAgent(t, "pdb-a", group)
 	newAgent(t, "pdb-b", group)
-	waitRolledOut(t, group, served(t, group), 2)
+	waitRolledOut(t, group, f.Checksum(t, group), 2)
 	m := watchGroup(t, group)
 	pod := runPod(t, "pdb-a", "db", map[string]string{"app": "pdb-db"})
 	daemon := runDaemonSet(t, "pdb-a")
@@ -175,25 +177,25 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 
 	n.disruptive.Store(true)
 	sum := newConfiguration(t, group, "echo pdb\n")
-	stack.Poll(t, "drain-failed", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DrainFailed), nil })
-	reason := annotation(testCtx(t), n.name, nodes.DrainFailed)
+	framework.Poll(t, "drain-failed", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DrainFailed), nil })
+	reason := annotation(framework.Context(t), n.name, nodes.DrainFailed)
 	if !strings.Contains(reason, "disruption budget") && !strings.Contains(reason, "PodDisruptionBudget") {
 		t.Errorf("drain-failed says %q; want the PodDisruptionBudget named", reason)
 	}
 	time.Sleep(3 * time.Second) // more attempts fail meanwhile
-	ctx := testCtx(t)
+	ctx := framework.Context(t)
 	if has(ctx, n.name, nodes.Drained) || has(ctx, n.name, nodes.DisruptionApproved) {
 		t.Fatal("a drain that did not finish was recorded as drained, or the update went on")
 	}
 	if !podExists(ctx, pod) {
 		t.Fatal("the PodDisruptionBudget's pod was removed")
 	}
-	stack.Poll(t, "drain failure metric and event", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "drain failure metric and event", func(ctx context.Context) (bool, error) {
 		_, body, err := ctrl.Get(ctx, "/metrics")
 		if err != nil || !strings.Contains(body, `node_manager_node_drain_failed{node="pdb-a"} 1`) {
 			return false, err
 		}
-		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -204,14 +206,14 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 		}
 		return false, nil
 	})
-	if err := kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(ctx, pdb.Name, metav1.DeleteOptions{}); err != nil {
+	if err := f.Kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(ctx, pdb.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitRolledOut(t, group, sum, 2)
-	if podExists(testCtx(t), pod) {
+	if podExists(framework.Context(t), pod) {
 		t.Error("the node finished its disruptive update with its pod still on it")
 	}
-	if !podExists(testCtx(t), daemon) {
+	if !podExists(framework.Context(t), daemon) {
 		t.Error("the DaemonSet pod was evicted; drains leave DaemonSet pods alone")
 	}
 	m.check(t, 1)
@@ -222,17 +224,17 @@ func TestDrainIsCancelledWhenTheAnnotationGoes(t *testing.T) {
 	timeout := int32(600)
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.NodeDrainTimeoutSecond = &timeout })
 	n := newAgent(t, "cancel-a", group)
-	waitRolledOut(t, group, served(t, group), 1)
+	waitRolledOut(t, group, f.Checksum(t, group), 1)
 	pod := runPod(t, "cancel-a", "db", map[string]string{"app": "cancel-db"})
 	blockEvictions(t, "cancel-db")
-	annotate(t, n.name, map[string]*string{nodes.Draining: ptr("user")})
-	stack.Poll(t, "cordon", func(ctx context.Context) (bool, error) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	annotate(t, n.name, map[string]*string{nodes.Draining: ptr.To("user")})
+	framework.Poll(t, "cordon", func(ctx context.Context) (bool, error) {
+		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		return err == nil && node.Spec.Unschedulable, err
 	})
 	annotate(t, n.name, map[string]*string{nodes.Draining: nil})
-	stack.Poll(t, "DrainCancelled event", func(ctx context.Context) (bool, error) {
-		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	framework.Poll(t, "DrainCancelled event", func(ctx context.Context) (bool, error) {
+		evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -243,18 +245,18 @@ func TestDrainIsCancelledWhenTheAnnotationGoes(t *testing.T) {
 		}
 		return false, nil
 	})
-	if ctx := testCtx(t); has(ctx, n.name, nodes.Drained) || !podExists(ctx, pod) {
+	if ctx := framework.Context(t); has(ctx, n.name, nodes.Drained) || !podExists(ctx, pod) {
 		t.Fatal("a cancelled drain went on")
 	}
 }
 
 func has(ctx context.Context, node, key string) bool {
-	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	return err == nil && nodes.Has(n, key)
 }
 
 func annotation(ctx context.Context, node, key string) string {
-	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return ""
 	}
@@ -264,12 +266,10 @@ func annotation(ctx context.Context, node, key string) string {
 func annotate(t *testing.T, node string, set map[string]*string) {
 	t.Helper()
 	s := &stack.SimNode{Name: node}
-	if err := s.Annotate(testCtx(t), cp, set); err != nil {
+	if err := s.Annotate(framework.Context(t), f.CP, set); err != nil {
 		t.Fatal(err)
 	}
 }
-
-func ptr(s string) *string { return &s }
 
 // runPod puts a Running, Ready pod on a node (the test kubelet marks it so).
 func runPod(t *testing.T, node, name string, labels map[string]string, owners ...metav1.OwnerReference) *corev1.Pod {
@@ -279,21 +279,21 @@ func runPod(t *testing.T, node, name string, labels map[string]string, owners ..
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}},
 			TerminationGracePeriodSeconds: new(int64)},
 	}
-	p, err := kube.CoreV1().Pods(p.Namespace).Create(testCtx(t), p, metav1.CreateOptions{})
+	p, err := f.Kube.CoreV1().Pods(p.Namespace).Create(framework.Context(t), p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		_ = f.Kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
-	stack.Poll(t, "pod "+p.Name+" running", func(ctx context.Context) (bool, error) {
-		got, err := kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	framework.Poll(t, "pod "+p.Name+" running", func(ctx context.Context) (bool, error) {
+		got, err := f.Kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		return err == nil && got.Status.Phase == corev1.PodRunning, nil
 	})
 	return p
 }
 
 func podExists(ctx context.Context, p *corev1.Pod) bool {
-	got, err := kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	got, err := f.Kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 	return err == nil && got.UID == p.UID
 }

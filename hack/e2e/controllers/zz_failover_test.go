@@ -11,12 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/node-manager/node-manager/controllers/nodes"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
 // leaseHolder is who holds node-manager-controller's Lease.
 func leaseHolder(ctx context.Context) string {
-	l, err := kube.CoordinationV1().Leases(stack.Namespace).Get(ctx, "node-manager-controller", metav1.GetOptions{})
+	l, err := f.Kube.CoordinationV1().Leases(stack.Namespace).Get(ctx, "node-manager-controller", metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
@@ -34,18 +35,18 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 		a.applyTakes.Store(int64(2 * time.Second))
 		agents = append(agents, a)
 	}
-	waitRolledOut(t, group, served(t, group), 4)
-	standby, err := env.StartController(testCtx(t), stack.ControllerOptions{Identity: "controller-2", ExtraArgs: controllerArgs})
+	waitRolledOut(t, group, f.Checksum(t, group), 4)
+	standby, err := f.Env.StartController(framework.Context(t), stack.ControllerOptions{Identity: "controller-2", ExtraArgs: controllerArgs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	leader := ctrl
 	ctrl = standby // whatever happens, later tests use the survivor
-	if got := leaseHolder(testCtx(t)); got != leader.Identity {
+	if got := leaseHolder(framework.Context(t)); got != leader.Identity {
 		t.Fatalf("the Lease is held by %q; want the first controller %q", got, leader.Identity)
 	}
 	for _, c := range []*stack.Controller{leader, standby} {
-		if code, _, err := c.Get(testCtx(t), "/readyz"); err != nil || code != http.StatusOK {
+		if code, _, err := c.Get(framework.Context(t), "/readyz"); err != nil || code != http.StatusOK {
 			t.Fatalf("%s /readyz: %d %v", c.Identity, code, err)
 		}
 	}
@@ -55,7 +56,7 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 
 	m := watchGroup(t, group)
 	sum := newConfiguration(t, group, "echo failover\n")
-	stack.Poll(t, "first approval", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "first approval", func(ctx context.Context) (bool, error) {
 		for _, a := range agents {
 			if has(ctx, a.name, nodes.Approved) {
 				return true, nil
@@ -64,7 +65,7 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 		return false, nil
 	})
 	leader.Kill() // as a crash: the Lease is not released
-	stack.Poll(t, "the standby takes the Lease", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "the standby takes the Lease", func(ctx context.Context) (bool, error) {
 		return leaseHolder(ctx) == standby.Identity, nil
 	})
 	waitRolledOut(t, group, sum, 4)
@@ -77,7 +78,7 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 // metric returns the value of an unlabelled metric from a controller.
 func metric(t *testing.T, c *stack.Controller, name string) string {
 	t.Helper()
-	_, body, err := c.Get(testCtx(t), "/metrics")
+	_, body, err := c.Get(framework.Context(t), "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestFailedStartCleansUpAndExplains(t *testing.T) {
 	// kube-apiserver start, then the start fails. Nothing may survive.
 	bin := t.TempDir()
 	for _, name := range []string{"etcd", "kube-apiserver"} {
-		if err := os.Symlink(filepath.Join(repoRoot, "bin", name), filepath.Join(bin, name)); err != nil {
+		if err := os.Symlink(filepath.Join(f.Root, "bin", name), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,13 +159,13 @@ func processesMentioning(t *testing.T, s string) []int {
 func TestMakeRun(t *testing.T) {
 	exe := filepath.Join(t.TempDir(), "localstack")
 	build := exec.Command("go", "build", "-o", exe, "./hack/cmd/localstack")
-	build.Dir = repoRoot
+	build.Dir = f.Root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build localstack: %v\n%s", err, out)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	cmd := exec.Command(exe, "--kubeconfig", kubeconfig)
-	cmd.Dir = repoRoot
+	cmd.Dir = f.Root
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestMakeRun(t *testing.T) {
 		}
 	}
 
-	out, err := exec.Command(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", kubeconfig, "get", "ng", "-o", "name").CombinedOutput()
+	out, err := exec.Command(filepath.Join(f.Root, "bin", "kubectl"), "--kubeconfig", kubeconfig, "get", "ng", "-o", "name").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl get ng with the printed kubeconfig: %v\n%s", err, out)
 	}

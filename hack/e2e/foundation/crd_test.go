@@ -2,7 +2,6 @@ package foundation
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,7 +18,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/generated/informers/externalversions"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 var (
@@ -95,9 +94,9 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := dyn.Resource(tc.gvr).Create(stack.TestContext(t), tc.object, metav1.CreateOptions{})
+			_, err := dyn.Resource(tc.gvr).Create(framework.Context(t), tc.object, metav1.CreateOptions{})
 			if err == nil {
-				_ = dyn.Resource(tc.gvr).Delete(stack.TestContext(t), tc.object.GetName(), metav1.DeleteOptions{})
+				_ = dyn.Resource(tc.gvr).Delete(framework.Context(t), tc.object.GetName(), metav1.DeleteOptions{})
 				t.Fatalf("kube-apiserver accepted an invalid %s", tc.object.GetKind())
 			}
 			if !apierrors.IsInvalid(err) {
@@ -114,15 +113,15 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 // silently pruned when the client asks for strict validation (kubectl does).
 func TestUnknownFieldsAreRefusedUnderStrictValidation(t *testing.T) {
 	ng := nodeGroup("typo", obj{"nodeType": "Static", "nodeTempalte": obj{}})
-	_, err := dyn.Resource(nodeGroupsGVR).Create(stack.TestContext(t), ng, metav1.CreateOptions{FieldValidation: "Strict"})
+	_, err := dyn.Resource(nodeGroupsGVR).Create(framework.Context(t), ng, metav1.CreateOptions{FieldValidation: "Strict"})
 	if err == nil || !strings.Contains(err.Error(), "nodeTempalte") {
 		t.Fatalf("want the unknown field named in the error, got %v", err)
 	}
 }
 
 func TestStaticInstancesSelectorCanBeAddedButNotChanged(t *testing.T) {
-	ctx := stack.TestContext(t)
-	ngs := nm.DeckhouseV1().NodeGroups()
+	ctx := framework.Context(t)
+	ngs := f.NM.DeckhouseV1().NodeGroups()
 	ng := &deckhousev1.NodeGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: "caps"},
 		Spec:       deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 1}},
@@ -148,19 +147,19 @@ func TestStaticInstancesSelectorCanBeAddedButNotChanged(t *testing.T) {
 // TestExamplesAreAcceptedWithDefaults applies manifests/examples the way
 // `make run` does and reads the objects back through the generated clients.
 func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
-	ctx := stack.TestContext(t)
-	applier, err := cp.NewApplier()
+	ctx := framework.Context(t)
+	applier, err := f.CP.NewApplier()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := applier.ApplyFiles(ctx, filepath.Join(repoRoot, "manifests", "examples")); err != nil {
+	if err := applier.ApplyFiles(ctx, filepath.Join(f.Root, "manifests", "examples")); err != nil {
 		t.Fatalf("apply the examples: %v", err)
 	}
-	master, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "master", metav1.GetOptions{})
+	master, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "master", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
+	worker, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +182,7 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
 		}
 	}
-	step, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, "inotify-limits.sh", metav1.GetOptions{})
+	step, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, "inotify-limits.sh", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,12 +198,12 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 			Standby: ptr.To(intstr.FromString("10%")),
 		}},
 	}
-	created, err := nm.DeckhouseV1().NodeGroups().Create(ctx, eph, metav1.CreateOptions{})
+	created, err := f.NM.DeckhouseV1().NodeGroups().Create(ctx, eph, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), "ephemeral", metav1.DeleteOptions{})
+		_ = f.NM.DeckhouseV1().NodeGroups().Delete(context.Background(), "ephemeral", metav1.DeleteOptions{})
 	})
 	if ci := created.Spec.CloudInstances; *ci.MaxSurgePerZone != 1 || *ci.MaxUnavailablePerZone != 0 {
 		t.Errorf("cloudInstances defaults: maxSurgePerZone %d, maxUnavailablePerZone %d; want 1, 0", *ci.MaxSurgePerZone, *ci.MaxUnavailablePerZone)
@@ -217,8 +216,8 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 // TestKubectlShowsNodeGroupColumns checks the printer columns users see,
 // with status counters written through the status subresource.
 func TestKubectlShowsNodeGroupColumns(t *testing.T) {
-	ctx := stack.TestContext(t)
-	ngs := nm.DeckhouseV1().NodeGroups()
+	ctx := framework.Context(t)
+	ngs := f.NM.DeckhouseV1().NodeGroups()
 	ng, err := ngs.Create(ctx, &deckhousev1.NodeGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: "columns"},
 		Spec:       deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeCloudStatic},
@@ -233,16 +232,7 @@ func TestKubectlShowsNodeGroupColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	kubectl := func(args ...string) string {
-		t.Helper()
-		args = append([]string{"--kubeconfig", cp.KubeconfigPath()}, args...)
-		out, err := exec.CommandContext(ctx, filepath.Join(repoRoot, "bin", "kubectl"), args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	out := kubectl("get", "ng", "columns")
+	out := f.Kubectl(t, "get", "ng", "columns")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("kubectl get ng columns:\n%s", out)
@@ -253,17 +243,17 @@ func TestKubectlShowsNodeGroupColumns(t *testing.T) {
 	if got := strings.Fields(lines[1]); len(got) != 6 || strings.Join(got[:5], " ") != "columns CloudStatic 2 3 1" {
 		t.Errorf("row = %q", lines[1])
 	}
-	wide := kubectl("get", "ng", "columns", "-o", "wide")
+	wide := f.Kubectl(t, "get", "ng", "columns", "-o", "wide")
 	for _, want := range []string{"INSTANCES", "DESIRED", "MIN", "MAX", "STATUS", "1 node is not ready"} {
 		if !strings.Contains(wide, want) {
 			t.Errorf("kubectl get ng -o wide should show %q:\n%s", want, wide)
 		}
 	}
 	// The short name and the category work too.
-	if out := kubectl("get", "deckhouse", "-o", "name"); !strings.Contains(out, "nodegroup.deckhouse.io/columns") {
+	if out := f.Kubectl(t, "get", "deckhouse", "-o", "name"); !strings.Contains(out, "nodegroup.deckhouse.io/columns") {
 		t.Errorf("kubectl get deckhouse should list node groups:\n%s", out)
 	}
-	if out := kubectl("explain", "nodegroup.spec.update.maxConcurrent"); !strings.Contains(out, "percentage") {
+	if out := f.Kubectl(t, "explain", "nodegroup.spec.update.maxConcurrent"); !strings.Contains(out, "percentage") {
 		t.Errorf("kubectl explain should show the field's documentation:\n%s", out)
 	}
 }
@@ -271,8 +261,8 @@ func TestKubectlShowsNodeGroupColumns(t *testing.T) {
 // TestGeneratedInformersAndListers runs the generated informer factory and
 // lister against the live API.
 func TestGeneratedInformersAndListers(t *testing.T) {
-	ctx, cancel := context.WithCancel(stack.TestContext(t))
-	factory := externalversions.NewSharedInformerFactory(nm, 0)
+	ctx, cancel := context.WithCancel(framework.Context(t))
+	factory := externalversions.NewSharedInformerFactory(f.NM, 0)
 	lister := factory.Deckhouse().V1().NodeGroups().Lister()
 	factory.Start(ctx.Done())
 	// Shutdown waits for the informers, which stop when ctx is cancelled.
@@ -280,7 +270,7 @@ func TestGeneratedInformersAndListers(t *testing.T) {
 	defer cancel()
 	factory.WaitForCacheSync(ctx.Done())
 
-	ngs := nm.DeckhouseV1().NodeGroups()
+	ngs := f.NM.DeckhouseV1().NodeGroups()
 	if _, err := ngs.Create(ctx, &deckhousev1.NodeGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: "informed", Labels: map[string]string{"suite": "informers"}},
 		Spec:       deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic},

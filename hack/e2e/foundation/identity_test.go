@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/node-manager/node-manager/hack/controlplane"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 func whoAmI(t *testing.T, cfg *rest.Config) (string, []string, error) {
@@ -26,7 +26,7 @@ func whoAmI(t *testing.T, cfg *rest.Config) (string, []string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(stack.TestContext(t), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(framework.Context(t), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		return "", nil, err
 	}
@@ -34,7 +34,7 @@ func whoAmI(t *testing.T, cfg *rest.Config) (string, []string, error) {
 }
 
 func TestNodeIdentity(t *testing.T) {
-	cfg, err := cp.NodeConfig("node-a")
+	cfg, err := f.CP.NodeConfig("node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,22 +48,22 @@ func TestNodeIdentity(t *testing.T) {
 	// The Node authorizer and NodeRestriction admission apply, as in a real
 	// cluster: a node may create its own Node object and no other.
 	node := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
-	if _, err := node.Create(stack.TestContext(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := node.Create(framework.Context(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("node-a creating its own Node: %v", err)
 	}
-	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}) })
-	_, err = node.Create(stack.TestContext(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, metav1.CreateOptions{})
+	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}) })
+	_, err = node.Create(framework.Context(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("node-a creating Node node-b: want Forbidden, got %v", err)
 	}
 }
 
 func TestBootstrapTokenIdentity(t *testing.T) {
-	tok, err := cp.CreateBootstrapToken(stack.TestContext(t), "worker", time.Hour)
+	tok, err := f.CP.CreateBootstrapToken(framework.Context(t), "worker", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, groups, err := whoAmI(t, cp.BootstrapTokenConfig(tok))
+	user, groups, err := whoAmI(t, f.CP.BootstrapTokenConfig(tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestBootstrapTokenIdentity(t *testing.T) {
 		!slices.Contains(groups, controlplane.BootstrapGroup+":worker") {
 		t.Fatalf("bootstrap token authenticates as %q %v", user, groups)
 	}
-	secret, err := kube.CoreV1().Secrets("kube-system").Get(stack.TestContext(t), "bootstrap-token-"+tok.ID, metav1.GetOptions{})
+	secret, err := f.Kube.CoreV1().Secrets("kube-system").Get(framework.Context(t), "bootstrap-token-"+tok.ID, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +83,13 @@ func TestBootstrapTokenIdentity(t *testing.T) {
 
 	wrong := tok
 	wrong.Secret = "0000000000000000"
-	if _, _, err := whoAmI(t, cp.BootstrapTokenConfig(wrong)); !apierrors.IsUnauthorized(err) {
+	if _, _, err := whoAmI(t, f.CP.BootstrapTokenConfig(wrong)); !apierrors.IsUnauthorized(err) {
 		t.Fatalf("a wrong token secret: want Unauthorized, got %v", err)
 	}
 }
 
 func TestAnonymousIsRefused(t *testing.T) {
-	_, err := kubernetes.NewForConfigOrDie(cp.AnonymousConfig()).CoreV1().Secrets("kube-system").List(stack.TestContext(t), metav1.ListOptions{})
+	_, err := kubernetes.NewForConfigOrDie(f.CP.AnonymousConfig()).CoreV1().Secrets("kube-system").List(framework.Context(t), metav1.ListOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("anonymous listing secrets: want Forbidden, got %v", err)
 	}
@@ -99,37 +99,37 @@ func TestAnonymousIsRefused(t *testing.T) {
 // controllers node-manager relies on are running: token cleaner, bootstrap
 // signer, disruption (PDB status), garbage collector and namespace.
 func TestControllerManagerControllers(t *testing.T) {
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	t.Run("token cleaner removes an expired token", func(t *testing.T) {
-		tok, err := cp.CreateBootstrapToken(ctx, "worker", -time.Minute)
+		tok, err := f.CP.CreateBootstrapToken(ctx, "worker", -time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stack.Poll(t, "the expired token Secret is deleted", func(ctx context.Context) (bool, error) {
-			_, err := kube.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tok.ID, metav1.GetOptions{})
+		framework.Poll(t, "the expired token Secret is deleted", func(ctx context.Context) (bool, error) {
+			_, err := f.Kube.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tok.ID, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 	})
 	t.Run("bootstrap signer signs cluster-info", func(t *testing.T) {
-		_, err := kube.CoreV1().ConfigMaps("kube-public").Create(ctx, &corev1.ConfigMap{
+		_, err := f.Kube.CoreV1().ConfigMaps("kube-public").Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "cluster-info"},
 			Data:       map[string]string{"kubeconfig": "apiVersion: v1\nkind: Config\nclusters: []\n"},
 		}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		tok, err := cp.CreateBootstrapToken(ctx, "worker", time.Hour)
+		tok, err := f.CP.CreateBootstrapToken(ctx, "worker", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stack.Poll(t, "cluster-info gets the token's signature", func(ctx context.Context) (bool, error) {
-			cm, err := kube.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
+		framework.Poll(t, "cluster-info gets the token's signature", func(ctx context.Context) (bool, error) {
+			cm, err := f.Kube.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
 			return err == nil && cm.Data["jws-kubeconfig-"+tok.ID] != "", err
 		})
 	})
 	t.Run("disruption controller computes PDB status, namespace and garbage collectors clean up", func(t *testing.T) {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
-		ns, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		ns, err := f.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,37 +140,37 @@ func TestControllerManagerControllers(t *testing.T) {
 				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
 			},
 		}
-		if _, err := kube.PolicyV1().PodDisruptionBudgets(ns.Name).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		if _, err := f.Kube.PolicyV1().PodDisruptionBudgets(ns.Name).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		stack.Poll(t, "the PDB's status is computed", func(ctx context.Context) (bool, error) {
-			got, err := kube.PolicyV1().PodDisruptionBudgets(ns.Name).Get(ctx, "app", metav1.GetOptions{})
+		framework.Poll(t, "the PDB's status is computed", func(ctx context.Context) (bool, error) {
+			got, err := f.Kube.PolicyV1().PodDisruptionBudgets(ns.Name).Get(ctx, "app", metav1.GetOptions{})
 			return err == nil && got.Status.ObservedGeneration == got.Generation && len(got.Status.Conditions) > 0, err
 		})
 
-		owner, err := kube.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+		owner, err := f.Kube.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		dependent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dependent", OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
 		}}}}
-		if _, err := kube.CoreV1().ConfigMaps(ns.Name).Create(ctx, dependent, metav1.CreateOptions{}); err != nil {
+		if _, err := f.Kube.CoreV1().ConfigMaps(ns.Name).Create(ctx, dependent, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := kube.CoreV1().ConfigMaps(ns.Name).Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
+		if err := f.Kube.CoreV1().ConfigMaps(ns.Name).Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		stack.Poll(t, "the garbage collector deletes the dependent", func(ctx context.Context) (bool, error) {
-			_, err := kube.CoreV1().ConfigMaps(ns.Name).Get(ctx, "dependent", metav1.GetOptions{})
+		framework.Poll(t, "the garbage collector deletes the dependent", func(ctx context.Context) (bool, error) {
+			_, err := f.Kube.CoreV1().ConfigMaps(ns.Name).Get(ctx, "dependent", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 
-		if err := kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+		if err := f.Kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		stack.Poll(t, "the namespace controller finishes deleting the namespace", func(ctx context.Context) (bool, error) {
-			_, err := kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
+		framework.Poll(t, "the namespace controller finishes deleting the namespace", func(ctx context.Context) (bool, error) {
+			_, err := f.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 	})

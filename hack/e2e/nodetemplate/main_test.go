@@ -8,67 +8,35 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
-	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
-	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 var (
-	cp   *controlplane.ControlPlane
-	kube kubernetes.Interface
-	nm   versioned.Interface
+	// The controller needs only the API and the CRDs; bashible-apiserver
+	// plays no part in templates, so the suite is bare.
+	f = framework.New(framework.Options{Bare: true})
 	// registry holds the controller's metrics.
 	registry *prometheus.Registry
 )
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
+func TestMain(m *testing.M) { os.Exit(f.Run(m, startController)) }
 
-func runSuite(m *testing.M) int {
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(os.Stderr, format+"\n", args...)
-		if cp != nil {
-			fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(40))
-		}
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return fail("%v", err)
-	}
-	// The controller needs only the API and the CRDs; bashible-apiserver
-	// plays no part in templates, so stack.NewEnvironment's build and
-	// install are skipped.
-	if cp, err = controlplane.Start(ctx, controlplane.Config{}); err != nil {
-		return fail("start control plane: %v", err)
-	}
-	defer cp.StopOnSignal()()
-	defer func() { _ = cp.Stop() }()
-	applier, err := cp.NewApplier()
-	if err != nil {
-		return fail("%v", err)
-	}
-	if err := applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "crds")); err != nil {
-		return fail("install CRDs: %v", err)
-	}
-	cfg := cp.AdminConfig()
-	kube = kubernetes.NewForConfigOrDie(cfg)
-	nm = versioned.NewForConfigOrDie(cfg)
-
+// startController runs the node-template controller in-process until the
+// returned func is called, with its events recorded to the API.
+func startController(ctx context.Context) (func(), error) {
+	cfg := f.CP.AdminConfig()
+	fail := func(format string, args ...any) (func(), error) { return nil, fmt.Errorf(format, args...) }
 	registry = prometheus.NewRegistry()
 	d, err := manager.NewDeps(cfg, manager.NewOptions(), clock.RealClock{}, registry)
 	if err != nil {
@@ -81,7 +49,6 @@ func runSuite(m *testing.M) int {
 	_ = nmscheme.AddToScheme(scheme)
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
 	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
 
 	c := nodetemplate.New(d)
@@ -90,11 +57,5 @@ func runSuite(m *testing.M) int {
 	done := make(chan struct{})
 	runCtx, stop := context.WithCancel(ctx)
 	go func() { defer close(done); c.Run(runCtx, 2) }()
-	defer func() { stop(); <-done }()
-
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "logs:\n%s", cp.LogTails(40))
-	}
-	return code
+	return func() { stop(); <-done; broadcaster.Shutdown() }, nil
 }

@@ -17,7 +17,7 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 const cloudUninitialized = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -106,8 +106,8 @@ func waitNode(t *testing.T, name string, e expect) *corev1.Node {
 	t.Helper()
 	var last string
 	var node *corev1.Node
-	err := wait.PollUntilContextTimeout(stack.TestContext(t), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(framework.Context(t), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := f.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			if node == nil {
 				last = err.Error()
@@ -126,55 +126,39 @@ func waitNode(t *testing.T, name string, e expect) *corev1.Node {
 	return node
 }
 
-// createNode creates a Node the way a machine registers: with its group
-// label (unless group is empty), the foreign metadata and the taints a
-// fresh node carries.
-func createNode(t *testing.T, name, group string) {
-	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+// registering is a Node in group (none when group is "") as a machine
+// registers it: with the foreign metadata and the taints a fresh node
+// carries.
+func registering(name, group string) *corev1.Node {
+	n := framework.NewNode(name, group)
+	n.Annotations = map[string]string{}
 	for k, v := range foreign.labels {
 		n.Labels[k] = v
 	}
 	for k, v := range foreign.annotations {
 		n.Annotations[k] = v
 	}
-	if group != "" {
-		n.Labels[nodes.GroupLabel] = group
-	}
 	n.Spec.Taints = append(slices.Clone(foreign.taints), corev1.Taint{Key: nodes.UninitializedTaint, Effect: corev1.TaintEffectNoSchedule})
-	if _, err := kube.CoreV1().Nodes().Create(stack.TestContext(t), n, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create node %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return n
 }
 
-func createGroup(t *testing.T, name string, typ deckhousev1.NodeType, tmpl *deckhousev1.NodeTemplate) {
-	t.Helper()
-	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: typ, NodeTemplate: tmpl}}
-	if typ == deckhousev1.NodeTypeCloudEphemeral {
-		ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
-			ClassReference: deckhousev1.ClassReference{Kind: "TestInstanceClass", Name: "test"},
-			MinPerZone:     0, MaxPerZone: 1,
-		}
-	}
-	if _, err := nm.DeckhouseV1().NodeGroups().Create(stack.TestContext(t), ng, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create NodeGroup %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+// withTemplate is a framework.NewGroup mutation that sets the node template.
+func withTemplate(tmpl *deckhousev1.NodeTemplate) func(*deckhousev1.NodeGroup) {
+	return func(ng *deckhousev1.NodeGroup) { ng.Spec.NodeTemplate = tmpl }
 }
 
 // setTemplate replaces a group's nodeTemplate in one write, so the nodes
 // never see an intermediate template.
 func setTemplate(t *testing.T, group string, tmpl *deckhousev1.NodeTemplate) {
 	t.Helper()
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		ng.Spec.NodeTemplate = tmpl
-		_, err = nm.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{})
+		_, err = f.NM.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -190,16 +174,16 @@ func roleOf(group string) string { return nodes.RoleLabelPrefix + group }
 func TestTemplateAddChangeRemove(t *testing.T) {
 	// One node exists before its group (reached through the NodeGroup's
 	// event), one registers after it (reached through its own).
-	createNode(t, "tmpl-early", "tmpl")
-	createGroup(t, "tmpl", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
+	f.TestNode(t, registering("tmpl-early", "tmpl"))
+	f.TestGroup(t, framework.NewGroup("tmpl", withTemplate(&deckhousev1.NodeTemplate{
 		Labels:      map[string]string{"example.com/tier": "db", "example.com/gone": "soon"},
 		Annotations: map[string]string{"example.com/contact": "team-a"},
 		Taints: []deckhousev1.Taint{
 			{Key: "example.com/dedicated", Value: "db", Effect: "NoSchedule"},
 			{Key: "example.com/gone", Effect: "PreferNoSchedule"},
 		},
-	})
-	createNode(t, "tmpl-late", "tmpl")
+	})))
+	f.TestNode(t, registering("tmpl-late", "tmpl"))
 
 	applied := foreign.and(expect{
 		labels: map[string]string{
@@ -274,8 +258,8 @@ func countTaints(n *corev1.Node, key string) int {
 // own (Deckhouse PR 22958 stripped the cloud provider's taint here), and
 // master nodes get the control-plane role.
 func TestFirstApplyKeepsForeignTaintsOnMaster(t *testing.T) {
-	createGroup(t, "master", deckhousev1.NodeTypeCloudPermanent, nil)
-	createNode(t, "master-0", "master")
+	f.TestGroup(t, framework.NewGroup("master", framework.OfType(deckhousev1.NodeTypeCloudPermanent)))
+	f.TestNode(t, registering("master-0", "master"))
 	waitNode(t, "master-0", foreign.and(expect{
 		labels: map[string]string{
 			nodes.TypeLabel: "CloudPermanent", roleOf("master"): "", nodetemplate.ControlPlaneRoleLabel: "",
@@ -288,10 +272,10 @@ func TestFirstApplyKeepsForeignTaintsOnMaster(t *testing.T) {
 // A CloudEphemeral machine not made by Cluster API got its template from
 // its machine controller: only the uninitialized taint is removed.
 func TestCloudEphemeralGetsOnlyTheTaintFixUp(t *testing.T) {
-	createGroup(t, "ephemeral", deckhousev1.NodeTypeCloudEphemeral, &deckhousev1.NodeTemplate{
+	f.TestGroup(t, framework.NewGroup("ephemeral", framework.OfType(deckhousev1.NodeTypeCloudEphemeral), withTemplate(&deckhousev1.NodeTemplate{
 		Labels: map[string]string{"example.com/tier": "batch"},
-	})
-	createNode(t, "ephemeral-0", "ephemeral")
+	})))
+	f.TestNode(t, registering("ephemeral-0", "ephemeral"))
 	node := waitNode(t, "ephemeral-0", foreign.and(expect{
 		noLabels:      []string{"example.com/tier", nodes.TypeLabel},
 		noAnnotations: []string{nodetemplate.LastAppliedAnnotation, nodetemplate.ScaleDownDisabledAnnotation},
@@ -306,18 +290,18 @@ func TestCloudEphemeralGetsOnlyTheTaintFixUp(t *testing.T) {
 // would refuse, is warned about on the NodeGroup; the rest of the template
 // is applied and the uninitialized taint is still removed, not fought over.
 func TestSkippedTemplateKeys(t *testing.T) {
-	createGroup(t, "reserved", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
+	f.TestGroup(t, framework.NewGroup("reserved", withTemplate(&deckhousev1.NodeTemplate{
 		Labels: map[string]string{"example.com/ok": "1", "example.com/bad": "not a label value"},
 		Taints: []deckhousev1.Taint{{Key: nodes.UninitializedTaint, Effect: "NoSchedule"}},
-	})
-	createNode(t, "reserved-0", "reserved")
+	})))
+	f.TestNode(t, registering("reserved-0", "reserved"))
 	waitNode(t, "reserved-0", foreign.and(expect{
 		labels:   map[string]string{"example.com/ok": "1"},
 		noLabels: []string{"example.com/bad"},
 		noTaints: []string{nodes.UninitializedTaint},
 	}))
-	stack.Poll(t, "a "+nodetemplate.ReasonSkippedKeys+" event on NodeGroup reserved", func(ctx context.Context) (bool, error) {
-		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	framework.Poll(t, "a "+nodetemplate.ReasonSkippedKeys+" event on NodeGroup reserved", func(ctx context.Context) (bool, error) {
+		evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -335,9 +319,9 @@ func TestSkippedTemplateKeys(t *testing.T) {
 // alone; a node of a group that does not exist is left alone until the
 // group appears; joining a group ends the gauge's series.
 func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
-	createNode(t, "ghost-0", "ghost")
-	createNode(t, "stray-0", "")
-	stack.Poll(t, "the unmanaged gauge of stray-0", func(context.Context) (bool, error) {
+	f.TestNode(t, registering("ghost-0", "ghost"))
+	f.TestNode(t, registering("stray-0", ""))
+	framework.Poll(t, "the unmanaged gauge of stray-0", func(context.Context) (bool, error) {
 		v, ok := unmanagedGauge("stray-0")
 		return ok && v == 1, nil
 	})
@@ -346,7 +330,7 @@ func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
 	}
 	// ghost-0 was queued before stray-0, so by now it has been seen.
 	for _, name := range []string{"ghost-0", "stray-0"} {
-		n, err := kube.CoreV1().Nodes().Get(stack.TestContext(t), name, metav1.GetOptions{})
+		n, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,17 +339,17 @@ func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
 		}
 	}
 
-	createGroup(t, "ghost", deckhousev1.NodeTypeStatic, nil)
+	f.TestGroup(t, framework.NewGroup("ghost"))
 	waitNode(t, "ghost-0", foreign.and(expect{
 		labels:   map[string]string{nodes.TypeLabel: "Static", roleOf("ghost"): ""},
 		noTaints: []string{nodes.UninitializedTaint},
 	}))
 
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"ghost"}}}`, nodes.GroupLabel)
-	if _, err := kube.CoreV1().Nodes().Patch(stack.TestContext(t), "stray-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), "stray-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the unmanaged series of stray-0 to go", func(context.Context) (bool, error) {
+	framework.Poll(t, "the unmanaged series of stray-0 to go", func(context.Context) (bool, error) {
 		_, ok := unmanagedGauge("stray-0")
 		return !ok, nil
 	})

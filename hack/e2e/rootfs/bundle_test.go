@@ -16,10 +16,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -110,7 +112,7 @@ func (m *mirror) takeRequests() []string {
 // pinnedVersion reads a module's version from a go.mod.
 func pinnedVersion(t *testing.T, goMod, module string) string {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(module) + ` v(\S+)`).FindStringSubmatch(readFile(t, goMod))
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(module) + ` v(\S+)`).FindStringSubmatch(framework.ReadFile(t, goMod))
 	if m == nil {
 		t.Fatalf("%s does not require %s", goMod, module)
 	}
@@ -342,7 +344,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 		"var/lib/bashible/cleanup_static_node.sh":                   {"--yes-i-am-sane-and-i-understand-what-i-am-doing"},
 		"etc/systemd/system/bashible.timer":                         {"OnUnitInactiveSec=1min"},
 	} {
-		content := readFile(t, filepath.Join(root, path))
+		content := framework.ReadFile(t, filepath.Join(root, path))
 		for _, w := range expect {
 			if !strings.Contains(content, w) {
 				t.Errorf("/%s lacks %q:\n%s", path, w, content)
@@ -404,10 +406,10 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 
 	// One group setting changes one file and restarts only the kubelet.
 	more := n.render(func(ng *deckhousev1.NodeGroup) {
-		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptr.To[int32](200)}
 	})
 	n.install(more)
-	// Update approval is bashible.sh's, before the steps (the node suite
+	// Update approval is bashible.sh's, before the steps (the agent suite
 	// proves it); the steps run here directly.
 	before = snapshot(t, root)
 	out, calls, err = n.runSteps(more.Checksum)
@@ -426,7 +428,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	// is rewritten and HAProxy reloaded, nothing else.
 	n.endpoints = []string{"10.0.0.10:6443", "10.0.0.11:6443", "10.0.0.12:6443"}
 	moved := n.render(func(ng *deckhousev1.NodeGroup) {
-		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptr.To[int32](200)}
 	})
 	n.install(moved)
 	before = snapshot(t, root)
@@ -437,7 +439,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	if changed := changedFiles(before, snapshot(t, root)); !slices.Equal(changed, []string{"etc/node-manager/kubernetes-api-proxy.cfg"}) {
 		t.Errorf("a new endpoint changed files %v, want only the API proxy's configuration", changed)
 	}
-	if !strings.Contains(readFile(t, filepath.Join(root, "etc/node-manager/kubernetes-api-proxy.cfg")), "server apiserver-2 10.0.0.12:6443 check") {
+	if !strings.Contains(framework.ReadFile(t, filepath.Join(root, "etc/node-manager/kubernetes-api-proxy.cfg")), "server apiserver-2 10.0.0.12:6443 check") {
 		t.Error("the API proxy should balance over the new endpoint too")
 	}
 	if c := changes(calls); !slices.Equal(c, []string{"systemctl daemon-reload", "systemctl reload-or-restart kubernetes-api-proxy.service"}) {
@@ -454,7 +456,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	override.Containerd["ContainerdV2"] = templates.ContainerdRelease{Version: newer, SHA256: sums(ctrdSum)}
 	n.cc = clusterConfiguration(t, m.URL, override)
 	upgrade := n.render(func(ng *deckhousev1.NodeGroup) {
-		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}
+		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptr.To[int32](200)}
 	})
 	n.install(upgrade)
 	before = snapshot(t, root)
@@ -490,7 +492,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 			t.Errorf("/%s is left after the cleanup", gone)
 		}
 	}
-	calls = strings.Split(strings.TrimSpace(readFile(t, filepath.Join(root, "var/log/stub-calls.log"))), "\n")
+	calls = strings.Split(strings.TrimSpace(framework.ReadFile(t, filepath.Join(root, "var/log/stub-calls.log"))), "\n")
 	for _, c := range []string{"systemctl disable --now kubelet.service", "systemctl disable --now containerd.service", "systemctl reboot"} {
 		if !slices.Contains(calls, c) {
 			t.Errorf("the cleanup should have called %q; calls: %v", c, calls)
@@ -517,5 +519,3 @@ func indent(s, prefix string) string {
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -298,15 +298,6 @@ func writeFile(t *testing.T, path, content string, mode os.FileMode) {
 	}
 }
 
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
-}
-
 func sha256File(t *testing.T, path string) string {
 	t.Helper()
 	f, err := os.Open(path)

@@ -1,47 +1,27 @@
-package bashible
+package apiserver
 
 import (
 	"context"
-	"github.com/node-manager/node-manager/hack/stack"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	bashibleclient "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
-
-func createNode(t *testing.T, name, group string) {
-	t.Helper()
-	labels := map[string]string{}
-	if group != "" {
-		labels["node.deckhouse.io/group"] = group
-	}
-	if _, err := kube.CoreV1().Nodes().Create(stack.TestContext(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-}
-
-func clientFor(t *testing.T, cfg *rest.Config) bashibleclient.BashibleV1alpha1Interface {
-	t.Helper()
-	return versioned.NewForConfigOrDie(cfg).BashibleV1alpha1()
-}
 
 // checkScopedToWorker asserts a caller may get, list and watch worker's
 // objects and nothing of master's, with a 403 that says why.
 func checkScopedToWorker(t *testing.T, c bashibleclient.BashibleV1alpha1Interface, who string) {
 	t.Helper()
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	if _, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{}); err != nil {
 		t.Fatalf("%s reading its own group: %v", who, err)
 	}
@@ -72,7 +52,7 @@ func checkScopedToWorker(t *testing.T, c bashibleclient.BashibleV1alpha1Interfac
 	}
 	defer w.Stop()
 	// Change both groups; only worker's change may reach this caller.
-	ngc := createConfig(t, "scope-probe-"+strings.ReplaceAll(strings.ToLower(who), " ", "-")+".sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+	ngc := f.TestConfiguration(t, "scope-probe-"+strings.ReplaceAll(strings.ToLower(who), " ", "-")+".sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
 		NodeGroups: []string{"*"}, Bundles: []string{"*"}, Weight: 90, Content: "true\n",
 	})
 	waitConfigProcessed(t, ngc.Name, ngc.Generation)
@@ -104,31 +84,15 @@ func checkScopedToWorker(t *testing.T, c bashibleclient.BashibleV1alpha1Interfac
 	}
 }
 
-// createInstance creates the Instance node-manager writes when it approves
-// a joining node's certificate ("" makes one without a group).
-func createInstance(t *testing.T, name, group string) {
-	t.Helper()
-	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if group != "" {
-		inst.Labels = map[string]string{"node.deckhouse.io/group": group}
-	}
-	if _, err := nm.DeckhouseV1alpha1().Instances().Create(stack.TestContext(t), inst, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-}
-
 func TestNodeReadsOnlyItsGroup(t *testing.T) {
-	createNode(t, "node-w1", "worker")
-	createInstance(t, "node-w1", "worker")
-	cfg, err := cp.NodeConfig("node-w1")
+	f.TestNode(t, framework.NewNode("node-w1", "worker"))
+	f.TestInstance(t, framework.NewInstance("node-w1", "worker"))
+	cfg, err := f.CP.NodeConfig("node-w1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := clientFor(t, cfg)
-	stack.Poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
+	c := framework.BashibleClient(cfg)
+	framework.Poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
 		_, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
 		return err == nil, nil
 	})
@@ -139,21 +103,21 @@ func TestNodeReadsOnlyItsGroup(t *testing.T) {
 // which node-manager writes; a Node's own label (a kubelet writes it) counts
 // for nothing.
 func TestNodeWithoutInstanceReadsNothing(t *testing.T) {
-	createNode(t, "node-fresh", "worker")
-	createNode(t, "node-unlabelled", "worker")
-	createInstance(t, "node-unlabelled", "")
+	f.TestNode(t, framework.NewNode("node-fresh", "worker"))
+	f.TestNode(t, framework.NewNode("node-unlabelled", "worker"))
+	f.TestInstance(t, framework.NewInstance("node-unlabelled", ""))
 	for name, want := range map[string]string{
 		"node-fresh":      `node "node-fresh" has no Instance yet; node-manager creates it when the node joins`,
 		"node-ghost":      `node "node-ghost" has no Instance yet`,
 		"node-unlabelled": "the Instance of node \"node-unlabelled\" has no node.deckhouse.io/group label",
 	} {
-		cfg, err := cp.NodeConfig(name)
+		cfg, err := f.CP.NodeConfig(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := clientFor(t, cfg)
+		c := framework.BashibleClient(cfg)
 		// The Instance without a group may take a moment to reach the narrower.
-		stack.Poll(t, name+" is refused with the reason", func(ctx context.Context) (bool, error) {
+		framework.Poll(t, name+" is refused with the reason", func(ctx context.Context) (bool, error) {
 			_, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
 			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), want), nil
 		})
@@ -164,16 +128,16 @@ func TestNodeWithoutInstanceReadsNothing(t *testing.T) {
 // Node's labels, so once node-manager has an Instance for the node, the
 // Instance's group is what counts.
 func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
-	ctx := stack.TestContext(t)
-	createNode(t, "node-sneaky", "worker")
+	ctx := framework.Context(t)
+	f.TestNode(t, framework.NewNode("node-sneaky", "worker"))
 	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-sneaky", Labels: map[string]string{"node.deckhouse.io/group": "worker"}}}
-	if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
+	if _, err := f.NM.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = nm.DeckhouseV1alpha1().Instances().Delete(context.Background(), "node-sneaky", metav1.DeleteOptions{})
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), "node-sneaky", metav1.DeleteOptions{})
 	})
-	cfg, err := cp.NodeConfig("node-sneaky")
+	cfg, err := f.CP.NodeConfig("node-sneaky")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +146,8 @@ func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
 	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes().Patch(ctx, "node-sneaky", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("the node relabelling itself (allowed by NodeRestriction): %v", err)
 	}
-	c := clientFor(t, cfg)
-	stack.Poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
+	c := framework.BashibleClient(cfg)
+	framework.Poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
 		_, err := c.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
 		return err == nil, nil
 	})
@@ -193,17 +157,17 @@ func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
 }
 
 func TestBootstrapTokenReadsOnlyItsGroup(t *testing.T) {
-	tok, err := cp.CreateBootstrapToken(stack.TestContext(t), "worker", time.Hour)
+	tok, err := f.CP.CreateBootstrapToken(framework.Context(t), "worker", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := cp.BootstrapTokenConfig(tok)
+	cfg := f.CP.BootstrapTokenConfig(tok)
 	// The narrower learns of the token from its informer.
-	stack.Poll(t, "the token is known", func(ctx context.Context) (bool, error) {
-		_, err := clientFor(t, cfg).NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
+	framework.Poll(t, "the token is known", func(ctx context.Context) (bool, error) {
+		_, err := framework.BashibleClient(cfg).NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{})
 		return err == nil, nil
 	})
-	checkScopedToWorker(t, clientFor(t, cfg), "bootstrap token")
+	checkScopedToWorker(t, framework.BashibleClient(cfg), "bootstrap token")
 
 	// Nothing about the token ever reaches the server's log.
 	if log := replica.Tail(100000); strings.Contains(log, tok.Secret) {

@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // TestFailingConfigurationNeverLeaksRegistryCredentials plants registry
@@ -24,7 +24,7 @@ import (
 // for them where a render failure goes: the NodeGroupConfiguration's and
 // every NodeGroup's status, Events, the server's log and its metrics.
 func TestFailingConfigurationNeverLeaksRegistryCredentials(t *testing.T) {
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	user, password := "leak-user", fmt.Sprintf("Planted-%d", time.Now().UnixNano())
 	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
 	setClusterConfiguration(t, `
@@ -34,7 +34,7 @@ registry:
   mirrors:
     - {host: docker.io, endpoints: ["https://mirror.corp:5000"], username: `+user+`, password: `+password+`}
 `)
-	ngc := createConfig(t, "leak.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+	ngc := f.TestConfiguration(t, "leak.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
 		NodeGroups: []string{"worker"}, Bundles: []string{"*"}, Weight: 150,
 		Content: `{{ $m := index .registry.mirrors 0 }}{{ fail (printf "mirrors %s auth %s decoded %s" (toJson .registry) $m.auth (b64dec $m.auth)) }}`,
 	})
@@ -42,12 +42,12 @@ registry:
 	if cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "[redacted]") {
 		t.Fatalf("Rendered condition: %+v, want a redacted failure", cond)
 	}
-	stack.Poll(t, "a Warning event about leak.sh", func(ctx context.Context) (bool, error) {
-		evs, err := kube.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("regarding.name", ngc.Name).String()})
+	framework.Poll(t, "a Warning event about leak.sh", func(ctx context.Context) (bool, error) {
+		evs, err := f.Kube.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("regarding.name", ngc.Name).String()})
 		return err == nil && len(evs.Items) > 0, err
 	})
-	stack.Poll(t, "NodeGroup worker reports the failure", func(ctx context.Context) (bool, error) {
-		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
+	framework.Poll(t, "NodeGroup worker reports the failure", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -63,29 +63,29 @@ registry:
 		}
 		places[what] = string(data)
 	}
-	ngcNow, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, ngc.Name, metav1.GetOptions{})
+	ngcNow, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, ngc.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dump("NodeGroupConfiguration status", ngcNow.Status)
-	groups, err := nm.DeckhouseV1().NodeGroups().List(ctx, metav1.ListOptions{})
+	groups, err := f.NM.DeckhouseV1().NodeGroups().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ng := range groups.Items {
 		dump("NodeGroup "+ng.Name+" status", ng.Status)
 	}
-	events, err := kube.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+	events, err := f.Kube.EventsV1().Events("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dump("events.k8s.io Events", events.Items)
-	coreEvents, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	coreEvents, err := f.Kube.CoreV1().Events("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dump("core Events", coreEvents.Items)
-	logData, err := os.ReadFile(filepath.Join(cp.Dir(), "bashible-apiserver-"+replica.Identity+".log"))
+	logData, err := os.ReadFile(filepath.Join(f.CP.Dir(), "bashible-apiserver-"+replica.Identity+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}

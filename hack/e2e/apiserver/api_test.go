@@ -1,8 +1,7 @@
-package bashible
+package apiserver
 
 import (
 	"context"
-	"github.com/node-manager/node-manager/hack/stack"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,10 +11,11 @@ import (
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 func TestDiscoveryListsTheThreeResourcesWithGetListWatch(t *testing.T) {
-	out := kubectl(t, "api-resources", "--api-group=bashible.deckhouse.io", "-o", "wide")
+	out := f.Kubectl(t, "api-resources", "--api-group=bashible.deckhouse.io", "-o", "wide")
 	for _, want := range []string{"bashibles", "nodegroupbundles", "bootstrap"} {
 		found := false
 		for _, line := range strings.Split(out, "\n") {
@@ -31,14 +31,14 @@ func TestDiscoveryListsTheThreeResourcesWithGetListWatch(t *testing.T) {
 			t.Errorf("kubectl api-resources does not list %s:\n%s", want, out)
 		}
 	}
-	if out := kubectl(t, "get", "apiservice", "v1alpha1.bashible.deckhouse.io"); !strings.Contains(out, "True") {
+	if out := f.Kubectl(t, "get", "apiservice", "v1alpha1.bashible.deckhouse.io"); !strings.Contains(out, "True") {
 		t.Errorf("APIService should be Available:\n%s", out)
 	}
 }
 
 func TestKubectlTablesAndExplain(t *testing.T) {
 	for _, resource := range []string{"bashibles", "nodegroupbundles", "bootstrap"} {
-		out := kubectl(t, "get", resource)
+		out := f.Kubectl(t, "get", resource)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		if got := strings.Join(strings.Fields(lines[0]), " "); got != "NAME TYPE CHECKSUM STEPS SIZE AGE" {
 			t.Errorf("kubectl get %s header = %q", resource, got)
@@ -46,14 +46,14 @@ func TestKubectlTablesAndExplain(t *testing.T) {
 		if !strings.Contains(out, "worker   Static") {
 			t.Errorf("kubectl get %s should show the worker group:\n%s", resource, out)
 		}
-		wide := kubectl(t, "get", resource, "worker", "-o", "wide")
-		for _, want := range []string{"KUBERNETES", "CRI", "FULL-CHECKSUM", "1.36", "Containerd", checksum(t, "worker")} {
+		wide := f.Kubectl(t, "get", resource, "worker", "-o", "wide")
+		for _, want := range []string{"KUBERNETES", "CRI", "FULL-CHECKSUM", "1.36", "Containerd", f.Checksum(t, "worker")} {
 			if !strings.Contains(wide, want) {
 				t.Errorf("kubectl get %s -o wide should show %q:\n%s", resource, want, wide)
 			}
 		}
 	}
-	out := kubectl(t, "get", "nodegroupbundles", "worker")
+	out := f.Kubectl(t, "get", "nodegroupbundles", "worker")
 	if fields := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1]); len(fields) < 4 || fields[3] == "0" || fields[3] == "-" {
 		t.Errorf("nodegroupbundles should count the steps: %q", out)
 	}
@@ -61,9 +61,9 @@ func TestKubectlTablesAndExplain(t *testing.T) {
 	// background after registration, so explain may need a moment.
 	for field, want := range map[string]string{"nodegroupbundle.data": "<NNN>_<step>.sh", "bootstrap.bootstrap": "Bootstrap is the script"} {
 		var out string
-		stack.Poll(t, "kubectl explain "+field, func(context.Context) (bool, error) {
+		framework.Poll(t, "kubectl explain "+field, func(context.Context) (bool, error) {
 			var err error
-			out, err = kubectlErr(t, "explain", field)
+			out, err = f.KubectlErr(t, "explain", field)
 			return err == nil, nil
 		})
 		if !strings.Contains(out, want) {
@@ -73,8 +73,8 @@ func TestKubectlTablesAndExplain(t *testing.T) {
 }
 
 func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
-	ctx := stack.TestContext(t)
-	c := nm.BashibleV1alpha1()
+	ctx := framework.Context(t)
+	c := f.NM.BashibleV1alpha1()
 	b, err := c.Bashibles().Get(ctx, "worker", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 	if !strings.HasPrefix(b.Data["bashible.sh"], "#!/usr/bin/env bash") || len(b.Data) != 1 {
 		t.Errorf("bashibles/worker data: %v", keys(b.Data))
 	}
-	bundle := served(t, "worker")
+	bundle := f.Bundle(t, "worker")
 	boot, err := c.Bootstraps().Get(ctx, "worker", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 	if bundle.CreationTimestamp.IsZero() || bundle.ResourceVersion == "" {
 		t.Errorf("creationTimestamp %v, resourceVersion %q", bundle.CreationTimestamp, bundle.ResourceVersion)
 	}
-	again := served(t, "worker")
+	again := f.Bundle(t, "worker")
 	if !again.CreationTimestamp.Equal(&bundle.CreationTimestamp) {
 		t.Errorf("creationTimestamp is not stable: %v then %v", bundle.CreationTimestamp, again.CreationTimestamp)
 	}
@@ -124,8 +124,8 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 }
 
 func TestErrorsAreTypedAndHelpful(t *testing.T) {
-	ctx := stack.TestContext(t)
-	c := nm.BashibleV1alpha1().NodeGroupBundles()
+	ctx := framework.Context(t)
+	c := f.NM.BashibleV1alpha1().NodeGroupBundles()
 	_, err := c.Get(ctx, "no-such-group", metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("unknown group: want 404 NotFound, got %v", err)
@@ -140,10 +140,10 @@ func TestErrorsAreTypedAndHelpful(t *testing.T) {
 	if err != nil {
 		t.Fatalf("legacy <os>.<group> name: %v", err)
 	}
-	if legacy.Name != "ubuntu-lts.worker" || legacy.Annotations[bashiblev1alpha1.ChecksumAnnotation] != checksum(t, "worker") {
+	if legacy.Name != "ubuntu-lts.worker" || legacy.Annotations[bashiblev1alpha1.ChecksumAnnotation] != f.Checksum(t, "worker") {
 		t.Errorf("legacy name serves %q with checksum %q", legacy.Name, legacy.Annotations[bashiblev1alpha1.ChecksumAnnotation])
 	}
-	anonymous := versioned.NewForConfigOrDie(cp.AnonymousConfig()).BashibleV1alpha1()
+	anonymous := versioned.NewForConfigOrDie(f.CP.AnonymousConfig()).BashibleV1alpha1()
 	if _, err := anonymous.NodeGroupBundles().Get(ctx, "worker", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("anonymous get: want 403, got %v", err)
 	}
@@ -165,7 +165,7 @@ func TestHealthAndMetrics(t *testing.T) {
 	if !strings.Contains(string(body), "bashible-bundles ok") {
 		t.Errorf("readyz should include the bundle check:\n%s", body)
 	}
-	served(t, "worker")
+	f.Bundle(t, "worker")
 	code, metrics := direct(t, replica.Port, "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
@@ -173,7 +173,7 @@ func TestHealthAndMetrics(t *testing.T) {
 	for _, want := range []string{
 		`bashible_apiserver_render_duration_seconds_bucket{group="worker"`,
 		`bashible_apiserver_bundle_size_bytes{group="worker"}`,
-		`bashible_apiserver_configuration_checksum{checksum="` + checksum(t, "worker") + `",group="worker"} 1`,
+		`bashible_apiserver_configuration_checksum{checksum="` + f.Checksum(t, "worker") + `",group="worker"} 1`,
 		`bashible_apiserver_requests_total{resource="nodegroupbundles",verb="get"}`,
 		`bashible_apiserver_leader 1`,
 		`bashible_apiserver_render_cache_hits_total`,

@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // randomHeredoc is n bytes or so of valid shell that gzip cannot shrink
@@ -30,12 +30,12 @@ func randomHeredoc(t *testing.T, n int) string {
 }
 
 func TestBundleTooLargeForASecretIsReportedNotServed(t *testing.T) {
-	ctx := stack.TestContext(t)
-	if err := createGroup(ctx, "huge", nil); err != nil {
+	ctx := framework.Context(t)
+	if _, err := f.CreateGroup(ctx, framework.NewGroup("huge")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteGroup(t, "huge") })
-	waitChecksum(t, "huge", func(s string) bool { return s != "" })
+	f.WaitChecksum(t, "huge", func(s string) bool { return s != "" })
 
 	// Three NGCs within the CRD's 512 KiB content limit: about 1.5 MB of
 	// script that encodes to more than a Secret holds. Created one by one,
@@ -43,15 +43,15 @@ func TestBundleTooLargeForASecretIsReportedNotServed(t *testing.T) {
 	// whatever was published before the group grew too large.
 	var names []string
 	for i := range 3 {
-		ngc := createConfig(t, fmt.Sprintf("huge-%d.sh", i), deckhousev1alpha1.NodeGroupConfigurationSpec{
+		ngc := f.TestConfiguration(t, fmt.Sprintf("huge-%d.sh", i), deckhousev1alpha1.NodeGroupConfigurationSpec{
 			NodeGroups: []string{"huge"}, Bundles: []string{"*"}, Weight: 94, Content: randomHeredoc(t, 500_000),
 		})
 		names = append(names, ngc.Name)
 	}
 
 	var cond *metav1.Condition
-	stack.Poll(t, "group huge reported as too large", func(ctx context.Context) (bool, error) {
-		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "huge", metav1.GetOptions{})
+	framework.Poll(t, "group huge reported as too large", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "huge", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -67,8 +67,8 @@ func TestBundleTooLargeForASecretIsReportedNotServed(t *testing.T) {
 		}
 	}
 	for _, name := range names {
-		stack.Poll(t, "NodeGroupConfiguration "+name+" reported as too large", func(ctx context.Context) (bool, error) {
-			ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, name, metav1.GetOptions{})
+		framework.Poll(t, "NodeGroupConfiguration "+name+" reported as too large", func(ctx context.Context) (bool, error) {
+			ngc, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err
 			}
@@ -76,7 +76,7 @@ func TestBundleTooLargeForASecretIsReportedNotServed(t *testing.T) {
 			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == bundles.ReasonBundleTooLarge && strings.Contains(c.Message, "huge"), nil
 		})
 	}
-	lastGood := served(t, "huge")
+	lastGood := f.Bundle(t, "huge")
 	steps := 0
 	for name := range lastGood.Data {
 		if strings.HasPrefix(name, "094_huge-") {
@@ -88,7 +88,7 @@ func TestBundleTooLargeForASecretIsReportedNotServed(t *testing.T) {
 	}
 	// Nothing else is published while the group stays too large.
 	time.Sleep(2 * time.Second)
-	if after := served(t, "huge"); after.ResourceVersion != lastGood.ResourceVersion {
+	if after := f.Bundle(t, "huge"); after.ResourceVersion != lastGood.ResourceVersion {
 		t.Errorf("group huge's bundle changed from resourceVersion %s to %s while it is too large", lastGood.ResourceVersion, after.ResourceVersion)
 	}
 	code, metrics := direct(t, replica.Port, "/metrics")

@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"context"
@@ -27,14 +27,14 @@ func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 			"rendering used more than 128 MiB and was stopped"},
 		{"range-bomb.sh", `{{ range 100000000000 }}{{ end }}`, "range over 100000000000: more than 100000 iterations"},
 	} {
-		ngc := createConfig(t, tc.name, deckhousev1alpha1.NodeGroupConfigurationSpec{
+		ngc := f.TestConfiguration(t, tc.name, deckhousev1alpha1.NodeGroupConfigurationSpec{
 			NodeGroups: []string{"master"}, Bundles: []string{"*"}, Weight: 90, Content: tc.content,
 		})
 		cond := waitConfigProcessed(t, tc.name, ngc.Generation)
 		if cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, tc.want) {
 			t.Errorf("%s: want Rendered=False saying %q, got %s: %s", tc.name, tc.want, cond.Status, cond.Message)
 		}
-		if err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, tc.name, metav1.DeleteOptions{}); err != nil {
+		if err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, tc.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,17 +47,17 @@ func TestTemplateBombsCostTheServerNothing(t *testing.T) {
 	// A CPU bomb on master (one action of RSA key generations: nothing
 	// but the sandbox stops it, at the 10s --render-timeout), and while it
 	// renders, a change for worker.
-	worker0 := waitChecksum(t, "worker", func(s string) bool { return s != "" })
-	spin := createConfig(t, "spin-bomb.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+	worker0 := f.WaitChecksum(t, "worker", func(s string) bool { return s != "" })
+	spin := f.TestConfiguration(t, "spin-bomb.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
 		NodeGroups: []string{"master"}, Bundles: []string{"*"}, Weight: 91,
 		Content: "{{ list" + strings.Repeat(` (genPrivateKey "rsa")`, 200) + " }}",
 	})
 	time.Sleep(500 * time.Millisecond) // master's render has started
 	start := time.Now()
-	createConfig(t, "worker-change.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+	f.TestConfiguration(t, "worker-change.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
 		NodeGroups: []string{"worker"}, Bundles: []string{"*"}, Weight: 92, Content: "echo changed\n",
 	})
-	waitChecksum(t, "worker", func(s string) bool { return s != worker0 })
+	f.WaitChecksum(t, "worker", func(s string) bool { return s != worker0 })
 	latency := time.Since(start)
 	t.Logf("worker's change was served after %s while master rendered a template that runs until the 10s deadline", latency)
 	if latency > 5*time.Second {

@@ -52,9 +52,9 @@ func BuildBinaries(root string) error {
 	return nil
 }
 
-// InstallBashibleAPIServer applies bashible-apiserver's namespaces and RBAC
+// InstallAPIServer applies bashible-apiserver's namespaces and RBAC
 // from manifests/ (the real ones, so the e2e runs prove them).
-func InstallBashibleAPIServer(ctx context.Context, root string, applier *controlplane.Applier) error {
+func InstallAPIServer(ctx context.Context, root string, applier *controlplane.Applier) error {
 	dir := filepath.Join(root, "manifests", "bashible-apiserver")
 	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"))
 }
@@ -66,8 +66,8 @@ func InstallPolicies(ctx context.Context, root string, applier *controlplane.App
 	return applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "policies"))
 }
 
-// BashibleOptions configure one bashible-apiserver replica.
-type BashibleOptions struct {
+// APIServerOptions configure one bashible-apiserver replica.
+type APIServerOptions struct {
 	// BinDir holds bashible-apiserver; empty means <root>/bin.
 	BinDir string
 	// Identity names the replica (log file, Lease holder); default "replica-1".
@@ -78,19 +78,19 @@ type BashibleOptions struct {
 	ExtraArgs []string
 }
 
-// Bashible is a running bashible-apiserver replica.
-type Bashible struct {
+// APIServer is a running bashible-apiserver replica.
+type APIServer struct {
 	*controlplane.Process
 	// Port is its secure port on 127.0.0.1.
 	Port     int
 	Identity string
-	opts     BashibleOptions
+	opts     APIServerOptions
 	cp       *controlplane.ControlPlane
 }
 
-// StartBashibleAPIServer starts a replica authenticated as the
+// StartAPIServer starts a replica authenticated as the
 // bashible-apiserver ServiceAccount and waits until it reports ready.
-func StartBashibleAPIServer(ctx context.Context, cp *controlplane.ControlPlane, opts BashibleOptions) (*Bashible, error) {
+func StartAPIServer(ctx context.Context, cp *controlplane.ControlPlane, opts APIServerOptions) (*APIServer, error) {
 	if opts.Identity == "" {
 		opts.Identity = "replica-1"
 	}
@@ -108,7 +108,7 @@ func StartBashibleAPIServer(ctx context.Context, cp *controlplane.ControlPlane, 
 	return startOnPort(ctx, cp, opts, port)
 }
 
-func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts BashibleOptions, port int) (*Bashible, error) {
+func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APIServerOptions, port int) (*APIServer, error) {
 	dir := filepath.Join(cp.Dir(), "bashible-apiserver-"+opts.Identity)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -150,33 +150,33 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts Bashib
 	if err != nil {
 		return nil, err
 	}
-	b := &Bashible{Process: proc, Port: port, Identity: opts.Identity, opts: opts, cp: cp}
-	if err := b.waitReady(ctx); err != nil {
+	s := &APIServer{Process: proc, Port: port, Identity: opts.Identity, opts: opts, cp: cp}
+	if err := s.waitReady(ctx); err != nil {
 		proc.Stop()
 		return nil, err
 	}
-	return b, nil
+	return s, nil
 }
 
 // Restart stops the replica and starts it again on the same port.
-func (b *Bashible) Restart(ctx context.Context) (*Bashible, error) {
-	b.Stop()
-	return startOnPort(ctx, b.cp, b.opts, b.Port)
+func (s *APIServer) Restart(ctx context.Context) (*APIServer, error) {
+	s.Stop()
+	return startOnPort(ctx, s.cp, s.opts, s.Port)
 }
 
 // URL is the replica's base URL.
-func (b *Bashible) URL() string { return "https://127.0.0.1:" + strconv.Itoa(b.Port) }
+func (s *APIServer) URL() string { return "https://127.0.0.1:" + strconv.Itoa(s.Port) }
 
-func (b *Bashible) waitReady(ctx context.Context) error {
+func (s *APIServer) waitReady(ctx context.Context) error {
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(b.cp.CACertPEM())
+	pool.AppendCertsFromPEM(s.cp.CACertPEM())
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		if b.Exited() {
+		if s.Exited() {
 			return false, fmt.Errorf("exited before it was ready")
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL()+"/readyz?verbose", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/readyz?verbose", nil)
 		if err != nil {
 			return false, err
 		}
@@ -193,17 +193,17 @@ func (b *Bashible) waitReady(ctx context.Context) error {
 		return false, nil
 	})
 	if err != nil {
-		return b.Failure(fmt.Errorf("not ready at %s/readyz (last: %s): %w", b.URL(), last, err))
+		return s.Failure(fmt.Errorf("not ready at %s/readyz (last: %s): %w", s.URL(), last, err))
 	}
 	return nil
 }
 
-// Register points the aggregator at b: Service bashible-api as an
+// Register points the aggregator at s: Service bashible-api as an
 // ExternalName for localhost (Endpoints cannot hold loopback addresses) and
-// APIService v1alpha1.bashible.deckhouse.io on b's port, trusting the
+// APIService v1alpha1.bashible.deckhouse.io on s's port, trusting the
 // cluster CA. It waits until the APIService is Available.
-func (b *Bashible) Register(ctx context.Context) error {
-	dyn, err := dynamic.NewForConfig(b.cp.AdminConfig())
+func (s *APIServer) Register(ctx context.Context) error {
+	dyn, err := dynamic.NewForConfig(s.cp.AdminConfig())
 	if err != nil {
 		return err
 	}
@@ -218,11 +218,11 @@ func (b *Bashible) Register(ctx context.Context) error {
 		"spec": map[string]any{
 			"group": "bashible.deckhouse.io", "version": "v1alpha1",
 			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			"service":  map[string]any{"name": ServiceName, "namespace": Namespace, "port": int64(b.Port)},
-			"caBundle": b.cp.CACertPEM(),
+			"service":  map[string]any{"name": ServiceName, "namespace": Namespace, "port": int64(s.Port)},
+			"caBundle": s.cp.CACertPEM(),
 		},
 	}}
-	applier, err := b.cp.NewApplier()
+	applier, err := s.cp.NewApplier()
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,9 @@
-package bashible
+package apiserver
 
 import (
 	"bytes"
 	"context"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,20 +20,21 @@ import (
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/generated/informers/externalversions"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
 // TestRestartServesIdenticalObjects: a restarted server comes back with
 // the same objects, checksums and resourceVersions.
 func TestRestartServesIdenticalObjects(t *testing.T) {
-	before := map[string]*bashiblev1alpha1.NodeGroupBundle{"worker": served(t, "worker"), "master": served(t, "master")}
-	restarted, err := replica.Restart(stack.TestContext(t))
+	before := map[string]*bashiblev1alpha1.NodeGroupBundle{"worker": f.Bundle(t, "worker"), "master": f.Bundle(t, "master")}
+	restarted, err := replica.Restart(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	replica = restarted
 	for group, b := range before {
-		after := served(t, group)
+		after := f.Bundle(t, group)
 		if checksum0(after) != checksum0(b) || after.ResourceVersion != b.ResourceVersion || !after.CreationTimestamp.Equal(&b.CreationTimestamp) {
 			t.Errorf("%s after restart: checksum %s rv %s created %v; before %s %s %v", group,
 				checksum0(after), after.ResourceVersion, after.CreationTimestamp, checksum0(b), b.ResourceVersion, b.CreationTimestamp)
@@ -44,7 +44,7 @@ func TestRestartServesIdenticalObjects(t *testing.T) {
 
 // TestTwoReplicasServeIdenticalObjects asks each replica directly.
 func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
-	second, err := stack.StartBashibleAPIServer(stack.TestContext(t), cp, stack.BashibleOptions{Identity: "replica-2"})
+	second, err := stack.StartAPIServer(framework.Context(t), f.CP, stack.APIServerOptions{Identity: "replica-2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
 			t.Errorf("%s differs between replicas:\n%.300s\n%.300s", path, body1, body2)
 		}
 	}
-	lease, err := kube.CoordinationV1().Leases(stack.BundlesNamespace).Get(stack.TestContext(t), bundles.LeaseName, metav1.GetOptions{})
+	lease, err := f.Kube.CoordinationV1().Leases(stack.BundlesNamespace).Get(framework.Context(t), bundles.LeaseName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
 // TestWatchResumesAndExpires: a watch from a list's resourceVersion sees
 // later changes only; one from before the server's history gets 410 Gone.
 func TestWatchResumesAndExpires(t *testing.T) {
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	// A restarted replica's history starts at the newest bundle, so an
 	// older resourceVersion cannot be resumed there.
 	restarted, err := replica.Restart(ctx)
@@ -87,7 +87,7 @@ func TestWatchResumesAndExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	replica = restarted
-	c := nm.BashibleV1alpha1().NodeGroupBundles()
+	c := f.NM.BashibleV1alpha1().NodeGroupBundles()
 	list, err := c.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestWatchResumesAndExpires(t *testing.T) {
 		t.Fatalf("nothing changed after the list, yet the watch sent %s", ev.Type)
 	case <-time.After(500 * time.Millisecond):
 	}
-	if err := createGroup(ctx, "watched", nil); err != nil {
+	if _, err := f.CreateGroup(ctx, framework.NewGroup("watched")); err != nil {
 		t.Fatal(err)
 	}
 	expect := func(typ watch.EventType) {
@@ -120,7 +120,7 @@ func TestWatchResumesAndExpires(t *testing.T) {
 		}
 	}
 	expect(watch.Added)
-	if err := nm.DeckhouseV1().NodeGroups().Delete(ctx, "watched", metav1.DeleteOptions{}); err != nil {
+	if err := f.NM.DeckhouseV1().NodeGroups().Delete(ctx, "watched", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect(watch.Deleted)
@@ -132,8 +132,8 @@ func TestWatchResumesAndExpires(t *testing.T) {
 // TestInformersFollowGroups runs a generated client-go informer against the
 // aggregated API.
 func TestInformersFollowGroups(t *testing.T) {
-	ctx, cancel := context.WithCancel(stack.TestContext(t))
-	factory := externalversions.NewSharedInformerFactory(nm, 0)
+	ctx, cancel := context.WithCancel(framework.Context(t))
+	factory := externalversions.NewSharedInformerFactory(f.NM, 0)
 	lister := factory.Bashible().V1alpha1().NodeGroupBundles().Lister()
 	informer := factory.Bashible().V1alpha1().NodeGroupBundles().Informer()
 	factory.Start(ctx.Done())
@@ -145,17 +145,17 @@ func TestInformersFollowGroups(t *testing.T) {
 	if _, err := lister.Get("worker"); err != nil {
 		t.Fatalf("lister: %v", err)
 	}
-	if err := createGroup(ctx, "informed", nil); err != nil {
+	if _, err := f.CreateGroup(ctx, framework.NewGroup("informed")); err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the informer sees the new group", func(context.Context) (bool, error) {
+	framework.Poll(t, "the informer sees the new group", func(context.Context) (bool, error) {
 		_, err := lister.Get("informed")
 		return err == nil, nil
 	})
-	if err := nm.DeckhouseV1().NodeGroups().Delete(ctx, "informed", metav1.DeleteOptions{}); err != nil {
+	if err := f.NM.DeckhouseV1().NodeGroups().Delete(ctx, "informed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the informer sees the group go", func(context.Context) (bool, error) {
+	framework.Poll(t, "the informer sees the group go", func(context.Context) (bool, error) {
 		all, err := lister.List(labels.Everything())
 		for _, b := range all {
 			if b.Name == "informed" {
@@ -169,7 +169,7 @@ func TestInformersFollowGroups(t *testing.T) {
 // TestManifestsApplyCleanly: the kustomized manifests pass server-side
 // validation against the local control plane.
 func TestManifestsApplyCleanly(t *testing.T) {
-	out := kubectl(t, "apply", "--dry-run=server", "-k", filepath.Join(repoRoot, "manifests"))
+	out := f.Kubectl(t, "apply", "--dry-run=server", "-k", filepath.Join(f.Root, "manifests"))
 	for _, want := range []string{
 		"deployment.apps/bashible-apiserver", "apiservice.apiregistration.k8s.io/v1alpha1.bashible.deckhouse.io",
 		"poddisruptionbudget.policy/bashible-apiserver", "clusterrole.rbac.authorization.k8s.io/d8:node-manager:bashible-apiserver:reader",
@@ -183,25 +183,24 @@ func TestManifestsApplyCleanly(t *testing.T) {
 
 // TestKubectlGetWatch: kubectl get -w prints a row when a bundle changes.
 func TestKubectlGetWatch(t *testing.T) {
-	ctx, cancel := context.WithTimeout(stack.TestContext(t), 30*time.Second)
+	ctx, cancel := context.WithTimeout(framework.Context(t), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", cp.KubeconfigPath(),
-		"get", "nodegroupbundles", "-w", "--output-watch-events")
+	cmd := f.KubectlCommand(ctx, "get", "nodegroupbundles", "-w", "--output-watch-events")
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { cancel(); _ = cmd.Wait() }()
-	stack.Poll(t, "kubectl get -w lists the groups", func(context.Context) (bool, error) {
+	framework.Poll(t, "kubectl get -w lists the groups", func(context.Context) (bool, error) {
 		return strings.Contains(out.String(), "ADDED") && strings.Contains(out.String(), "worker"), nil
 	})
-	ngc := createConfig(t, "watched-by-kubectl.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+	ngc := f.TestConfiguration(t, "watched-by-kubectl.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
 		NodeGroups: []string{"worker"}, Bundles: []string{"*"}, Weight: 91, Content: "true\n",
 	})
 	waitConfigProcessed(t, ngc.Name, ngc.Generation)
-	sum := waitChecksum(t, "worker", func(string) bool { return true })
-	stack.Poll(t, "kubectl get -w prints the change", func(context.Context) (bool, error) {
+	sum := f.WaitChecksum(t, "worker", func(string) bool { return true })
+	framework.Poll(t, "kubectl get -w prints the change", func(context.Context) (bool, error) {
 		return strings.Contains(out.String(), "MODIFIED") && strings.Contains(out.String(), sum[:12]), nil
 	})
 }

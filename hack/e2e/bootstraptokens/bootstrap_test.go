@@ -1,11 +1,8 @@
-package bootstrap
+package bootstraptokens
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,16 +14,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/node-manager/node-manager/controllers/bootstrap"
-	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
-const namespace = "d8-cloud-instance-manager"
-
 // groupTokens are the group's token Secrets as stored, by name.
 func groupTokens(ctx context.Context, group string) (map[string]controlplane.BootstrapToken, error) {
-	list, err := kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.GroupLabel + "=" + group})
+	list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.GroupLabel + "=" + group})
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +41,7 @@ func groupTokens(ctx context.Context, group string) (map[string]controlplane.Boo
 func waitTokens(t *testing.T, group string, ok func(map[string]controlplane.BootstrapToken) bool) map[string]controlplane.BootstrapToken {
 	t.Helper()
 	var got map[string]controlplane.BootstrapToken
-	stack.Poll(t, "bootstrap tokens of "+group, func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "bootstrap tokens of "+group, func(ctx context.Context) (bool, error) {
 		var err error
 		got, err = groupTokens(ctx, group)
 		return err == nil && ok(got), err
@@ -57,8 +53,8 @@ func waitTokens(t *testing.T, group string, ok func(map[string]controlplane.Boot
 func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToken) *corev1.Secret {
 	t.Helper()
 	var got *corev1.Secret
-	stack.Poll(t, "manual-bootstrap Secret of "+group+" with token "+tok.ID, func(ctx context.Context) (bool, error) {
-		s, err := kube.CoreV1().Secrets(namespace).Get(ctx, bootstrap.SecretName(group), metav1.GetOptions{})
+	framework.Poll(t, "manual-bootstrap Secret of "+group+" with token "+tok.ID, func(ctx context.Context) (bool, error) {
+		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstrap.SecretName(group), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -100,8 +96,8 @@ func newest(toks map[string]controlplane.BootstrapToken) controlplane.BootstrapT
 // group's bootstrap script and not another group's.
 func readsOnlyItsGroup(t *testing.T, tok controlplane.BootstrapToken, group, other string) {
 	t.Helper()
-	client := versioned.NewForConfigOrDie(cp.BootstrapTokenConfig(tok)).BashibleV1alpha1().Bootstraps()
-	ctx := stack.TestContext(t)
+	client := framework.BashibleClient(f.CP.BootstrapTokenConfig(tok)).Bootstraps()
+	ctx := framework.Context(t)
 	b, err := client.Get(ctx, group, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("token %s: get bootstrap/%s: %v", tok.ID, group, err)
@@ -118,39 +114,11 @@ func readsOnlyItsGroup(t *testing.T, tok controlplane.BootstrapToken, group, oth
 // with the machine's root redirected to root.
 func runScript(t *testing.T, script, root string, endpoints ...string) (string, int) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "bootstrap.sh")
-	if err := os.WriteFile(path, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(stack.TestContext(t), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", path)
-	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+root, "BASHIBLE_API_ENDPOINTS="+strings.Join(endpoints, " "))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		return out.String(), exit.ExitCode()
-	case err != nil:
-		t.Fatalf("run bootstrap.sh: %v\n%s", err, out.String())
-	}
-	return out.String(), 0
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Errorf("%v", err)
-	}
-	return string(data)
+	return shell.Run(t, "bootstrap.sh", script, "BASHIBLE_ROOT="+root, "BASHIBLE_API_ENDPOINTS="+strings.Join(endpoints, " "))
 }
 
 func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
-	local := strings.TrimPrefix(cp.APIServerURL, "https://")
+	local := strings.TrimPrefix(f.CP.APIServerURL, "https://")
 	var first controlplane.BootstrapToken
 	var manual *corev1.Secret
 
@@ -164,7 +132,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 
 		cloud := only(t, waitTokens(t, ephemeralGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		readsOnlyItsGroup(t, cloud, ephemeralGroup, staticGroup)
-		if _, err := kube.CoreV1().Secrets(namespace).Get(stack.TestContext(t), bootstrap.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(framework.Context(t), bootstrap.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("CloudEphemeral group %s: want no manual-bootstrap Secret, got %v", ephemeralGroup, err)
 		}
 		if got := string(manual.Data["apiserverEndpoints"]); got != "- "+documentedEndpoint+"\n" {
@@ -175,8 +143,8 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		}
 
 		// The issue is recorded on the NodeGroup, without the secret.
-		stack.Poll(t, "BootstrapTokenIssued event of "+staticGroup, func(ctx context.Context) (bool, error) {
-			evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		framework.Poll(t, "BootstrapTokenIssued event of "+staticGroup, func(ctx context.Context) (bool, error) {
+			evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err
 			}
@@ -209,32 +177,32 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 			}
 		}
 		dir := filepath.Join(root, "var/lib/bashible")
-		if got := readFile(t, filepath.Join(dir, "bootstrap-token")); got != first.String()+"\n" {
+		if got := framework.ReadFile(t, filepath.Join(dir, "bootstrap-token")); got != first.String()+"\n" {
 			t.Errorf("bootstrap-token = %q", got)
 		}
 		if st, err := os.Stat(filepath.Join(dir, "bootstrap-token")); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("bootstrap-token: mode %v, %v; want 0600", st.Mode().Perm(), err)
 		}
-		if got := strings.TrimSpace(readFile(t, filepath.Join(dir, "ca.crt"))); got != strings.TrimSpace(string(cp.CACertPEM())) {
+		if got := strings.TrimSpace(framework.ReadFile(t, filepath.Join(dir, "ca.crt"))); got != strings.TrimSpace(string(f.CP.CACertPEM())) {
 			t.Error("ca.crt is not the cluster CA")
 		}
 		// It fetched and ran the served bootstrap script, which fetched
 		// bashible.sh with the token and started it: what a joining
 		// machine does. (bashible then stops: the temp root has no
 		// /etc/os-release to pick a bundle by.)
-		ctx := stack.TestContext(t)
-		served, err := nm.BashibleV1alpha1().Bootstraps().Get(ctx, staticGroup, metav1.GetOptions{})
+		ctx := framework.Context(t)
+		served, err := f.NM.BashibleV1alpha1().Bootstraps().Get(ctx, staticGroup, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := readFile(t, filepath.Join(dir, "bootstrap.sh")); got != served.Bootstrap {
+		if got := framework.ReadFile(t, filepath.Join(dir, "bootstrap.sh")); got != served.Bootstrap {
 			t.Errorf("var/lib/bashible/bootstrap.sh is not the served bootstrap/%s", staticGroup)
 		}
-		agent, err := nm.BashibleV1alpha1().Bashibles().Get(ctx, staticGroup, metav1.GetOptions{})
+		agent, err := f.NM.BashibleV1alpha1().Bashibles().Get(ctx, staticGroup, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := readFile(t, filepath.Join(dir, "bashible.sh")); got != agent.Data["bashible.sh"] {
+		if got := framework.ReadFile(t, filepath.Join(dir, "bashible.sh")); got != agent.Data["bashible.sh"] {
 			t.Error("var/lib/bashible/bashible.sh is not the served bashibles/" + staticGroup)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "first_run")); err != nil {
@@ -283,14 +251,14 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		if err := yaml.UnmarshalStrict(manual.Data["apiserverEndpoints"], &endpoints); err != nil {
 			t.Fatal(err)
 		}
-		ca, err := kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(stack.TestContext(t), "kube-root-ca.crt", metav1.GetOptions{})
+		ca, err := f.Kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(framework.Context(t), "kube-root-ca.crt", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cur := newest(waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
 		script, err := bootstrap.Manual{
-			Namespace: namespace, Group: staticGroup, CA: ca.Data["ca.crt"], Endpoints: endpoints,
+			Namespace: stack.Namespace, Group: staticGroup, CA: ca.Data["ca.crt"], Endpoints: endpoints,
 			Token: bootstrap.Token{Name: "bootstrap-token-" + cur.ID, ID: cur.ID, Secret: cur.Secret, Expires: expired},
 		}.Script()
 		if err != nil {
@@ -315,13 +283,13 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 	})
 
 	t.Run("a deleted group's tokens and Secret go", func(t *testing.T) {
-		ctx := stack.TestContext(t)
-		if err := nm.DeckhouseV1().NodeGroups().Delete(ctx, staticGroup, metav1.DeleteOptions{}); err != nil {
+		ctx := framework.Context(t)
+		if err := f.NM.DeckhouseV1().NodeGroups().Delete(ctx, staticGroup, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) == 0 })
-		stack.Poll(t, "manual-bootstrap Secret of the deleted group to go", func(ctx context.Context) (bool, error) {
-			_, err := kube.CoreV1().Secrets(namespace).Get(ctx, bootstrap.SecretName(staticGroup), metav1.GetOptions{})
+		framework.Poll(t, "manual-bootstrap Secret of the deleted group to go", func(ctx context.Context) (bool, error) {
+			_, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstrap.SecretName(staticGroup), metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 		// The clock steps rotated the other group's token too; it keeps them.

@@ -1,9 +1,9 @@
-// Package bootstrap is the e2e suite of the bootstrap-token and
+// Package bootstraptokens is the e2e suite of the bootstrap-token and
 // manual-bootstrap controller: the controller runs in-process on a fake
 // clock against the local control plane, with bashible-apiserver
 // registered, and the manual-bootstrap script it writes is run the way an
 // administrator runs it on a new machine.
-package bootstrap
+package bootstraptokens
 
 import (
 	"context"
@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	testclock "k8s.io/utils/clock/testing"
@@ -23,9 +21,8 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/bootstrap"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
-	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
@@ -40,23 +37,17 @@ const (
 )
 
 var (
-	cp    *controlplane.ControlPlane
-	kube  kubernetes.Interface
-	nm    versioned.Interface
+	f     = framework.New(framework.Options{})
 	clock *testclock.FakeClock
 )
 
-func TestMain(m *testing.M) { os.Exit(stack.RunSuite(m, setUp)) }
+func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
-func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
-	cp = env.CP
-	cfg := cp.AdminConfig()
-	kube = kubernetes.NewForConfigOrDie(cfg)
-	nm = versioned.NewForConfigOrDie(cfg)
+func setUp(ctx context.Context) (func(), error) {
 	if err := seedCluster(ctx); err != nil {
 		return nil, fmt.Errorf("seed cluster: %w", err)
 	}
-	if _, err := env.StartRegistered(ctx, stack.BashibleOptions{Identity: "replica-1"}); err != nil {
+	if _, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{Identity: "replica-1"}); err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
 	stop, err := startController()
@@ -70,22 +61,15 @@ func setUp(ctx context.Context, env *stack.Environment) (func(), error) {
 // without an endpoint reconciler) and the suite's groups. The CA
 // (kube-system/kube-root-ca.crt) is published by kube-controller-manager.
 func seedCluster(ctx context.Context) error {
-	if err := stack.PublishAPIEndpoints(ctx, kube, "192.0.2.10"); err != nil {
+	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10"); err != nil {
 		return err
 	}
-	for name, nodeType := range map[string]deckhousev1.NodeType{
-		staticGroup:    deckhousev1.NodeTypeStatic,
-		ephemeralGroup: deckhousev1.NodeTypeCloudEphemeral,
+	for _, ng := range []*deckhousev1.NodeGroup{
+		framework.NewGroup(staticGroup),
+		framework.NewGroup(ephemeralGroup, framework.OfType(deckhousev1.NodeTypeCloudEphemeral)),
 	} {
-		ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: nodeType}}
-		if nodeType == deckhousev1.NodeTypeCloudEphemeral {
-			ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
-				ClassReference: deckhousev1.ClassReference{Kind: "OpenStackInstanceClass", Name: "small"},
-				MaxPerZone:     1,
-			}
-		}
-		if _, err := nm.DeckhouseV1().NodeGroups().Create(ctx, ng, metav1.CreateOptions{}); err != nil {
-			return err
+		if _, err := f.CreateGroup(ctx, ng); err != nil {
+			return fmt.Errorf("create NodeGroup %s: %w", ng.Name, err)
 		}
 	}
 	return nil
@@ -96,7 +80,7 @@ func seedCluster(ctx context.Context) error {
 // the tokens by the real clock) and with events recorded to the API.
 func startController() (func(), error) {
 	clock = testclock.NewFakeClock(time.Now())
-	d, err := manager.NewDeps(cp.AdminConfig(), manager.NewOptions(), clock, prometheus.NewRegistry())
+	d, err := manager.NewDeps(f.CP.AdminConfig(), manager.NewOptions(), clock, prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}

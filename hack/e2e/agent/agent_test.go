@@ -1,4 +1,4 @@
-package node
+package agent
 
 import (
 	"context"
@@ -11,13 +11,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/rest"
 
-	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/generated/clientset/versioned"
-	bashibleclient "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
@@ -27,11 +23,11 @@ const checksumAnnotation = "node.deckhouse.io/configuration-checksum"
 // after bootstrap: its next run is its first.
 func newNode(t *testing.T, name, group string) *stack.SimNode {
 	t.Helper()
-	n, err := stack.NewSimNode(stack.TestContext(t), cp, t.TempDir(), name, group)
+	n, err := stack.NewSimNode(framework.Context(t), f.CP, t.TempDir(), name, group)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.FetchAgent(stack.TestContext(t), cp); err != nil {
+	if err := n.FetchAgent(framework.Context(t), f.CP); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -39,7 +35,7 @@ func newNode(t *testing.T, name, group string) *stack.SimNode {
 
 func mustRun(t *testing.T, n *stack.SimNode, args ...string) stack.Run {
 	t.Helper()
-	run, err := n.RunOnce(stack.TestContext(t), args...)
+	run, err := n.RunOnce(framework.Context(t), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,18 +45,9 @@ func mustRun(t *testing.T, n *stack.SimNode, args ...string) stack.Run {
 	return run
 }
 
-func served(t *testing.T, group string) string {
-	t.Helper()
-	b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(stack.TestContext(t), group, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.Annotations[bashiblev1alpha1.ChecksumAnnotation]
-}
-
 func annotations(t *testing.T, n *stack.SimNode) map[string]string {
 	t.Helper()
-	a, err := n.Annotations(stack.TestContext(t), cp)
+	a, err := n.Annotations(framework.Context(t), f.CP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,26 +56,11 @@ func annotations(t *testing.T, n *stack.SimNode) map[string]string {
 
 func instanceCondition(t *testing.T, node, condType string) *metav1.Condition {
 	t.Helper()
-	inst, err := nm.DeckhouseV1alpha1().Instances().Get(stack.TestContext(t), node, metav1.GetOptions{})
+	inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(framework.Context(t), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return meta.FindStatusCondition(inst.Status.Conditions, condType)
-}
-
-func events(t *testing.T, node, reason string) []string {
-	t.Helper()
-	list, err := kube.EventsV1().Events("default").List(stack.TestContext(t), metav1.ListOptions{
-		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("regarding.name", node), fields.OneTermEqualSelector("reason", reason)).String(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var notes []string
-	for _, e := range list.Items {
-		notes = append(notes, e.Note)
-	}
-	return notes
 }
 
 // changeBundle adds a NodeGroupConfiguration of weight 40 for group and
@@ -100,27 +72,15 @@ func changeBundle(t *testing.T, name, group, content string) string {
 
 func changeBundleWeight(t *testing.T, name, group string, weight int32, content string) string {
 	t.Helper()
-	before := served(t, group)
-	ngc := &deckhousev1alpha1.NodeGroupConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: []string{group}, Bundles: []string{"*"}, Weight: weight, Content: content}}
-	if _, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(stack.TestContext(t), ngc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	var after string
-	stack.Poll(t, "a new checksum for "+group, func(context.Context) (bool, error) {
-		after = served(t, group)
-		return after != before, nil
-	})
-	return after
+	before := f.Checksum(t, group)
+	f.TestConfiguration(t, name, deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: []string{group}, Bundles: []string{"*"}, Weight: weight, Content: content})
+	return f.WaitChecksum(t, group, func(sum string) bool { return sum != before })
 }
 
 func TestFirstRunConvergesWithoutApproval(t *testing.T) {
 	n := newNode(t, "first-1", "sim")
 	run := mustRun(t, n)
-	want := served(t, "sim")
+	want := f.Checksum(t, "sim")
 	if got := annotations(t, n)[checksumAnnotation]; got != want {
 		t.Fatalf("checksum annotation %q, want %q\n%s", got, want, run.Output)
 	}
@@ -136,7 +96,7 @@ func TestFirstRunConvergesWithoutApproval(t *testing.T) {
 	if c := instanceCondition(t, n.Name, "BashibleReady"); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "StepsCompleted" {
 		t.Errorf("Instance BashibleReady: %+v", c)
 	}
-	if notes := events(t, n.Name, "BashibleStepSucceeded"); len(notes) < 3 || !strings.Contains(strings.Join(notes, "\n"), "step 020_harmless.sh succeeded") {
+	if notes := f.EventNotes(t, n.Name, "BashibleStepSucceeded"); len(notes) < 3 || !strings.Contains(strings.Join(notes, "\n"), "step 020_harmless.sh succeeded") {
 		t.Errorf("per-step events: %v", notes)
 	}
 	if _, ok := annotations(t, n)["update.node.deckhouse.io/waiting-for-approval"]; ok {
@@ -156,7 +116,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 	for _, n := range nodes {
 		mustRun(t, n)
 	}
-	old := served(t, "sim")
+	old := f.Checksum(t, "sim")
 	next := changeBundle(t, "approval-probe.sh", "sim", "echo probe\n")
 
 	type running struct {
@@ -165,7 +125,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 	}
 	runs := map[string]running{}
 	for _, n := range nodes {
-		cmd, out, err := n.Start(stack.TestContext(t))
+		cmd, out, err := n.Start(framework.Context(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,8 +133,8 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
 	for _, n := range nodes {
-		stack.Poll(t, n.Name+" asks for approval", func(ctx context.Context) (bool, error) {
-			a, err := n.Annotations(ctx, cp)
+		framework.Poll(t, n.Name+" asks for approval", func(ctx context.Context) (bool, error) {
+			a, err := n.Annotations(ctx, f.CP)
 			if err != nil {
 				return false, err
 			}
@@ -182,13 +142,13 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 			_, stillUpToDate := a[checksumAnnotation]
 			return waiting && !stillUpToDate, nil
 		})
-		stack.Poll(t, n.Name+" reports WaitingApproval on its Instance", func(context.Context) (bool, error) {
+		framework.Poll(t, n.Name+" reports WaitingApproval on its Instance", func(context.Context) (bool, error) {
 			c := instanceCondition(t, n.Name, "WaitingApproval")
 			return c != nil && c.Status == metav1.ConditionTrue, nil
 		})
 	}
 	empty := ""
-	if err := nodes[1].Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := nodes[1].Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := runs["appr-2"].cmd.Wait(); err != nil {
@@ -220,7 +180,7 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 	if err := n.Control("fail", true); err != nil {
 		t.Fatal(err)
 	}
-	run, err := n.RunOnce(stack.TestContext(t), "--max-retries", "3")
+	run, err := n.RunOnce(framework.Context(t), "--max-retries", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +197,7 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 	if !strings.Contains(log, "+ bb-kube-api") || strings.Contains(log, "--cert") || strings.Contains(log, "Authorization") {
 		t.Errorf("a traced step shows its API calls but never their credentials:\n%s", log)
 	}
-	if notes := events(t, n.Name, "BashibleStepFailed"); len(notes) != 3 || !strings.Contains(notes[0], "failing on demand") {
+	if notes := f.EventNotes(t, n.Name, "BashibleStepFailed"); len(notes) != 3 || !strings.Contains(notes[0], "failing on demand") {
 		t.Errorf("want three failure events with the output: %v", notes)
 	}
 	if c := instanceCondition(t, n.Name, "BashibleReady"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "StepsFailed" {
@@ -251,7 +211,7 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRun(t, n)
-	if annotations(t, n)[checksumAnnotation] != served(t, "sim") {
+	if annotations(t, n)[checksumAnnotation] != f.Checksum(t, "sim") {
 		t.Error("after the fix the node should converge")
 	}
 }
@@ -262,7 +222,7 @@ func TestHungStepIsKilledAndTheLockReleased(t *testing.T) {
 	if err := n.Control("hang", true); err != nil {
 		t.Fatal(err)
 	}
-	run, err := n.RunOnce(stack.TestContext(t), "--max-retries", "1")
+	run, err := n.RunOnce(framework.Context(t), "--max-retries", "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +232,7 @@ func TestHungStepIsKilledAndTheLockReleased(t *testing.T) {
 	if run.Took > 30*time.Second {
 		t.Errorf("the run took %s", run.Took)
 	}
-	if notes := events(t, n.Name, "BashibleStepFailed"); len(notes) == 0 || !strings.Contains(notes[0], "timeout") {
+	if notes := f.EventNotes(t, n.Name, "BashibleStepFailed"); len(notes) == 0 || !strings.Contains(notes[0], "timeout") {
 		t.Errorf("the timeout should be reported: %v", notes)
 	}
 	if err := n.Control("hang", false); err != nil {
@@ -286,11 +246,11 @@ func TestConcurrentRunsOneRunsOneExits(t *testing.T) {
 	if err := n.Control("slow", true); err != nil {
 		t.Fatal(err)
 	}
-	first, out, err := n.Start(stack.TestContext(t))
+	first, out, err := n.Start(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the first run holds the lock", func(context.Context) (bool, error) {
+	framework.Poll(t, "the first run holds the lock", func(context.Context) (bool, error) {
 		return n.Exists("var/lib/bashible/bundle_steps"), nil
 	})
 	second := mustRun(t, n)
@@ -345,38 +305,38 @@ printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" 
 func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.T) {
 	n := newNode(t, "reboot-3", "sim")
 	mustRun(t, n)
-	sum := served(t, "sim")
+	sum := f.Checksum(t, "sim")
 	rebootsBy(t, n)
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
 		t.Fatal(err)
 	}
-	cmd, out, err := n.Start(stack.TestContext(t))
+	cmd, out, err := n.Start(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	has := func(ctx context.Context, key string) (bool, error) {
-		a, err := n.Annotations(ctx, cp)
+		a, err := n.Annotations(ctx, f.CP)
 		_, ok := a[key]
 		return ok, err
 	}
-	stack.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
 		return has(ctx, "update.node.deckhouse.io/waiting-for-approval")
 	})
 	if _, ok := annotations(t, n)[checksumAnnotation]; ok {
 		t.Error("a node asking for approval must not count as up to date")
 	}
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the node asks for a disruption", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "the node asks for a disruption", func(ctx context.Context) (bool, error) {
 		return has(ctx, "update.node.deckhouse.io/disruption-required")
 	})
 	if n.Exists("reboots") {
 		t.Fatal("the node rebooted before its disruption was approved")
 	}
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -417,13 +377,13 @@ func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
 	n := newNode(t, "early-1", "sim")
 	mustRun(t, n)
 	changeBundleWeight(t, "0-early.sh", "sim", 0, `touch "$BASHIBLE_ROOT/early-marker"`+"\n")
-	cmd, out, err := n.Start(stack.TestContext(t))
+	cmd, out, err := n.Start(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	stack.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
-		a, err := n.Annotations(ctx, cp)
+	framework.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
+		a, err := n.Annotations(ctx, f.CP)
 		_, ok := a["update.node.deckhouse.io/waiting-for-approval"]
 		return ok, err
 	})
@@ -432,7 +392,7 @@ func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
 		t.Fatal("the weight-0 step ran before the update was approved")
 	}
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -451,23 +411,23 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	}
 	changeBundle(t, "disruption-probe.sh", "sim", "echo disrupt\n")
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
-	cmd, out, err := n.Start(stack.TestContext(t))
+	cmd, out, err := n.Start(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	stack.Poll(t, "the node asks for disruption approval", func(ctx context.Context) (bool, error) {
-		a, err := n.Annotations(ctx, cp)
+	framework.Poll(t, "the node asks for disruption approval", func(ctx context.Context) (bool, error) {
+		a, err := n.Annotations(ctx, f.CP)
 		_, ok := a["update.node.deckhouse.io/disruption-required"]
 		return ok, err
 	})
 	if n.Exists("disrupted") {
 		t.Fatal("the disruptive action ran before it was approved")
 	}
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -484,7 +444,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := changeBundle(t, "rolling-probe.sh", "rolling", "echo rolling\n")
-	if err := r.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := r.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, r)
@@ -498,7 +458,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 
 func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
 	n := newNode(t, "scope-1", "sim")
-	cmd := exec.CommandContext(stack.TestContext(t), "bash", "-c",
+	cmd := exec.CommandContext(framework.Context(t), "bash", "-c",
 		`source "$1"; bb-kube-api GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/other`, "probe", n.Path("var/lib/bashible/lib.sh"))
 	mustRun(t, n) // writes lib.sh
 	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+n.Root, "BASHIBLE_API_ENDPOINTS="+n.Endpoint, "BASHIBLE_NODE_NAME="+n.Name)
@@ -509,8 +469,4 @@ func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
 	if !strings.Contains(string(out), "HTTP 403") || !strings.Contains(string(out), `may read only node group "sim", not "other"`) {
 		t.Errorf("the refusal should be clear:\n%s", out)
 	}
-}
-
-func clientFor(cfg *rest.Config) bashibleclient.BashibleV1alpha1Interface {
-	return versioned.NewForConfigOrDie(cfg).BashibleV1alpha1()
 }

@@ -1,8 +1,7 @@
-package bashible
+package apiserver
 
 import (
 	"context"
-	"github.com/node-manager/node-manager/hack/stack"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,46 +13,47 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // TestChecksumFollowsNodeGroupConfigurations: adding, editing and deleting
 // an NGC changes the checksum of exactly the groups it selects.
 func TestChecksumFollowsNodeGroupConfigurations(t *testing.T) {
-	ctx := stack.TestContext(t)
-	worker0, master0 := checksum(t, "worker"), checksum(t, "master")
+	ctx := framework.Context(t)
+	worker0, master0 := f.Checksum(t, "worker"), f.Checksum(t, "master")
 
-	ngc := createConfig(t, "worker-only.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+	ngc := f.TestConfiguration(t, "worker-only.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
 		NodeGroups: []string{"worker"}, Bundles: []string{"*"}, Weight: 70, Content: "echo {{ .nodeGroup.name }}\n",
 	})
 	waitConfigProcessed(t, ngc.Name, ngc.Generation)
-	worker1 := waitChecksum(t, "worker", func(s string) bool { return s != worker0 })
-	if got := served(t, "worker").Data["070_worker-only.sh"]; got != "echo worker\n" {
+	worker1 := f.WaitChecksum(t, "worker", func(s string) bool { return s != worker0 })
+	if got := f.Bundle(t, "worker").Data["070_worker-only.sh"]; got != "echo worker\n" {
 		t.Errorf("the new step renders %q", got)
 	}
-	if checksum(t, "master") != master0 {
+	if f.Checksum(t, "master") != master0 {
 		t.Error("an NGC for worker must not change master's checksum")
 	}
 
-	ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, ngc.Name, metav1.GetOptions{})
+	ngc, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, ngc.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ngc.Spec.Content = "echo edited {{ .nodeGroup.nodeType }}\n"
-	ngc, err = nm.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, ngc, metav1.UpdateOptions{})
+	ngc, err = f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, ngc, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitConfigProcessed(t, ngc.Name, ngc.Generation)
-	waitChecksum(t, "worker", func(s string) bool { return s != worker1 && s != worker0 })
-	if got := served(t, "worker").Data["070_worker-only.sh"]; got != "echo edited Static\n" {
+	f.WaitChecksum(t, "worker", func(s string) bool { return s != worker1 && s != worker0 })
+	if got := f.Bundle(t, "worker").Data["070_worker-only.sh"]; got != "echo edited Static\n" {
 		t.Errorf("the edited step renders %q", got)
 	}
 
-	if err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, ngc.Name, metav1.DeleteOptions{}); err != nil {
+	if err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, ngc.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitChecksum(t, "worker", func(s string) bool { return s == worker0 })
-	if _, ok := served(t, "worker").Data["070_worker-only.sh"]; ok {
+	f.WaitChecksum(t, "worker", func(s string) bool { return s == worker0 })
+	if _, ok := f.Bundle(t, "worker").Data["070_worker-only.sh"]; ok {
 		t.Error("the deleted NGC's step is still served")
 	}
 }
@@ -61,38 +61,38 @@ func TestChecksumFollowsNodeGroupConfigurations(t *testing.T) {
 // TestScalingCountersDoNotChangeTheChecksum: cloudInstances counters and
 // zones are not part of what nodes receive; kubelet settings are.
 func TestScalingCountersDoNotChangeTheChecksum(t *testing.T) {
-	ctx := stack.TestContext(t)
-	if err := createGroup(ctx, "cloud", func(ng *deckhousev1.NodeGroup) {
+	ctx := framework.Context(t)
+	if _, err := f.CreateGroup(ctx, framework.NewGroup("cloud", func(ng *deckhousev1.NodeGroup) {
 		ng.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
 		ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
 			ClassReference: deckhousev1.ClassReference{Kind: "OpenStackInstanceClass", Name: "small"},
 			MinPerZone:     1, MaxPerZone: 2, Zones: []string{"a"},
 		}
-	}); err != nil {
+	})); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = nm.DeckhouseV1().NodeGroups().Delete(context.Background(), "cloud", metav1.DeleteOptions{})
+		_ = f.NM.DeckhouseV1().NodeGroups().Delete(context.Background(), "cloud", metav1.DeleteOptions{})
 	})
 	waitGroupProcessed(t, "cloud")
-	before := served(t, "cloud")
+	before := f.Bundle(t, "cloud")
 
 	patch := func(p string) {
 		t.Helper()
-		if _, err := nm.DeckhouseV1().NodeGroups().Patch(ctx, "cloud", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+		if _, err := f.NM.DeckhouseV1().NodeGroups().Patch(ctx, "cloud", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitGroupProcessed(t, "cloud")
 	}
 	patch(`{"spec":{"cloudInstances":{"minPerZone":3,"maxPerZone":9,"zones":["a","b","c"],"maxSurgePerZone":2}}}`)
-	after := served(t, "cloud")
+	after := f.Bundle(t, "cloud")
 	if after.ResourceVersion != before.ResourceVersion || checksum0(after) != checksum0(before) {
 		t.Errorf("scaling changed the served bundle: resourceVersion %s → %s, checksum %s → %s",
 			before.ResourceVersion, after.ResourceVersion, before.Annotations, after.Annotations)
 	}
 	patch(`{"spec":{"kubelet":{"maxPods":42}}}`)
-	sum := waitChecksum(t, "cloud", func(s string) bool { return s != checksum0(before) })
-	if !strings.Contains(served(t, "cloud").Data["060_kubelet.sh"], "maxPods: 42") {
+	sum := f.WaitChecksum(t, "cloud", func(s string) bool { return s != checksum0(before) })
+	if !strings.Contains(f.Bundle(t, "cloud").Data["060_kubelet.sh"], "maxPods: 42") {
 		t.Errorf("maxPods 42 should reach the kubelet step (checksum %s)", sum)
 	}
 }
@@ -118,11 +118,11 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := stack.TestContext(t)
-			worker0, master0 := served(t, "worker"), served(t, "master")
+			ctx := framework.Context(t)
+			worker0, master0 := f.Bundle(t, "worker"), f.Bundle(t, "master")
 			errorsBefore := renderErrors(t, "worker")
 
-			ngc := createConfig(t, tc.name, deckhousev1alpha1.NodeGroupConfigurationSpec{
+			ngc := f.TestConfiguration(t, tc.name, deckhousev1alpha1.NodeGroupConfigurationSpec{
 				NodeGroups: []string{"*"}, Bundles: []string{"*"}, Weight: tc.weight, Content: tc.content,
 			})
 			cond := waitConfigProcessed(t, tc.name, ngc.Generation)
@@ -135,20 +135,20 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 				}
 			}
 			for group, before := range map[string]*bashiblev1alpha1.NodeGroupBundle{"worker": worker0, "master": master0} {
-				if after := served(t, group); after.ResourceVersion != before.ResourceVersion || checksum0(after) != checksum0(before) {
+				if after := f.Bundle(t, group); after.ResourceVersion != before.ResourceVersion || checksum0(after) != checksum0(before) {
 					t.Errorf("group %s changed although the NGC is broken", group)
 				}
 			}
-			stack.Poll(t, "NodeGroup worker Rendered=False naming "+tc.name, func(ctx context.Context) (bool, error) {
-				ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
+			framework.Poll(t, "NodeGroup worker Rendered=False naming "+tc.name, func(ctx context.Context) (bool, error) {
+				ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
 				if err != nil {
 					return false, err
 				}
 				c := findCondition(ng.Status.Conditions, "Rendered")
 				return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, tc.name), nil
 			})
-			stack.Poll(t, "a Warning event about "+tc.name, func(ctx context.Context) (bool, error) {
-				evs, err := kube.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("regarding.name", tc.name).String()})
+			framework.Poll(t, "a Warning event about "+tc.name, func(ctx context.Context) (bool, error) {
+				evs, err := f.Kube.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("regarding.name", tc.name).String()})
 				if err != nil {
 					return false, err
 				}
@@ -164,26 +164,26 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 			}
 
 			// Fixing it rolls the step out and clears the conditions.
-			fixed, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, tc.name, metav1.GetOptions{})
+			fixed, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, tc.name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			fixed.Spec.Content = "echo fixed\n"
 			fixed.Spec.Weight = tc.weight + 100
-			fixed, err = nm.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
+			fixed, err = f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if cond := waitConfigProcessed(t, tc.name, fixed.Generation); cond.Status != metav1.ConditionTrue {
 				t.Fatalf("after the fix: %+v", cond)
 			}
-			waitChecksum(t, "worker", func(s string) bool { return s != checksum0(worker0) })
-			if err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, tc.name, metav1.DeleteOptions{}); err != nil {
+			f.WaitChecksum(t, "worker", func(s string) bool { return s != checksum0(worker0) })
+			if err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, tc.name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			waitChecksum(t, "worker", func(s string) bool { return s == checksum0(worker0) })
-			stack.Poll(t, "NodeGroup worker Rendered again", func(ctx context.Context) (bool, error) {
-				ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
+			f.WaitChecksum(t, "worker", func(s string) bool { return s == checksum0(worker0) })
+			framework.Poll(t, "NodeGroup worker Rendered again", func(ctx context.Context) (bool, error) {
+				ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
 				if err != nil {
 					return false, err
 				}
@@ -210,11 +210,11 @@ func renderErrors(t *testing.T, group string) float64 {
 	prefix := `bashible_apiserver_render_errors_total{group="` + group + `"} `
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, prefix); ok {
-			f, err := strconv.ParseFloat(v, 64)
+			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatalf("metric %s: %v", line, err)
 			}
-			return f
+			return n
 		}
 	}
 	return 0

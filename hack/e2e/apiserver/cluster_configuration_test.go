@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/node-manager/node-manager/apiserver/bundles"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // setClusterConfiguration writes kube-system/d8-cluster-configuration for
@@ -21,10 +21,10 @@ func setClusterConfiguration(t *testing.T, yaml string) {
 		ObjectMeta: metav1.ObjectMeta{Name: bundles.ClusterConfigurationSecret, Namespace: metav1.NamespaceSystem},
 		Data:       map[string][]byte{bundles.ClusterConfigurationKey: []byte(yaml)},
 	}
-	secrets := kube.CoreV1().Secrets(metav1.NamespaceSystem)
-	_, err := secrets.Create(stack.TestContext(t), secret, metav1.CreateOptions{})
+	secrets := f.Kube.CoreV1().Secrets(metav1.NamespaceSystem)
+	_, err := secrets.Create(framework.Context(t), secret, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		_, err = secrets.Update(stack.TestContext(t), secret, metav1.UpdateOptions{})
+		_, err = secrets.Update(framework.Context(t), secret, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/hack/stack"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
 // TestAPIRefusesValuesThatWouldBreakOutOfAScript: the values issue 10 found
 // running as root on every node of a group are refused when written.
 func TestAPIRefusesValuesThatWouldBreakOutOfAScript(t *testing.T) {
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	groups := map[string]func(*deckhousev1.NodeGroup){
 		"a newline in criSocketPath": func(ng *deckhousev1.NodeGroup) {
 			ng.Spec.CRI = &deckhousev1.CRISpec{Type: deckhousev1.CRINotManaged,
@@ -39,9 +39,9 @@ func TestAPIRefusesValuesThatWouldBreakOutOfAScript(t *testing.T) {
 		},
 	}
 	for what, mutate := range groups {
-		err := createGroup(ctx, "hostile", mutate)
+		_, err := f.CreateGroup(ctx, framework.NewGroup("hostile", mutate))
 		if err == nil {
-			_ = nm.DeckhouseV1().NodeGroups().Delete(ctx, "hostile", metav1.DeleteOptions{})
+			_ = f.NM.DeckhouseV1().NodeGroups().Delete(ctx, "hostile", metav1.DeleteOptions{})
 			t.Errorf("%s: the NodeGroup was accepted", what)
 			continue
 		}
@@ -58,9 +58,9 @@ func TestAPIRefusesValuesThatWouldBreakOutOfAScript(t *testing.T) {
 			Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{Content: "true", NodeGroups: []string{"*"}, Bundles: []string{"*"}}},
 	}
 	for what, ngc := range configs {
-		_, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctx, &ngc, metav1.CreateOptions{})
+		_, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctx, &ngc, metav1.CreateOptions{})
 		if err == nil {
-			_ = nm.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, ngc.Name, metav1.DeleteOptions{})
+			_ = f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, ngc.Name, metav1.DeleteOptions{})
 			t.Errorf("%s: the NodeGroupConfiguration was accepted", what)
 			continue
 		}
@@ -82,7 +82,7 @@ const hostileURL = "https://mirror.corp/nm;touch>pwned;(touch>pwned)&touch<pwned
 // stubbed: the file the values try to create never appears. A control run
 // shows that the same value, unquoted, does create it.
 func TestServedStepsKeepHostileButValidValuesInert(t *testing.T) {
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	setClusterConfiguration(t, `
 apiVersion: deckhouse.io/v1
 kind: ClusterConfiguration
@@ -109,15 +109,15 @@ registry:
 		},
 	}
 	for name, mutate := range groups {
-		if err := createGroup(ctx, name, mutate); err != nil {
+		if _, err := f.CreateGroup(ctx, framework.NewGroup(name, mutate)); err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
-		t.Cleanup(func() { _ = nm.DeckhouseV1().NodeGroups().Delete(ctx, name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() { _ = f.NM.DeckhouseV1().NodeGroups().Delete(ctx, name, metav1.DeleteOptions{}) })
 	}
 	for name := range groups {
 		var steps map[string]string
-		stack.Poll(t, "the bundle of "+name+" with the hostile package source", func(ctx2 context.Context) (bool, error) {
-			b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx2, name, metav1.GetOptions{})
+		framework.Poll(t, "the bundle of "+name+" with the hostile package source", func(ctx2 context.Context) (bool, error) {
+			b, err := f.NM.BashibleV1alpha1().NodeGroupBundles().Get(ctx2, name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}

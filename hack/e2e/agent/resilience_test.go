@@ -1,4 +1,4 @@
-package node
+package agent
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
@@ -94,7 +95,7 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 
 	// Down from the start: the run fails and writes no steps.
 	px.cut()
-	run, err := n.RunOnce(stack.TestContext(t))
+	run, err := n.RunOnce(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +111,11 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 	if err := n.Control("slow", true); err != nil {
 		t.Fatal(err)
 	}
-	cmd, out, err := n.Start(stack.TestContext(t))
+	cmd, out, err := n.Start(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the run reaches its steps", func(context.Context) (bool, error) {
+	framework.Poll(t, "the run reaches its steps", func(context.Context) (bool, error) {
 		return n.Exists("applied-group"), nil
 	})
 	px.cut()
@@ -142,7 +143,7 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 	}
 	applied := n.Read("applied-checksums")
 	mustRun(t, n)
-	if annotations(t, n)[checksumAnnotation] != served(t, "sim") {
+	if annotations(t, n)[checksumAnnotation] != f.Checksum(t, "sim") {
 		t.Error("after the outage the node should report its configuration")
 	}
 	if n.Read("applied-checksums") != applied {
@@ -151,8 +152,8 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 }
 
 func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
-	ctx := stack.TestContext(t)
-	n, err := stack.NewSimNode(ctx, cp, t.TempDir(), "boot-1", "sim")
+	ctx := framework.Context(t)
+	n, err := stack.NewSimNode(ctx, f.CP, t.TempDir(), "boot-1", "sim")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
 	if err := os.Rename(cert, n.Path("control/kubelet-cert")); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := cp.CreateBootstrapToken(ctx, "sim", time.Hour)
+	tok, err := f.CP.CreateBootstrapToken(ctx, "sim", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,9 +171,9 @@ func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	var script string
-	stack.Poll(t, "the token can read bootstrap/sim", func(ctx context.Context) (bool, error) {
-		cfg := cp.BootstrapTokenConfig(tok)
-		b, err := clientFor(cfg).Bootstraps().Get(ctx, "sim", metav1.GetOptions{})
+	framework.Poll(t, "the token can read bootstrap/sim", func(ctx context.Context) (bool, error) {
+		cfg := f.CP.BootstrapTokenConfig(tok)
+		b, err := framework.BashibleClient(cfg).Bootstraps().Get(ctx, "sim", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -193,7 +194,7 @@ func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bootstrap: %v\n%s", err, out)
 	}
-	if !n.Exists("var/lib/kubelet/pki/kubelet-client-current.pem") || annotations(t, n)[checksumAnnotation] != served(t, "sim") {
+	if !n.Exists("var/lib/kubelet/pki/kubelet-client-current.pem") || annotations(t, n)[checksumAnnotation] != f.Checksum(t, "sim") {
 		t.Fatalf("the node should join and converge on its first run:\n%s", out)
 	}
 	if n.Exists("var/lib/bashible/first_run") || !n.Exists("var/lib/bashible/bashible.sh") {
@@ -224,7 +225,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	// Only the leader publishes: replace the server with one whose
 	// bashible.sh template renders garbage, then put the real one back.
 	dir := t.TempDir()
-	overlay := filepath.Join(repoRoot, "hack", "e2e", "node", "testdata", "overlay")
+	overlay := f.OverlayDir()
 	if err := os.CopyFS(dir, os.DirFS(overlay)); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	server.Stop()
-	garbage, err := stack.StartBashibleAPIServer(stack.TestContext(t), cp, stack.BashibleOptions{Identity: "garbage", TemplatesDir: dir})
+	garbage, err := stack.StartAPIServer(framework.Context(t), f.CP, stack.APIServerOptions{Identity: "garbage", TemplatesDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,16 +248,16 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 			t.Fatalf("re-register the server: %v", err)
 		}
 	}()
-	if err := garbage.Register(stack.TestContext(t)); err != nil {
+	if err := garbage.Register(framework.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	stack.Poll(t, "the garbage bashible.sh is served", func(ctx context.Context) (bool, error) {
-		b, err := nm.BashibleV1alpha1().Bashibles().Get(ctx, "sim", metav1.GetOptions{})
+	framework.Poll(t, "the garbage bashible.sh is served", func(ctx context.Context) (bool, error) {
+		b, err := f.NM.BashibleV1alpha1().Bashibles().Get(ctx, "sim", metav1.GetOptions{})
 		return err == nil && strings.HasPrefix(b.Data["bashible.sh"], "this is not"), nil
 	})
 	// The checksum covers bashible.sh, so this is a new configuration: approve it.
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, n)
@@ -266,12 +267,12 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	if n.Read("var/lib/bashible/bashible.sh") != good {
 		t.Error("the node's bashible.sh must stay as it was")
 	}
-	if notes := events(t, n.Name, "BashibleUpdateRefused"); len(notes) == 0 {
+	if notes := f.EventNotes(t, n.Name, "BashibleUpdateRefused"); len(notes) == 0 {
 		t.Error("the refusal should be reported as an Event")
 	}
 
 	// An empty script is refused the same way.
-	if err := e.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := e.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if run := mustRun(t, e); !strings.Contains(run.Output, "refusing the served bashible.sh") || e.Read("var/lib/bashible/bashible.sh") != goodOther {
@@ -298,7 +299,7 @@ func TestSelfUpdateKeepsTheNewAgentOnlyIfItsRunSucceeds(t *testing.T) {
 	if err := n.Control("fail", true); err != nil {
 		t.Fatal(err)
 	}
-	run, err := n.RunOnce(stack.TestContext(t), "--max-retries", "1")
+	run, err := n.RunOnce(framework.Context(t), "--max-retries", "1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bashible
+package apiserver
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 	"github.com/node-manager/node-manager/templates"
 )
@@ -29,12 +30,12 @@ import (
 // policies apply exactly.
 func controllerClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	cert, key, err := cp.IssueClientCert(stack.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:"+stack.Namespace)
+	cert, key, err := f.CP.IssueClientCert(stack.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:"+stack.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := cp.AdminConfig()
-	cfg := &rest.Config{Host: admin.Host, TLSClientConfig: rest.TLSClientConfig{CAData: cp.CACertPEM(), CertData: cert, KeyData: key}}
+	admin := f.CP.AdminConfig()
+	cfg := &rest.Config{Host: admin.Host, TLSClientConfig: rest.TLSClientConfig{CAData: f.CP.CACertPEM(), CertData: cert, KeyData: key}}
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
@@ -44,8 +45,8 @@ func controllerClient(t *testing.T) kubernetes.Interface {
 func publishedSecret(t *testing.T, group string) *corev1.Secret {
 	t.Helper()
 	var found *corev1.Secret
-	stack.Poll(t, "the published Secret of group "+group, func(ctx context.Context) (bool, error) {
-		list, err := kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: bundles.AppLabel + "=" + bundles.AppLabelValue})
+	framework.Poll(t, "the published Secret of group "+group, func(ctx context.Context) (bool, error) {
+		list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: bundles.AppLabel + "=" + bundles.AppLabelValue})
 		if err != nil {
 			return false, err
 		}
@@ -88,10 +89,10 @@ func forgedBundle(t *testing.T, group string) (data map[string][]byte, sum strin
 // not in force yet, then for real.
 func refused(t *testing.T, what string, write func(ctx context.Context, dryRun []string) error) {
 	t.Helper()
-	_ = wait.PollUntilContextTimeout(stack.TestContext(t), 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+	_ = wait.PollUntilContextTimeout(framework.Context(t), 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
 		return apierrors.IsForbidden(write(ctx, []string{metav1.DryRunAll})), nil
 	})
-	if err := write(stack.TestContext(t), nil); !apierrors.IsForbidden(err) {
+	if err := write(framework.Context(t), nil); !apierrors.IsForbidden(err) {
 		t.Errorf("%s: want 403 Forbidden, got %v", what, err)
 	}
 }
@@ -129,18 +130,18 @@ func TestControllerIdentityCannotWriteAPublishedBundle(t *testing.T) {
 }
 
 func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
-	ctx := stack.TestContext(t)
-	if err := createGroup(ctx, "tampered", nil); err != nil {
+	ctx := framework.Context(t)
+	if _, err := f.CreateGroup(ctx, framework.NewGroup("tampered")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteGroup(t, "tampered") })
-	good := waitChecksum(t, "tampered", func(s string) bool { return s != "" })
+	good := f.WaitChecksum(t, "tampered", func(s string) bool { return s != "" })
 
-	createConfig(t, "tampered-broken.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+	f.TestConfiguration(t, "tampered-broken.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
 		NodeGroups: []string{"tampered"}, Bundles: []string{"*"}, Weight: 93, Content: `{{ fail "not ready yet" }}`,
 	})
-	stack.Poll(t, "group tampered reported as failing to render", func(ctx context.Context) (bool, error) {
-		ng, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "tampered", metav1.GetOptions{})
+	framework.Poll(t, "group tampered reported as failing to render", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "tampered", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -158,7 +159,7 @@ func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
 	forged, forgedSum := forgedBundle(t, "tampered")
 	published.Data = forged
 	published.Annotations[bashiblev1alpha1.ChecksumAnnotation] = forgedSum
-	written, err := kube.CoreV1().Secrets(published.Namespace).Update(ctx, published, metav1.UpdateOptions{})
+	written, err := f.Kube.CoreV1().Secrets(published.Namespace).Update(ctx, published, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
 	assertStaysGood(t, "tampered", good, forgedSum)
 
 	// Deleted: re-created from the last good bundle too.
-	if err := kube.CoreV1().Secrets(published.Namespace).Delete(ctx, published.Name, metav1.DeleteOptions{}); err != nil {
+	if err := f.Kube.CoreV1().Secrets(published.Namespace).Delete(ctx, published.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitServedAfter(t, "tampered", restored, good)
@@ -177,12 +178,12 @@ func TestTamperedBundleIsRestoredWhileTheGroupFailsToRender(t *testing.T) {
 // next test starts from a settled server.
 func deleteGroup(t *testing.T, group string) {
 	t.Helper()
-	if err := nm.DeckhouseV1().NodeGroups().Delete(context.Background(), group, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := f.NM.DeckhouseV1().NodeGroups().Delete(context.Background(), group, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Error(err)
 		return
 	}
-	stack.Poll(t, "the bundle of deleted group "+group+" gone", func(ctx context.Context) (bool, error) {
-		_, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
+	framework.Poll(t, "the bundle of deleted group "+group+" gone", func(ctx context.Context) (bool, error) {
+		_, err := f.NM.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 }
@@ -197,8 +198,8 @@ func waitServedAfter(t *testing.T, group, rv, want string) string {
 		t.Fatal(err)
 	}
 	var last, servedRV string
-	stack.Poll(t, "group "+group+" served from a rewritten Secret with checksum "+want, func(ctx context.Context) (bool, error) {
-		b, err := nm.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
+	framework.Poll(t, "group "+group+" served from a rewritten Secret with checksum "+want, func(ctx context.Context) (bool, error) {
+		b, err := f.NM.BashibleV1alpha1().NodeGroupBundles().Get(ctx, group, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
@@ -216,7 +217,7 @@ func waitServedAfter(t *testing.T, group, rv, want string) string {
 func assertStaysGood(t *testing.T, group, good, forged string) {
 	t.Helper()
 	for range 10 {
-		b := served(t, group)
+		b := f.Bundle(t, group)
 		if sum := checksum0(b); sum != good {
 			t.Fatalf("group %s serves %s after the restore (good %s, forged %s)", group, sum, good, forged)
 		}
@@ -228,7 +229,7 @@ func assertStaysGood(t *testing.T, group, good, forged string) {
 }
 
 func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
-	ctx := stack.TestContext(t)
+	ctx := framework.Context(t)
 	controller := controllerClient(t)
 	secret := func(ns, name string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -246,18 +247,18 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 
 	// Both exist in a real cluster; the administrator creates them here.
 	for _, s := range []*corev1.Secret{secret(metav1.NamespaceSystem, bundles.ClusterConfigurationSecret), secret(stack.Namespace, "bashible-api-server-tls")} {
-		if _, err := kube.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := f.Kube.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			_ = kube.CoreV1().Secrets(s.Namespace).Delete(context.Background(), s.Name, metav1.DeleteOptions{})
+			_ = f.Kube.CoreV1().Secrets(s.Namespace).Delete(context.Background(), s.Name, metav1.DeleteOptions{})
 		})
 	}
 	refused(t, "the controller deletes kube-system/"+bundles.ClusterConfigurationSecret, func(ctx context.Context, dryRun []string) error {
 		return controller.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, bundles.ClusterConfigurationSecret, metav1.DeleteOptions{DryRun: dryRun})
 	})
 	refused(t, "the controller overwrites "+stack.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
-		s, err := kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "bashible-api-server-tls", metav1.GetOptions{})
+		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "bashible-api-server-tls", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,66 @@
+package framework
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+)
+
+// KubectlCommand is the repository's kubectl (bin/kubectl) with args, as
+// the cluster administrator.
+func (f *Framework) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	args = append([]string{"--kubeconfig", f.CP.KubeconfigPath()}, args...)
+	return exec.CommandContext(ctx, filepath.Join(f.Root, "bin", "kubectl"), args...)
+}
+
+// KubectlErr runs kubectl with args and returns its combined output.
+func (f *Framework) KubectlErr(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	out, err := f.KubectlCommand(Context(t), args...).CombinedOutput()
+	return string(out), err
+}
+
+// Kubectl runs kubectl with args and returns its combined output; the
+// test fails when kubectl does.
+func (f *Framework) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := f.KubectlErr(t, args...)
+	if err != nil {
+		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+// EventNotes are the notes of the Events in the default namespace (where
+// Events about cluster-scoped objects go) about the object named
+// regarding, with reason, in the order the API lists them; the test fails
+// when they cannot be listed.
+func (f *Framework) EventNotes(t testing.TB, regarding, reason string) []string {
+	t.Helper()
+	list, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(Context(t), metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("regarding.name", regarding), fields.OneTermEqualSelector("reason", reason)).String(),
+	})
+	if err != nil {
+		t.Fatalf("list the %s Events about %s: %v", reason, regarding, err)
+	}
+	var notes []string
+	for _, e := range list.Items {
+		notes = append(notes, e.Note)
+	}
+	return notes
+}
+
+// ReadFile is a file's content; the test fails when it cannot be read.
+func ReadFile(t testing.TB, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
