@@ -1,6 +1,7 @@
 // Package manager runs node-manager-controller: it builds the clients and
 // shared informers, serves metrics and probes, takes the leader Lease, and
-// runs every controller while it holds the Lease.
+// runs every controller while it holds the Lease (or, with
+// --leader-elect=false, at once: a test suite runs its controllers so).
 package manager
 
 import (
@@ -153,7 +154,8 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 	}
 }
 
-// Manager runs controllers under leader election.
+// Manager runs controllers: under leader election, or without it when
+// Options.LeaderElect is off.
 type Manager struct {
 	deps        *Deps
 	opts        *Options
@@ -200,21 +202,41 @@ func (m *Manager) Handler(gatherer prometheus.Gatherer) http.Handler {
 	return mux
 }
 
-// Run starts informers, waits for them, then campaigns for the Lease and
-// runs the controllers while leading. It returns when ctx ends, or with an
-// error when leadership is lost (the caller exits; a restart starts clean).
+// Run starts the informers, waits for them and starts recording events;
+// then it campaigns for the Lease and runs the controllers while leading,
+// or, with Options.LeaderElect off, runs them at once. It returns when ctx
+// ends, or with an error when leadership is lost (the caller exits; a
+// restart starts clean).
 func (m *Manager) Run(ctx context.Context) error {
 	m.deps.Informers.start(ctx.Done())
 	if !m.deps.Informers.synced(ctx.Done()) {
 		return fmt.Errorf("informers did not sync: %w", ctx.Err())
 	}
 	m.synced.Store(true)
-	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+Name, "identity", m.opts.Identity)
 	if r, ok := m.deps.Recorder.(*recorder); ok {
 		r.broadcaster.StartRecordingToSink(ctx.Done())
 		defer r.broadcaster.Shutdown()
 	}
+	if !m.opts.LeaderElect {
+		klog.InfoS("Informers synced; running the controllers without the Lease (--leader-elect=false)")
+		var wg sync.WaitGroup
+		m.start(ctx, &wg)
+		wg.Wait()
+		return nil
+	}
+	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+Name, "identity", m.opts.Identity)
+	return m.lead(ctx)
+}
 
+// start runs every controller in wg until ctx ends.
+func (m *Manager) start(ctx context.Context, wg *sync.WaitGroup) {
+	for _, c := range m.controllers {
+		wg.Go(func() { c.Run(ctx, m.opts.Workers) })
+	}
+}
+
+// lead runs the controllers while this process holds the Lease.
+func (m *Manager) lead(ctx context.Context) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: Name},
 		Client:     m.deps.Kube.CoordinationV1(),
@@ -235,9 +257,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
 				m.leading.Store(true)
 				m.leaderGauge.Set(1)
-				for _, c := range m.controllers {
-					wg.Go(func() { c.Run(ctx, m.opts.Workers) })
-				}
+				m.start(ctx, &wg)
 			},
 			OnStoppedLeading: func() {
 				m.leading.Store(false)

@@ -17,6 +17,11 @@ type Options struct {
 	ListenAddress string
 	Workers       int
 
+	// LeaderElect runs the controllers only while this process holds the
+	// Lease (the default, so that two replicas never act at once). Without
+	// it the controllers run as soon as the informers have synced: for a
+	// single process that is sure to be alone, such as a test suite.
+	LeaderElect   bool
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
@@ -36,6 +41,7 @@ func NewOptions() *Options {
 		Identity:      host,
 		ListenAddress: ":9680",
 		Workers:       2,
+		LeaderElect:   true,
 		LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second,
 		RetryPeriod:   2 * time.Second,
@@ -51,6 +57,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Identity, "identity", o.Identity, "leader election identity (defaults to the host name)")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics, /healthz and /readyz")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers per controller")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "run the controllers only while holding the Lease; false runs them at once, for a process that is sure to be alone")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "leader Lease duration")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often candidates try to take the Lease")
@@ -61,13 +68,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.Identity == "" {
+	// The identity and the Lease's timing matter only to leader election.
+	if o.LeaderElect && o.Identity == "" {
 		errs = append(errs, errors.New("--identity is empty and the host name is unknown; set --identity"))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers=%d: at least 1 is needed", o.Workers))
 	}
-	if o.RenewDeadline >= o.LeaseDuration {
+	if o.LeaderElect && o.RenewDeadline >= o.LeaseDuration {
 		errs = append(errs, fmt.Errorf("--leader-elect-renew-deadline (%s) must be shorter than --leader-elect-lease-duration (%s)", o.RenewDeadline, o.LeaseDuration))
 	}
 	if o.EvictionRetry <= 0 || o.DrainTimeout <= 0 {
