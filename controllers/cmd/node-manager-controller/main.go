@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/node-manager/node-manager/controllers/approval"
-	"github.com/node-manager/node-manager/controllers/bootstrap"
+	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/controllers/checksums"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/drain"
@@ -79,6 +79,6 @@ func all(deps *manager.Deps) []manager.Controller {
 		instances.New(deps),
 		csrapproval.New(deps),
 		nodetemplate.New(deps),
-		bootstrap.New(deps),
+		bootstraptokens.New(deps),
 	}
 }

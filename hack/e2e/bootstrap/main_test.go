@@ -21,7 +21,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/bootstrap"
+	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
@@ -110,7 +110,7 @@ func startController() (func(), error) {
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
 	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
 
-	c := bootstrap.New(d)
+	c := bootstraptokens.New(d)
 	runCtx, cancel := context.WithCancel(context.Background())
 	broadcaster.StartRecordingToSink(runCtx.Done())
 	d.Informers.KubeSystem.Start(runCtx.Done())

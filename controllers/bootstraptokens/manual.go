@@ -1,4 +1,4 @@
-package bootstrap
+package bootstraptokens
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed bootstrap.sh.tpl
+//go:embed manual-bootstrap.sh.tpl
 var scriptTemplate string
 
 var script = template.Must(template.New("bootstrap.sh").

@@ -13,7 +13,7 @@
 //
 // All time comes from the injected clock, which also wakes a group when its
 // next rotation or expiry is due. All state is in the API.
-package bootstrap
+package bootstraptokens
 
 import (
 	"context"
