@@ -1,5 +1,18 @@
-// Package bootstrap keeps each NodeGroup's bootstrap token and its
-// manual-bootstrap Secret.
+// Package bootstraptokens keeps each NodeGroup's bootstrap token and the
+// manual-bootstrap Secret built from it.
+//
+// "Bootstrap" names three things in node-manager; this package keeps two:
+//   - a bootstrap token (tokens.go): a kube-system/bootstrap-token-<id>
+//     Secret that kube-apiserver's bootstrap-token authentication accepts,
+//     labelled with its group, with which a new machine reads its group's
+//     objects and asks for its kubelet certificate;
+//   - the manual-bootstrap script (manual.go, manual-bootstrap.sh.tpl):
+//     bootstrap.sh in d8-cloud-instance-manager/manual-bootstrap-for-<group>,
+//     which an administrator runs on a new machine.
+//
+// The third is the first-boot script the manual-bootstrap script fetches
+// and runs: the aggregated bootstrap/<group> object, rendered by
+// bashible-apiserver from templates/tree/bootstrap.sh.tpl.
 //
 // Every NodeGroup has one current token (kube-system/bootstrap-token-<id>,
 // labelled with the group): the newest one while more than 3 hours of its
@@ -17,35 +30,24 @@ package bootstraptokens
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
-	"github.com/node-manager/node-manager/templates"
 )
 
-// Name is the controller's name.
+// Name is the controller's name: its queue, its logs and the controller
+// label of the loop metrics ("bootstrap", the name dashboards know).
 const Name = "bootstrap"
 
 // Fixed names (DESIGN.md §3) and this controller's annotations.
@@ -65,13 +67,11 @@ const (
 	fieldManager      = manager.Name
 )
 
-// Controller is the bootstrap-token and manual-bootstrap controller.
+// Controller keeps each group's bootstrap token and manual-bootstrap
+// Secret. Its key is a group name.
 type Controller struct {
-	kube      kubernetes.Interface
-	namespace string
-	clock     clock.Clock
-	recorder  events.EventRecorder
-	loop      *loop.Loop
+	d     *manager.Deps
+	queue *loop.Loop
 
 	groups    nmlisters.NodeGroupLister
 	tokens    corelisters.SecretLister // kube-system
@@ -84,14 +84,10 @@ type Controller struct {
 	wakeup map[string]*wake
 }
 
-// wake is a pending clock timer that queues a group again.
-type wake struct {
-	at     time.Time
-	cancel chan struct{}
-}
-
 // New builds the controller and registers its informer handlers; call it
-// before the informer factories start.
+// before the informer factories start. A group queues itself, its tokens
+// and its manual-bootstrap Secret queue it, and the CA or the API
+// endpoints queue every group.
 func New(d *manager.Deps) *Controller {
 	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	tokens := d.Informers.Tokens.Core().V1().Secrets()
@@ -99,10 +95,7 @@ func New(d *manager.Deps) *Controller {
 	manual := d.Informers.Namespace.Core().V1().Secrets()
 	endpointSlices := d.Informers.Default.Discovery().V1().EndpointSlices()
 	c := &Controller{
-		kube:      d.Kube,
-		namespace: d.Namespace,
-		clock:     d.Clock,
-		recorder:  d.Recorder,
+		d:         d,
 		groups:    groups.Lister(),
 		tokens:    tokens.Lister(),
 		manual:    manual.Lister(),
@@ -110,22 +103,22 @@ func New(d *manager.Deps) *Controller {
 		slices:    endpointSlices.Lister(),
 		wakeup:    map[string]*wake{},
 	}
-	c.loop = loop.New(Name, d.Loops, c.sync)
+	c.queue = loop.New(Name, d.Loops, c.sync)
 
 	_, _ = groups.Informer().AddEventHandler(handler(func(obj any) {
 		if ng, ok := obj.(*deckhousev1.NodeGroup); ok {
-			c.loop.Add(ng.Name)
+			c.queue.Add(ng.Name)
 		}
 	}))
 	_, _ = tokens.Informer().AddEventHandler(handler(func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok && s.Labels[GroupLabel] != "" {
-			c.loop.Add(s.Labels[GroupLabel])
+			c.queue.Add(s.Labels[GroupLabel])
 		}
 	}))
 	_, _ = manual.Informer().AddEventHandler(handler(func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {
 			if group, found := strings.CutPrefix(s.Name, ManualSecretPrefix); found && group != "" {
-				c.loop.Add(group)
+				c.queue.Add(group)
 			}
 		}
 	}))
@@ -168,346 +161,19 @@ func (c *Controller) addAll() {
 		return
 	}
 	for _, ng := range groups {
-		c.loop.Add(ng.Name)
+		c.queue.Add(ng.Name)
 	}
 }
 
-// Name is the controller's name.
+// Name implements manager.Controller.
 func (c *Controller) Name() string { return Name }
 
-// Run waits for the caches, then works the queue until ctx ends.
+// Run implements manager.Controller: it waits for the caches, then works
+// the queue until ctx ends, and cancels the pending wakeups.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	if !manager.HasSynced(ctx, Name, c.synced...) {
 		return
 	}
 	defer c.stopWakeups()
-	c.loop.Run(ctx, workers)
-}
-
-// sync brings one group's tokens and manual-bootstrap Secret up to date.
-func (c *Controller) sync(ctx context.Context, group string) error {
-	ng, err := c.groups.Get(group)
-	if apierrors.IsNotFound(err) {
-		c.schedule(group, time.Time{})
-		return c.cleanup(ctx, group)
-	}
-	if err != nil {
-		return err
-	}
-	now := c.clock.Now()
-	current, next, err := c.syncTokens(ctx, ng, now)
-	if err != nil {
-		return err
-	}
-	c.schedule(group, next)
-	if ng.Spec.NodeType == deckhousev1.NodeTypeCloudEphemeral {
-		// Machines of such groups are ordered with cloud-init by a machine
-		// controller; nobody bootstraps them by hand.
-		return c.deleteManual(ctx, group)
-	}
-	return c.syncManual(ctx, ng, current)
-}
-
-// groupTokens lists the group's token Secrets from the cache.
-func (c *Controller) groupTokens(group string) ([]*corev1.Secret, error) {
-	return c.tokens.Secrets(metav1.NamespaceSystem).List(labels.SelectorFromSet(labels.Set{GroupLabel: group}))
-}
-
-// syncTokens deletes the group's expired tokens and returns its current
-// token, creating one when no token has more than MinValidity left. next
-// is when the group must be looked at again: the current token's rotation
-// point or the earliest expiry of another token, whichever is first.
-func (c *Controller) syncTokens(ctx context.Context, ng *deckhousev1.NodeGroup, now time.Time) (Token, time.Time, error) {
-	secrets, err := c.groupTokens(ng.Name)
-	if err != nil {
-		return Token{}, time.Time{}, err
-	}
-	live, err := c.liveTokens(ctx, ng.Name, now, secrets)
-	if err != nil {
-		return Token{}, time.Time{}, err
-	}
-	current, ok := newest(live, now)
-	if !ok {
-		// The cache may not show a token this controller has just created:
-		// ask the API before creating another.
-		list, err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
-			LabelSelector: labels.SelectorFromSet(labels.Set{GroupLabel: ng.Name}).String(),
-		})
-		if err != nil {
-			return Token{}, time.Time{}, fmt.Errorf("list the bootstrap tokens of group %s: %w", ng.Name, err)
-		}
-		fresh := make([]*corev1.Secret, 0, len(list.Items))
-		for i := range list.Items {
-			fresh = append(fresh, &list.Items[i])
-		}
-		if live, err = c.liveTokens(ctx, ng.Name, now, fresh); err != nil {
-			return Token{}, time.Time{}, err
-		}
-		if current, ok = newest(live, now); !ok {
-			if current, err = c.issue(ctx, ng, now); err != nil {
-				return Token{}, time.Time{}, err
-			}
-			live = append(live, current)
-		}
-	}
-	next := current.Expires.Add(-MinValidity)
-	for _, t := range live {
-		if t.Expires.Before(next) {
-			next = t.Expires
-		}
-	}
-	return current, next, nil
-}
-
-// liveTokens deletes the expired tokens among secrets and returns the rest.
-// A labelled Secret that is not a well-formed expiring token is left alone
-// and never used.
-func (c *Controller) liveTokens(ctx context.Context, group string, now time.Time, secrets []*corev1.Secret) ([]Token, error) {
-	var live []Token
-	var errs []error
-	for _, s := range secrets {
-		if s.DeletionTimestamp != nil {
-			continue
-		}
-		t, err := parseToken(s)
-		if err != nil {
-			klog.V(2).InfoS("Ignoring a Secret labelled with a node group that is not a usable bootstrap token",
-				"secret", klog.KObj(s), "group", group, "reason", err.Error())
-			continue
-		}
-		if now.Before(t.Expires) {
-			live = append(live, t)
-			continue
-		}
-		if err := c.deleteToken(ctx, t.Name); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		klog.InfoS("Deleted an expired bootstrap token", "group", group, "token", t.ID, "expired", t.Expires)
-	}
-	return live, errors.Join(errs...)
-}
-
-// newest is the token that expires last, if more than MinValidity of it remains.
-func newest(tokens []Token, now time.Time) (Token, bool) {
-	if len(tokens) == 0 {
-		return Token{}, false
-	}
-	t := slices.MaxFunc(tokens, func(a, b Token) int {
-		if c := a.Expires.Compare(b.Expires); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return t, t.Expires.Sub(now) > MinValidity
-}
-
-// issue creates a new token for the group.
-func (c *Controller) issue(ctx context.Context, ng *deckhousev1.NodeGroup, now time.Time) (Token, error) {
-	t, err := newToken(now, TokenTTL)
-	if err != nil {
-		return Token{}, err
-	}
-	if _, err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, t.secret(ng.Name),
-		metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
-		return Token{}, fmt.Errorf("create a bootstrap token for group %s: %w", ng.Name, err)
-	}
-	expires := t.Expires.Format(time.RFC3339)
-	klog.InfoS("Issued a bootstrap token", "group", ng.Name, "token", t.ID, "expires", expires)
-	c.recorder.Eventf(ng, nil, corev1.EventTypeNormal, "BootstrapTokenIssued", "IssueBootstrapToken",
-		"issued bootstrap token %s (Secret kube-system/%s), valid until %s", t.ID, t.Name, expires)
-	return t, nil
-}
-
-func (c *Controller) deleteToken(ctx context.Context, name string) error {
-	err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete bootstrap token Secret kube-system/%s: %w", name, err)
-	}
-	return nil
-}
-
-// cleanup removes what a deleted group leaves: its tokens and its
-// manual-bootstrap Secret.
-func (c *Controller) cleanup(ctx context.Context, group string) error {
-	secrets, err := c.groupTokens(group)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, s := range secrets {
-		if s.Type != corev1.SecretTypeBootstrapToken || s.DeletionTimestamp != nil {
-			continue
-		}
-		if err := c.deleteToken(ctx, s.Name); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		klog.InfoS("Deleted the bootstrap token of a deleted node group", "group", group, "secret", s.Name)
-	}
-	errs = append(errs, c.deleteManual(ctx, group))
-	return errors.Join(errs...)
-}
-
-func (c *Controller) deleteManual(ctx context.Context, group string) error {
-	if _, err := c.manual.Secrets(c.namespace).Get(SecretName(group)); apierrors.IsNotFound(err) {
-		return nil
-	}
-	err := c.kube.CoreV1().Secrets(c.namespace).Delete(ctx, SecretName(group), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete Secret %s/%s: %w", c.namespace, SecretName(group), err)
-	}
-	klog.InfoS("Deleted a manual-bootstrap Secret", "group", group, "secret", klog.KRef(c.namespace, SecretName(group)))
-	return nil
-}
-
-// syncManual writes the group's manual-bootstrap Secret when its content
-// differs from what the token, the CA and the endpoints make.
-func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, token Token) error {
-	ca, endpoints, missing := c.clusterAccess()
-	if missing != "" {
-		// The informers bring the group back once the CA or the endpoints appear.
-		klog.InfoS("Not writing the manual-bootstrap Secret yet", "group", ng.Name, "missing", missing)
-		return nil
-	}
-	m := Manual{Namespace: c.namespace, Group: ng.Name, Token: token, CA: ca, Endpoints: endpoints}
-	data, err := m.Data()
-	if err != nil {
-		return err
-	}
-	annotations := map[string]string{
-		ExpiresAnnotation: token.Expires.UTC().Format(time.RFC3339),
-		TokenIDAnnotation: token.ID,
-	}
-	ownLabels := map[string]string{GroupLabel: ng.Name, HeritageLabel: Heritage}
-
-	name := SecretName(ng.Name)
-	existing, err := c.manual.Secrets(c.namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		_, err = c.kube.CoreV1().Secrets(c.namespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace, Labels: ownLabels, Annotations: annotations},
-			Type:       corev1.SecretTypeOpaque,
-			Data:       data,
-		}, metav1.CreateOptions{FieldManager: fieldManager})
-		if err == nil {
-			klog.InfoS("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[ExpiresAnnotation])
-			return nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create Secret %s/%s: %w", c.namespace, name, err)
-		}
-		// The cache has not seen it yet (most likely our own last write).
-		existing, err = c.kube.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("get Secret %s/%s: %w", c.namespace, name, err)
-	}
-	if maps.EqualFunc(existing.Data, data, func(a, b []byte) bool { return string(a) == string(b) }) &&
-		contains(existing.Annotations, annotations) && contains(existing.Labels, ownLabels) {
-		return nil
-	}
-	updated := existing.DeepCopy()
-	updated.Data = data
-	updated.StringData = nil
-	updated.Annotations = merge(updated.Annotations, annotations)
-	updated.Labels = merge(updated.Labels, ownLabels)
-	if _, err := c.kube.CoreV1().Secrets(c.namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-		return fmt.Errorf("update Secret %s/%s: %w", c.namespace, name, err)
-	}
-	klog.InfoS("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[ExpiresAnnotation])
-	return nil
-}
-
-// clusterAccess is the cluster CA and the API server endpoints; missing
-// names what is not there yet.
-func (c *Controller) clusterAccess() (ca string, endpoints []string, missing string) {
-	cm, err := c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(caConfigMap)
-	if err != nil || cm.Data[caKey] == "" {
-		return "", nil, "ConfigMap kube-system/" + caConfigMap
-	}
-	list, err := c.slices.EndpointSlices(metav1.NamespaceDefault).List(
-		labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: kubernetesService}))
-	if err != nil {
-		return "", nil, "EndpointSlices of default/kubernetes"
-	}
-	endpoints = ValidEndpoints(templates.APIServerEndpoints(list))
-	if len(endpoints) == 0 {
-		return "", nil, "ready endpoints in the EndpointSlices of default/kubernetes"
-	}
-	return cm.Data[caKey], endpoints, ""
-}
-
-func contains(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
-func merge(into, from map[string]string) map[string]string {
-	if into == nil {
-		into = map[string]string{}
-	}
-	maps.Copy(into, from)
-	return into
-}
-
-// schedule queues group again at time at, replacing its pending wakeup;
-// a zero at only cancels it. The timer runs on the injected clock.
-func (c *Controller) schedule(group string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w, ok := c.wakeup[group]; ok {
-		if w.at.Equal(at) {
-			return
-		}
-		close(w.cancel)
-		delete(c.wakeup, group)
-	}
-	if at.IsZero() {
-		return
-	}
-	delay := at.Sub(c.clock.Now())
-	if delay <= 0 {
-		c.loop.Add(group)
-		return
-	}
-	w := &wake{at: at, cancel: make(chan struct{})}
-	c.wakeup[group] = w
-	timer := c.clock.NewTimer(delay)
-	go func() {
-		defer timer.Stop()
-		select {
-		case <-timer.C():
-			c.mu.Lock()
-			if c.wakeup[group] == w {
-				delete(c.wakeup, group)
-			}
-			c.mu.Unlock()
-			c.loop.Add(group)
-		case <-w.cancel:
-		}
-	}()
-}
-
-func (c *Controller) stopWakeups() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for group, w := range c.wakeup {
-		close(w.cancel)
-		delete(c.wakeup, group)
-	}
-}
-
-// pending reports when group is due to be queued again (tests).
-func (c *Controller) pending(group string) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w, ok := c.wakeup[group]
-	if !ok {
-		return time.Time{}, false
-	}
-	return w.at, true
+	c.queue.Run(ctx, workers)
 }
