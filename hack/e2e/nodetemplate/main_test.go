@@ -13,16 +13,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
-	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
@@ -70,26 +66,18 @@ func runSuite(m *testing.M) int {
 	nm = versioned.NewForConfigOrDie(cfg)
 
 	registry = prometheus.NewRegistry()
-	d, err := manager.NewDeps(cfg, manager.NewOptions(), clock.RealClock{}, registry)
+	// The manager runs the controller without the Lease, with its own
+	// informers and event recorder, so the tests can read the events.
+	opts := manager.NewOptions()
+	opts.LeaderElect = false
+	d, err := manager.NewDeps(cfg, opts, clock.RealClock{}, registry)
 	if err != nil {
 		return fail("controller dependencies: %v", err)
 	}
-	// The manager starts its event broadcaster only under the Lease; here
-	// the events go to the API directly so the tests can read them.
-	scheme := runtime.NewScheme()
-	_ = kubescheme.AddToScheme(scheme)
-	_ = nmscheme.AddToScheme(scheme)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
-	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
-	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
-
-	c := nodetemplate.New(d)
-	d.Informers.Cluster.Start(ctx.Done())
-	d.Informers.NodeManager.Start(ctx.Done())
+	mgr := manager.New(d, opts, nodetemplate.New(d))
 	done := make(chan struct{})
 	runCtx, stop := context.WithCancel(ctx)
-	go func() { defer close(done); c.Run(runCtx, 2) }()
+	go func() { defer close(done); _ = mgr.Run(runCtx) }()
 	defer func() { stop(); <-done }()
 
 	code := m.Run()
