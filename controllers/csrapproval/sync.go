@@ -15,27 +15,6 @@ import (
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
-// cluster answers the decision's questions from the informers.
-func (c *Controller) cluster() Cluster {
-	return Cluster{
-		GroupExists: func(g string) bool { _, err := c.groups.Get(g); return err == nil },
-		InstanceGroup: func(n string) (string, bool) {
-			inst, err := c.instances.Get(n)
-			if err != nil {
-				return "", false
-			}
-			return inst.Labels[nodes.GroupLabel], true
-		},
-		NodeGroup: func(n string) (string, bool) {
-			node, err := c.d.Nodes.Get(n)
-			if err != nil {
-				return "", false
-			}
-			return nodes.Group(node), true
-		},
-	}
-}
-
 // sync decides one CSR: it creates the node's Instance before an
 // approval, then records the verdict.
 func (c *Controller) sync(ctx context.Context, name string) error {
@@ -101,4 +80,25 @@ func (c *Controller) conclude(ctx context.Context, csr *certificatesv1.Certifica
 	klog.InfoS("Decided a kubelet client CSR", "csr", csr.Name, "decision", string(typ), "reason", d.Reason,
 		"node", d.Node, "group", d.Group, "requestor", csr.Spec.Username, "message", d.Message)
 	return nil
+}
+
+// cluster answers the decision's questions from the informers.
+func (c *Controller) cluster() Cluster {
+	return Cluster{
+		GroupExists: func(g string) bool { _, err := c.groups.Get(g); return err == nil },
+		InstanceGroup: func(n string) (string, bool) {
+			inst, err := c.instances.Get(n)
+			if err != nil {
+				return "", false
+			}
+			return inst.Labels[nodes.GroupLabel], true
+		},
+		NodeGroup: func(n string) (string, bool) {
+			node, err := c.d.Nodes.Get(n)
+			if err != nil {
+				return "", false
+			}
+			return nodes.Group(node), true
+		},
+	}
 }
