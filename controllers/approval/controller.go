@@ -1,145 +1,57 @@
+// Package approval is the cluster side of the update protocol: it approves
+// updates one slot at a time, approves disruptions (draining first where
+// that is wanted), and clears the protocol's annotations once a node has
+// applied its group's configuration. The decisions are a pure function of
+// the group, its checksum, its nodes and the time (Plan), so they are
+// tested exhaustively without a cluster; the controller only applies them.
+//
+// maxConcurrent bounds two things: how many nodes of a group hold an update
+// approval (approved), and how many are disrupted (see Disrupted: drained
+// or being drained by node-manager, disruption-approved, or marked
+// rolling-update). A disruption is granted only to a node that holds an
+// update approval, and only while fewer than maxConcurrent nodes of the
+// group are disrupted; a node that asks for a disruption without an
+// approval waits (bashible asks for the approval first, see
+// templates/tree/lib/_node_lib.tpl, bb-disruption-gate).
 package approval
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
-	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/klog/v2"
-
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodes"
 )
+
+// Name is the controller's name: its queue, its logs and the controller
+// label of the loop metrics.
+const Name = "update-approval"
 
 // Controller applies Plan to each group whenever one of its nodes, the
 // group, or the group's bundle changes.
 type Controller struct {
-	*manager.GroupLoop
-	d *manager.Deps
+	d     *manager.Deps
+	watch *manager.GroupWatch
+	queue *loop.Loop
 }
 
-// New wires the controller to the shared informers.
+// New wires the controller to the shared informers: a change of a group,
+// of one of its nodes or of its bundle queues the group.
 func New(d *manager.Deps) *Controller {
 	c := &Controller{d: d}
-	c.GroupLoop = manager.NewGroupLoop(d, "update-approval", c.sync)
+	c.queue = loop.New(Name, d.Loops, c.sync)
+	c.watch = manager.WatchGroups(d, c.queue)
 	return c
 }
 
-func (c *Controller) sync(ctx context.Context, group string) error {
-	g, err := c.Groups.Get(group)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	ns, err := c.d.Nodes.InGroup(group)
-	if err != nil {
-		return err
-	}
-	checksum := c.Checksum(group)
-	if checksum == "" {
-		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
-		return nil
-	}
-	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
-	if grants(d) {
-		// Approvals and disruptions are what maxConcurrent limits, so they
-		// are decided on the API's own view rather than the informer's, which may lag
-		// (a stalled watch, a write of a previous leader). They are rare,
-		// so one LIST per grant is cheap.
-		list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-			LabelSelector: labels.SelectorFromSet(labels.Set{nodes.GroupLabel: group}).String()})
-		if err != nil {
-			return fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
-		}
-		ns = make([]*corev1.Node, 0, len(list.Items))
-		for i := range list.Items {
-			ns = append(ns, &list.Items[i])
-		}
-		d = Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
-	}
-	byName := map[string]*corev1.Node{}
-	for _, n := range ns {
-		byName[n.Name] = n
-	}
-	// Approvals and disruptions are granted only after every other change
-	// landed: a slot freed by a finished node must really be free (its
-	// patch may fail) before another node takes it, so maxConcurrent holds
-	// at every moment.
-	var errs []error
-	written := map[string]bool{}
-	var grants []string
-	for _, name := range slices.Sorted(maps.Keys(d.Changes)) {
-		ch := d.Changes[name]
-		if isGrant(ch) {
-			grants = append(grants, name)
-			continue
-		}
-		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], ch); err != nil {
-			// A conflict means the node changed under us: decide again on
-			// the new state rather than writing this one.
-			errs = append(errs, err)
-			continue
-		}
-		written[name] = true
-		klog.InfoS("Updated node for its update", "group", group, "node", name, "change", ch.String())
-	}
-	for _, name := range grants {
-		if len(errs) > 0 {
-			break
-		}
-		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], d.Changes[name]); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		written[name] = true
-		klog.InfoS("Granted an update slot", "group", group, "node", name, "change", d.Changes[name].String())
-	}
-	for _, e := range d.Events {
-		if n := byName[e.Node]; n != nil && written[e.Node] {
-			c.d.Recorder.Eventf(n, groupRef(g), e.Type, e.Reason, "Update", "%s", e.Message)
-		}
-	}
-	if !d.RecheckAt.IsZero() {
-		c.Loop.AddAfter(group, d.RecheckAt.Sub(c.d.Clock.Now()))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("group %s: %w", group, err)
-	}
-	return nil
-}
+// Name implements manager.Controller.
+func (c *Controller) Name() string { return Name }
 
-func groupRef(g *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
-	ref := g.DeepCopy()
-	ref.APIVersion, ref.Kind = deckhousev1.SchemeGroupVersion.String(), "NodeGroup"
-	return ref
-}
-
-func grants(d Decision) bool {
-	for _, ch := range d.Changes {
-		if isGrant(ch) {
-			return true
-		}
+// Run implements manager.Controller: it waits for its informers (the
+// bundles among them, so it waits while bashible-apiserver is
+// unavailable), then works the queue until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	if !manager.HasSynced(ctx, Name, c.watch.Synced...) {
+		return
 	}
-	return false
-}
-
-// isGrant reports whether the change takes one of the slots maxConcurrent
-// limits: an update approval, or a disruption (a drain by node-manager, a
-// disruption approval, a replacement mark).
-func isGrant(ch *nodes.Change) bool {
-	for _, k := range []string{nodes.Approved, nodes.Draining, nodes.DisruptionApproved, nodes.RollingUpdate} {
-		if v, ok := ch.Annotations[k]; ok && v != nil {
-			return true
-		}
-	}
-	return false
+	c.queue.Run(ctx, workers)
 }

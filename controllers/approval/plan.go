@@ -1,18 +1,3 @@
-// Package approval is the cluster side of the update protocol: it approves
-// updates one slot at a time, approves disruptions (draining first where
-// that is wanted), and clears the protocol's annotations once a node has
-// applied its group's configuration. The decisions are a pure function of
-// the group, its checksum, its nodes and the time (Plan), so they are
-// tested exhaustively without a cluster; the controller only applies them.
-//
-// maxConcurrent bounds two things: how many nodes of a group hold an update
-// approval (approved), and how many are disrupted (see Disrupted: drained
-// or being drained by node-manager, disruption-approved, or marked
-// rolling-update). A disruption is granted only to a node that holds an
-// update approval, and only while fewer than maxConcurrent nodes of the
-// group are disrupted; a node that asks for a disruption without an
-// approval waits (bashible asks for the approval first, see
-// templates/tree/lib/_node_lib.tpl, bb-disruption-gate).
 package approval
 
 import (

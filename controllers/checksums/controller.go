@@ -6,16 +6,10 @@ package checksums
 
 import (
 	"context"
-	"fmt"
-	"maps"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/loop"
@@ -23,9 +17,14 @@ import (
 	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
 )
 
+// Name is the controller's name: its queue, its logs and the controller
+// label of the loop metrics.
+const Name = "configuration-checksums"
+
 // SecretName is the compatibility Secret's name.
 const SecretName = "configuration-checksums"
 
+// key is the loop's only key: every change rewrites the one Secret.
 const key = "all"
 
 // Controller keeps the Secret equal to the served checksums.
@@ -34,10 +33,11 @@ type Controller struct {
 	bundles bashiblelisters.NodeGroupBundleLister
 	secrets corelisters.SecretLister
 	synced  []cache.InformerSynced
-	loop    *loop.Loop
+	queue   *loop.Loop
 }
 
-// New wires the controller to the shared informers.
+// New wires the controller to the shared informers: a changed checksum, or
+// a change of the Secret, queues the one key.
 func New(d *manager.Deps) *Controller {
 	bundles := d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles()
 	secrets := d.Informers.Namespace.Core().V1().Secrets()
@@ -47,8 +47,8 @@ func New(d *manager.Deps) *Controller {
 		secrets: secrets.Lister(),
 		synced:  []cache.InformerSynced{bundles.Informer().HasSynced, secrets.Informer().HasSynced},
 	}
-	c.loop = loop.New("configuration-checksums", d.Loops, c.sync)
-	all := func(any) { c.loop.Add(key) }
+	c.queue = loop.New(Name, d.Loops, c.sync)
+	all := func(any) { c.queue.Add(key) }
 	_, _ = bundles.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: all, DeleteFunc: all,
 		UpdateFunc: func(old, cur any) {
@@ -72,59 +72,15 @@ func New(d *manager.Deps) *Controller {
 }
 
 // Name implements manager.Controller.
-func (c *Controller) Name() string { return "configuration-checksums" }
+func (c *Controller) Name() string { return Name }
 
-// Run implements manager.Controller.
+// Run implements manager.Controller: once the caches have synced it
+// publishes the checksums, and again on every change, with one worker
+// (there is one key).
 func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, c.Name(), c.synced...) {
+	if !manager.HasSynced(ctx, Name, c.synced...) {
 		return
 	}
-	c.loop.Add(key)
-	c.loop.Run(ctx, 1)
-}
-
-// Want is the Secret data for the served bundles.
-func Want(bundles []*bashiblev1alpha1.NodeGroupBundle) map[string][]byte {
-	want := map[string][]byte{}
-	for _, b := range bundles {
-		if sum := b.Annotations[bashiblev1alpha1.ChecksumAnnotation]; sum != "" {
-			want[b.Name] = []byte(sum)
-		}
-	}
-	return want
-}
-
-func (c *Controller) sync(ctx context.Context, _ string) error {
-	bundles, err := c.bundles.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	want := Want(bundles)
-	have, err := c.secrets.Secrets(c.d.Namespace).Get(SecretName)
-	switch {
-	case apierrors.IsNotFound(err):
-		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: c.d.Namespace,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": manager.Name}},
-			Type: corev1.SecretTypeOpaque,
-			Data: want,
-		}
-		if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Secret %s/%s: %w", c.d.Namespace, SecretName, err)
-		}
-		klog.InfoS("Published configuration checksums", "groups", len(want))
-		return nil
-	case err != nil:
-		return err
-	}
-	if maps.EqualFunc(have.Data, want, func(a, b []byte) bool { return string(a) == string(b) }) {
-		return nil
-	}
-	s := have.DeepCopy()
-	s.Data = want
-	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating Secret %s/%s: %w", c.d.Namespace, SecretName, err)
-	}
-	klog.InfoS("Published configuration checksums", "groups", len(want))
-	return nil
+	c.queue.Add(key)
+	c.queue.Run(ctx, 1)
 }

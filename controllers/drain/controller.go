@@ -1,24 +1,15 @@
+// Package drain cordons and drains nodes that carry
+// update.node.deckhouse.io/draining: pods are evicted through the Eviction
+// API, so PodDisruptionBudgets hold. A drain that did not finish is never
+// recorded as drained.
 package drain
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"sort"
-	"strings"
 	"sync"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
@@ -26,34 +17,9 @@ import (
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 )
 
-// pollInterval is how often a drain checks whether evicted pods are gone.
-const pollInterval = time.Second
-
-// Metrics of the drain controller; the only label is the node name.
-type Metrics struct {
-	Draining    *prometheus.GaugeVec
-	DrainFailed *prometheus.GaugeVec
-	Drains      *prometheus.CounterVec
-}
-
-func newMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		Draining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "d8_node_draining",
-			Help: "1 while node-manager drains the node.",
-		}, []string{"node"}),
-		DrainFailed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "node_manager_node_drain_failed",
-			Help: "1 while the node's last drain attempt failed (it is being retried).",
-		}, []string{"node"}),
-		Drains: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "node_manager_drains_total",
-			Help: "Drain attempts by result (succeeded, failed, cancelled).",
-		}, []string{"result"}),
-	}
-	reg.MustRegister(m.Draining, m.DrainFailed, m.Drains)
-	return m
-}
+// Name is the controller's name: its queue, its logs and the controller
+// label of the loop metrics.
+const Name = "drain"
 
 // Controller runs one drain per node that carries the draining annotation,
 // and cancels it when the annotation goes.
@@ -61,7 +27,7 @@ type Controller struct {
 	d       *manager.Deps
 	groups  nmlisters.NodeGroupLister
 	synced  []cache.InformerSynced
-	loop    *loop.Loop
+	queue   *loop.Loop
 	metrics *Metrics
 
 	mu      sync.Mutex
@@ -69,11 +35,9 @@ type Controller struct {
 	ctx     context.Context
 }
 
-// run is one node's drain; its identity tells a finished run from a newer
-// one for the same node.
-type run struct{ cancel context.CancelFunc }
-
-// New wires the controller to the shared informers.
+// New wires the controller to the shared informers: a node queues its
+// name when it comes or goes, or when its drain annotations or its
+// cordon change.
 func New(d *manager.Deps) *Controller {
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
@@ -84,13 +48,13 @@ func New(d *manager.Deps) *Controller {
 		metrics: newMetrics(d.Registry),
 		running: map[string]*run{},
 	}
-	c.loop = loop.New("drain", d.Loops, c.sync)
+	c.queue = loop.New(Name, d.Loops, c.sync)
 	enqueue := func(obj any) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
 		}
 		if n, ok := obj.(*corev1.Node); ok {
-			c.loop.Add(n.Name)
+			c.queue.Add(n.Name)
 		}
 	}
 	_, _ = nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -112,281 +76,21 @@ func New(d *manager.Deps) *Controller {
 }
 
 // Name implements manager.Controller.
-func (c *Controller) Name() string { return "drain" }
+func (c *Controller) Name() string { return Name }
 
-// Run implements manager.Controller.
+// Run implements manager.Controller: it waits for its informers, works the
+// queue until ctx ends, and then cancels every running drain.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, c.Name(), c.synced...) {
+	if !manager.HasSynced(ctx, Name, c.synced...) {
 		return
 	}
 	c.mu.Lock()
 	c.ctx = ctx
 	c.mu.Unlock()
-	c.loop.Run(ctx, workers)
+	c.queue.Run(ctx, workers)
 	c.mu.Lock()
 	for _, r := range c.running {
 		r.cancel()
 	}
 	c.mu.Unlock()
-}
-
-func (c *Controller) sync(ctx context.Context, name string) error {
-	n, err := c.d.Nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		c.stop(name, "the node is gone")
-		c.metrics.Draining.DeleteLabelValues(name)
-		c.metrics.DrainFailed.DeleteLabelValues(name)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if nodes.Has(n, nodes.Draining) {
-		c.start(name)
-		return nil
-	}
-	if c.stop(name, "the draining annotation was removed") {
-		c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "DrainCancelled", "Drain",
-			"the drain was cancelled because update.node.deckhouse.io/draining was removed; the node stays cordoned (kubectl uncordon %s to undo)", n.Name)
-		c.metrics.Drains.WithLabelValues("cancelled").Inc()
-	}
-	c.metrics.Draining.DeleteLabelValues(name)
-	c.metrics.DrainFailed.DeleteLabelValues(name)
-	// Leftovers: a failure note without a drain request, and a user's
-	// drained marker on a node that has been uncordoned since.
-	ch := (&nodes.Change{}).Remove(n, nodes.DrainFailed)
-	if v, ok := n.Annotations[nodes.Drained]; ok && v == "user" && !n.Spec.Unschedulable {
-		ch.Remove(n, nodes.Drained)
-	}
-	_, err = nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, ch)
-	return err
-}
-
-func (c *Controller) start(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.running[name]; ok || c.ctx == nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	r := &run{cancel: cancel}
-	c.running[name] = r
-	c.metrics.Draining.WithLabelValues(name).Set(1)
-	go func() {
-		defer func() {
-			c.mu.Lock()
-			if c.running[name] == r { // not a newer drain of the same node
-				delete(c.running, name)
-			}
-			c.mu.Unlock()
-			cancel()
-		}()
-		c.drain(ctx, name)
-	}()
-}
-
-// stop cancels a running drain and reports whether there was one.
-func (c *Controller) stop(name, why string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.running[name]
-	if ok {
-		klog.InfoS("Cancelling drain", "node", name, "reason", why)
-		r.cancel()
-		delete(c.running, name)
-	}
-	return ok
-}
-
-func (c *Controller) timeout(n *corev1.Node) time.Duration {
-	if g, err := c.groups.Get(nodes.Group(n)); err == nil && g.Spec.NodeDrainTimeoutSecond != nil && *g.Spec.NodeDrainTimeoutSecond > 0 {
-		return time.Duration(*g.Spec.NodeDrainTimeoutSecond) * time.Second
-	}
-	return c.d.Options.DrainTimeout
-}
-
-// errCancelled means the draining annotation went away mid-drain.
-var errCancelled = errors.New("drain cancelled")
-
-// drain runs attempts until one succeeds or the drain is cancelled. Each
-// attempt has the group's deadline; a failed attempt is recorded as
-// drain-failed and retried after the eviction retry interval.
-func (c *Controller) drain(ctx context.Context, name string) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		err := c.attempt(ctx, name)
-		switch {
-		case err == nil:
-			return
-		case errors.Is(err, errCancelled) || ctx.Err() != nil:
-			return
-		}
-		klog.InfoS("Drain attempt failed; retrying", "node", name, "attempt", attempt, "err", err)
-		c.metrics.Drains.WithLabelValues("failed").Inc()
-		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, nodes.Draining) && ctx.Err() == nil {
-			c.metrics.DrainFailed.WithLabelValues(name).Set(1)
-			c.d.Recorder.Eventf(n, nil, corev1.EventTypeWarning, "DrainFailed", "Drain", "%s; retrying", truncate(err.Error(), 900))
-			c.record(ctx, name, func(n *corev1.Node) *nodes.Change { return Failed(n, err.Error()) })
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(c.d.Options.EvictionRetry):
-		}
-	}
-}
-
-// record re-reads the node and writes the change while the drain is still
-// asked for, retrying on conflicts.
-func (c *Controller) record(ctx context.Context, name string, change func(*corev1.Node) *nodes.Change) bool {
-	for try := 0; try < 10 && ctx.Err() == nil; try++ {
-		n, err := c.d.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil || !nodes.Has(n, nodes.Draining) {
-			return false
-		}
-		if _, err = nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, change(n)); err == nil {
-			return true
-		} else if !apierrors.IsConflict(err) {
-			klog.ErrorS(err, "Recording drain state failed", "node", name)
-			return false
-		}
-	}
-	return false
-}
-
-func (c *Controller) attempt(ctx context.Context, name string) error {
-	n, err := c.d.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading node %s: %w", name, err)
-	}
-	if !nodes.Has(n, nodes.Draining) {
-		return errCancelled
-	}
-	timeout := c.timeout(n)
-	deadline := c.d.Clock.Now().Add(timeout)
-	if !c.record(ctx, name, Cordon) && !n.Spec.Unschedulable {
-		if ctx.Err() != nil {
-			return errCancelled
-		}
-		return fmt.Errorf("cordoning node %s failed", name)
-	}
-	lastTry := map[types.UID]time.Time{}
-	blocked := map[types.UID]string{}
-	for {
-		if ctx.Err() != nil {
-			return errCancelled
-		}
-		pods, err := c.podsToEvict(ctx, name)
-		if err != nil {
-			return err
-		}
-		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.IsReady(cur) {
-			// No kubelet confirms deletions on a NotReady node: a pod that
-			// was evicted (and so counted against its budget) has left as
-			// far as a drain can tell, as kubectl drain's
-			// --skip-wait-for-delete-timeout treats it.
-			pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
-		}
-		if len(pods) == 0 {
-			if c.record(ctx, name, Succeeded) {
-				c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "DrainSucceeded", "Drain", "every pod has left the node")
-				c.metrics.Drains.WithLabelValues("succeeded").Inc()
-				c.metrics.DrainFailed.DeleteLabelValues(name)
-				c.metrics.Draining.DeleteLabelValues(name)
-				return nil
-			}
-			return errCancelled
-		}
-		now := c.d.Clock.Now()
-		if now.After(deadline) {
-			var why []string
-			for _, p := range pods {
-				if r, ok := blocked[p.UID]; ok {
-					why = append(why, fmt.Sprintf("%s/%s: %s", p.Namespace, p.Name, r))
-				} else {
-					why = append(why, fmt.Sprintf("%s/%s: still terminating", p.Namespace, p.Name))
-				}
-			}
-			sort.Strings(why)
-			return fmt.Errorf("drain of node %s did not finish within %s; %d pod(s) left: %s", name, timeout, len(pods), strings.Join(why, "; "))
-		}
-		for _, p := range pods {
-			if p.DeletionTimestamp != nil {
-				continue
-			}
-			if t, ok := lastTry[p.UID]; ok && now.Sub(t) < c.d.Options.EvictionRetry {
-				continue
-			}
-			lastTry[p.UID] = now
-			if err := c.evict(ctx, p); err != nil {
-				blocked[p.UID] = err.Error()
-			} else {
-				delete(blocked, p.UID)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return errCancelled
-		case <-time.After(pollInterval):
-		}
-		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.Has(cur, nodes.Draining) {
-			return errCancelled
-		}
-	}
-}
-
-// podsToEvict lists the node's pods that a drain must move: not mirror
-// pods, not DaemonSet pods, not finished ones.
-func (c *Controller) podsToEvict(ctx context.Context, node string) ([]corev1.Pod, error) {
-	list, err := c.d.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing the pods of node %s: %w", node, err)
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if skip(&p) {
-			continue
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
-
-func skip(p *corev1.Pod) bool {
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return true
-	}
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
-			return true
-		}
-	}
-	return false
-}
-
-func (c *Controller) evict(ctx context.Context, p corev1.Pod) error {
-	err := c.d.Kube.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: &p.UID},
-		},
-	})
-	switch {
-	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return nil
-	case apierrors.IsTooManyRequests(err):
-		return fmt.Errorf("eviction refused, a PodDisruptionBudget allows no disruption now: %w", err)
-	}
-	return fmt.Errorf("evicting: %w", err)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }

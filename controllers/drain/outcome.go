@@ -1,7 +1,3 @@
-// Package drain cordons and drains nodes that carry
-// update.node.deckhouse.io/draining: pods are evicted through the Eviction
-// API, so PodDisruptionBudgets hold. A drain that did not finish is never
-// recorded as drained.
 package drain
 
 import (

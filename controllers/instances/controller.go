@@ -24,28 +24,24 @@ package instances
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodes"
-	applyv1alpha1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1alpha1"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
+
+// Name is the controller's name: its queue, its logs and the controller
+// label of the loop metrics.
+const Name = "instances"
 
 // ManagedByLabel marks the Instances node-manager created (and so may delete).
 const ManagedByLabel = "app.kubernetes.io/managed-by"
@@ -62,33 +58,13 @@ const (
 	ReasonAdoptedInstance = "InstanceAdopted"
 )
 
-// ForNode returns the Instance that pins node name to group g: the only
-// place its group label is ever set.
-func ForNode(name string, g *deckhousev1.NodeGroup) *deckhousev1alpha1.Instance {
-	return &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{
-		Name:   name,
-		Labels: map[string]string{nodes.GroupLabel: g.Name, ManagedByLabel: manager.Name},
-		OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: deckhousev1.SchemeGroupVersion.String(), Kind: "NodeGroup", Name: g.Name, UID: g.UID,
-			BlockOwnerDeletion: ptr.To(false),
-		}},
-	}}
-}
-
-// Adoptable reports whether a Node without an Instance may get one from
-// its own label: only a Node that existed before node-manager-controller
-// first ran (firstRun), so before node-manager approved certificates.
-func Adoptable(n *corev1.Node, firstRun time.Time) bool {
-	return !firstRun.IsZero() && n.CreationTimestamp.Time.Before(firstRun)
-}
-
 // Controller keeps Instances.
 type Controller struct {
 	d         *manager.Deps
 	groups    nmlisters.NodeGroupLister
 	instances nmlistersv1alpha1.InstanceLister
 	synced    []cache.InformerSynced
-	loop      *loop.Loop
+	queue     *loop.Loop
 
 	// firstRun is the creation time of the leader Lease, read once.
 	firstRun time.Time
@@ -98,7 +74,8 @@ type Controller struct {
 	warned map[string]string
 }
 
-// New wires the controller to the shared informers.
+// New wires the controller to the shared informers: a Node or an Instance
+// queues its name, and a new group queues its nodes.
 func New(d *manager.Deps) *Controller {
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
@@ -110,14 +87,15 @@ func New(d *manager.Deps) *Controller {
 		synced:    []cache.InformerSynced{ng.Informer().HasSynced, inst.Informer().HasSynced, nodeInformer.HasSynced},
 		warned:    map[string]string{},
 	}
-	c.loop = loop.New("instances", d.Loops, c.sync)
-	_, _ = nodeInformer.AddEventHandler(c.loop.Handler(loop.ByName))
-	_, _ = inst.Informer().AddEventHandler(c.loop.Handler(loop.ByName))
+	c.queue = loop.New(Name, d.Loops, c.sync)
+	_, _ = nodeInformer.AddEventHandler(c.queue.Handler(loop.ByName))
+	_, _ = inst.Informer().AddEventHandler(c.queue.Handler(loop.ByName))
 	// A node waiting for adoption waits for its group to exist.
 	_, _ = ng.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.enqueueGroup})
 	return c
 }
 
+// enqueueGroup queues the nodes of a group that has just appeared.
 func (c *Controller) enqueueGroup(obj any) {
 	g, ok := obj.(*deckhousev1.NodeGroup)
 	if !ok {
@@ -128,16 +106,19 @@ func (c *Controller) enqueueGroup(obj any) {
 		return
 	}
 	for _, n := range ns {
-		c.loop.Add(n.Name)
+		c.queue.Add(n.Name)
 	}
 }
 
 // Name implements manager.Controller.
-func (c *Controller) Name() string { return "instances" }
+func (c *Controller) Name() string { return Name }
 
-// Run implements manager.Controller.
+// Run implements manager.Controller: it waits for its informers and for
+// the leader Lease's creation time (which nodes predate node-manager), then
+// works the queue until ctx ends. Without leader election it waits until
+// some process has created the Lease.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, c.Name(), c.synced...) {
+	if !manager.HasSynced(ctx, Name, c.synced...) {
 		return
 	}
 	// The leader holds the Lease, so it exists; its creation time is when
@@ -156,180 +137,5 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		return
 	}
 	klog.InfoS("Nodes created before node-manager-controller first ran are adopted from their label", "firstRun", c.firstRun)
-	c.loop.Run(ctx, workers)
-}
-
-func (c *Controller) sync(ctx context.Context, name string) error {
-	n, err := c.d.Nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		n = nil
-	} else if err != nil {
-		return err
-	}
-	inst, err := c.instances.Get(name)
-	if apierrors.IsNotFound(err) {
-		inst = nil
-	} else if err != nil {
-		return err
-	}
-	switch {
-	case n == nil && inst == nil:
-		c.forget(name)
-		return nil
-	case n == nil:
-		return c.nodeGone(ctx, inst)
-	case inst == nil:
-		if inst, err = c.adopt(ctx, n); inst == nil || err != nil {
-			return err
-		}
-	}
-	c.warnMismatch(n, inst)
-	return c.writeStatus(ctx, n, inst)
-}
-
-// nodeGone deletes an Instance node-manager made once its Node is really
-// gone; an Instance whose Node has not registered yet waits PendingTTL.
-func (c *Controller) nodeGone(ctx context.Context, inst *deckhousev1alpha1.Instance) error {
-	if inst.Labels[ManagedByLabel] != manager.Name || inst.DeletionTimestamp != nil {
-		return nil
-	}
-	if inst.Status.NodeRef == nil {
-		// Created at certificate approval; the kubelet registers next.
-		if wait := inst.CreationTimestamp.Add(PendingTTL).Sub(c.d.Clock.Now()); wait > 0 {
-			c.loop.AddAfter(inst.Name, wait)
-			return nil
-		}
-	}
-	// The cache may lag behind a Node that has just registered: ask the API.
-	_, err := c.d.Kube.CoreV1().Nodes().Get(ctx, inst.Name, metav1.GetOptions{})
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("confirming that the Node of Instance %s is gone: %w", inst.Name, err)
-	}
-	err = c.d.NodeManager.DeckhouseV1alpha1().Instances().Delete(ctx, inst.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &inst.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting Instance %s of a node that is gone: %w", inst.Name, err)
-	}
-	klog.InfoS("Deleted the Instance of a node that is gone", "instance", inst.Name, "group", inst.Labels[nodes.GroupLabel],
-		"registered", inst.Status.NodeRef != nil)
-	return nil
-}
-
-// adopt creates the Instance of a node that predates node-manager from its
-// label (trust on first use); any other node without an Instance is only
-// reported. It returns nil when there is no Instance to keep.
-func (c *Controller) adopt(ctx context.Context, n *corev1.Node) (*deckhousev1alpha1.Instance, error) {
-	group := nodes.Group(n)
-	if !Adoptable(n, c.firstRun) {
-		c.warnOnce(n, "no-instance", corev1.EventTypeWarning, ReasonNoInstance,
-			"node %s has no Instance and joined after node-manager-controller first ran (%s) without node-manager approving its certificate, "+
-				"so it reads no bundle and its %s label %q is not trusted; let it join with its group's bootstrap token, "+
-				"or create Instance %s labelled %s=<group> to admit it",
-			n.Name, c.firstRun.UTC().Format(time.RFC3339), nodes.GroupLabel, group, n.Name, nodes.GroupLabel)
-		return nil, nil
-	}
-	if group == "" {
-		return nil, nil
-	}
-	g, err := c.groups.Get(group)
-	if apierrors.IsNotFound(err) {
-		return nil, nil // adopted once the group exists (enqueueGroup)
-	}
-	if err != nil {
-		return nil, err
-	}
-	created, err := c.d.NodeManager.DeckhouseV1alpha1().Instances().Create(ctx, ForNode(n.Name, g), metav1.CreateOptions{})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		// Made meanwhile (at approval, or by a person): theirs stands.
-		return c.d.NodeManager.DeckhouseV1alpha1().Instances().Get(ctx, n.Name, metav1.GetOptions{})
-	case err != nil:
-		return nil, fmt.Errorf("creating Instance %s for node %s: %w", n.Name, n.Name, err)
-	}
-	klog.InfoS("Adopted a node that predates node-manager: Instance created from its label", "instance", n.Name, "group", g.Name)
-	c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, ReasonAdoptedInstance, "AdoptNode",
-		"node %s joined before node-manager-controller first ran; its group %s is taken from its label once and pinned in Instance %s",
-		n.Name, g.Name, n.Name)
-	return created, nil
-}
-
-// warnMismatch reports a Node whose label names another group than its
-// Instance: the label is ignored (a kubelet may write it), never followed.
-func (c *Controller) warnMismatch(n *corev1.Node, inst *deckhousev1alpha1.Instance) {
-	label, pinned := nodes.Group(n), inst.Labels[nodes.GroupLabel]
-	if label == pinned {
-		c.forget(n.Name)
-		return
-	}
-	c.warnOnce(n, "label="+label, corev1.EventTypeWarning, ReasonGroupMismatch,
-		"node %s is labelled %s=%q but its Instance pins it to group %q: the label is ignored, the node reads only %q's bundles; "+
-			"to move a machine to another group, delete its Node and Instance and join it again with that group's bootstrap token",
-		n.Name, nodes.GroupLabel, label, pinned, pinned)
-}
-
-func (c *Controller) warnOnce(n *corev1.Node, what, typ, reason, note string, args ...any) {
-	c.mu.Lock()
-	seen := c.warned[n.Name] == what
-	c.warned[n.Name] = what
-	c.mu.Unlock()
-	if !seen {
-		c.d.Recorder.Eventf(n, nil, typ, reason, "PinNodeGroup", note, args...)
-	}
-}
-
-func (c *Controller) forget(name string) {
-	c.mu.Lock()
-	delete(c.warned, name)
-	c.mu.Unlock()
-}
-
-func (c *Controller) writeStatus(ctx context.Context, n *corev1.Node, inst *deckhousev1alpha1.Instance) error {
-	name := n.Name
-	phase, summary, message := Summary(n, inst)
-	st := inst.Status
-	if st.NodeRef != nil && st.NodeRef.Name == name && st.CurrentStatus != nil && st.CurrentStatus.Phase == phase &&
-		st.BashibleStatus == summary && st.Message == message {
-		return nil
-	}
-	now := metav1.NewTime(c.d.Clock.Now())
-	ac := applyv1alpha1.Instance(name).WithStatus(applyv1alpha1.InstanceStatus().
-		WithNodeRef(applyv1alpha1.NodeRef().WithName(name)).
-		WithCurrentStatus(applyv1alpha1.CurrentStatus().WithPhase(phase).WithLastUpdateTime(now)).
-		WithBashibleStatus(summary).WithMessage(message))
-	if _, err := c.d.NodeManager.DeckhouseV1alpha1().Instances().ApplyStatus(ctx, ac,
-		metav1.ApplyOptions{FieldManager: manager.Name, Force: true}); err != nil {
-		return fmt.Errorf("writing the status of Instance %s: %w", name, err)
-	}
-	return nil
-}
-
-// Summary derives the Instance's phase and bashible summary from the node
-// and the conditions bashible reported.
-func Summary(n *corev1.Node, inst *deckhousev1alpha1.Instance) (deckhousev1alpha1.InstancePhase, deckhousev1alpha1.BashibleStatus, string) {
-	phase := deckhousev1alpha1.InstanceRunning
-	if n.DeletionTimestamp != nil {
-		phase = deckhousev1alpha1.InstanceTerminating
-	}
-	cs := inst.Status.Conditions
-	for _, w := range []struct {
-		typ     string
-		summary deckhousev1alpha1.BashibleStatus
-	}{{"WaitingDisruptionApproval", "WaitingDisruptionApproval"}, {"WaitingApproval", "WaitingApproval"}} {
-		if c := meta.FindStatusCondition(cs, w.typ); c != nil && c.Status == metav1.ConditionTrue {
-			return phase, w.summary, c.Message
-		}
-	}
-	if c := meta.FindStatusCondition(cs, "BashibleReady"); c != nil {
-		switch c.Status {
-		case metav1.ConditionTrue:
-			return phase, "Ready", c.Message
-		case metav1.ConditionFalse:
-			return phase, "Error", c.Message
-		}
-		return phase, "Unknown", c.Message
-	}
-	return phase, "Unknown", "bashible has not reported yet"
+	c.queue.Run(ctx, workers)
 }

@@ -1,6 +1,7 @@
 // Package manager runs node-manager-controller: it builds the clients and
 // shared informers, serves metrics and probes, takes the leader Lease, and
-// runs every controller while it holds the Lease.
+// runs every controller while it holds the Lease (or, with
+// --leader-elect=false, at once: a test suite runs its controllers so).
 package manager
 
 import (
@@ -9,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -39,73 +38,6 @@ import (
 
 // Name is the controller's name: its Lease, field manager and event source.
 const Name = "node-manager-controller"
-
-// Options are the command-line settings.
-type Options struct {
-	Kubeconfig    string
-	Namespace     string
-	Identity      string
-	ListenAddress string
-	Workers       int
-
-	LeaseDuration time.Duration
-	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
-
-	// EvictionRetry is how long a drain waits before evicting a pod again
-	// after a PodDisruptionBudget refused it.
-	EvictionRetry time.Duration
-	// DrainTimeout applies to groups without nodeDrainTimeoutSecond.
-	DrainTimeout time.Duration
-}
-
-// NewOptions returns the defaults.
-func NewOptions() *Options {
-	host, _ := os.Hostname()
-	return &Options{
-		Namespace:     "d8-cloud-instance-manager",
-		Identity:      host,
-		ListenAddress: ":9680",
-		Workers:       2,
-		LeaseDuration: 15 * time.Second,
-		RenewDeadline: 10 * time.Second,
-		RetryPeriod:   2 * time.Second,
-		EvictionRetry: 20 * time.Second,
-		DrainTimeout:  10 * time.Minute,
-	}
-}
-
-// AddFlags registers the options.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster configuration")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of node-manager's Secrets and Lease")
-	fs.StringVar(&o.Identity, "identity", o.Identity, "leader election identity (defaults to the host name)")
-	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics, /healthz and /readyz")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "workers per controller")
-	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "leader Lease duration")
-	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew")
-	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often candidates try to take the Lease")
-	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
-	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
-}
-
-// Validate checks the options.
-func (o *Options) Validate() error {
-	var errs []error
-	if o.Identity == "" {
-		errs = append(errs, errors.New("--identity is empty and the host name is unknown; set --identity"))
-	}
-	if o.Workers < 1 {
-		errs = append(errs, fmt.Errorf("--workers=%d: at least 1 is needed", o.Workers))
-	}
-	if o.RenewDeadline >= o.LeaseDuration {
-		errs = append(errs, fmt.Errorf("--leader-elect-renew-deadline (%s) must be shorter than --leader-elect-lease-duration (%s)", o.RenewDeadline, o.LeaseDuration))
-	}
-	if o.EvictionRetry <= 0 || o.DrainTimeout <= 0 {
-		errs = append(errs, errors.New("--eviction-retry-interval and --default-drain-timeout must be positive"))
-	}
-	return errors.Join(errs...)
-}
 
 // Informers are the shared informer factories, one per scope so each
 // controller watches only what it needs.
@@ -222,7 +154,8 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 	}
 }
 
-// Manager runs controllers under leader election.
+// Manager runs controllers: under leader election, or without it when
+// Options.LeaderElect is off.
 type Manager struct {
 	deps        *Deps
 	opts        *Options
@@ -269,21 +202,41 @@ func (m *Manager) Handler(gatherer prometheus.Gatherer) http.Handler {
 	return mux
 }
 
-// Run starts informers, waits for them, then campaigns for the Lease and
-// runs the controllers while leading. It returns when ctx ends, or with an
-// error when leadership is lost (the caller exits; a restart starts clean).
+// Run starts the informers, waits for them and starts recording events;
+// then it campaigns for the Lease and runs the controllers while leading,
+// or, with Options.LeaderElect off, runs them at once. It returns when ctx
+// ends, or with an error when leadership is lost (the caller exits; a
+// restart starts clean).
 func (m *Manager) Run(ctx context.Context) error {
 	m.deps.Informers.start(ctx.Done())
 	if !m.deps.Informers.synced(ctx.Done()) {
 		return fmt.Errorf("informers did not sync: %w", ctx.Err())
 	}
 	m.synced.Store(true)
-	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+Name, "identity", m.opts.Identity)
 	if r, ok := m.deps.Recorder.(*recorder); ok {
 		r.broadcaster.StartRecordingToSink(ctx.Done())
 		defer r.broadcaster.Shutdown()
 	}
+	if !m.opts.LeaderElect {
+		klog.InfoS("Informers synced; running the controllers without the Lease (--leader-elect=false)")
+		var wg sync.WaitGroup
+		m.start(ctx, &wg)
+		wg.Wait()
+		return nil
+	}
+	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+Name, "identity", m.opts.Identity)
+	return m.lead(ctx)
+}
 
+// start runs every controller in wg until ctx ends.
+func (m *Manager) start(ctx context.Context, wg *sync.WaitGroup) {
+	for _, c := range m.controllers {
+		wg.Go(func() { c.Run(ctx, m.opts.Workers) })
+	}
+}
+
+// lead runs the controllers while this process holds the Lease.
+func (m *Manager) lead(ctx context.Context) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: Name},
 		Client:     m.deps.Kube.CoordinationV1(),
@@ -304,9 +257,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
 				m.leading.Store(true)
 				m.leaderGauge.Set(1)
-				for _, c := range m.controllers {
-					wg.Go(func() { c.Run(ctx, m.opts.Workers) })
-				}
+				m.start(ctx, &wg)
 			},
 			OnStoppedLeading: func() {
 				m.leading.Store(false)

@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
@@ -71,6 +74,86 @@ func TestControllersRunWhileBashibleAPIServerIsDown(t *testing.T) {
 	m.Handler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	if rec.Code != http.StatusOK {
 		t.Errorf("/readyz = %d", rec.Code)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after cancel: %v", err)
+	}
+}
+
+// TestValidateWithoutLeaderElectionNeedsNoIdentity: the identity and the
+// Lease's timing are leader election's settings only.
+func TestValidateWithoutLeaderElectionNeedsNoIdentity(t *testing.T) {
+	o := NewOptions()
+	o.LeaderElect, o.Identity, o.RenewDeadline = false, "", o.LeaseDuration
+	if err := o.Validate(); err != nil {
+		t.Errorf("--leader-elect=false: %v", err)
+	}
+}
+
+// seeingController reads a Node from the shared informers and records an
+// Event about it when it starts, as a controller's sync does.
+type seeingController struct {
+	d   *Deps
+	saw chan error
+}
+
+func (s *seeingController) Name() string { return "seeing" }
+func (s *seeingController) Run(ctx context.Context, _ int) {
+	n, err := s.d.Nodes.Get("n1")
+	if err == nil {
+		s.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "Seen", "Test", "node %s seen", n.Name)
+	}
+	s.saw <- err
+	<-ctx.Done()
+}
+
+// TestControllersRunWithoutTheLeaseWhenLeaderElectionIsOff: with
+// --leader-elect=false the manager starts and syncs the informers, records
+// events to the API, and runs the controllers without touching a Lease (a
+// test suite runs its controllers so).
+func TestControllersRunWithoutTheLeaseWhenLeaderElectionIsOff(t *testing.T) {
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	opts := NewOptions()
+	opts.LeaderElect = false
+	d := NewDepsForClients(kube, nmfake.NewClientset(), opts, clock.RealClock{}, prometheus.NewRegistry())
+	c := &seeingController{d: d, saw: make(chan error, 1)}
+	m := New(d, opts, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- m.Run(ctx) }()
+
+	select {
+	case err := <-c.saw:
+		if err != nil {
+			t.Fatalf("the controller started before the informers had synced: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the controller did not start without the Lease")
+	}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := kube.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.Reason == "Seen" && e.Regarding.Name == "n1" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("the controller's Event did not reach the API: %v", err)
+	}
+	if m.Leading() {
+		t.Error("Leading() = true without leader election")
+	}
+	for _, a := range kube.Actions() {
+		if a.GetResource().Resource == "leases" {
+			t.Errorf("the manager used the Lease without leader election: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

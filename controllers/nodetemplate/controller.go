@@ -1,3 +1,10 @@
+// Package nodetemplate keeps every node of a group carrying its group's
+// nodeTemplate (labels, annotations, taints) and the labels node-manager
+// derives from the group (type and role), by a three-way merge of the
+// node's actual metadata, the desired template and the copy of what was
+// applied last, stored on the node itself. Keys node-manager never applied
+// are never touched: a first apply adds and overwrites, it never removes
+// (Deckhouse once wiped the cloud provider's uninitialized taint that way).
 package nodetemplate
 
 import (
@@ -10,18 +17,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodes"
 	listers "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 )
 
-// Name is the controller's name (work queue, metrics, logs).
+// Name is the controller's name: its queue, its logs and the controller
+// label of the loop metrics.
 const Name = "node-template"
 
 // Event reasons.
@@ -42,12 +48,11 @@ const UnmanagedNodesMetric = "d8_unmanaged_nodes_on_cluster"
 
 // Controller applies node templates. Its key is a node name.
 type Controller struct {
-	*loop.Loop
-	d            *manager.Deps
-	groups       listers.NodeGroupLister
-	nodesSynced  cache.InformerSynced
-	groupsSynced cache.InformerSynced
-	unmanaged    *prometheus.GaugeVec
+	d         *manager.Deps
+	groups    listers.NodeGroupLister
+	synced    []cache.InformerSynced
+	queue     *loop.Loop
+	unmanaged *prometheus.GaugeVec
 
 	mu sync.Mutex
 	// unknownLogged holds the missing groups already logged, so a node of
@@ -59,15 +64,16 @@ type Controller struct {
 }
 
 // New builds the controller and registers its informer handlers and its
-// metric; call it before the informer factories start.
+// metric; call it before the informer factories start. A node queues its
+// name when its metadata changes; a group queues its nodes when its type
+// or template changes.
 func New(d *manager.Deps) *Controller {
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	groupInformer := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	c := &Controller{
 		d:             d,
 		groups:        groupInformer.Lister(),
-		nodesSynced:   nodeInformer.HasSynced,
-		groupsSynced:  groupInformer.Informer().HasSynced,
+		synced:        []cache.InformerSynced{nodeInformer.HasSynced, groupInformer.Informer().HasSynced},
 		unknownLogged: map[string]bool{},
 		warned:        map[string]int64{},
 		unmanaged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -75,7 +81,7 @@ func New(d *manager.Deps) *Controller {
 			Help: "1 for every Node without the node.deckhouse.io/group label: node-manager does not manage it.",
 		}, []string{"node"}),
 	}
-	c.Loop = loop.New(Name, d.Loops, c.sync)
+	c.queue = loop.New(Name, d.Loops, c.sync)
 	d.Registry.MustRegister(c.unmanaged)
 
 	_, _ = nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -128,12 +134,16 @@ func New(d *manager.Deps) *Controller {
 	return c
 }
 
-// Run waits for the Node and NodeGroup caches, then works the queue.
+// Name implements manager.Controller.
+func (c *Controller) Name() string { return Name }
+
+// Run implements manager.Controller: it waits for the Node and NodeGroup
+// caches, then works the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, Name, c.nodesSynced, c.groupsSynced) {
+	if !manager.HasSynced(ctx, Name, c.synced...) {
 		return
 	}
-	c.Loop.Run(ctx, workers)
+	c.queue.Run(ctx, workers)
 }
 
 func metadataChanged(o, n *corev1.Node) bool {
@@ -144,11 +154,11 @@ func metadataChanged(o, n *corev1.Node) bool {
 
 func (c *Controller) enqueueNode(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		c.Add(t.Key)
+		c.queue.Add(t.Key)
 		return
 	}
 	if n, ok := obj.(*corev1.Node); ok {
-		c.Add(n.Name)
+		c.queue.Add(n.Name)
 	}
 }
 
@@ -159,7 +169,7 @@ func (c *Controller) enqueueGroup(group string) {
 		return
 	}
 	for _, n := range ns {
-		c.Add(n.Name)
+		c.queue.Add(n.Name)
 	}
 }
 
@@ -187,53 +197,4 @@ func (c *Controller) warnSkipped(ng *deckhousev1.NodeGroup) {
 	}
 	klog.InfoS("NodeGroup template entries skipped", "controller", Name, "nodeGroup", ng.Name, "entries", keys)
 	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeWarning, ReasonSkippedKeys, "ApplyNodeTemplate", "%s", note)
-}
-
-func (c *Controller) sync(ctx context.Context, name string) error {
-	n, err := c.d.Nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		c.unmanaged.DeleteLabelValues(name)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	group := nodes.Group(n)
-	if group == "" {
-		c.unmanaged.WithLabelValues(name).Set(1)
-		return nil
-	}
-	c.unmanaged.DeleteLabelValues(name)
-
-	ng, err := c.groups.Get(group)
-	if apierrors.IsNotFound(err) {
-		c.mu.Lock()
-		logged := c.unknownLogged[group]
-		c.unknownLogged[group] = true
-		c.mu.Unlock()
-		if !logged {
-			klog.V(2).InfoS("Node of an unknown group left alone", "controller", Name, "node", name, "nodeGroup", group)
-		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-
-	res := Compute(n, ng)
-	if res.LastAppliedErr != nil {
-		c.d.Recorder.Eventf(n, ng, corev1.EventTypeWarning, ReasonBadLastApplied, "ApplyNodeTemplate",
-			"%v; removed nothing and rewrote it", res.LastAppliedErr)
-	}
-	if res.Change.Empty() {
-		return nil
-	}
-	klog.V(2).InfoS("Applying the node template", "controller", Name, "node", name, "nodeGroup", group, "change", res.Change.String())
-	if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, res.Change); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("applying the template of group %s: %w", group, err)
-	}
-	return nil
 }

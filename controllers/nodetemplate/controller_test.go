@@ -190,7 +190,7 @@ func TestSyncReturnsConflicts(t *testing.T) {
 	c := New(d)
 	d.Informers.Cluster.Start(ctx.Done())
 	d.Informers.NodeManager.Start(ctx.Done())
-	if !manager.HasSynced(ctx, "test", c.nodesSynced, c.groupsSynced) {
+	if !manager.HasSynced(ctx, "test", c.synced...) {
 		t.Fatal("caches did not sync")
 	}
 	if err := c.sync(ctx, "n1"); err == nil {

@@ -1,10 +1,3 @@
-// Package nodetemplate keeps every node of a group carrying its group's
-// nodeTemplate (labels, annotations, taints) and the labels node-manager
-// derives from the group (type and role), by a three-way merge of the
-// node's actual metadata, the desired template and the copy of what was
-// applied last, stored on the node itself. Keys node-manager never applied
-// are never touched: a first apply adds and overwrites, it never removes
-// (Deckhouse once wiped the cloud provider's uninitialized taint that way).
 package nodetemplate
 
 import (

@@ -3,12 +3,40 @@ package status
 import (
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
+
+// Metrics: node_group_node_status is one-hot per node over
+// approval.States; waiting counts nodes per group and kind of wait.
+type Metrics struct {
+	NodeStatus *prometheus.GaugeVec
+	Waiting    *prometheus.GaugeVec
+	Approved   *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		NodeStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "node_group_node_status",
+			Help: "The node's update state: 1 for its current status, 0 for the others.",
+		}, []string{"node", "node_group", "status"}),
+		Waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "node_manager_nodes_waiting",
+			Help: "Nodes of a group waiting for an update approval (kind=update), a disruption approval (kind=disruption) or a person's disruption approval (kind=manual_disruption).",
+		}, []string{"node_group", "kind"}),
+	}
+	m.Approved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "node_manager_nodes_approved",
+		Help: "Nodes of a group holding an update approval (whatever step of the update they are at).",
+	}, []string{"node_group"})
+	reg.MustRegister(m.NodeStatus, m.Waiting, m.Approved)
+	return m
+}
 
 // export sets the one-hot node states of a group and drops the series of
 // nodes that left it (g nil: the group is gone).

@@ -1,5 +1,3 @@
-// Package status keeps NodeGroup status (node counts, conditions, the
-// printer columns' summary) and the per-node update-state metric.
 package status
 
 import (

@@ -2,7 +2,7 @@
 // leader Lease: node-group status, node templates, update and disruption
 // approval, draining, configuration checksums, bootstrap tokens and
 // manual-bootstrap Secrets, Instances, and the approval of joining nodes'
-// kubelet certificates.
+// kubelet certificates. The list is controllers.All.
 package main
 
 import (
@@ -17,15 +17,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/node-manager/node-manager/controllers/approval"
-	"github.com/node-manager/node-manager/controllers/bootstrap"
-	"github.com/node-manager/node-manager/controllers/checksums"
-	"github.com/node-manager/node-manager/controllers/csrapproval"
-	"github.com/node-manager/node-manager/controllers/drain"
-	"github.com/node-manager/node-manager/controllers/instances"
+	"github.com/node-manager/node-manager/controllers"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodetemplate"
-	"github.com/node-manager/node-manager/controllers/status"
 )
 
 func main() {
@@ -58,7 +51,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	m := manager.New(deps, opts, all(deps)...)
+	m := manager.New(deps, opts, controllers.All(deps)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	addr, err := manager.Serve(ctx, opts.ListenAddress, m.Handler(reg))
@@ -67,18 +60,4 @@ func run() error {
 	}
 	klog.InfoS("Serving metrics and probes", "address", addr.String())
 	return m.Run(ctx)
-}
-
-// all builds every controller the binary runs.
-func all(deps *manager.Deps) []manager.Controller {
-	return []manager.Controller{
-		status.New(deps),
-		approval.New(deps),
-		drain.New(deps),
-		checksums.New(deps),
-		instances.New(deps),
-		csrapproval.New(deps),
-		nodetemplate.New(deps),
-		bootstrap.New(deps),
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
 
+	"github.com/node-manager/node-manager/controllers"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
@@ -64,7 +65,7 @@ var (
 func TestAlertsUseExportedMetricsAndLabels(t *testing.T) {
 	reg := &recording{Registry: prometheus.NewRegistry(), labels: map[string][]string{}}
 	deps := manager.NewDepsForClients(kubefake.NewClientset(), nmfake.NewClientset(), manager.NewOptions(), clock.RealClock{}, reg)
-	manager.New(deps, manager.NewOptions(), all(deps)...)
+	manager.New(deps, manager.NewOptions(), controllers.All(deps)...)
 	for _, want := range []string{"node_group_node_status", "d8_node_draining", "node_manager_node_drain_failed", "node_manager_nodes_waiting", "d8_unmanaged_nodes_on_cluster", "node_manager_leader"} {
 		if _, ok := reg.labels[want]; !ok {
 			t.Errorf("the binary does not register %s", want)

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/node-manager/node-manager/controllers/bootstrap"
+	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
@@ -22,7 +22,7 @@ import (
 
 // groupTokens are the group's token Secrets as stored, by name.
 func groupTokens(ctx context.Context, group string) (map[string]controlplane.BootstrapToken, error) {
-	list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.GroupLabel + "=" + group})
+	list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstraptokens.GroupLabel + "=" + group})
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToke
 	t.Helper()
 	var got *corev1.Secret
 	framework.Poll(t, "manual-bootstrap Secret of "+group+" with token "+tok.ID, func(ctx context.Context) (bool, error) {
-		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstrap.SecretName(group), metav1.GetOptions{})
+		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstraptokens.SecretName(group), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -62,8 +62,8 @@ func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToke
 			return false, err
 		}
 		got = s
-		return s.Annotations[bootstrap.TokenIDAnnotation] == tok.ID &&
-			s.Annotations[bootstrap.ExpiresAnnotation] == tok.Expires.Format(time.RFC3339) &&
+		return s.Annotations[bootstraptokens.TokenIDAnnotation] == tok.ID &&
+			s.Annotations[bootstraptokens.ExpiresAnnotation] == tok.Expires.Format(time.RFC3339) &&
 			strings.Contains(string(s.Data["bootstrap.sh"]), tok.String()), nil
 	})
 	return got
@@ -124,15 +124,15 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 
 	if !t.Run("a token per group that reads only its group", func(t *testing.T) {
 		first = only(t, waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
-		if d := time.Until(first.Expires); d < bootstrap.TokenTTL-time.Minute || d > bootstrap.TokenTTL {
-			t.Errorf("token expires in %s, want about %s", d, bootstrap.TokenTTL)
+		if d := time.Until(first.Expires); d < bootstraptokens.TokenTTL-time.Minute || d > bootstraptokens.TokenTTL {
+			t.Errorf("token expires in %s, want about %s", d, bootstraptokens.TokenTTL)
 		}
 		manual = waitManualSecret(t, staticGroup, first)
 		readsOnlyItsGroup(t, first, staticGroup, ephemeralGroup)
 
 		cloud := only(t, waitTokens(t, ephemeralGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		readsOnlyItsGroup(t, cloud, ephemeralGroup, staticGroup)
-		if _, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(framework.Context(t), bootstrap.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(framework.Context(t), bootstraptokens.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("CloudEphemeral group %s: want no manual-bootstrap Secret, got %v", ephemeralGroup, err)
 		}
 		if got := string(manual.Data["apiserverEndpoints"]); got != "- "+documentedEndpoint+"\n" {
@@ -214,7 +214,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 	})
 
 	if !t.Run("rotation: the Secret follows, the old token goes once expired", func(t *testing.T) {
-		clock.Step(bootstrap.TokenTTL - bootstrap.MinValidity) // 3 h left: rotate
+		clock.Step(bootstraptokens.TokenTTL - bootstraptokens.MinValidity) // 3 h left: rotate
 		toks := waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) == 2 })
 		second := newest(toks)
 		if second.ID == first.ID {
@@ -228,7 +228,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 
 		// Past the first token's expiry; the second has 1 h left and is
 		// replaced too.
-		clock.Step(bootstrap.MinValidity)
+		clock.Step(bootstraptokens.MinValidity)
 		toks = waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool {
 			_, firstLeft := m["bootstrap-token-"+first.ID]
 			return !firstLeft && len(m) == 2
@@ -257,9 +257,9 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		}
 		cur := newest(waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
-		script, err := bootstrap.Manual{
+		script, err := bootstraptokens.Manual{
 			Namespace: stack.Namespace, Group: staticGroup, CA: ca.Data["ca.crt"], Endpoints: endpoints,
-			Token: bootstrap.Token{Name: "bootstrap-token-" + cur.ID, ID: cur.ID, Secret: cur.Secret, Expires: expired},
+			Token: bootstraptokens.Token{Name: "bootstrap-token-" + cur.ID, ID: cur.ID, Secret: cur.Secret, Expires: expired},
 		}.Script()
 		if err != nil {
 			t.Fatal(err)
@@ -289,7 +289,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		}
 		waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) == 0 })
 		framework.Poll(t, "manual-bootstrap Secret of the deleted group to go", func(ctx context.Context) (bool, error) {
-			_, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstrap.SecretName(staticGroup), metav1.GetOptions{})
+			_, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstraptokens.SecretName(staticGroup), metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 		// The clock steps rotated the other group's token too; it keeps them.

@@ -13,15 +13,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime"
-	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 	testclock "k8s.io/utils/clock/testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/bootstrap"
+	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/controllers/manager"
-	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -76,40 +72,26 @@ func seedCluster(ctx context.Context) error {
 }
 
 // startController runs the controller as node-manager-controller would,
-// but on a fake clock that starts at the real time (kube-apiserver judges
-// the tokens by the real clock) and with events recorded to the API.
+// without the Lease, on a fake clock that starts at the real time
+// (kube-apiserver judges the tokens by the real clock); the manager
+// records its events to the API.
 func startController() (func(), error) {
 	clock = testclock.NewFakeClock(time.Now())
-	d, err := manager.NewDeps(f.CP.AdminConfig(), manager.NewOptions(), clock, prometheus.NewRegistry())
+	opts := manager.NewOptions()
+	opts.LeaderElect = false
+	d, err := manager.NewDeps(f.CP.AdminConfig(), opts, clock, prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := kubescheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := nmscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
-	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
-
-	c := bootstrap.New(d)
+	mgr := manager.New(d, opts, bootstraptokens.New(d))
 	runCtx, cancel := context.WithCancel(context.Background())
-	broadcaster.StartRecordingToSink(runCtx.Done())
-	d.Informers.KubeSystem.Start(runCtx.Done())
-	d.Informers.Tokens.Start(runCtx.Done())
-	d.Informers.Namespace.Start(runCtx.Done())
-	d.Informers.Default.Start(runCtx.Done())
-	d.Informers.NodeManager.Start(runCtx.Done())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.Run(runCtx, 2)
+		_ = mgr.Run(runCtx)
 	}()
 	return func() {
 		cancel()
 		<-done
-		broadcaster.Shutdown()
 	}, nil
 }

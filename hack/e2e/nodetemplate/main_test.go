@@ -11,14 +11,10 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime"
-	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
-	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
@@ -33,29 +29,19 @@ var (
 func TestMain(m *testing.M) { os.Exit(f.Run(m, startController)) }
 
 // startController runs the node-template controller in-process until the
-// returned func is called, with its events recorded to the API.
+// returned func is called. The manager runs it without the Lease, with its
+// own informers and event recorder, so the tests can read the events.
 func startController(ctx context.Context) (func(), error) {
-	cfg := f.CP.AdminConfig()
-	fail := func(format string, args ...any) (func(), error) { return nil, fmt.Errorf(format, args...) }
 	registry = prometheus.NewRegistry()
-	d, err := manager.NewDeps(cfg, manager.NewOptions(), clock.RealClock{}, registry)
+	opts := manager.NewOptions()
+	opts.LeaderElect = false
+	d, err := manager.NewDeps(f.CP.AdminConfig(), opts, clock.RealClock{}, registry)
 	if err != nil {
-		return fail("controller dependencies: %v", err)
+		return nil, fmt.Errorf("controller dependencies: %w", err)
 	}
-	// The manager starts its event broadcaster only under the Lease; here
-	// the events go to the API directly so the tests can read them.
-	scheme := runtime.NewScheme()
-	_ = kubescheme.AddToScheme(scheme)
-	_ = nmscheme.AddToScheme(scheme)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
-	broadcaster.StartRecordingToSink(ctx.Done())
-	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
-
-	c := nodetemplate.New(d)
-	d.Informers.Cluster.Start(ctx.Done())
-	d.Informers.NodeManager.Start(ctx.Done())
+	mgr := manager.New(d, opts, nodetemplate.New(d))
 	done := make(chan struct{})
 	runCtx, stop := context.WithCancel(ctx)
-	go func() { defer close(done); c.Run(runCtx, 2) }()
-	return func() { stop(); <-done; broadcaster.Shutdown() }, nil
+	go func() { defer close(done); _ = mgr.Run(runCtx) }()
+	return func() { stop(); <-done }, nil
 }

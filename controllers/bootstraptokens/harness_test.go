@@ -1,4 +1,4 @@
-package bootstrap
+package bootstraptokens
 
 import (
 	"context"

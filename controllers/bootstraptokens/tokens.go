@@ -1,4 +1,4 @@
-package bootstrap
+package bootstraptokens
 
 import (
 	"crypto/rand"
@@ -41,7 +41,9 @@ const (
 	MinValidity = 3 * time.Hour
 )
 
-// Token is one bootstrap token.
+// Token is one bootstrap token: the credential, accepted by kube-apiserver's
+// bootstrap-token authentication, with which a new machine of the group
+// reads its objects and asks for its kubelet certificate.
 type Token struct {
 	// Name is the Secret's name, bootstrap-token-<ID>.
 	Name    string

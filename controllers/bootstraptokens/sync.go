@@ -1,19 +1,4 @@
-// Package bootstrap keeps each NodeGroup's bootstrap token and its
-// manual-bootstrap Secret.
-//
-// Every NodeGroup has one current token (kube-system/bootstrap-token-<id>,
-// labelled with the group): the newest one while more than 3 hours of its
-// 4-hour life remain, otherwise a new one. Expired tokens, and the tokens of
-// groups that no longer exist, are deleted. Every group that is not
-// CloudEphemeral also gets d8-cloud-instance-manager/manual-bootstrap-for-<group>
-// with bootstrap.sh (writes the CA and the current token, then fetches and
-// runs bootstrap/<group>; it states the token's expiry and refuses to run
-// after it), cloud-config and apiserverEndpoints; it is rewritten only
-// when its content changes: a new token, CA or endpoints.
-//
-// All time comes from the injected clock, which also wakes a group when its
-// next rotation or expiry is due. All state is in the API.
-package bootstrap
+package bootstraptokens
 
 import (
 	"context"
@@ -22,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,159 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/loop"
-	"github.com/node-manager/node-manager/controllers/manager"
-	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 	"github.com/node-manager/node-manager/templates"
 )
-
-// Name is the controller's name.
-const Name = "bootstrap"
-
-// Fixed names (DESIGN.md §3) and this controller's annotations.
-const (
-	// ManualSecretPrefix starts the name of a group's manual-bootstrap Secret.
-	ManualSecretPrefix = "manual-bootstrap-for-"
-	// ExpiresAnnotation on the manual-bootstrap Secret is its token's
-	// expiry (RFC 3339), readable without decoding the script.
-	ExpiresAnnotation = "node-manager.deckhouse.io/token-expires-at"
-	// TokenIDAnnotation names the token (its public id) the Secret holds.
-	TokenIDAnnotation = "node-manager.deckhouse.io/token-id"
-
-	caConfigMap = manager.RootCAConfigMap
-	caKey       = "ca.crt"
-	// kubernetesService owns the EndpointSlices of the API servers.
-	kubernetesService = "kubernetes"
-	fieldManager      = manager.Name
-)
-
-// Controller is the bootstrap-token and manual-bootstrap controller.
-type Controller struct {
-	kube      kubernetes.Interface
-	namespace string
-	clock     clock.Clock
-	recorder  events.EventRecorder
-	loop      *loop.Loop
-
-	groups    nmlisters.NodeGroupLister
-	tokens    corelisters.SecretLister // kube-system
-	manual    corelisters.SecretLister // node-manager's namespace
-	configMap corelisters.ConfigMapLister
-	slices    discoverylisters.EndpointSliceLister
-	synced    []cache.InformerSynced
-
-	mu     sync.Mutex
-	wakeup map[string]*wake
-}
-
-// wake is a pending clock timer that queues a group again.
-type wake struct {
-	at     time.Time
-	cancel chan struct{}
-}
-
-// New builds the controller and registers its informer handlers; call it
-// before the informer factories start.
-func New(d *manager.Deps) *Controller {
-	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
-	tokens := d.Informers.Tokens.Core().V1().Secrets()
-	configMaps := d.Informers.KubeSystem.Core().V1().ConfigMaps()
-	manual := d.Informers.Namespace.Core().V1().Secrets()
-	endpointSlices := d.Informers.Default.Discovery().V1().EndpointSlices()
-	c := &Controller{
-		kube:      d.Kube,
-		namespace: d.Namespace,
-		clock:     d.Clock,
-		recorder:  d.Recorder,
-		groups:    groups.Lister(),
-		tokens:    tokens.Lister(),
-		manual:    manual.Lister(),
-		configMap: configMaps.Lister(),
-		slices:    endpointSlices.Lister(),
-		wakeup:    map[string]*wake{},
-	}
-	c.loop = loop.New(Name, d.Loops, c.sync)
-
-	_, _ = groups.Informer().AddEventHandler(handler(func(obj any) {
-		if ng, ok := obj.(*deckhousev1.NodeGroup); ok {
-			c.loop.Add(ng.Name)
-		}
-	}))
-	_, _ = tokens.Informer().AddEventHandler(handler(func(obj any) {
-		if s, ok := obj.(*corev1.Secret); ok && s.Labels[GroupLabel] != "" {
-			c.loop.Add(s.Labels[GroupLabel])
-		}
-	}))
-	_, _ = manual.Informer().AddEventHandler(handler(func(obj any) {
-		if s, ok := obj.(*corev1.Secret); ok {
-			if group, found := strings.CutPrefix(s.Name, ManualSecretPrefix); found && group != "" {
-				c.loop.Add(group)
-			}
-		}
-	}))
-	// The CA and the endpoints are in every group's Secret.
-	_, _ = configMaps.Informer().AddEventHandler(handler(func(obj any) {
-		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == caConfigMap {
-			c.addAll()
-		}
-	}))
-	_, _ = endpointSlices.Informer().AddEventHandler(handler(func(obj any) {
-		if s, ok := obj.(*discoveryv1.EndpointSlice); ok && s.Labels[discoveryv1.LabelServiceName] == kubernetesService {
-			c.addAll()
-		}
-	}))
-	c.synced = []cache.InformerSynced{
-		groups.Informer().HasSynced, tokens.Informer().HasSynced, manual.Informer().HasSynced,
-		configMaps.Informer().HasSynced, endpointSlices.Informer().HasSynced,
-	}
-	return c
-}
-
-// handler calls add with every added, updated and deleted object (the last
-// known state of a deleted one).
-func handler(add func(obj any)) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    add,
-		UpdateFunc: func(_, obj any) { add(obj) },
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			add(obj)
-		},
-	}
-}
-
-func (c *Controller) addAll() {
-	groups, err := c.groups.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, ng := range groups {
-		c.loop.Add(ng.Name)
-	}
-}
-
-// Name is the controller's name.
-func (c *Controller) Name() string { return Name }
-
-// Run waits for the caches, then works the queue until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, Name, c.synced...) {
-		return
-	}
-	defer c.stopWakeups()
-	c.loop.Run(ctx, workers)
-}
 
 // sync brings one group's tokens and manual-bootstrap Secret up to date.
 func (c *Controller) sync(ctx context.Context, group string) error {
@@ -194,7 +30,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	if err != nil {
 		return err
 	}
-	now := c.clock.Now()
+	now := c.d.Clock.Now()
 	current, next, err := c.syncTokens(ctx, ng, now)
 	if err != nil {
 		return err
@@ -230,7 +66,7 @@ func (c *Controller) syncTokens(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	if !ok {
 		// The cache may not show a token this controller has just created:
 		// ask the API before creating another.
-		list, err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
+		list, err := c.d.Kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
 			LabelSelector: labels.SelectorFromSet(labels.Set{GroupLabel: ng.Name}).String(),
 		})
 		if err != nil {
@@ -308,19 +144,19 @@ func (c *Controller) issue(ctx context.Context, ng *deckhousev1.NodeGroup, now t
 	if err != nil {
 		return Token{}, err
 	}
-	if _, err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, t.secret(ng.Name),
+	if _, err := c.d.Kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, t.secret(ng.Name),
 		metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
 		return Token{}, fmt.Errorf("create a bootstrap token for group %s: %w", ng.Name, err)
 	}
 	expires := t.Expires.Format(time.RFC3339)
 	klog.InfoS("Issued a bootstrap token", "group", ng.Name, "token", t.ID, "expires", expires)
-	c.recorder.Eventf(ng, nil, corev1.EventTypeNormal, "BootstrapTokenIssued", "IssueBootstrapToken",
+	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeNormal, "BootstrapTokenIssued", "IssueBootstrapToken",
 		"issued bootstrap token %s (Secret kube-system/%s), valid until %s", t.ID, t.Name, expires)
 	return t, nil
 }
 
 func (c *Controller) deleteToken(ctx context.Context, name string) error {
-	err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, name, metav1.DeleteOptions{})
+	err := c.d.Kube.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete bootstrap token Secret kube-system/%s: %w", name, err)
 	}
@@ -350,14 +186,14 @@ func (c *Controller) cleanup(ctx context.Context, group string) error {
 }
 
 func (c *Controller) deleteManual(ctx context.Context, group string) error {
-	if _, err := c.manual.Secrets(c.namespace).Get(SecretName(group)); apierrors.IsNotFound(err) {
+	if _, err := c.manual.Secrets(c.d.Namespace).Get(SecretName(group)); apierrors.IsNotFound(err) {
 		return nil
 	}
-	err := c.kube.CoreV1().Secrets(c.namespace).Delete(ctx, SecretName(group), metav1.DeleteOptions{})
+	err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Delete(ctx, SecretName(group), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete Secret %s/%s: %w", c.namespace, SecretName(group), err)
+		return fmt.Errorf("delete Secret %s/%s: %w", c.d.Namespace, SecretName(group), err)
 	}
-	klog.InfoS("Deleted a manual-bootstrap Secret", "group", group, "secret", klog.KRef(c.namespace, SecretName(group)))
+	klog.InfoS("Deleted a manual-bootstrap Secret", "group", group, "secret", klog.KRef(c.d.Namespace, SecretName(group)))
 	return nil
 }
 
@@ -370,7 +206,7 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 		klog.InfoS("Not writing the manual-bootstrap Secret yet", "group", ng.Name, "missing", missing)
 		return nil
 	}
-	m := Manual{Namespace: c.namespace, Group: ng.Name, Token: token, CA: ca, Endpoints: endpoints}
+	m := Manual{Namespace: c.d.Namespace, Group: ng.Name, Token: token, CA: ca, Endpoints: endpoints}
 	data, err := m.Data()
 	if err != nil {
 		return err
@@ -382,10 +218,10 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	ownLabels := map[string]string{GroupLabel: ng.Name, HeritageLabel: Heritage}
 
 	name := SecretName(ng.Name)
-	existing, err := c.manual.Secrets(c.namespace).Get(name)
+	existing, err := c.manual.Secrets(c.d.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		_, err = c.kube.CoreV1().Secrets(c.namespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace, Labels: ownLabels, Annotations: annotations},
+		_, err = c.d.Kube.CoreV1().Secrets(c.d.Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.d.Namespace, Labels: ownLabels, Annotations: annotations},
 			Type:       corev1.SecretTypeOpaque,
 			Data:       data,
 		}, metav1.CreateOptions{FieldManager: fieldManager})
@@ -394,13 +230,13 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create Secret %s/%s: %w", c.namespace, name, err)
+			return fmt.Errorf("create Secret %s/%s: %w", c.d.Namespace, name, err)
 		}
 		// The cache has not seen it yet (most likely our own last write).
-		existing, err = c.kube.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{})
+		existing, err = c.d.Kube.CoreV1().Secrets(c.d.Namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("get Secret %s/%s: %w", c.namespace, name, err)
+		return fmt.Errorf("get Secret %s/%s: %w", c.d.Namespace, name, err)
 	}
 	if maps.EqualFunc(existing.Data, data, func(a, b []byte) bool { return string(a) == string(b) }) &&
 		contains(existing.Annotations, annotations) && contains(existing.Labels, ownLabels) {
@@ -411,8 +247,8 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	updated.StringData = nil
 	updated.Annotations = merge(updated.Annotations, annotations)
 	updated.Labels = merge(updated.Labels, ownLabels)
-	if _, err := c.kube.CoreV1().Secrets(c.namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-		return fmt.Errorf("update Secret %s/%s: %w", c.namespace, name, err)
+	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("update Secret %s/%s: %w", c.d.Namespace, name, err)
 	}
 	klog.InfoS("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[ExpiresAnnotation])
 	return nil
@@ -452,62 +288,4 @@ func merge(into, from map[string]string) map[string]string {
 	}
 	maps.Copy(into, from)
 	return into
-}
-
-// schedule queues group again at time at, replacing its pending wakeup;
-// a zero at only cancels it. The timer runs on the injected clock.
-func (c *Controller) schedule(group string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w, ok := c.wakeup[group]; ok {
-		if w.at.Equal(at) {
-			return
-		}
-		close(w.cancel)
-		delete(c.wakeup, group)
-	}
-	if at.IsZero() {
-		return
-	}
-	delay := at.Sub(c.clock.Now())
-	if delay <= 0 {
-		c.loop.Add(group)
-		return
-	}
-	w := &wake{at: at, cancel: make(chan struct{})}
-	c.wakeup[group] = w
-	timer := c.clock.NewTimer(delay)
-	go func() {
-		defer timer.Stop()
-		select {
-		case <-timer.C():
-			c.mu.Lock()
-			if c.wakeup[group] == w {
-				delete(c.wakeup, group)
-			}
-			c.mu.Unlock()
-			c.loop.Add(group)
-		case <-w.cancel:
-		}
-	}()
-}
-
-func (c *Controller) stopWakeups() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for group, w := range c.wakeup {
-		close(w.cancel)
-		delete(c.wakeup, group)
-	}
-}
-
-// pending reports when group is due to be queued again (tests).
-func (c *Controller) pending(group string) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w, ok := c.wakeup[group]
-	if !ok {
-		return time.Time{}, false
-	}
-	return w.at, true
 }

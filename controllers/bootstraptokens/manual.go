@@ -1,4 +1,4 @@
-package bootstrap
+package bootstraptokens
 
 import (
 	"bytes"
@@ -16,7 +16,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed bootstrap.sh.tpl
+// scriptTemplate is the manual-bootstrap script, an administrator's
+// bootstrap.sh (not the served first-boot script, bootstrap/<group>, that
+// it fetches and runs).
+//
+//go:embed manual-bootstrap.sh.tpl
 var scriptTemplate string
 
 var script = template.Must(template.New("bootstrap.sh").
@@ -24,7 +28,8 @@ var script = template.Must(template.New("bootstrap.sh").
 	Funcs(template.FuncMap{"squote": shellQuote}).
 	Parse(scriptTemplate))
 
-// CloudConfigScriptPath is where the cloud-config document puts bootstrap.sh.
+// CloudConfigScriptPath is where the cloud-config document puts the
+// manual-bootstrap script.
 const CloudConfigScriptPath = "/var/lib/bashible/manual-bootstrap.sh"
 
 // Manual is what a group's manual-bootstrap Secret is made from.
@@ -62,9 +67,10 @@ func FreshScriptCommand(namespace, group string) string {
 	return fmt.Sprintf(`kubectl -n %s get secret %s -o json | jq -r '.data["bootstrap.sh"]' | base64 -d`, namespace, SecretName(group))
 }
 
-// Script renders bootstrap.sh: it states the token's expiry, refuses to
-// run once it has passed, writes the CA and the token, then fetches and
-// runs bootstrap/<group> from the first endpoint that serves it.
+// Script renders the manual-bootstrap script (the Secret's bootstrap.sh):
+// it states the token's expiry, refuses to run once it has passed, writes
+// the CA and the token, then fetches and runs the served first-boot script,
+// bootstrap/<group>, from the first endpoint that serves it.
 func (m Manual) Script() (string, error) {
 	if len(m.Endpoints) == 0 {
 		return "", fmt.Errorf("no API server endpoints for group %s", m.Group)
@@ -102,7 +108,7 @@ type cloudFile struct {
 	Content     string `json:"content"`
 }
 
-// CloudConfig wraps a rendered bootstrap.sh into a #cloud-config document
+// CloudConfig wraps a rendered manual-bootstrap script into a #cloud-config document
 // that writes it and runs it once at first boot.
 func CloudConfig(script string) (string, error) {
 	doc, err := yaml.Marshal(cloudConfig{

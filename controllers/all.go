@@ -1,0 +1,58 @@
+// Package controllers lists every controller node-manager-controller runs
+// (All). Each lives in a package of its own, with the same parts in the
+// same files:
+//
+//   - controller.go: the package's story; Name, the controller's name in
+//     its queue, its logs and the controller label of the loop metrics;
+//     the Controller type; New(d *manager.Deps), which wires the shared
+//     informers' events to the controller's queue (a *loop.Loop); and Run,
+//     which waits for the caches and works the queue.
+//   - sync.go: sync(ctx, key), which reconciles one key (a group, a node,
+//     a CSR), and its helpers.
+//   - pure decisions in files of their own, tested without a cluster:
+//     approval/plan.go, csrapproval/decide.go, nodetemplate/template.go,
+//     drain/outcome.go, status/status.go, instances/instance.go.
+//
+// A controller keyed by node group that looks at the group, its nodes and
+// its checksum gets its events from manager.WatchGroups; the others say in
+// New what queues a key. What they share is in manager (clients,
+// informers, flags, the Lease, the event recorder), loop (the queue and its
+// metrics) and nodes (the node protocol and the Node cache that includes
+// the controllers' own writes).
+package controllers
+
+import (
+	"github.com/node-manager/node-manager/controllers/approval"
+	"github.com/node-manager/node-manager/controllers/bootstraptokens"
+	"github.com/node-manager/node-manager/controllers/checksums"
+	"github.com/node-manager/node-manager/controllers/csrapproval"
+	"github.com/node-manager/node-manager/controllers/drain"
+	"github.com/node-manager/node-manager/controllers/instances"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodetemplate"
+	"github.com/node-manager/node-manager/controllers/status"
+)
+
+// All builds every controller node-manager-controller runs, wired to the
+// shared informers of d; build them before the manager starts the
+// informers. A new controller is added here, and nowhere else.
+func All(d *manager.Deps) []manager.Controller {
+	return []manager.Controller{
+		// NodeGroup status and the node-state metrics (group).
+		status.New(d),
+		// Update and disruption approval, the update protocol (group).
+		approval.New(d),
+		// Cordons and drains nodes annotated draining (node).
+		drain.New(d),
+		// The configuration-checksums Secret (one key).
+		checksums.New(d),
+		// Every node's Instance: status, adoption, deletion (node).
+		instances.New(d),
+		// Joining nodes' kubelet client certificates (CSR).
+		csrapproval.New(d),
+		// The group's node template on its nodes (node).
+		nodetemplate.New(d),
+		// Bootstrap tokens and manual-bootstrap Secrets (group).
+		bootstraptokens.New(d),
+	}
+}

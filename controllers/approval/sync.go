@@ -1,0 +1,133 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+// sync applies Plan to one group: it writes every change, the approvals
+// and disruptions last, records the decision's events, and queues the
+// group again when the plan is due to be looked at.
+func (c *Controller) sync(ctx context.Context, group string) error {
+	g, err := c.watch.Groups.Get(group)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ns, err := c.d.Nodes.InGroup(group)
+	if err != nil {
+		return err
+	}
+	checksum := c.watch.Checksum(group)
+	if checksum == "" {
+		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
+		return nil
+	}
+	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
+	if grants(d) {
+		// Approvals and disruptions are what maxConcurrent limits, so they
+		// are decided on the API's own view rather than the informer's, which may lag
+		// (a stalled watch, a write of a previous leader). They are rare,
+		// so one LIST per grant is cheap.
+		list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(labels.Set{nodes.GroupLabel: group}).String()})
+		if err != nil {
+			return fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
+		}
+		ns = make([]*corev1.Node, 0, len(list.Items))
+		for i := range list.Items {
+			ns = append(ns, &list.Items[i])
+		}
+		d = Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
+	}
+	byName := map[string]*corev1.Node{}
+	for _, n := range ns {
+		byName[n.Name] = n
+	}
+	// Approvals and disruptions are granted only after every other change
+	// landed: a slot freed by a finished node must really be free (its
+	// patch may fail) before another node takes it, so maxConcurrent holds
+	// at every moment.
+	var errs []error
+	written := map[string]bool{}
+	var grants []string
+	for _, name := range slices.Sorted(maps.Keys(d.Changes)) {
+		ch := d.Changes[name]
+		if isGrant(ch) {
+			grants = append(grants, name)
+			continue
+		}
+		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], ch); err != nil {
+			// A conflict means the node changed under us: decide again on
+			// the new state rather than writing this one.
+			errs = append(errs, err)
+			continue
+		}
+		written[name] = true
+		klog.InfoS("Updated node for its update", "group", group, "node", name, "change", ch.String())
+	}
+	for _, name := range grants {
+		if len(errs) > 0 {
+			break
+		}
+		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], d.Changes[name]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		written[name] = true
+		klog.InfoS("Granted an update slot", "group", group, "node", name, "change", d.Changes[name].String())
+	}
+	for _, e := range d.Events {
+		if n := byName[e.Node]; n != nil && written[e.Node] {
+			c.d.Recorder.Eventf(n, groupRef(g), e.Type, e.Reason, "Update", "%s", e.Message)
+		}
+	}
+	if !d.RecheckAt.IsZero() {
+		c.queue.AddAfter(group, d.RecheckAt.Sub(c.d.Clock.Now()))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("group %s: %w", group, err)
+	}
+	return nil
+}
+
+func groupRef(g *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
+	ref := g.DeepCopy()
+	ref.APIVersion, ref.Kind = deckhousev1.SchemeGroupVersion.String(), "NodeGroup"
+	return ref
+}
+
+func grants(d Decision) bool {
+	for _, ch := range d.Changes {
+		if isGrant(ch) {
+			return true
+		}
+	}
+	return false
+}
+
+// isGrant reports whether the change takes one of the slots maxConcurrent
+// limits: an update approval, or a disruption (a drain by node-manager, a
+// disruption approval, a replacement mark).
+func isGrant(ch *nodes.Change) bool {
+	for _, k := range []string{nodes.Approved, nodes.Draining, nodes.DisruptionApproved, nodes.RollingUpdate} {
+		if v, ok := ch.Annotations[k]; ok && v != nil {
+			return true
+		}
+	}
+	return false
+}

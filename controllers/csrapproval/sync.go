@@ -1,0 +1,104 @@
+package csrapproval
+
+import (
+	"context"
+	"fmt"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/node-manager/node-manager/controllers/instances"
+	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+// sync decides one CSR: it creates the node's Instance before an
+// approval, then records the verdict.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	csr, err := c.csrs.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d := Decide(csr, c.cluster())
+	if d.Verdict == Approve && d.CreateInstance {
+		if d, err = c.createInstance(ctx, d); err != nil {
+			return err
+		}
+	}
+	switch d.Verdict {
+	case Approve:
+		return c.conclude(ctx, csr, d, certificatesv1.CertificateApproved)
+	case Deny:
+		return c.conclude(ctx, csr, d, certificatesv1.CertificateDenied)
+	}
+	return nil
+}
+
+// createInstance pins the node to the decision's group before the
+// approval. Create is the arbiter between two tokens racing for one name:
+// if the Instance exists by now, its group decides.
+func (c *Controller) createInstance(ctx context.Context, d Decision) (Decision, error) {
+	g, err := c.groups.Get(d.Group)
+	if err != nil {
+		return d, fmt.Errorf("reading node group %s for the Instance of node %s: %w", d.Group, d.Node, err)
+	}
+	client := c.d.NodeManager.DeckhouseV1alpha1().Instances()
+	_, err = client.Create(ctx, instances.ForNode(d.Node, g), metav1.CreateOptions{FieldManager: manager.Name})
+	if err == nil {
+		klog.InfoS("Created the Instance of a joining node", "instance", d.Node, "group", d.Group)
+		return d, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return d, fmt.Errorf("creating Instance %s of group %s before approving its kubelet certificate: %w", d.Node, d.Group, err)
+	}
+	inst, err := client.Get(ctx, d.Node, metav1.GetOptions{})
+	if err != nil {
+		return d, fmt.Errorf("reading Instance %s: %w", d.Node, err)
+	}
+	if pinned := inst.Labels[nodes.GroupLabel]; pinned != d.Group {
+		return deny(ReasonNodeOfOtherGroup, d.Node, d.Group,
+			"node %s belongs to node group %q (its Instance), so a bootstrap token of node group %s may not obtain its certificate", d.Node, pinned, d.Group), nil
+	}
+	return d, nil
+}
+
+func (c *Controller) conclude(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d Decision, typ certificatesv1.RequestConditionType) error {
+	csr = csr.DeepCopy()
+	now := metav1.NewTime(c.d.Clock.Now())
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: typ, Status: corev1.ConditionTrue, Reason: d.Reason, Message: d.Message, LastUpdateTime: now, LastTransitionTime: now,
+	})
+	if _, err := c.d.Kube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{FieldManager: manager.Name}); err != nil {
+		return fmt.Errorf("recording %s on CSR %s: %w", typ, csr.Name, err)
+	}
+	klog.InfoS("Decided a kubelet client CSR", "csr", csr.Name, "decision", string(typ), "reason", d.Reason,
+		"node", d.Node, "group", d.Group, "requestor", csr.Spec.Username, "message", d.Message)
+	return nil
+}
+
+// cluster answers the decision's questions from the informers.
+func (c *Controller) cluster() Cluster {
+	return Cluster{
+		GroupExists: func(g string) bool { _, err := c.groups.Get(g); return err == nil },
+		InstanceGroup: func(n string) (string, bool) {
+			inst, err := c.instances.Get(n)
+			if err != nil {
+				return "", false
+			}
+			return inst.Labels[nodes.GroupLabel], true
+		},
+		NodeGroup: func(n string) (string, bool) {
+			node, err := c.d.Nodes.Get(n)
+			if err != nil {
+				return "", false
+			}
+			return nodes.Group(node), true
+		},
+	}
+}

@@ -1,0 +1,76 @@
+package status
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/manager"
+	applyv1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
+)
+
+// sync computes one group's status, exports its node metrics, and writes
+// the status when it differs from what the group shows.
+func (c *Controller) sync(ctx context.Context, group string) error {
+	g, err := c.watch.Groups.Get(group)
+	if apierrors.IsNotFound(err) {
+		c.export(group, nil, nil, "")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ns, err := c.d.Nodes.InGroup(group)
+	if err != nil {
+		return err
+	}
+	checksum := c.watch.Checksum(group)
+	s := Compute(g, checksum, ns, metav1.NewTime(c.d.Clock.Now()))
+	c.export(group, g, ns, checksum)
+	if unchanged(g, s) {
+		return nil
+	}
+	ac := applyv1.NodeGroup(group).WithStatus(applyv1.NodeGroupStatus().
+		WithNodes(s.Nodes).WithReady(s.Ready).WithUpToDate(s.UpToDate).
+		WithKubernetesVersion(s.KubernetesVersion).
+		WithConditionSummary(applyv1.ConditionSummary().WithReady(s.SummaryReady).WithStatusMessage(s.SummaryMessage)).
+		WithConditions(conditions(s.Conditions)...))
+	if _, err := c.d.NodeManager.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac,
+		metav1.ApplyOptions{FieldManager: manager.Name, Force: true}); err != nil {
+		return fmt.Errorf("writing the status of NodeGroup %s: %w", group, err)
+	}
+	return nil
+}
+
+func conditions(cs []metav1.Condition) []*metav1ac.ConditionApplyConfiguration {
+	out := make([]*metav1ac.ConditionApplyConfiguration, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, metav1ac.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
+			WithMessage(c.Message).WithObservedGeneration(c.ObservedGeneration).WithLastTransitionTime(c.LastTransitionTime))
+	}
+	return out
+}
+
+// unchanged reports whether the group already shows s, so nothing is written.
+func unchanged(g *deckhousev1.NodeGroup, s Status) bool {
+	st := g.Status
+	if st.Nodes != s.Nodes || st.Ready != s.Ready || st.UpToDate != s.UpToDate || st.KubernetesVersion != s.KubernetesVersion {
+		return false
+	}
+	if st.ConditionSummary == nil || st.ConditionSummary.Ready != s.SummaryReady || st.ConditionSummary.StatusMessage != s.SummaryMessage {
+		return false
+	}
+	for _, want := range s.Conditions {
+		have := meta.FindStatusCondition(st.Conditions, want.Type)
+		if have == nil || have.Status != want.Status || have.Reason != want.Reason || have.Message != want.Message ||
+			have.ObservedGeneration != want.ObservedGeneration || !have.LastTransitionTime.Equal(&want.LastTransitionTime) {
+			return false
+		}
+	}
+	return true
+}
