@@ -20,13 +20,8 @@ import (
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
-)
-
-// Annotations with render details, shown in wide tables.
-const (
-	KubernetesVersionAnnotation = "bashible.deckhouse.io/kubernetes-version"
-	CRIAnnotation               = "bashible.deckhouse.io/cri"
 )
 
 // The storages serve only get, list and watch.
@@ -106,11 +101,11 @@ func (r *REST) object(p *bundles.Published, name string) runtime.Object {
 	m.SetName(name)
 	m.SetResourceVersion(p.ResourceVersion)
 	m.SetCreationTimestamp(p.CreationTimestamp)
-	m.SetLabels(map[string]string{bashiblev1alpha1.GroupLabel: p.Group, bashiblev1alpha1.NodeTypeLabel: p.NodeType})
+	m.SetLabels(map[string]string{deckhousev1.NodeGroupLabel: p.Group, deckhousev1.NodeTypeLabel: p.NodeType})
 	m.SetAnnotations(map[string]string{
-		bashiblev1alpha1.ChecksumAnnotation: p.Checksum,
-		KubernetesVersionAnnotation:         p.KubernetesVersion,
-		CRIAnnotation:                       p.CRI,
+		bashiblev1alpha1.ChecksumAnnotation:          p.Checksum,
+		bashiblev1alpha1.KubernetesVersionAnnotation: p.KubernetesVersion,
+		bashiblev1alpha1.CRIAnnotation:               p.CRI,
 	})
 	r.kind.fill(obj, p)
 	return obj
@@ -184,7 +179,7 @@ func (r *REST) newFilter(ctx context.Context, options *metainternalversion.ListO
 
 func (f filter) matches(p *bundles.Published) bool {
 	return f.scope.Allows(p.Group) &&
-		f.labels.Matches(labels.Set{bashiblev1alpha1.GroupLabel: p.Group, bashiblev1alpha1.NodeTypeLabel: p.NodeType}) &&
+		f.labels.Matches(labels.Set{deckhousev1.NodeGroupLabel: p.Group, deckhousev1.NodeTypeLabel: p.NodeType}) &&
 		f.fields.Matches(fields.Set{"metadata.name": p.Group})
 }
 
@@ -335,9 +330,9 @@ func (r *REST) ConvertToTable(_ context.Context, object runtime.Object, _ runtim
 		table.Rows = append(table.Rows, metav1.TableRow{
 			Object: runtime.RawExtension{Object: obj},
 			Cells: []any{
-				m.GetName(), m.GetLabels()[bashiblev1alpha1.NodeTypeLabel], short, steps,
+				m.GetName(), m.GetLabels()[deckhousev1.NodeTypeLabel], short, steps,
 				humanSize(r.kind.size(obj)), age(m.GetCreationTimestamp()),
-				m.GetAnnotations()[KubernetesVersionAnnotation], m.GetAnnotations()[CRIAnnotation], checksum,
+				m.GetAnnotations()[bashiblev1alpha1.KubernetesVersionAnnotation], m.GetAnnotations()[bashiblev1alpha1.CRIAnnotation], checksum,
 			},
 		})
 	}

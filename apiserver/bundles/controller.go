@@ -45,23 +45,15 @@ import (
 	"github.com/node-manager/node-manager/templates"
 )
 
-// Where the inputs live.
-const (
-	ClusterConfigurationSecret = "d8-cluster-configuration"
-	ClusterConfigurationKey    = "cluster-configuration.yaml"
-	RootCAConfigMap            = "kube-root-ca.crt"
-	// ConditionRendered is the condition set on NodeGroupConfigurations and NodeGroups.
-	ConditionRendered = "Rendered"
-	// FieldManager is the server-side apply manager of what the server writes.
-	FieldManager = "bashible-apiserver"
-)
+// ConditionRendered is the condition set on NodeGroupConfigurations and NodeGroups.
+const ConditionRendered = "Rendered"
 
 // ControllerConfig wires a Controller.
 type ControllerConfig struct {
 	Kube    kubernetes.Interface
 	NodeMgr versioned.Interface
 	// Namespace holds the published bundles and the leader Lease; only
-	// bashible-apiserver may write there (PublishedNamespace by default).
+	// bashible-apiserver may write there (deckhousev1.BundlesNamespace by default).
 	Namespace string
 	// Identity names this replica in the leader Lease.
 	Identity string
@@ -157,11 +149,13 @@ func NewController(cfg ControllerConfig) *Controller {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 			}))
 	}
-	clusterConfig, rootCA := named(ClusterConfigurationSecret), named(RootCAConfigMap)
+	clusterConfig, rootCA := named(deckhousev1.ClusterConfigurationSecret), named(deckhousev1.RootCAConfigMap)
 	apiEndpoints := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes" }))
 	publishedNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = AppLabel + "=" + AppLabelValue }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = deckhousev1.PublishedBundleAppLabel + "=" + deckhousev1.BashibleAPIServerName
+		}))
 	nm := nminformers.NewSharedInformerFactory(cfg.NodeMgr, 0)
 	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, rootCA, apiEndpoints, publishedNS, nm}
 
@@ -364,12 +358,12 @@ func (c *Controller) inputs() (Inputs, error) {
 		return Inputs{}, err
 	}
 	in := Inputs{NodeGroups: ngs, Configs: configs}
-	if s, err := c.secretsKS.Secrets(metav1.NamespaceSystem).Get(ClusterConfigurationSecret); err == nil {
-		in.ClusterConfiguration = s.Data[ClusterConfigurationKey]
+	if s, err := c.secretsKS.Secrets(metav1.NamespaceSystem).Get(deckhousev1.ClusterConfigurationSecret); err == nil {
+		in.ClusterConfiguration = s.Data[deckhousev1.ClusterConfigurationKey]
 	} else if !apierrors.IsNotFound(err) {
 		return Inputs{}, err
 	}
-	if cm, err := c.configMapsKS.ConfigMaps(metav1.NamespaceSystem).Get(RootCAConfigMap); err == nil {
+	if cm, err := c.configMapsKS.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap); err == nil {
 		in.CA = cm.Data["ca.crt"]
 	} else if !apierrors.IsNotFound(err) {
 		return Inputs{}, err
@@ -493,7 +487,7 @@ func failureMessages(fs []templates.Failure) []string {
 
 func (c *Controller) runLeaderElection(ctx context.Context) {
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: LeaseName},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: deckhousev1.BashibleAPIServerName},
 		Client:     c.cfg.Kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
 	}
@@ -602,7 +596,7 @@ func sortedGroups(results map[string]*Result) []string {
 // writeBundle makes p's Secret hold exactly p, and says whether it wrote.
 // A bundle too large for a Secret is a *BundleTooLargeError.
 func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error) {
-	name := SecretPrefix + p.Group
+	name := deckhousev1.PublishedBundleSecretPrefix + p.Group
 	current, err := c.published.Secrets(c.cfg.Namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, err
@@ -611,22 +605,22 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	if err != nil {
 		return false, err
 	}
-	if err := checkEncodedSize(p, data[bundleKey]); err != nil {
+	if err := checkEncodedSize(p, data[deckhousev1.PublishedBundleKey]); err != nil {
 		return false, err
 	}
 	digest := c.templatesDigest(p)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: c.cfg.Namespace,
-			Labels:      map[string]string{AppLabel: AppLabelValue, bashiblev1alpha1.GroupLabel: p.Group},
-			Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: p.Checksum, TemplatesDigestAnnotation: digest},
+			Labels:      map[string]string{deckhousev1.PublishedBundleAppLabel: deckhousev1.BashibleAPIServerName, deckhousev1.NodeGroupLabel: p.Group},
+			Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: p.Checksum, bashiblev1alpha1.TemplatesDigestAnnotation: digest},
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
 	// The encoding is deterministic, so equal bytes mean an equal bundle;
 	// anything else (a new render, or someone's edit) is rewritten.
-	if current != nil && bytes.Equal(current.Data[bundleKey], data[bundleKey]) && len(current.Data) == 1 &&
+	if current != nil && bytes.Equal(current.Data[deckhousev1.PublishedBundleKey], data[deckhousev1.PublishedBundleKey]) && len(current.Data) == 1 &&
 		maps.Equal(current.Annotations, secret.Annotations) && maps.Equal(current.Labels, secret.Labels) {
 		return false, nil
 	}
@@ -640,7 +634,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 		current = nil
 	}
 	if current == nil {
-		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 		if apierrors.IsAlreadyExists(err) {
 			// It exists but the informer does not see it (its label was
 			// removed): take it over.
@@ -653,7 +647,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	}
 	if current != nil {
 		secret.ResourceVersion = current.ResourceVersion
-		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 	}
 	if err != nil {
 		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
@@ -734,7 +728,7 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 		updated := ngc.DeepCopy()
 		meta.SetStatusCondition(&updated.Status.Conditions, cond)
 		updated.Status.ObservedGeneration = ngc.Generation
-		if _, err := c.cfg.NodeMgr.DeckhouseV1alpha1().NodeGroupConfigurations().UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := c.cfg.NodeMgr.DeckhouseV1alpha1().NodeGroupConfigurations().UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName}); err != nil {
 			if !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("report status of NodeGroupConfiguration %s: %w", ngc.Name, err))
 			}
@@ -781,7 +775,7 @@ func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.No
 		ac := applyv1.NodeGroup(ng.Name).WithStatus(applyv1.NodeGroupStatus().WithConditions(
 			metav1ac.Condition().WithType(ConditionRendered).WithStatus(status).WithReason(reason).
 				WithMessage(msg).WithLastTransitionTime(transition).WithObservedGeneration(ng.Generation)))
-		if _, err := c.cfg.NodeMgr.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := c.cfg.NodeMgr.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: deckhousev1.BashibleAPIServerName, Force: true}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("report status of NodeGroup %s: %w", ng.Name, err))
 		}
 	}

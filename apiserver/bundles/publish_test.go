@@ -164,7 +164,7 @@ func (p *publisher) served(group string) string {
 // secret is the group's published Secret in the API, nil when there is none.
 func (p *publisher) secret(group string) *corev1.Secret {
 	p.t.Helper()
-	s, err := p.kube.CoreV1().Secrets(testNamespace).Get(p.ctx, SecretPrefix+group, metav1.GetOptions{})
+	s, err := p.kube.CoreV1().Secrets(testNamespace).Get(p.ctx, deckhousev1.PublishedBundleSecretPrefix+group, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -222,7 +222,7 @@ func TestLeaderRestoresATamperedBundleWhileTheGroupFailsToRender(t *testing.T) {
 		t.Errorf("the Secret's checksum annotation is %s, want the good %s (forged was %s)", sum, good, forged)
 	}
 
-	if err := p.kube.CoreV1().Secrets(testNamespace).Delete(p.ctx, SecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
+	if err := p.kube.CoreV1().Secrets(testNamespace).Delete(p.ctx, deckhousev1.PublishedBundleSecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p.waitFor("the store to see the deletion", func() bool { return p.served("worker") == "" })
@@ -382,7 +382,7 @@ func TestAFollowerKeepsTheLastGoodBundleOfAGroupWhoseSecretWasDeleted(t *testing
 	broken := config("broken.sh", []string{"worker"}, `{{ fail "not ready" }}`)
 	follower := newPublisher(t, fakeKube(leader.secret("worker")), fakeNodeManager(group("worker"), broken))
 	follower.waitFor("the follower to load the bundle", func() bool { return follower.served("worker") == good })
-	if err := follower.kube.CoreV1().Secrets(testNamespace).Delete(follower.ctx, SecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
+	if err := follower.kube.CoreV1().Secrets(testNamespace).Delete(follower.ctx, deckhousev1.PublishedBundleSecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	follower.waitFor("the follower to see the deletion", func() bool { return follower.served("worker") == "" })

@@ -48,21 +48,14 @@ import (
 // Name is the controller's name.
 const Name = "bootstrap"
 
-// Fixed names (DESIGN.md §3) and this controller's annotations.
+// Names of Kubernetes' objects this controller reads; node-manager's own
+// (the manual-bootstrap Secret, its keys and annotations) are in
+// apiserver/apis/deckhouse/v1/well_known.go.
 const (
-	// ManualSecretPrefix starts the name of a group's manual-bootstrap Secret.
-	ManualSecretPrefix = "manual-bootstrap-for-"
-	// ExpiresAnnotation on the manual-bootstrap Secret is its token's
-	// expiry (RFC 3339), readable without decoding the script.
-	ExpiresAnnotation = "node-manager.deckhouse.io/token-expires-at"
-	// TokenIDAnnotation names the token (its public id) the Secret holds.
-	TokenIDAnnotation = "node-manager.deckhouse.io/token-id"
-
-	caConfigMap = manager.RootCAConfigMap
-	caKey       = "ca.crt"
+	// caKey holds the CA in deckhousev1.RootCAConfigMap.
+	caKey = "ca.crt"
 	// kubernetesService owns the EndpointSlices of the API servers.
 	kubernetesService = "kubernetes"
-	fieldManager      = manager.Name
 )
 
 // Controller is the bootstrap-token and manual-bootstrap controller.
@@ -118,20 +111,20 @@ func New(d *manager.Deps) *Controller {
 		}
 	}))
 	_, _ = tokens.Informer().AddEventHandler(handler(func(obj any) {
-		if s, ok := obj.(*corev1.Secret); ok && s.Labels[GroupLabel] != "" {
-			c.loop.Add(s.Labels[GroupLabel])
+		if s, ok := obj.(*corev1.Secret); ok && s.Labels[deckhousev1.TokenNodeGroupLabel] != "" {
+			c.loop.Add(s.Labels[deckhousev1.TokenNodeGroupLabel])
 		}
 	}))
 	_, _ = manual.Informer().AddEventHandler(handler(func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {
-			if group, found := strings.CutPrefix(s.Name, ManualSecretPrefix); found && group != "" {
+			if group, found := strings.CutPrefix(s.Name, deckhousev1.ManualBootstrapSecretPrefix); found && group != "" {
 				c.loop.Add(group)
 			}
 		}
 	}))
 	// The CA and the endpoints are in every group's Secret.
 	_, _ = configMaps.Informer().AddEventHandler(handler(func(obj any) {
-		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == caConfigMap {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == deckhousev1.RootCAConfigMap {
 			c.addAll()
 		}
 	}))
@@ -210,7 +203,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 
 // groupTokens lists the group's token Secrets from the cache.
 func (c *Controller) groupTokens(group string) ([]*corev1.Secret, error) {
-	return c.tokens.Secrets(metav1.NamespaceSystem).List(labels.SelectorFromSet(labels.Set{GroupLabel: group}))
+	return c.tokens.Secrets(metav1.NamespaceSystem).List(labels.SelectorFromSet(labels.Set{deckhousev1.TokenNodeGroupLabel: group}))
 }
 
 // syncTokens deletes the group's expired tokens and returns its current
@@ -231,7 +224,7 @@ func (c *Controller) syncTokens(ctx context.Context, ng *deckhousev1.NodeGroup, 
 		// The cache may not show a token this controller has just created:
 		// ask the API before creating another.
 		list, err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
-			LabelSelector: labels.SelectorFromSet(labels.Set{GroupLabel: ng.Name}).String(),
+			LabelSelector: labels.SelectorFromSet(labels.Set{deckhousev1.TokenNodeGroupLabel: ng.Name}).String(),
 		})
 		if err != nil {
 			return Token{}, time.Time{}, fmt.Errorf("list the bootstrap tokens of group %s: %w", ng.Name, err)
@@ -309,7 +302,7 @@ func (c *Controller) issue(ctx context.Context, ng *deckhousev1.NodeGroup, now t
 		return Token{}, err
 	}
 	if _, err := c.kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, t.secret(ng.Name),
-		metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+		metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return Token{}, fmt.Errorf("create a bootstrap token for group %s: %w", ng.Name, err)
 	}
 	expires := t.Expires.Format(time.RFC3339)
@@ -376,10 +369,10 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 		return err
 	}
 	annotations := map[string]string{
-		ExpiresAnnotation: token.Expires.UTC().Format(time.RFC3339),
-		TokenIDAnnotation: token.ID,
+		deckhousev1.TokenExpiresAtAnnotation: token.Expires.UTC().Format(time.RFC3339),
+		deckhousev1.TokenIDAnnotation:        token.ID,
 	}
-	ownLabels := map[string]string{GroupLabel: ng.Name, HeritageLabel: Heritage}
+	ownLabels := map[string]string{deckhousev1.TokenNodeGroupLabel: ng.Name, deckhousev1.HeritageLabel: deckhousev1.HeritageNodeManager}
 
 	name := SecretName(ng.Name)
 	existing, err := c.manual.Secrets(c.namespace).Get(name)
@@ -388,9 +381,9 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace, Labels: ownLabels, Annotations: annotations},
 			Type:       corev1.SecretTypeOpaque,
 			Data:       data,
-		}, metav1.CreateOptions{FieldManager: fieldManager})
+		}, metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 		if err == nil {
-			klog.InfoS("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[ExpiresAnnotation])
+			klog.InfoS("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -411,19 +404,19 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	updated.StringData = nil
 	updated.Annotations = merge(updated.Annotations, annotations)
 	updated.Labels = merge(updated.Labels, ownLabels)
-	if _, err := c.kube.CoreV1().Secrets(c.namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+	if _, err := c.kube.CoreV1().Secrets(c.namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return fmt.Errorf("update Secret %s/%s: %w", c.namespace, name, err)
 	}
-	klog.InfoS("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[ExpiresAnnotation])
+	klog.InfoS("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 	return nil
 }
 
 // clusterAccess is the cluster CA and the API server endpoints; missing
 // names what is not there yet.
 func (c *Controller) clusterAccess() (ca string, endpoints []string, missing string) {
-	cm, err := c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(caConfigMap)
+	cm, err := c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap)
 	if err != nil || cm.Data[caKey] == "" {
-		return "", nil, "ConfigMap kube-system/" + caConfigMap
+		return "", nil, "ConfigMap kube-system/" + deckhousev1.RootCAConfigMap
 	}
 	list, err := c.slices.EndpointSlices(metav1.NamespaceDefault).List(
 		labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: kubernetesService}))

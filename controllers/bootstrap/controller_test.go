@@ -50,7 +50,7 @@ func TestFirstTokenAndManualSecret(t *testing.T) {
 			t.Errorf("token Secret %s = %q, want %q", k, got, want)
 		}
 	}
-	if s.Type != corev1.SecretTypeBootstrapToken || s.Labels[GroupLabel] != "worker" || s.Labels[HeritageLabel] != Heritage {
+	if s.Type != corev1.SecretTypeBootstrapToken || s.Labels[deckhousev1.TokenNodeGroupLabel] != "worker" || s.Labels[deckhousev1.HeritageLabel] != deckhousev1.HeritageNodeManager {
 		t.Errorf("token Secret type %q labels %v", s.Type, s.Labels)
 	}
 
@@ -68,11 +68,11 @@ func TestFirstTokenAndManualSecret(t *testing.T) {
 	if m == nil {
 		t.Fatal("no manual-bootstrap Secret")
 	}
-	if got := m.Annotations[ExpiresAnnotation]; got != t0.Add(TokenTTL).Format(time.RFC3339) {
+	if got := m.Annotations[deckhousev1.TokenExpiresAtAnnotation]; got != t0.Add(TokenTTL).Format(time.RFC3339) {
 		t.Errorf("expiry annotation %q", got)
 	}
-	if m.Annotations[TokenIDAnnotation] != tok.ID {
-		t.Errorf("token-id annotation %q, want %q", m.Annotations[TokenIDAnnotation], tok.ID)
+	if m.Annotations[deckhousev1.TokenIDAnnotation] != tok.ID {
+		t.Errorf("token-id annotation %q, want %q", m.Annotations[deckhousev1.TokenIDAnnotation], tok.ID)
 	}
 	sh := string(m.Data["bootstrap.sh"])
 	for _, want := range []string{tok.String(), "valid until " + t0.Add(TokenTTL).Format(time.RFC3339), "BEGIN CERTIFICATE",
@@ -143,12 +143,12 @@ func TestRotationAtMinValidityAndSecretFollows(t *testing.T) {
 		t.Errorf("new token expires %s, want %s", fresh.Expires, want)
 	}
 	m := h.manualSecret("worker")
-	if m.Annotations[TokenIDAnnotation] != fresh.ID || !strings.Contains(string(m.Data["bootstrap.sh"]), fresh.String()) ||
+	if m.Annotations[deckhousev1.TokenIDAnnotation] != fresh.ID || !strings.Contains(string(m.Data["bootstrap.sh"]), fresh.String()) ||
 		strings.Contains(string(m.Data["bootstrap.sh"]), old.String()) {
-		t.Errorf("the manual-bootstrap Secret did not follow the rotation (token-id %s, want %s)", m.Annotations[TokenIDAnnotation], fresh.ID)
+		t.Errorf("the manual-bootstrap Secret did not follow the rotation (token-id %s, want %s)", m.Annotations[deckhousev1.TokenIDAnnotation], fresh.ID)
 	}
-	if m.Annotations[ExpiresAnnotation] != fresh.Expires.Format(time.RFC3339) {
-		t.Errorf("expiry annotation %s, want %s", m.Annotations[ExpiresAnnotation], fresh.Expires.Format(time.RFC3339))
+	if m.Annotations[deckhousev1.TokenExpiresAtAnnotation] != fresh.Expires.Format(time.RFC3339) {
+		t.Errorf("expiry annotation %s, want %s", m.Annotations[deckhousev1.TokenExpiresAtAnnotation], fresh.Expires.Format(time.RFC3339))
 	}
 	// Next: the new token's rotation point (t0+2h) comes before the old
 	// token's expiry (t0+4h).
@@ -181,7 +181,7 @@ func TestExpiredTokensAreDeleted(t *testing.T) {
 	if evs := h.drainEvents(); len(evs) != 0 {
 		t.Errorf("a token with 3h30m left was replaced: %q", evs)
 	}
-	if m := h.manualSecret("worker"); m == nil || m.Annotations[TokenIDAnnotation] != valid.ID {
+	if m := h.manualSecret("worker"); m == nil || m.Annotations[deckhousev1.TokenIDAnnotation] != valid.ID {
 		t.Errorf("the manual-bootstrap Secret does not use the existing valid token")
 	}
 }
@@ -190,13 +190,13 @@ func TestTokenWithoutItsGroupsOwnExtraGroupIsReplacedAtOnce(t *testing.T) {
 	h := newHarness(t, t0, group("worker", deckhousev1.NodeTypeStatic))
 	old, _ := newToken(t0, TokenTTL)
 	s := old.secret("worker")
-	s.Data["auth-extra-groups"] = []byte(ExtraGroup) // as issued before groups were authenticated
+	s.Data["auth-extra-groups"] = []byte(deckhousev1.BootstrappersGroup) // as issued before groups were authenticated
 	if _, err := h.kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(h.ctx, s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.sync("worker")
 	m := h.manualSecret("worker")
-	if m == nil || m.Annotations[TokenIDAnnotation] == old.ID {
+	if m == nil || m.Annotations[deckhousev1.TokenIDAnnotation] == old.ID {
 		t.Fatalf("the manual-bootstrap Secret still uses token %s, which carries no node group", old.ID)
 	}
 }
@@ -206,8 +206,8 @@ func TestNewestTokenIsCurrent(t *testing.T) {
 	h.putToken("worker", t0.Add(3*time.Hour+10*time.Minute))
 	newer := h.putToken("worker", t0.Add(3*time.Hour+50*time.Minute))
 	h.sync("worker")
-	if m := h.manualSecret("worker"); m.Annotations[TokenIDAnnotation] != newer.ID {
-		t.Errorf("the Secret uses token %s, want the newest %s", m.Annotations[TokenIDAnnotation], newer.ID)
+	if m := h.manualSecret("worker"); m.Annotations[deckhousev1.TokenIDAnnotation] != newer.ID {
+		t.Errorf("the Secret uses token %s, want the newest %s", m.Annotations[deckhousev1.TokenIDAnnotation], newer.ID)
 	}
 	if n := len(h.tokens("worker")); n != 2 {
 		t.Errorf("%d tokens, want the two valid ones kept", n)
@@ -411,7 +411,7 @@ func (h *harness) waitSecretToken(group string, tok Token) {
 	h.t.Helper()
 	err := wait.PollUntilContextTimeout(h.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		m := h.manualSecret(group)
-		return m != nil && m.Annotations[TokenIDAnnotation] == tok.ID && strings.Contains(string(m.Data["bootstrap.sh"]), tok.String()), nil
+		return m != nil && m.Annotations[deckhousev1.TokenIDAnnotation] == tok.ID && strings.Contains(string(m.Data["bootstrap.sh"]), tok.String()), nil
 	})
 	if err != nil {
 		h.t.Fatalf("manual-bootstrap Secret of %s never used token %s", group, tok.ID)

@@ -83,7 +83,7 @@ func group(name string, nodeType deckhousev1.NodeType) *deckhousev1.NodeGroup {
 
 func caConfigMapObject(ca string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: caConfigMap, Namespace: metav1.NamespaceSystem},
+		ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.RootCAConfigMap, Namespace: metav1.NamespaceSystem},
 		Data:       map[string]string{caKey: ca},
 	}
 }
@@ -160,11 +160,11 @@ func (h *harness) settle() {
 				return false, nil
 			}
 		}
-		cm, err := h.kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, caConfigMap, metav1.GetOptions{})
+		cm, err := h.kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, deckhousev1.RootCAConfigMap, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		cachedCM, err := h.c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(caConfigMap)
+		cachedCM, err := h.c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap)
 		if err != nil || !equality.Semantic.DeepEqual(cachedCM, cm) {
 			return false, nil
 		}
@@ -193,7 +193,7 @@ func (h *harness) sync(group string) {
 func (h *harness) tokens(group string) []Token {
 	h.t.Helper()
 	list, err := h.kube.CoreV1().Secrets(metav1.NamespaceSystem).List(h.ctx, metav1.ListOptions{
-		LabelSelector: GroupLabel + "=" + group,
+		LabelSelector: deckhousev1.TokenNodeGroupLabel + "=" + group,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 //go:embed bootstrap.sh.tpl
@@ -55,7 +57,7 @@ func ValidEndpoints(endpoints []string) []string {
 }
 
 // SecretName is the manual-bootstrap Secret of group.
-func SecretName(group string) string { return ManualSecretPrefix + group }
+func SecretName(group string) string { return deckhousev1.ManualBootstrapSecretPrefix + group }
 
 // FreshScriptCommand is the command that prints group's current script.
 func FreshScriptCommand(namespace, group string) string {

@@ -18,13 +18,11 @@ import (
 	"k8s.io/klog/v2"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
 )
-
-// SecretName is the compatibility Secret's name.
-const SecretName = "configuration-checksums"
 
 const key = "all"
 
@@ -64,7 +62,7 @@ func New(d *manager.Deps) *Controller {
 				obj = t.Obj
 			}
 			s, ok := obj.(*corev1.Secret)
-			return ok && s.Name == SecretName
+			return ok && s.Name == deckhousev1.ConfigurationChecksumsSecret
 		},
 		Handler: cache.ResourceEventHandlerFuncs{AddFunc: all, DeleteFunc: all, UpdateFunc: func(_, cur any) { all(cur) }},
 	})
@@ -100,17 +98,17 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 		return err
 	}
 	want := Want(bundles)
-	have, err := c.secrets.Secrets(c.d.Namespace).Get(SecretName)
+	have, err := c.secrets.Secrets(c.d.Namespace).Get(deckhousev1.ConfigurationChecksumsSecret)
 	switch {
 	case apierrors.IsNotFound(err):
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: c.d.Namespace,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": manager.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.ConfigurationChecksumsSecret, Namespace: c.d.Namespace,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": deckhousev1.NodeManagerControllerName}},
 			Type: corev1.SecretTypeOpaque,
 			Data: want,
 		}
 		if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Secret %s/%s: %w", c.d.Namespace, SecretName, err)
+			return fmt.Errorf("creating Secret %s/%s: %w", c.d.Namespace, deckhousev1.ConfigurationChecksumsSecret, err)
 		}
 		klog.InfoS("Published configuration checksums", "groups", len(want))
 		return nil
@@ -123,7 +121,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	s := have.DeepCopy()
 	s.Data = want
 	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating Secret %s/%s: %w", c.d.Namespace, SecretName, err)
+		return fmt.Errorf("updating Secret %s/%s: %w", c.d.Namespace, deckhousev1.ConfigurationChecksumsSecret, err)
 	}
 	klog.InfoS("Published configuration checksums", "groups", len(want))
 	return nil

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodes"
@@ -97,7 +98,7 @@ func New(d *manager.Deps) *Controller {
 		AddFunc: enqueue, DeleteFunc: enqueue,
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			for _, k := range []string{nodes.Draining, nodes.Drained, nodes.DrainFailed} {
+			for _, k := range []string{deckhousev1.DrainingAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation} {
 				if o.Annotations[k] != n.Annotations[k] || nodes.Has(o, k) != nodes.Has(n, k) {
 					enqueue(cur)
 					return
@@ -141,7 +142,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if nodes.Has(n, nodes.Draining) {
+	if nodes.Has(n, deckhousev1.DrainingAnnotation) {
 		c.start(name)
 		return nil
 	}
@@ -154,9 +155,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	c.metrics.DrainFailed.DeleteLabelValues(name)
 	// Leftovers: a failure note without a drain request, and a user's
 	// drained marker on a node that has been uncordoned since.
-	ch := (&nodes.Change{}).Remove(n, nodes.DrainFailed)
-	if v, ok := n.Annotations[nodes.Drained]; ok && v == "user" && !n.Spec.Unschedulable {
-		ch.Remove(n, nodes.Drained)
+	ch := (&nodes.Change{}).Remove(n, deckhousev1.DrainFailedAnnotation)
+	if v, ok := n.Annotations[deckhousev1.DrainedAnnotation]; ok && v == "user" && !n.Spec.Unschedulable {
+		ch.Remove(n, deckhousev1.DrainedAnnotation)
 	}
 	_, err = nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, ch)
 	return err
@@ -222,7 +223,7 @@ func (c *Controller) drain(ctx context.Context, name string) {
 		}
 		klog.InfoS("Drain attempt failed; retrying", "node", name, "attempt", attempt, "err", err)
 		c.metrics.Drains.WithLabelValues("failed").Inc()
-		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, nodes.Draining) && ctx.Err() == nil {
+		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, deckhousev1.DrainingAnnotation) && ctx.Err() == nil {
 			c.metrics.DrainFailed.WithLabelValues(name).Set(1)
 			c.d.Recorder.Eventf(n, nil, corev1.EventTypeWarning, "DrainFailed", "Drain", "%s; retrying", truncate(err.Error(), 900))
 			c.record(ctx, name, func(n *corev1.Node) *nodes.Change { return Failed(n, err.Error()) })
@@ -240,7 +241,7 @@ func (c *Controller) drain(ctx context.Context, name string) {
 func (c *Controller) record(ctx context.Context, name string, change func(*corev1.Node) *nodes.Change) bool {
 	for try := 0; try < 10 && ctx.Err() == nil; try++ {
 		n, err := c.d.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil || !nodes.Has(n, nodes.Draining) {
+		if err != nil || !nodes.Has(n, deckhousev1.DrainingAnnotation) {
 			return false
 		}
 		if _, err = nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, change(n)); err == nil {
@@ -258,7 +259,7 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", name, err)
 	}
-	if !nodes.Has(n, nodes.Draining) {
+	if !nodes.Has(n, deckhousev1.DrainingAnnotation) {
 		return errCancelled
 	}
 	timeout := c.timeout(n)
@@ -328,7 +329,7 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 			return errCancelled
 		case <-time.After(pollInterval):
 		}
-		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.Has(cur, nodes.Draining) {
+		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.Has(cur, deckhousev1.DrainingAnnotation) {
 			return errCancelled
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
-	"github.com/node-manager/node-manager/controllers/nodes"
 	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 )
@@ -33,7 +33,7 @@ func NewGroupLoop(d *Deps, name string, sync func(ctx context.Context, group str
 		Loop:    loop.New(name, d.Loops, sync),
 		synced:  []cache.InformerSynced{ng.Informer().HasSynced, bundles.Informer().HasSynced, nodeInformer.HasSynced},
 	}
-	_, _ = nodeInformer.AddEventHandler(g.Loop.Handler(loop.ByLabel(nodes.GroupLabel)))
+	_, _ = nodeInformer.AddEventHandler(g.Loop.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
 	_, _ = ng.Informer().AddEventHandler(g.Loop.Handler(loop.ByName))
 	_, _ = bundles.Informer().AddEventHandler(g.Loop.Handler(loop.ByName))
 	return g

@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
@@ -196,9 +197,9 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 	inf := &Informers{
 		Cluster: informers.NewSharedInformerFactory(kube, resync),
 		KubeSystem: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + RootCAConfigMap })),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + deckhousev1.RootCAConfigMap })),
 		Tokens: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = TokenGroupLabel })),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = deckhousev1.TokenNodeGroupLabel })),
 		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(opts.Namespace)),
 		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceDefault)),
 		NodeManager: nminformers.NewSharedInformerFactory(nm, resync),
@@ -373,9 +374,3 @@ func LoadConfig(path string) (*rest.Config, error) {
 func HasSynced(ctx context.Context, name string, synced ...cache.InformerSynced) bool {
 	return cache.WaitForNamedCacheSync(name, ctx.Done(), synced...)
 }
-
-// RootCAConfigMap is the kube-system ConfigMap holding the cluster CA.
-const RootCAConfigMap = "kube-root-ca.crt"
-
-// TokenGroupLabel marks node-manager's bootstrap token Secrets with their group.
-const TokenGroupLabel = "node-manager.deckhouse.io/node-group"

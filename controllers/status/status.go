@@ -49,16 +49,16 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 		if nodes.IsReady(n) {
 			s.Ready++
 		}
-		if checksum != "" && n.Annotations[nodes.ChecksumAnnotation] == checksum {
+		if checksum != "" && n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == checksum {
 			s.UpToDate++
 		}
 		if nodes.HasUpdateAnnotation(n) {
 			updating = append(updating, n.Name)
 		}
-		if nodes.Has(n, nodes.DisruptionRequired) && !nodes.Has(n, nodes.DisruptionApproved) {
+		if nodes.Has(n, deckhousev1.DisruptionRequiredAnnotation) && !nodes.Has(n, deckhousev1.DisruptionApprovedAnnotation) {
 			waitingDisruption = append(waitingDisruption, n.Name)
 		}
-		if nodes.Has(n, nodes.DrainFailed) {
+		if nodes.Has(n, deckhousev1.DrainFailedAnnotation) {
 			drainFailed = append(drainFailed, n.Name)
 		}
 		if v, err := version.ParseGeneric(n.Status.NodeInfo.KubeletVersion); err == nil && (oldest == nil || v.LessThan(oldest)) {

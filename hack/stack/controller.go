@@ -12,12 +12,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
 // ControllerUser is node-manager-controller's identity: the manifests' RBAC
 // is bound to this ServiceAccount, so the e2e runs prove those rules.
-const ControllerUser = "system:serviceaccount:" + Namespace + ":node-manager-controller"
+const ControllerUser = "system:serviceaccount:" + deckhousev1.Namespace + ":node-manager-controller"
 
 // InstallController applies node-manager-controller's RBAC and the
 // bindings of node-manager's TLS bootstrap from manifests/.
@@ -68,7 +69,7 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
-		"--namespace=" + Namespace,
+		"--namespace=" + deckhousev1.Namespace,
 		"--identity=" + opts.Identity,
 		"--listen-address=127.0.0.1:" + strconv.Itoa(port),
 		"--leader-elect-lease-duration=4s",

@@ -2,6 +2,7 @@ package bashible
 
 import (
 	"context"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/stack"
 	"net/http"
 	"strings"
@@ -97,7 +98,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 			t.Errorf("%s checksum annotation %q, want the group's sha256 on all three", resource, sum)
 		}
 	}
-	if bundle.Labels[bashiblev1alpha1.GroupLabel] != "worker" || bundle.Labels[bashiblev1alpha1.NodeTypeLabel] != "Static" {
+	if bundle.Labels[deckhousev1.NodeGroupLabel] != "worker" || bundle.Labels[deckhousev1.NodeTypeLabel] != "Static" {
 		t.Errorf("labels: %v", bundle.Labels)
 	}
 	if bundle.CreationTimestamp.IsZero() || bundle.ResourceVersion == "" {
@@ -114,7 +115,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 		t.Errorf("bashible.sh should carry the API endpoints from the EndpointSlice")
 	}
 	// Labels select.
-	list, err := c.NodeGroupBundles().List(ctx, metav1.ListOptions{LabelSelector: bashiblev1alpha1.GroupLabel + "=master"})
+	list, err := c.NodeGroupBundles().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=master"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/bootstrap"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
@@ -26,7 +27,7 @@ const namespace = "d8-cloud-instance-manager"
 
 // groupTokens are the group's token Secrets as stored, by name.
 func groupTokens(ctx context.Context, group string) (map[string]controlplane.BootstrapToken, error) {
-	list, err := kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstrap.GroupLabel + "=" + group})
+	list, err := kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.TokenNodeGroupLabel + "=" + group})
 	if err != nil {
 		return nil, err
 	}
@@ -66,8 +67,8 @@ func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToke
 			return false, err
 		}
 		got = s
-		return s.Annotations[bootstrap.TokenIDAnnotation] == tok.ID &&
-			s.Annotations[bootstrap.ExpiresAnnotation] == tok.Expires.Format(time.RFC3339) &&
+		return s.Annotations[deckhousev1.TokenIDAnnotation] == tok.ID &&
+			s.Annotations[deckhousev1.TokenExpiresAtAnnotation] == tok.Expires.Format(time.RFC3339) &&
 			strings.Contains(string(s.Data["bootstrap.sh"]), tok.String()), nil
 	})
 	return got

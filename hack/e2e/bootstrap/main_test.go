@@ -108,7 +108,7 @@ func startController() (func(), error) {
 		return nil, err
 	}
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
-	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
+	d.Recorder = broadcaster.NewRecorder(scheme, deckhousev1.NodeManagerControllerName)
 
 	c := bootstrap.New(d)
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -10,13 +10,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/node-manager/node-manager/controllers/nodes"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
 // leaseHolder is who holds node-manager-controller's Lease.
 func leaseHolder(ctx context.Context) string {
-	l, err := kube.CoordinationV1().Leases(stack.Namespace).Get(ctx, "node-manager-controller", metav1.GetOptions{})
+	l, err := kube.CoordinationV1().Leases(deckhousev1.Namespace).Get(ctx, "node-manager-controller", metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
@@ -57,7 +57,7 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 	sum := newConfiguration(t, group, "echo failover\n")
 	stack.Poll(t, "first approval", func(ctx context.Context) (bool, error) {
 		for _, a := range agents {
-			if has(ctx, a.name, nodes.Approved) {
+			if has(ctx, a.name, deckhousev1.ApprovedAnnotation) {
 				return true, nil
 			}
 		}

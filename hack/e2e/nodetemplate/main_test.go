@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
@@ -82,7 +83,7 @@ func runSuite(m *testing.M) int {
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: d.Kube.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
-	d.Recorder = broadcaster.NewRecorder(scheme, manager.Name)
+	d.Recorder = broadcaster.NewRecorder(scheme, deckhousev1.NodeManagerControllerName)
 
 	c := nodetemplate.New(d)
 	d.Informers.Cluster.Start(ctx.Done())
