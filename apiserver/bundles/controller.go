@@ -204,7 +204,7 @@ func NewController(cfg ControllerConfig) *Controller {
 	_ = deckhousev1.AddToScheme(scheme)
 	_ = deckhousev1alpha1.AddToScheme(scheme)
 	c.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cfg.Kube.EventsV1()})
-	c.recorder = c.broadcaster.NewRecorder(scheme, "bashible-apiserver")
+	c.recorder = c.broadcaster.NewRecorder(scheme, deckhousev1.BashibleAPIServerName)
 	return c
 }
 
@@ -504,7 +504,7 @@ func (c *Controller) runLeaderElection(ctx context.Context) {
 			RenewDeadline:   durations(c.cfg.RenewDeadline, 10*time.Second),
 			RetryPeriod:     durations(c.cfg.RetryPeriod, 2*time.Second),
 			ReleaseOnCancel: true,
-			Name:            "bashible-apiserver",
+			Name:            deckhousev1.BashibleAPIServerName,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
 					klog.InfoS("Publishing bundles as the leader", "identity", c.cfg.Identity)

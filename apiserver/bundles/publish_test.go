@@ -24,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -218,7 +219,7 @@ func TestLeaderRestoresATamperedBundleWhileTheGroupFailsToRender(t *testing.T) {
 	forged := p.forge("worker")
 	p.sync()
 	p.waitFor("the leader to restore the last good bundle", func() bool { return p.served("worker") == good })
-	if sum := p.secret("worker").Annotations["bashible.deckhouse.io/configuration-checksum"]; sum != good {
+	if sum := p.secret("worker").Annotations[bashiblev1alpha1.ChecksumAnnotation]; sum != good {
 		t.Errorf("the Secret's checksum annotation is %s, want the good %s (forged was %s)", sum, good, forged)
 	}
 
@@ -305,7 +306,7 @@ func TestBundleTooLargeForASecretIsReportedAndTheGroupKeepsItsLastGoodBundle(t *
 	}
 	p.sync()
 
-	if got := p.secret("huge").Annotations["bashible.deckhouse.io/configuration-checksum"]; got != good {
+	if got := p.secret("huge").Annotations[bashiblev1alpha1.ChecksumAnnotation]; got != good {
 		t.Errorf("the published bundle changed to %s; an oversize bundle must never replace the last good one", got)
 	}
 	ng, err := p.nm.DeckhouseV1().NodeGroups().Get(p.ctx, "huge", metav1.GetOptions{})

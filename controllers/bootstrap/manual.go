@@ -61,7 +61,7 @@ func SecretName(group string) string { return deckhousev1.ManualBootstrapSecretP
 
 // FreshScriptCommand is the command that prints group's current script.
 func FreshScriptCommand(namespace, group string) string {
-	return fmt.Sprintf(`kubectl -n %s get secret %s -o json | jq -r '.data["bootstrap.sh"]' | base64 -d`, namespace, SecretName(group))
+	return fmt.Sprintf(`kubectl -n %s get secret %s -o json | jq -r '.data["%s"]' | base64 -d`, namespace, SecretName(group), deckhousev1.ManualBootstrapScriptKey)
 }
 
 // Script renders bootstrap.sh: it states the token's expiry, refuses to
@@ -138,9 +138,9 @@ func (m Manual) Data() (map[string][]byte, error) {
 		return nil, err
 	}
 	return map[string][]byte{
-		"bootstrap.sh":       []byte(sh),
-		"cloud-config":       []byte(cc),
-		"apiserverEndpoints": endpoints,
+		deckhousev1.ManualBootstrapScriptKey:      []byte(sh),
+		deckhousev1.ManualBootstrapCloudConfigKey: []byte(cc),
+		deckhousev1.ManualBootstrapEndpointsKey:   endpoints,
 	}, nil
 }
 

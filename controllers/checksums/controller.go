@@ -45,7 +45,7 @@ func New(d *manager.Deps) *Controller {
 		secrets: secrets.Lister(),
 		synced:  []cache.InformerSynced{bundles.Informer().HasSynced, secrets.Informer().HasSynced},
 	}
-	c.loop = loop.New("configuration-checksums", d.Loops, c.sync)
+	c.loop = loop.New(c.Name(), d.Loops, c.sync)
 	all := func(any) { c.loop.Add(key) }
 	_, _ = bundles.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: all, DeleteFunc: all,
@@ -69,8 +69,9 @@ func New(d *manager.Deps) *Controller {
 	return c
 }
 
-// Name implements manager.Controller.
-func (c *Controller) Name() string { return "configuration-checksums" }
+// Name implements manager.Controller: the controller is named after the
+// Secret it writes.
+func (c *Controller) Name() string { return deckhousev1.ConfigurationChecksumsSecret }
 
 // Run implements manager.Controller.
 func (c *Controller) Run(ctx context.Context, workers int) {
@@ -103,7 +104,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	case apierrors.IsNotFound(err):
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.ConfigurationChecksumsSecret, Namespace: c.d.Namespace,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": deckhousev1.NodeManagerControllerName}},
+				Labels: map[string]string{deckhousev1.ManagedByLabel: deckhousev1.NodeManagerControllerName}},
 			Type: corev1.SecretTypeOpaque,
 			Data: want,
 		}

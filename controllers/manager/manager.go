@@ -38,9 +38,6 @@ import (
 	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
 )
 
-// Name is the controller's name: its Lease, field manager and event source.
-const Name = "node-manager-controller"
-
 // Options are the command-line settings.
 type Options struct {
 	Kubeconfig    string
@@ -64,7 +61,7 @@ type Options struct {
 func NewOptions() *Options {
 	host, _ := os.Hostname()
 	return &Options{
-		Namespace:     "d8-cloud-instance-manager",
+		Namespace:     deckhousev1.Namespace,
 		Identity:      host,
 		ListenAddress: ":9680",
 		Workers:       2,
@@ -179,7 +176,7 @@ type Controller interface {
 // NewDeps builds clients, informers and the event recorder.
 func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Registerer) (*Deps, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = Name
+	cfg.UserAgent = deckhousev1.NodeManagerControllerName
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
@@ -214,7 +211,7 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 		NodeManager: nm,
 		Informers:   inf,
 		Nodes:       cache,
-		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), Name), broadcaster: broadcaster},
+		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), deckhousev1.NodeManagerControllerName), broadcaster: broadcaster},
 		Clock:       clk,
 		Registry:    reg,
 		Loops:       loop.NewMetrics(reg),
@@ -279,14 +276,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("informers did not sync: %w", ctx.Err())
 	}
 	m.synced.Store(true)
-	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+Name, "identity", m.opts.Identity)
+	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+deckhousev1.NodeManagerControllerName, "identity", m.opts.Identity)
 	if r, ok := m.deps.Recorder.(*recorder); ok {
 		r.broadcaster.StartRecordingToSink(ctx.Done())
 		defer r.broadcaster.Shutdown()
 	}
 
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: Name},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: deckhousev1.NodeManagerControllerName},
 		Client:     m.deps.Kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: m.opts.Identity},
 	}
@@ -299,7 +296,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		RenewDeadline:   m.opts.RenewDeadline,
 		RetryPeriod:     m.opts.RetryPeriod,
 		ReleaseOnCancel: true,
-		Name:            Name,
+		Name:            deckhousev1.NodeManagerControllerName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)

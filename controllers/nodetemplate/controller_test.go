@@ -93,7 +93,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 		return n.Labels["tier"] == "db" && n.Labels[deckhousev1.NodeTypeLabel] == "Static", nil
 	})
 	n := getNode("managed")
-	if n.Labels["foreign"] != "x" || n.Annotations[deckhousev1.ScaleDownDisabledAnnotation] != "true" || n.Labels["node-role.kubernetes.io/worker"] != "" {
+	if n.Labels["foreign"] != "x" || n.Annotations[deckhousev1.ScaleDownDisabledAnnotation] != "true" || n.Labels[deckhousev1.NodeRoleLabelPrefix+"worker"] != "" {
 		t.Errorf("managed node metadata: labels %v annotations %v", n.Labels, n.Annotations)
 	}
 	if want := []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint("dedicated", "db", corev1.TaintEffectNoSchedule)}; !equalTaints(n.Spec.Taints, want) {

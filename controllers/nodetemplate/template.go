@@ -24,7 +24,7 @@ import (
 // template key inside them would fight bashible, update approval or this
 // controller (a template uninitialized taint would be removed and re-added
 // forever), so such keys are skipped.
-var reservedPrefixes = []string{deckhousev1.NodeDomain, deckhousev1.UpdateDomain, deckhousev1.NodeManagerDomain}
+var reservedPrefixes = []string{deckhousev1.NodeDomain, deckhousev1.UpdateAnnotationPrefix, deckhousev1.NodeManagerDomain}
 
 // Reserved reports whether key is in node-manager's own namespaces.
 func Reserved(key string) bool {

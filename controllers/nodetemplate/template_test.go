@@ -16,7 +16,7 @@ import (
 
 const (
 	cloudUninit = "node.cloudprovider.kubernetes.io/uninitialized"
-	csiTaint    = "node.deckhouse.io/csi-not-bootstrapped"
+	csiTaint    = deckhousev1.NodeDomain + "csi-not-bootstrapped"
 )
 
 func taint(key, value string, effect corev1.TaintEffect) corev1.Taint {
@@ -60,7 +60,7 @@ func (s nodeSpec) node(group string) *corev1.Node {
 
 // staticLabels are the labels every Static node of group "worker" gets.
 func staticLabels(extra map[string]string) map[string]string {
-	m := map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "Static", "node-role.kubernetes.io/worker": ""}
+	m := map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "Static", deckhousev1.NodeRoleLabelPrefix + "worker": ""}
 	maps.Copy(m, extra)
 	return m
 }
@@ -121,7 +121,7 @@ func TestCompute(t *testing.T) {
 				taint(csiTaint, "", corev1.TaintEffectNoSchedule),
 			}},
 			group:            group("worker", deckhousev1.NodeTypeCloudPermanent, nil),
-			wantLabels:       map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "CloudPermanent", "node-role.kubernetes.io/worker": ""},
+			wantLabels:       map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "CloudPermanent", deckhousev1.NodeRoleLabelPrefix + "worker": ""},
 			wantAnnotations:  staticAnnotations(nil),
 			wantTaints:       []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint(csiTaint, "", corev1.TaintEffectNoSchedule)},
 			wantNoTaintWrite: true,
@@ -254,28 +254,28 @@ func TestCompute(t *testing.T) {
 			group: group("worker", deckhousev1.NodeTypeCloudEphemeral, &deckhousev1.NodeTemplate{
 				Labels: map[string]string{"tier": "db"},
 			}),
-			wantLabels:      map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "CloudEphemeral", "node-role.kubernetes.io/worker": "", "tier": "db"},
+			wantLabels:      map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "CloudEphemeral", deckhousev1.NodeRoleLabelPrefix + "worker": "", "tier": "db"},
 			wantAnnotations: map[string]string{deckhousev1.MachineAnnotation: "worker-abc"},
 			wantTaints:      []corev1.Taint{},
 			wantLastApplied: true,
 		},
 		{
 			name:  "master nodes get the control-plane and master role labels",
-			node:  nodeSpec{taints: []corev1.Taint{taint("node-role.kubernetes.io/control-plane", "", corev1.TaintEffectNoSchedule)}},
+			node:  nodeSpec{taints: []corev1.Taint{taint(deckhousev1.ControlPlaneRoleLabel, "", corev1.TaintEffectNoSchedule)}},
 			group: group("master", deckhousev1.NodeTypeCloudPermanent, nil),
 			wantLabels: map[string]string{deckhousev1.NodeGroupLabel: "master", deckhousev1.NodeTypeLabel: "CloudPermanent",
-				"node-role.kubernetes.io/master": "", "node-role.kubernetes.io/control-plane": ""},
+				deckhousev1.NodeRoleLabelPrefix + "master": "", deckhousev1.ControlPlaneRoleLabel: ""},
 			wantAnnotations:  staticAnnotations(nil),
-			wantTaints:       []corev1.Taint{taint("node-role.kubernetes.io/control-plane", "", corev1.TaintEffectNoSchedule)},
+			wantTaints:       []corev1.Taint{taint(deckhousev1.ControlPlaneRoleLabel, "", corev1.TaintEffectNoSchedule)},
 			wantNoTaintWrite: true,
 			wantLastApplied:  true,
 		},
 		{
 			name: "a node moved to another group loses the old role label",
 			node: nodeSpec{
-				labels: map[string]string{deckhousev1.NodeTypeLabel: "Static", "node-role.kubernetes.io/old": "", "foreign": "x"},
+				labels: map[string]string{deckhousev1.NodeTypeLabel: "Static", deckhousev1.NodeRoleLabelPrefix + "old": "", "foreign": "x"},
 				annotations: staticAnnotations(map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: lastApplied(
-					map[string]string{deckhousev1.NodeTypeLabel: "Static", "node-role.kubernetes.io/old": ""},
+					map[string]string{deckhousev1.NodeTypeLabel: "Static", deckhousev1.NodeRoleLabelPrefix + "old": ""},
 					map[string]string{deckhousev1.ScaleDownDisabledAnnotation: "true"})}),
 			},
 			group:            group("worker", deckhousev1.NodeTypeStatic, nil),
@@ -288,8 +288,8 @@ func TestCompute(t *testing.T) {
 			name: "keys in node-manager's namespaces and entries the API would refuse are skipped, a template uninitialized taint included",
 			node: nodeSpec{taints: []corev1.Taint{taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule)}},
 			group: group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
-				Labels:      map[string]string{"node.deckhouse.io/group": "evil", "ok": "1", "bad key": "1", "bad-value": "a b"},
-				Annotations: map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: "{}", "update.node.deckhouse.io/approved": ""},
+				Labels:      map[string]string{deckhousev1.NodeGroupLabel: "evil", "ok": "1", "bad key": "1", "bad-value": "a b"},
+				Annotations: map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: "{}", deckhousev1.ApprovedAnnotation: ""},
 				Taints:      []deckhousev1.Taint{ngTaint(deckhousev1.UninitializedTaint, "", "NoSchedule")},
 			}),
 			wantLabels:      staticLabels(map[string]string{"ok": "1"}),
@@ -459,9 +459,9 @@ func TestComputeSequence(t *testing.T) {
 
 func TestSkipped(t *testing.T) {
 	ng := group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
-		Labels: map[string]string{"node.deckhouse.io/type": "x", "dedicated.example.com/x": "", "bad key": "v",
+		Labels: map[string]string{deckhousev1.NodeTypeLabel: "x", "dedicated.example.com/x": "", "bad key": "v",
 			"example.com/bad-value": "has spaces"},
-		Annotations: map[string]string{"update.node.deckhouse.io/approved": "", "example.com/any-value": "spaces are fine here"},
+		Annotations: map[string]string{deckhousev1.ApprovedAnnotation: "", "example.com/any-value": "spaces are fine here"},
 		Taints: []deckhousev1.Taint{ngTaint(deckhousev1.UninitializedTaint, "", "NoSchedule"), ngTaint("dedicated", "", "NoSchedule"),
 			ngTaint("dedicated", "bad value", "NoExecute")},
 	})

@@ -47,7 +47,7 @@ func BuildBinaries(root string) error {
 // InstallBashibleAPIServer applies bashible-apiserver's namespaces and RBAC
 // from manifests/ (the real ones, so the e2e runs prove them).
 func InstallBashibleAPIServer(ctx context.Context, root string, applier *controlplane.Applier) error {
-	dir := filepath.Join(root, "manifests", "bashible-apiserver")
+	dir := filepath.Join(root, "manifests", deckhousev1.BashibleAPIServerName)
 	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"))
 }
 
@@ -105,7 +105,7 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts Bashib
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, err := cp.IssueServingCert("bashible-api", bashiblev1alpha1.ServiceName+"."+deckhousev1.Namespace+".svc")
+	certPEM, keyPEM, err := cp.IssueServingCert(bashiblev1alpha1.ServiceName, bashiblev1alpha1.ServiceName+"."+deckhousev1.Namespace+".svc")
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts Bashib
 		args = append(args, "--templates-dir="+opts.TemplatesDir)
 	}
 	args = append(args, opts.ExtraArgs...)
-	proc, err := cp.StartProcess("bashible-apiserver-"+opts.Identity, filepath.Join(opts.BinDir, "bashible-apiserver"), args, port)
+	proc, err := cp.StartProcess("bashible-apiserver-"+opts.Identity, filepath.Join(opts.BinDir, deckhousev1.BashibleAPIServerName), args, port)
 	if err != nil {
 		return nil, err
 	}

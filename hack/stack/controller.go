@@ -23,7 +23,7 @@ const ControllerUser = "system:serviceaccount:" + deckhousev1.Namespace + ":node
 // InstallController applies node-manager-controller's RBAC and the
 // bindings of node-manager's TLS bootstrap from manifests/.
 func InstallController(ctx context.Context, root string, applier *controlplane.Applier) error {
-	dir := filepath.Join(root, "manifests", "node-manager-controller")
+	dir := filepath.Join(root, "manifests", deckhousev1.NodeManagerControllerName)
 	return applier.ApplyFiles(ctx, filepath.Join(dir, "rbac.yaml"), filepath.Join(dir, "node-join.yaml"))
 }
 
@@ -77,7 +77,7 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 		"--leader-elect-retry-period=500ms",
 		"--v=2",
 	}, opts.ExtraArgs...)
-	proc, err := cp.StartProcess("node-manager-controller-"+opts.Identity, filepath.Join(e.Root, "bin", "node-manager-controller"), args, port)
+	proc, err := cp.StartProcess("node-manager-controller-"+opts.Identity, filepath.Join(e.Root, "bin", deckhousev1.NodeManagerControllerName), args, port)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func run() error {
 	// group; show the stack once it has.
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, "manual-bootstrap-for-worker", metav1.GetOptions{})
+		_, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, deckhousev1.ManualBootstrapSecretPrefix+"worker", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
 		return fmt.Errorf("node-manager-controller did not write manual-bootstrap-for-worker: %w", err)
@@ -122,7 +122,7 @@ node-manager local stack is ready.
 
 `, *kubeconfig, kubectl)
 	for _, args := range [][]string{{"get", "nodegroups"}, {"get", "nodegroupbundles"},
-		{"-n", deckhousev1.Namespace, "get", "secrets", "-l", "node-manager.deckhouse.io/node-group"}} {
+		{"-n", deckhousev1.Namespace, "get", "secrets", "-l", deckhousev1.TokenNodeGroupLabel}} {
 		fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
 		show := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", *kubeconfig}, args...)...)
 		show.Stdout, show.Stderr = os.Stdout, os.Stderr

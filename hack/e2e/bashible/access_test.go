@@ -2,6 +2,7 @@ package bashible
 
 import (
 	"context"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/stack"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func createNode(t *testing.T, name, group string) {
 	t.Helper()
 	labels := map[string]string{}
 	if group != "" {
-		labels["node.deckhouse.io/group"] = group
+		labels[deckhousev1.NodeGroupLabel] = group
 	}
 	if _, err := kube.CoreV1().Nodes().Create(stack.TestContext(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func createInstance(t *testing.T, name, group string) {
 	t.Helper()
 	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if group != "" {
-		inst.Labels = map[string]string{"node.deckhouse.io/group": group}
+		inst.Labels = map[string]string{deckhousev1.NodeGroupLabel: group}
 	}
 	if _, err := nm.DeckhouseV1alpha1().Instances().Create(stack.TestContext(t), inst, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -166,7 +167,7 @@ func TestNodeWithoutInstanceReadsNothing(t *testing.T) {
 func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
 	ctx := stack.TestContext(t)
 	createNode(t, "node-sneaky", "worker")
-	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-sneaky", Labels: map[string]string{"node.deckhouse.io/group": "worker"}}}
+	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-sneaky", Labels: map[string]string{deckhousev1.NodeGroupLabel: "worker"}}}
 	if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

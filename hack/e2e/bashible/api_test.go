@@ -32,7 +32,7 @@ func TestDiscoveryListsTheThreeResourcesWithGetListWatch(t *testing.T) {
 			t.Errorf("kubectl api-resources does not list %s:\n%s", want, out)
 		}
 	}
-	if out := kubectl(t, "get", "apiservice", "v1alpha1.bashible.deckhouse.io"); !strings.Contains(out, "True") {
+	if out := kubectl(t, "get", "apiservice", bashiblev1alpha1.APIServiceName); !strings.Contains(out, "True") {
 		t.Errorf("APIService should be Available:\n%s", out)
 	}
 }
@@ -80,7 +80,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(b.Data["bashible.sh"], "#!/usr/bin/env bash") || len(b.Data) != 1 {
+	if !strings.HasPrefix(b.Data[bashiblev1alpha1.BashibleScriptKey], "#!/usr/bin/env bash") || len(b.Data) != 1 {
 		t.Errorf("bashibles/worker data: %v", keys(b.Data))
 	}
 	bundle := served(t, "worker")
@@ -111,7 +111,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 	if !strings.Contains(bundle.Data["000_preflight.sh"], "set -Eeuo pipefail") {
 		t.Errorf("the preflight step should be served: %v", keys(bundle.Data))
 	}
-	if !strings.Contains(b.Data["bashible.sh"], "192.0.2.10:6443 192.0.2.11:6443") {
+	if !strings.Contains(b.Data[bashiblev1alpha1.BashibleScriptKey], "192.0.2.10:6443 192.0.2.11:6443") {
 		t.Errorf("bashible.sh should carry the API endpoints from the EndpointSlice")
 	}
 	// Labels select.

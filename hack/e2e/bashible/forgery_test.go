@@ -80,7 +80,7 @@ func forgedBundle(t *testing.T, group string) (data map[string][]byte, sum strin
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return map[string][]byte{"bundle.json.gz": buf.Bytes()}, sum
+	return map[string][]byte{deckhousev1.PublishedBundleKey: buf.Bytes()}, sum
 }
 
 // refused asserts that write is refused with 403. It first tries it as a
@@ -282,25 +282,25 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 	})
 	refused(t, "the controller creates a manual-bootstrap Secret that would mint bashible-apiserver's token", func(ctx context.Context, dryRun []string) error {
 		_, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "manual-bootstrap-for-mint", Namespace: deckhousev1.Namespace,
-				Annotations: map[string]string{corev1.ServiceAccountNameKey: "bashible-apiserver"}},
+			ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.ManualBootstrapSecretPrefix + "mint", Namespace: deckhousev1.Namespace,
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: deckhousev1.BashibleAPIServerName}},
 			Type: corev1.SecretTypeServiceAccountToken,
 		}, metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
 	refused(t, "the controller creates an Opaque Secret named like a bootstrap token", func(ctx context.Context, dryRun []string) error {
 		_, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx,
-			token("bootstrap-token-abcdef", string(corev1.SecretTypeOpaque), "system:bootstrappers:d8-node-manager"), metav1.CreateOptions{DryRun: dryRun})
+			token("bootstrap-token-abcdef", string(corev1.SecretTypeOpaque), deckhousev1.BootstrappersGroup), metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
 
 	// What it owns it may still write (dry runs: nothing is left behind).
 	dry := []string{metav1.DryRunAll}
 	if _, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx,
-		token("bootstrap-token-abcdef", string(corev1.SecretTypeBootstrapToken), "system:bootstrappers:d8-node-manager"), metav1.CreateOptions{DryRun: dry}); err != nil {
+		token("bootstrap-token-abcdef", string(corev1.SecretTypeBootstrapToken), deckhousev1.BootstrappersGroup), metav1.CreateOptions{DryRun: dry}); err != nil {
 		t.Errorf("the controller must still issue node-manager's bootstrap tokens: %v", err)
 	}
-	for _, name := range []string{"configuration-checksums", "manual-bootstrap-for-worker"} {
+	for _, name := range []string{deckhousev1.ConfigurationChecksumsSecret, deckhousev1.ManualBootstrapSecretPrefix + "worker"} {
 		if _, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx,
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: deckhousev1.Namespace}}, metav1.CreateOptions{DryRun: dry}); err != nil {
 			t.Errorf("the controller must still write %s/%s: %v", deckhousev1.Namespace, name, err)

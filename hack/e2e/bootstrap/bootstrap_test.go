@@ -16,14 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/bootstrap"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/stack"
 )
-
-const namespace = "d8-cloud-instance-manager"
 
 // groupTokens are the group's token Secrets as stored, by name.
 func groupTokens(ctx context.Context, group string) (map[string]controlplane.BootstrapToken, error) {
@@ -59,7 +58,7 @@ func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToke
 	t.Helper()
 	var got *corev1.Secret
 	stack.Poll(t, "manual-bootstrap Secret of "+group+" with token "+tok.ID, func(ctx context.Context) (bool, error) {
-		s, err := kube.CoreV1().Secrets(namespace).Get(ctx, bootstrap.SecretName(group), metav1.GetOptions{})
+		s, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, bootstrap.SecretName(group), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -69,7 +68,7 @@ func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToke
 		got = s
 		return s.Annotations[deckhousev1.TokenIDAnnotation] == tok.ID &&
 			s.Annotations[deckhousev1.TokenExpiresAtAnnotation] == tok.Expires.Format(time.RFC3339) &&
-			strings.Contains(string(s.Data["bootstrap.sh"]), tok.String()), nil
+			strings.Contains(string(s.Data[deckhousev1.ManualBootstrapScriptKey]), tok.String()), nil
 	})
 	return got
 }
@@ -165,14 +164,14 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 
 		cloud := only(t, waitTokens(t, ephemeralGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		readsOnlyItsGroup(t, cloud, ephemeralGroup, staticGroup)
-		if _, err := kube.CoreV1().Secrets(namespace).Get(stack.TestContext(t), bootstrap.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(stack.TestContext(t), bootstrap.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("CloudEphemeral group %s: want no manual-bootstrap Secret, got %v", ephemeralGroup, err)
 		}
-		if got := string(manual.Data["apiserverEndpoints"]); got != "- "+documentedEndpoint+"\n" {
+		if got := string(manual.Data[deckhousev1.ManualBootstrapEndpointsKey]); got != "- "+documentedEndpoint+"\n" {
 			t.Errorf("apiserverEndpoints = %q", got)
 		}
-		if !strings.HasPrefix(string(manual.Data["cloud-config"]), "#cloud-config\n") {
-			t.Errorf("cloud-config = %.60q", manual.Data["cloud-config"])
+		if !strings.HasPrefix(string(manual.Data[deckhousev1.ManualBootstrapCloudConfigKey]), "#cloud-config\n") {
+			t.Errorf("cloud-config = %.60q", manual.Data[deckhousev1.ManualBootstrapCloudConfigKey])
 		}
 
 		// The issue is recorded on the NodeGroup, without the secret.
@@ -198,7 +197,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 	t.Run("the script joins a machine", func(t *testing.T) {
 		root := t.TempDir()
 		// The first endpoint refuses connections; the script tries the next.
-		out, code := runScript(t, string(manual.Data["bootstrap.sh"]), root, "127.0.0.1:1", local)
+		out, code := runScript(t, string(manual.Data[deckhousev1.ManualBootstrapScriptKey]), root, "127.0.0.1:1", local)
 		t.Logf("bootstrap.sh exited %d:\n%s", code, out)
 		for _, want := range []string{
 			"valid until " + first.Expires.Format(time.RFC3339),
@@ -235,7 +234,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := readFile(t, filepath.Join(dir, "bashible.sh")); got != agent.Data["bashible.sh"] {
+		if got := readFile(t, filepath.Join(dir, "bashible.sh")); got != agent.Data[bashiblev1alpha1.BashibleScriptKey] {
 			t.Error("var/lib/bashible/bashible.sh is not the served bashibles/" + staticGroup)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "first_run")); err != nil {
@@ -281,17 +280,17 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		// the same CA, endpoints and a token the API still accepts, but
 		// an expiry that has passed.
 		var endpoints []string
-		if err := yaml.UnmarshalStrict(manual.Data["apiserverEndpoints"], &endpoints); err != nil {
+		if err := yaml.UnmarshalStrict(manual.Data[deckhousev1.ManualBootstrapEndpointsKey], &endpoints); err != nil {
 			t.Fatal(err)
 		}
-		ca, err := kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(stack.TestContext(t), "kube-root-ca.crt", metav1.GetOptions{})
+		ca, err := kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(stack.TestContext(t), deckhousev1.RootCAConfigMap, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cur := newest(waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
 		script, err := bootstrap.Manual{
-			Namespace: namespace, Group: staticGroup, CA: ca.Data["ca.crt"], Endpoints: endpoints,
+			Namespace: deckhousev1.Namespace, Group: staticGroup, CA: ca.Data["ca.crt"], Endpoints: endpoints,
 			Token: bootstrap.Token{Name: "bootstrap-token-" + cur.ID, ID: cur.ID, Secret: cur.Secret, Expires: expired},
 		}.Script()
 		if err != nil {
@@ -322,7 +321,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		}
 		waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) == 0 })
 		stack.Poll(t, "manual-bootstrap Secret of the deleted group to go", func(ctx context.Context) (bool, error) {
-			_, err := kube.CoreV1().Secrets(namespace).Get(ctx, bootstrap.SecretName(staticGroup), metav1.GetOptions{})
+			_, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, bootstrap.SecretName(staticGroup), metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 		// The clock steps rotated the other group's token too; it keeps them.

@@ -153,16 +153,16 @@ func waitRolledOut(t *testing.T, group, sum string, count int) {
 		if int(ng.Status.UpToDate) != count || int(ng.Status.Nodes) != count {
 			return false, nil
 		}
-		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node.deckhouse.io/group=" + group})
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
 		if err != nil {
 			return false, err
 		}
 		for _, n := range list.Items {
-			if n.Annotations["node.deckhouse.io/configuration-checksum"] != sum || n.Spec.Unschedulable {
+			if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != sum || n.Spec.Unschedulable {
 				return false, nil
 			}
 			for k := range n.Annotations {
-				if len(k) > len("update.node.deckhouse.io/") && k[:len("update.node.deckhouse.io/")] == "update.node.deckhouse.io/" {
+				if len(k) > len(deckhousev1.UpdateAnnotationPrefix) && k[:len(deckhousev1.UpdateAnnotationPrefix)] == deckhousev1.UpdateAnnotationPrefix {
 					return false, nil
 				}
 			}

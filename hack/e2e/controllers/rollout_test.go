@@ -52,7 +52,7 @@ func TestRolloutRespectsMaxConcurrent(t *testing.T) {
 			ng.Status.ConditionSummary != nil && ng.Status.ConditionSummary.Ready == "True" && ng.Status.KubernetesVersion == "1.36", nil
 	})
 	stack.Poll(t, "configuration-checksums Secret", func(ctx context.Context) (bool, error) {
-		s, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, "configuration-checksums", metav1.GetOptions{})
+		s, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, deckhousev1.ConfigurationChecksumsSecret, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

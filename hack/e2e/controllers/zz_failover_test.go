@@ -16,7 +16,7 @@ import (
 
 // leaseHolder is who holds node-manager-controller's Lease.
 func leaseHolder(ctx context.Context) string {
-	l, err := kube.CoordinationV1().Leases(deckhousev1.Namespace).Get(ctx, "node-manager-controller", metav1.GetOptions{})
+	l, err := kube.CoordinationV1().Leases(deckhousev1.Namespace).Get(ctx, deckhousev1.NodeManagerControllerName, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}

@@ -15,13 +15,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	bashibleclient "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/hack/stack"
 )
-
-const checksumAnnotation = "node.deckhouse.io/configuration-checksum"
 
 // newNode creates a simulated node in group with bashible.sh installed, as
 // after bootstrap: its next run is its first.
@@ -121,7 +120,7 @@ func TestFirstRunConvergesWithoutApproval(t *testing.T) {
 	n := newNode(t, "first-1", "sim")
 	run := mustRun(t, n)
 	want := served(t, "sim")
-	if got := annotations(t, n)[checksumAnnotation]; got != want {
+	if got := annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation]; got != want {
 		t.Fatalf("checksum annotation %q, want %q\n%s", got, want, run.Output)
 	}
 	if strings.TrimSpace(n.Read("var/lib/bashible/configuration_checksum")) != want || n.Read("applied-group") != "sim\n" {
@@ -139,7 +138,7 @@ func TestFirstRunConvergesWithoutApproval(t *testing.T) {
 	if notes := events(t, n.Name, "BashibleStepSucceeded"); len(notes) < 3 || !strings.Contains(strings.Join(notes, "\n"), "step 020_harmless.sh succeeded") {
 		t.Errorf("per-step events: %v", notes)
 	}
-	if _, ok := annotations(t, n)["update.node.deckhouse.io/waiting-for-approval"]; ok {
+	if _, ok := annotations(t, n)[deckhousev1.WaitingForApprovalAnnotation]; ok {
 		t.Error("a first run must not ask for approval")
 	}
 
@@ -178,8 +177,8 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			_, waiting := a["update.node.deckhouse.io/waiting-for-approval"]
-			_, stillUpToDate := a[checksumAnnotation]
+			_, waiting := a[deckhousev1.WaitingForApprovalAnnotation]
+			_, stillUpToDate := a[deckhousev1.ConfigurationChecksumAnnotation]
 			return waiting && !stillUpToDate, nil
 		})
 		stack.Poll(t, n.Name+" reports WaitingApproval on its Instance", func(context.Context) (bool, error) {
@@ -188,13 +187,13 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 		})
 	}
 	empty := ""
-	if err := nodes[1].Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := nodes[1].Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := runs["appr-2"].cmd.Wait(); err != nil {
 		t.Fatalf("the approved node's run: %v\n%s", err, runs["appr-2"].out)
 	}
-	if got := annotations(t, nodes[1])[checksumAnnotation]; got != next {
+	if got := annotations(t, nodes[1])[deckhousev1.ConfigurationChecksumAnnotation]; got != next {
 		t.Errorf("the approved node reports %q, want %q", got, next)
 	}
 	// Each condition keeps its own field manager: setting one never drops another.
@@ -203,7 +202,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	for _, n := range []*stack.SimNode{nodes[0], nodes[2]} {
-		if _, ok := annotations(t, n)[checksumAnnotation]; ok {
+		if _, ok := annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation]; ok {
 			t.Errorf("%s was not approved but reports a checksum", n.Name)
 		}
 		if strings.Contains(n.Read("applied-checksums"), next) {
@@ -243,7 +242,7 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 	if c := instanceCondition(t, n.Name, "BashibleReady"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "StepsFailed" {
 		t.Errorf("Instance BashibleReady: %+v", c)
 	}
-	if _, ok := annotations(t, n)[checksumAnnotation]; ok || n.Exists("var/lib/bashible/configuration_checksum") {
+	if _, ok := annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation]; ok || n.Exists("var/lib/bashible/configuration_checksum") {
 		t.Error("a failed run must not record a checksum")
 	}
 	// Fixed, the next run converges.
@@ -251,7 +250,7 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRun(t, n)
-	if annotations(t, n)[checksumAnnotation] != served(t, "sim") {
+	if annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation] != served(t, "sim") {
 		t.Error("after the fix the node should converge")
 	}
 }
@@ -319,7 +318,7 @@ func TestARebootForcesAConvergeWithoutApproval(t *testing.T) {
 	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied+1 {
 		t.Errorf("a reboot should force a converge (%d → %d)", applied, got)
 	}
-	if _, asked := annotations(t, n)["update.node.deckhouse.io/waiting-for-approval"]; asked {
+	if _, asked := annotations(t, n)[deckhousev1.WaitingForApprovalAnnotation]; asked {
 		t.Error("a converge after a reboot asked for approval without a disruption")
 	}
 }
@@ -348,7 +347,7 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 	sum := served(t, "sim")
 	rebootsBy(t, n)
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.RebootAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	cmd, out, err := n.Start(stack.TestContext(t))
@@ -362,21 +361,21 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 		return ok, err
 	}
 	stack.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
-		return has(ctx, "update.node.deckhouse.io/waiting-for-approval")
+		return has(ctx, deckhousev1.WaitingForApprovalAnnotation)
 	})
-	if _, ok := annotations(t, n)[checksumAnnotation]; ok {
+	if _, ok := annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation]; ok {
 		t.Error("a node asking for approval must not count as up to date")
 	}
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	stack.Poll(t, "the node asks for a disruption", func(ctx context.Context) (bool, error) {
-		return has(ctx, "update.node.deckhouse.io/disruption-required")
+		return has(ctx, deckhousev1.DisruptionRequiredAnnotation)
 	})
 	if n.Exists("reboots") {
 		t.Fatal("the node rebooted before its disruption was approved")
 	}
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -389,21 +388,21 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 		t.Errorf("the reboot must come after the configuration is recorded; at reboot the checksum file held %q", n.Read("rebooted-with"))
 	}
 	a := annotations(t, n)
-	if _, ok := a["update.node.deckhouse.io/reboot"]; !ok {
+	if _, ok := a[deckhousev1.RebootAnnotation]; !ok {
 		t.Error("the reboot request was cleared before the node came back")
 	}
-	if _, ok := a[checksumAnnotation]; ok {
+	if _, ok := a[deckhousev1.ConfigurationChecksumAnnotation]; ok {
 		t.Error("the node reported its configuration before the reboot; node-manager would end its disruption while it is down")
 	}
 
 	// Back from the reboot: the run converges, reports, and clears the request.
 	mustRun(t, n)
 	a = annotations(t, n)
-	if _, ok := a["update.node.deckhouse.io/reboot"]; ok {
+	if _, ok := a[deckhousev1.RebootAnnotation]; ok {
 		t.Error("the answered reboot request should be cleared once the node is back")
 	}
-	if a[checksumAnnotation] != sum {
-		t.Errorf("after the reboot the node reports %q, want %q", a[checksumAnnotation], sum)
+	if a[deckhousev1.ConfigurationChecksumAnnotation] != sum {
+		t.Errorf("after the reboot the node reports %q, want %q", a[deckhousev1.ConfigurationChecksumAnnotation], sum)
 	}
 	mustRun(t, n)
 	if got := n.Read("reboots"); got != "reboot\n" {
@@ -424,7 +423,7 @@ func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	stack.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
 		a, err := n.Annotations(ctx, cp)
-		_, ok := a["update.node.deckhouse.io/waiting-for-approval"]
+		_, ok := a[deckhousev1.WaitingForApprovalAnnotation]
 		return ok, err
 	})
 	time.Sleep(2 * time.Second) // a few polls of a node that waits
@@ -432,7 +431,7 @@ func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
 		t.Fatal("the weight-0 step ran before the update was approved")
 	}
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -451,7 +450,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	}
 	changeBundle(t, "disruption-probe.sh", "sim", "echo disrupt\n")
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	cmd, out, err := n.Start(stack.TestContext(t))
@@ -461,13 +460,13 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	stack.Poll(t, "the node asks for disruption approval", func(ctx context.Context) (bool, error) {
 		a, err := n.Annotations(ctx, cp)
-		_, ok := a["update.node.deckhouse.io/disruption-required"]
+		_, ok := a[deckhousev1.DisruptionRequiredAnnotation]
 		return ok, err
 	})
 	if n.Exists("disrupted") {
 		t.Fatal("the disruptive action ran before it was approved")
 	}
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -484,11 +483,11 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := changeBundle(t, "rolling-probe.sh", "rolling", "echo rolling\n")
-	if err := r.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := r.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, r)
-	if _, ok := annotations(t, r)["update.node.deckhouse.io/rolling-update"]; !ok {
+	if _, ok := annotations(t, r)[deckhousev1.RollingUpdateAnnotation]; !ok {
 		t.Fatalf("the node should annotate rolling-update:\n%s", run.Output)
 	}
 	if r.Exists("disrupted") || strings.Contains(r.Read("var/lib/bashible/configuration_checksum"), next) {

@@ -15,6 +15,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
@@ -125,7 +127,7 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 	}
 	// The steps had all run, so the node records locally what it applied,
 	// but the cluster could not be told: no annotation yet.
-	if _, ok := annotations(t, n)[checksumAnnotation]; ok {
+	if _, ok := annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation]; ok {
 		t.Error("a run that lost the API cannot have reported a checksum")
 	}
 	entries, _ := os.ReadDir(n.Path("var/lib/bashible"))
@@ -142,7 +144,7 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 	}
 	applied := n.Read("applied-checksums")
 	mustRun(t, n)
-	if annotations(t, n)[checksumAnnotation] != served(t, "sim") {
+	if annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation] != served(t, "sim") {
 		t.Error("after the outage the node should report its configuration")
 	}
 	if n.Read("applied-checksums") != applied {
@@ -193,7 +195,7 @@ func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bootstrap: %v\n%s", err, out)
 	}
-	if !n.Exists("var/lib/kubelet/pki/kubelet-client-current.pem") || annotations(t, n)[checksumAnnotation] != served(t, "sim") {
+	if !n.Exists("var/lib/kubelet/pki/kubelet-client-current.pem") || annotations(t, n)[deckhousev1.ConfigurationChecksumAnnotation] != served(t, "sim") {
 		t.Fatalf("the node should join and converge on its first run:\n%s", out)
 	}
 	if n.Exists("var/lib/bashible/first_run") || !n.Exists("var/lib/bashible/bashible.sh") {
@@ -252,11 +254,11 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	}
 	stack.Poll(t, "the garbage bashible.sh is served", func(ctx context.Context) (bool, error) {
 		b, err := nm.BashibleV1alpha1().Bashibles().Get(ctx, "sim", metav1.GetOptions{})
-		return err == nil && strings.HasPrefix(b.Data["bashible.sh"], "this is not"), nil
+		return err == nil && strings.HasPrefix(b.Data[bashiblev1alpha1.BashibleScriptKey], "this is not"), nil
 	})
 	// The checksum covers bashible.sh, so this is a new configuration: approve it.
 	empty := ""
-	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, n)
@@ -271,7 +273,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	}
 
 	// An empty script is refused the same way.
-	if err := e.Annotate(stack.TestContext(t), cp, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := e.Annotate(stack.TestContext(t), cp, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if run := mustRun(t, e); !strings.Contains(run.Output, "refusing the served bashible.sh") || e.Read("var/lib/bashible/bashible.sh") != goodOther {

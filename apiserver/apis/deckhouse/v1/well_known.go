@@ -10,7 +10,8 @@ package v1
 // apiserver/apis/bashible/v1alpha1/well_known.go.
 //
 // Each value is written out in full, never built from another constant, so
-// that a reader (and the lint) sees the exact string.
+// that a reader (and the lint) sees the exact string, and no two constants
+// share a value.
 
 // Labels on Nodes, Instances and served objects.
 const (
@@ -49,12 +50,12 @@ const (
 	FencingEnabledLabel = "node-manager.deckhouse.io/fencing-enabled"
 )
 
-// Domains of node-manager's own label, annotation and taint keys. The node
-// template controller refuses user template keys inside them: such a key
-// would fight bashible, update approval or the controller itself.
+// Domains of node-manager's own label, annotation and taint keys (with
+// UpdateAnnotationPrefix). The node template controller refuses user
+// template keys inside them: such a key would fight bashible, update
+// approval or the controller itself.
 const (
 	NodeDomain        = "node.deckhouse.io/"
-	UpdateDomain      = "update.node.deckhouse.io/"
 	NodeManagerDomain = "node-manager.deckhouse.io/"
 )
 
