@@ -60,7 +60,7 @@ func TokenGroup(groups []string) (string, error) {
 		return found[0], nil
 	case 0:
 		return "", fmt.Errorf("it carries no %s<group> group, so it was not issued by node-manager for a node group "+
-			"(node-manager-controller replaces its older tokens at once: use the current one from manual-bootstrap-for-<group>)", deckhousev1.BootstrapperGroupPrefix)
+			"(node-manager-controller replaces its older tokens at once: use the current one from %s<group>)", deckhousev1.BootstrapperGroupPrefix, deckhousev1.ManualBootstrapSecretPrefix)
 	default:
 		return "", fmt.Errorf("it carries %d node groups (%s), so its group is ambiguous", len(found), strings.Join(found, ", "))
 	}

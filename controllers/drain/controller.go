@@ -148,7 +148,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	if c.stop(name, "the draining annotation was removed") {
 		c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "DrainCancelled", "Drain",
-			"the drain was cancelled because update.node.deckhouse.io/draining was removed; the node stays cordoned (kubectl uncordon %s to undo)", n.Name)
+			"the drain was cancelled because %s was removed; the node stays cordoned (kubectl uncordon %s to undo)", deckhousev1.DrainingAnnotation, n.Name)
 		c.metrics.Drains.WithLabelValues("cancelled").Inc()
 	}
 	c.metrics.Draining.DeleteLabelValues(name)

@@ -78,7 +78,7 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 		errs = append(errs, "the group's configuration does not render: "+r.Message)
 	}
 	if len(drainFailed) > 0 {
-		errs = append(errs, fmt.Sprintf("drain failed on %s (see the nodes' update.node.deckhouse.io/drain-failed)", list(drainFailed)))
+		errs = append(errs, fmt.Sprintf("drain failed on %s (see the nodes' %s)", list(drainFailed), deckhousev1.DrainFailedAnnotation))
 	}
 
 	set := func(typ string, ok bool, reason, msg string) {
@@ -99,7 +99,7 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 	if len(waitingDisruption) > 0 {
 		waitMsg = fmt.Sprintf("%s wait(s) for a disruption approval", list(waitingDisruption))
 		if approval.Mode(g) == deckhousev1.ApprovalManual {
-			waitMsg += "; the group's approvalMode is Manual: drain the node, then kubectl annotate node <name> update.node.deckhouse.io/disruption-approved="
+			waitMsg += "; the group's approvalMode is Manual: drain the node, then kubectl annotate node <name> " + deckhousev1.DisruptionApprovedAnnotation + "="
 		}
 	}
 	set(ConditionWaitingForDisruptiveApproval, len(waitingDisruption) > 0, pick(len(waitingDisruption) > 0, "DisruptionApprovalRequired", "NoDisruptionPending"), waitMsg)
