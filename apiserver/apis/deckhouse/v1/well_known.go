@@ -44,9 +44,10 @@ const (
 	// makes (and deletes only those) and on configuration-checksums.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 
-	// FencingEnabledLabel is set on a Node by the fencing agent while it
-	// holds the node's watchdog armed, and removed before it disarms; the
-	// fencing controller watches only Nodes that carry it.
+	// FencingEnabledLabel is Deckhouse's fencing protocol, for the fencing
+	// agent and fencing controller (agents/): the agent sets it on its Node
+	// while it holds the node's watchdog armed and removes it before it
+	// disarms; the controller watches only Nodes that carry it.
 	FencingEnabledLabel = "node-manager.deckhouse.io/fencing-enabled"
 )
 
@@ -122,10 +123,10 @@ const (
 	// set itself.
 	LastAppliedNodeTemplateAnnotation = "node-manager.deckhouse.io/last-applied-node-template"
 
-	// FencingDisableAnnotation is set by a person to keep the fencing agent
-	// disarmed on a node (maintenance); the fencing controller never fences
-	// a node that carries it, ApprovedAnnotation or
-	// DisruptionApprovedAnnotation.
+	// FencingDisableAnnotation is Deckhouse's fencing protocol too: a person
+	// sets it to keep the fencing agent disarmed on a node (maintenance),
+	// and the fencing controller never fences a node that carries it,
+	// ApprovedAnnotation or DisruptionApprovedAnnotation.
 	FencingDisableAnnotation = "node-manager.deckhouse.io/fencing-disable"
 )
 
