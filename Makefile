@@ -101,7 +101,7 @@ run: $(CONTROL_PLANE) build ## start the local control plane and the stack; Ctrl
 	@$(BIN)/localstack
 
 .PHONY: lint
-lint: $(LINTERS) ## gofmt, go vet and staticcheck; the product module must not depend on k8s.io/kubernetes
+lint: $(LINTERS) ## gofmt, go vet, staticcheck, wire names only in well_known.go; the product module must not depend on k8s.io/kubernetes
 	@if go list -m k8s.io/kubernetes >/dev/null 2>&1; then \
 		echo "lint: go.mod depends on k8s.io/kubernetes; only hack/tools may (use the k8s.io/* staging modules)"; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^hack/tools/')); \
@@ -110,6 +110,8 @@ lint: $(LINTERS) ## gofmt, go vet and staticcheck; the product module must not d
 	@# generated/ is code-generator output, which keeps deprecated client-go
 	@# calls for compatibility; it is checked by verify-generated instead.
 	$(BIN)/staticcheck $$(go list ./... | grep -v '/generated/')
+	@# Every wire name is defined once, in apiserver/apis/*/*/well_known.go.
+	hack/verify-wire-names.sh
 
 .PHONY: test-unit
 test-unit: debian-tools ## unit tests (no control plane), including golden files checked by bash -n and shellcheck

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/node-manager/node-manager/apiserver/access"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -165,7 +166,7 @@ func realNarrower(t *testing.T, instances ...*deckhousev1alpha1.Instance) *acces
 
 func instance(node, group string) *deckhousev1alpha1.Instance {
 	return &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{
-		Name: node, Labels: map[string]string{access.NodeGroupLabel: group},
+		Name: node, Labels: map[string]string{deckhousev1.NodeGroupLabel: group},
 	}}
 }
 

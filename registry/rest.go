@@ -21,13 +21,8 @@ import (
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
-)
-
-// Annotations with render details, shown in wide tables.
-const (
-	KubernetesVersionAnnotation = "bashible.deckhouse.io/kubernetes-version"
-	CRIAnnotation               = "bashible.deckhouse.io/cri"
 )
 
 // Storages returns the REST storage of every resource, keyed by resource.
@@ -89,11 +84,11 @@ func objectMeta(p *bundles.Published, name string) metav1.ObjectMeta {
 		Name:              name,
 		ResourceVersion:   p.ResourceVersion,
 		CreationTimestamp: p.CreationTimestamp,
-		Labels:            map[string]string{bashiblev1alpha1.GroupLabel: p.Group, bashiblev1alpha1.NodeTypeLabel: p.NodeType},
+		Labels:            map[string]string{deckhousev1.NodeGroupLabel: p.Group, deckhousev1.NodeTypeLabel: p.NodeType},
 		Annotations: map[string]string{
-			bashiblev1alpha1.ChecksumAnnotation: p.Checksum,
-			KubernetesVersionAnnotation:         p.KubernetesVersion,
-			CRIAnnotation:                       p.CRI,
+			bashiblev1alpha1.ChecksumAnnotation:          p.Checksum,
+			bashiblev1alpha1.KubernetesVersionAnnotation: p.KubernetesVersion,
+			bashiblev1alpha1.CRIAnnotation:               p.CRI,
 		},
 	}
 }
@@ -232,7 +227,7 @@ func (s *storage) newFilter(ctx context.Context, options *metainternalversion.Li
 
 func (f filter) matches(p *bundles.Published) bool {
 	return f.scope.Allows(p.Group) &&
-		f.labels.Matches(labels.Set{bashiblev1alpha1.GroupLabel: p.Group, bashiblev1alpha1.NodeTypeLabel: p.NodeType}) &&
+		f.labels.Matches(labels.Set{deckhousev1.NodeGroupLabel: p.Group, deckhousev1.NodeTypeLabel: p.NodeType}) &&
 		f.fields.Matches(fields.Set{"metadata.name": p.Group})
 }
 
@@ -330,9 +325,9 @@ func table[T, L any, PT object[T], PL objectList[L]](obj runtime.Object, items f
 		t.Rows = append(t.Rows, metav1.TableRow{
 			Object: runtime.RawExtension{Object: o},
 			Cells: []any{
-				o.GetName(), o.GetLabels()[bashiblev1alpha1.NodeTypeLabel], short, steps,
+				o.GetName(), o.GetLabels()[deckhousev1.NodeTypeLabel], short, steps,
 				humanSize(size), age(o.GetCreationTimestamp()),
-				o.GetAnnotations()[KubernetesVersionAnnotation], o.GetAnnotations()[CRIAnnotation], checksum,
+				o.GetAnnotations()[bashiblev1alpha1.KubernetesVersionAnnotation], o.GetAnnotations()[bashiblev1alpha1.CRIAnnotation], checksum,
 			},
 		})
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 )
 
@@ -67,7 +68,7 @@ var (
 	admin       = &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}
 	nodeW1      = &user.DefaultInfo{Name: "system:node:w1", Groups: []string{"system:nodes"}}
 	masterToken = &user.DefaultInfo{Name: "system:bootstrap:abcdef",
-		Groups: []string{"system:bootstrappers", access.BootstrappersGroup, access.BootstrapperGroup("master")}}
+		Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, access.BootstrapperGroup("master")}}
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -168,10 +169,10 @@ func TestGetServesTheGroupsBundleWithTheChecksumAnnotation(t *testing.T) {
 		if got := m.GetAnnotations()[bashiblev1alpha1.ChecksumAnnotation]; got != sum("ab") {
 			t.Errorf("%s/worker: annotation %s = %q, want the group's checksum", r.name, bashiblev1alpha1.ChecksumAnnotation, got)
 		}
-		if got := m.GetAnnotations(); got[KubernetesVersionAnnotation] != "1.36" || got[CRIAnnotation] != "Containerd" {
+		if got := m.GetAnnotations(); got[bashiblev1alpha1.KubernetesVersionAnnotation] != "1.36" || got[bashiblev1alpha1.CRIAnnotation] != "Containerd" {
 			t.Errorf("%s/worker: render annotations %v", r.name, got)
 		}
-		if got := m.GetLabels(); got[bashiblev1alpha1.GroupLabel] != "worker" || got[bashiblev1alpha1.NodeTypeLabel] != "Static" {
+		if got := m.GetLabels(); got[deckhousev1.NodeGroupLabel] != "worker" || got[deckhousev1.NodeTypeLabel] != "Static" {
 			t.Errorf("%s/worker: labels %v", r.name, got)
 		}
 		if got := r.payload(obj); got != wantPayload[r.name] {
@@ -309,7 +310,7 @@ func TestListIsNarrowedToTheCallersGroup(t *testing.T) {
 	f := setUp(t)
 	byName := func(s string) fields.Selector { return fields.OneTermEqualSelector("metadata.name", s) }
 	byType := func(s string) labels.Selector {
-		return labels.SelectorFromSet(labels.Set{bashiblev1alpha1.NodeTypeLabel: s})
+		return labels.SelectorFromSet(labels.Set{deckhousev1.NodeTypeLabel: s})
 	}
 	cases := []struct {
 		name    string

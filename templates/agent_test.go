@@ -15,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // fakeAPI is just enough of the API for one run of bashible.sh: the group's
@@ -112,7 +115,7 @@ func runAgent(t *testing.T, api *fakeAPI) (string, string, bool) {
 
 func bundleOf(steps map[string]string) map[string]any {
 	return map[string]any{"metadata": map[string]any{"name": "worker",
-		"annotations": map[string]any{"bashible.deckhouse.io/configuration-checksum": "new"}}, "data": steps}
+		"annotations": map[string]any{bashiblev1alpha1.ChecksumAnnotation: "new"}}, "data": steps}
 }
 
 // A step whose content holds NUL bytes used to write a step of another name
@@ -132,7 +135,7 @@ func TestAgentRefusesABundleThatCouldPoseAsAnotherStep(t *testing.T) {
 			"030_x.sh\n001_wait_for_approval.sh": "exit 0\n",
 		},
 	} {
-		api := &fakeAPI{bundle: bundleOf(steps), annotations: map[string]any{"node.deckhouse.io/configuration-checksum": "old"}}
+		api := &fakeAPI{bundle: bundleOf(steps), annotations: map[string]any{deckhousev1.ConfigurationChecksumAnnotation: "old"}}
 		out, root, ok := runAgent(t, api)
 		trace, _ := os.ReadFile(filepath.Join(root, "trace"))
 		if ok || strings.Contains(string(trace), "marker") {
@@ -141,7 +144,7 @@ func TestAgentRefusesABundleThatCouldPoseAsAnotherStep(t *testing.T) {
 		if !strings.Contains(out, "refusing the bundle") {
 			t.Errorf("%s: the refusal should say why:\n%s", name, out)
 		}
-		if _, asked := api.annotations["update.node.deckhouse.io/waiting-for-approval"]; asked {
+		if _, asked := api.annotations[deckhousev1.WaitingForApprovalAnnotation]; asked {
 			t.Errorf("%s: a refused bundle asked for approval", name)
 		}
 	}
@@ -156,7 +159,7 @@ func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
 		"030_blank.sh":      "\n\n",
 	}
 	api := &fakeAPI{bundle: bundleOf(steps), annotations: map[string]any{
-		"node.deckhouse.io/configuration-checksum": "old", "update.node.deckhouse.io/approved": ""}}
+		deckhousev1.ConfigurationChecksumAnnotation: "old", deckhousev1.ApprovedAnnotation: ""}}
 	out, root, ok := runAgent(t, api)
 	if !ok {
 		t.Fatalf("the run failed:\n%s", out)
@@ -170,7 +173,7 @@ func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
 	if trace, _ := os.ReadFile(filepath.Join(root, "trace")); string(trace) != "first\nmarker\n" {
 		t.Errorf("steps that ran: %q", trace)
 	}
-	if api.annotations["node.deckhouse.io/configuration-checksum"] != "new" {
+	if api.annotations[deckhousev1.ConfigurationChecksumAnnotation] != "new" {
 		t.Errorf("annotations after the run: %v", api.annotations)
 	}
 }

@@ -93,7 +93,7 @@ func TestCertificatesAreReencodedFromTheirParsedBlocks(t *testing.T) {
 		}
 		ng := workerGroupForFuzz()
 		settings, _ := ParseClusterConfiguration(nil)
-		if _, err := NewContext(ng, settings, nil, input); err == nil || !strings.Contains(err.Error(), "kube-root-ca.crt") {
+		if _, err := NewContext(ng, settings, nil, input); err == nil || !strings.Contains(err.Error(), deckhousev1.RootCAConfigMap) {
 			t.Errorf("%s: the cluster CA was accepted (err %v)", name, err)
 		}
 	}

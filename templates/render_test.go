@@ -277,7 +277,7 @@ func TestAWeightZeroStepRunsAfterUpdateApproval(t *testing.T) {
 		CustomStep{Name: "0-early", Weight: 0, Content: "true"},
 		CustomStep{Name: "a", Weight: 1, Content: "true"})
 	for name, content := range b.Steps {
-		if strings.Contains(content, "bb-wait-for-update-approval") || strings.Contains(content, "update.node.deckhouse.io/waiting-for-approval") {
+		if strings.Contains(content, "bb-wait-for-update-approval") || strings.Contains(content, deckhousev1.WaitingForApprovalAnnotation) {
 			t.Errorf("step %s asks for update approval: approval must come before every step, not be one", name)
 		}
 	}

@@ -25,20 +25,15 @@ import (
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/tools/cache"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
-// Fixed names (DESIGN.md §3).
+// User names Kubernetes gives its callers (node-manager's own groups and
+// labels are in apiserver/apis/deckhouse/v1/well_known.go).
 const (
-	NodeGroupLabel = "node.deckhouse.io/group"
-	// BootstrappersGroup is the extra group of every node-manager bootstrap
-	// token: RBAC lets it create kubelet CSRs and read bundles.
-	BootstrappersGroup = "system:bootstrappers:d8-node-manager"
-	// BootstrapperGroupPrefix starts the extra group that names a token's
-	// node group, system:bootstrappers:d8-node-manager:<group>.
-	BootstrapperGroupPrefix = BootstrappersGroup + ":"
 	// NodeUserPrefix and BootstrapUserPrefix start the user names
 	// kube-apiserver gives kubelets and bootstrap tokens.
 	NodeUserPrefix      = "system:node:"
@@ -48,7 +43,7 @@ const (
 // BootstrapperGroup is the authenticated group of group's bootstrap tokens.
 // Node group names ([a-z0-9-], at most 42 characters) always make a valid
 // bootstrap group (\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z).
-func BootstrapperGroup(group string) string { return BootstrapperGroupPrefix + group }
+func BootstrapperGroup(group string) string { return deckhousev1.BootstrapperGroupPrefix + group }
 
 // TokenGroup is the node group a bootstrap user was authenticated for: the
 // one system:bootstrappers:d8-node-manager:<group> among its groups. It
@@ -56,7 +51,7 @@ func BootstrapperGroup(group string) string { return BootstrapperGroupPrefix + g
 func TokenGroup(groups []string) (string, error) {
 	var found []string
 	for _, g := range groups {
-		if name, ok := strings.CutPrefix(g, BootstrapperGroupPrefix); ok && name != "" {
+		if name, ok := strings.CutPrefix(g, deckhousev1.BootstrapperGroupPrefix); ok && name != "" {
 			found = append(found, name)
 		}
 	}
@@ -65,7 +60,7 @@ func TokenGroup(groups []string) (string, error) {
 		return found[0], nil
 	case 0:
 		return "", fmt.Errorf("it carries no %s<group> group, so it was not issued by node-manager for a node group "+
-			"(node-manager-controller replaces its older tokens at once: use the current one from manual-bootstrap-for-<group>)", BootstrapperGroupPrefix)
+			"(node-manager-controller replaces its older tokens at once: use the current one from %s<group>)", deckhousev1.BootstrapperGroupPrefix, deckhousev1.ManualBootstrapSecretPrefix)
 	default:
 		return "", fmt.Errorf("it carries %d node groups (%s), so its group is ambiguous", len(found), strings.Join(found, ", "))
 	}
@@ -122,14 +117,14 @@ func (n *Narrower) scopeForUser(u user.Info, resource schema.GroupResource, name
 		if apierrors.IsNotFound(err) {
 			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf(
 				"node %q has no Instance yet; node-manager creates it when the node joins (when it approves the kubelet's certificate), "+
-					"and a node's group is its Instance's %s label, never its Node's", nodeName, NodeGroupLabel))
+					"and a node's group is its Instance's %s label, never its Node's", nodeName, deckhousev1.NodeGroupLabel))
 		}
 		if err != nil {
 			return Scope{}, apierrors.NewInternalError(err)
 		}
-		group := inst.Labels[NodeGroupLabel]
+		group := inst.Labels[deckhousev1.NodeGroupLabel]
 		if group == "" {
-			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("the Instance of node %q has no %s label, so it may read no node group's bundle", nodeName, NodeGroupLabel))
+			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("the Instance of node %q has no %s label, so it may read no node group's bundle", nodeName, deckhousev1.NodeGroupLabel))
 		}
 		return Scope{Group: group}, nil
 	case strings.HasPrefix(username, BootstrapUserPrefix):

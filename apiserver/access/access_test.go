@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
@@ -29,7 +30,7 @@ func narrowerWith(t *testing.T, instances ...*deckhousev1alpha1.Instance) *Narro
 func instance(name, group string) *deckhousev1alpha1.Instance {
 	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if group != "" {
-		inst.Labels = map[string]string{NodeGroupLabel: group}
+		inst.Labels = map[string]string{deckhousev1.NodeGroupLabel: group}
 	}
 	return inst
 }
@@ -53,10 +54,10 @@ func TestScopes(t *testing.T) {
 		{"a node whose Instance has no group reads nothing",
 			&user.DefaultInfo{Name: "system:node:unlabelled", Groups: []string{"system:nodes"}}, Scope{}, "has no node.deckhouse.io/group label"},
 		{"a bootstrap token reads the group it was authenticated for",
-			&user.DefaultInfo{Name: "system:bootstrap:abcdef", Groups: []string{"system:bootstrappers", BootstrappersGroup, BootstrapperGroup("master")}},
+			&user.DefaultInfo{Name: "system:bootstrap:abcdef", Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, BootstrapperGroup("master")}},
 			Scope{Group: "master"}, ""},
 		{"a bootstrap token without a node group reads nothing",
-			&user.DefaultInfo{Name: "system:bootstrap:oldtok", Groups: []string{"system:bootstrappers", BootstrappersGroup}}, Scope{},
+			&user.DefaultInfo{Name: "system:bootstrap:oldtok", Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup}}, Scope{},
 			`bootstrap token "oldtok" may read no node group's bundle: it carries no system:bootstrappers:d8-node-manager:<group> group`},
 		{"a bootstrap token with two node groups reads nothing",
 			&user.DefaultInfo{Name: "system:bootstrap:twotwo", Groups: []string{BootstrapperGroup("a"), BootstrapperGroup("b")}}, Scope{},

@@ -33,13 +33,8 @@ import (
 
 // Where the inputs live.
 const (
-	ClusterConfigurationSecret = "d8-cluster-configuration"
-	ClusterConfigurationKey    = "cluster-configuration.yaml"
-	RootCAConfigMap            = "kube-root-ca.crt"
 	// ConditionRendered is the condition set on NodeGroupConfigurations and NodeGroups.
 	ConditionRendered = "Rendered"
-	// FieldManager is the server-side apply manager of what the server writes.
-	FieldManager = "bashible-apiserver"
 )
 
 // ControllerConfig wires a Controller.
@@ -47,7 +42,7 @@ type ControllerConfig struct {
 	Kube    kubernetes.Interface
 	NodeMgr versioned.Interface
 	// Namespace holds the published bundles and the leader Lease; only
-	// bashible-apiserver may write there (PublishedNamespace by default).
+	// bashible-apiserver may write there (deckhousev1.BundlesNamespace by default).
 	Namespace string
 	// Identity names this replica in the leader Lease.
 	Identity string
@@ -136,11 +131,13 @@ func NewController(cfg ControllerConfig) *Controller {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 			}))
 	}
-	clusterConfig, rootCA := named(ClusterConfigurationSecret), named(RootCAConfigMap)
+	clusterConfig, rootCA := named(deckhousev1.ClusterConfigurationSecret), named(deckhousev1.RootCAConfigMap)
 	apiEndpoints := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes" }))
 	publishedNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = AppLabel + "=" + AppLabelValue }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = deckhousev1.PublishedBundleAppLabel + "=" + deckhousev1.BashibleAPIServerName
+		}))
 	nm := nminformers.NewSharedInformerFactory(cfg.NodeMgr, 0)
 	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, rootCA, apiEndpoints, publishedNS, nm}
 
@@ -189,7 +186,7 @@ func NewController(cfg ControllerConfig) *Controller {
 	_ = deckhousev1.AddToScheme(scheme)
 	_ = deckhousev1alpha1.AddToScheme(scheme)
 	c.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cfg.Kube.EventsV1()})
-	c.recorder = c.broadcaster.NewRecorder(scheme, "bashible-apiserver")
+	c.recorder = c.broadcaster.NewRecorder(scheme, deckhousev1.BashibleAPIServerName)
 	return c
 }
 

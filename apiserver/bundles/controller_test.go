@@ -12,6 +12,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
@@ -50,7 +51,7 @@ func runController(t *testing.T, timeout time.Duration, groups []string, configs
 // publishedChecksum is the checksum of group's published bundle, "" when
 // there is none.
 func publishedChecksum(ctx context.Context, kube *kubefake.Clientset, group string) string {
-	s, err := kube.CoreV1().Secrets(testNamespace).Get(ctx, SecretPrefix+group, metav1.GetOptions{})
+	s, err := kube.CoreV1().Secrets(testNamespace).Get(ctx, deckhousev1.PublishedBundleSecretPrefix+group, metav1.GetOptions{})
 	if err != nil {
 		return ""
 	}

@@ -44,8 +44,8 @@
 // Replicas see a change at slightly different times, and during a rollout
 // they run different template trees. Were each to write what it rendered, they
 // would overwrite each other's Secrets, and nodes would flap between two
-// checksums. One replica, the holder of the Lease [LeaseName] in the
-// bundles namespace ([PublishedNamespace] by default), is the only writer;
+// checksums. One replica, the holder of the Lease [deckhousev1.BashibleAPIServerName] in the
+// bundles namespace ([deckhousev1.BundlesNamespace] by default), is the only writer;
 // it writes with the context of its term, so its writes stop when the term
 // ends. Every bundle is published as soon as its group renders, but a
 // NodeGroupConfiguration's status waits until every group it selects has

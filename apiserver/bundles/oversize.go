@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 )
 
 // MaxEncodedBundleBytes bounds a published bundle after encoding (gzipped
@@ -54,7 +56,7 @@ func checkEncodedSize(p *Published, encoded []byte) error {
 	if len(encoded) <= MaxEncodedBundleBytes {
 		return nil
 	}
-	parts := []PartSize{{"bashible.sh", len(p.Bashible)}, {"bootstrap", len(p.Bootstrap)}}
+	parts := []PartSize{{bashiblev1alpha1.BashibleScriptKey, len(p.Bashible)}, {"bootstrap", len(p.Bootstrap)}}
 	for name, s := range p.Steps {
 		parts = append(parts, PartSize{name, len(s)})
 	}

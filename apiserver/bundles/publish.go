@@ -173,7 +173,7 @@ func sortedGroups(results map[string]*Result) []string {
 // writeBundle makes p's Secret hold exactly p, and says whether it wrote.
 // A bundle too large for a Secret is a *BundleTooLargeError.
 func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error) {
-	name := SecretPrefix + p.Group
+	name := deckhousev1.PublishedBundleSecretPrefix + p.Group
 	current, err := c.published.Secrets(c.cfg.Namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, err
@@ -182,22 +182,22 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	if err != nil {
 		return false, err
 	}
-	if err := checkEncodedSize(p, data[bundleKey]); err != nil {
+	if err := checkEncodedSize(p, data[deckhousev1.PublishedBundleKey]); err != nil {
 		return false, err
 	}
 	digest := c.templatesDigest(p)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: c.cfg.Namespace,
-			Labels:      map[string]string{AppLabel: AppLabelValue, bashiblev1alpha1.GroupLabel: p.Group},
-			Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: p.Checksum, TemplatesDigestAnnotation: digest},
+			Labels:      map[string]string{deckhousev1.PublishedBundleAppLabel: deckhousev1.BashibleAPIServerName, deckhousev1.NodeGroupLabel: p.Group},
+			Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: p.Checksum, bashiblev1alpha1.TemplatesDigestAnnotation: digest},
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
 	// The encoding is deterministic, so equal bytes mean an equal bundle;
 	// anything else (a new render, or someone's edit) is rewritten.
-	if current != nil && bytes.Equal(current.Data[bundleKey], data[bundleKey]) && len(current.Data) == 1 &&
+	if current != nil && bytes.Equal(current.Data[deckhousev1.PublishedBundleKey], data[deckhousev1.PublishedBundleKey]) && len(current.Data) == 1 &&
 		maps.Equal(current.Annotations, secret.Annotations) && maps.Equal(current.Labels, secret.Labels) {
 		return false, nil
 	}
@@ -211,7 +211,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 		current = nil
 	}
 	if current == nil {
-		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 		if apierrors.IsAlreadyExists(err) {
 			// It exists but the informer does not see it (its label was
 			// removed): take it over.
@@ -224,7 +224,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	}
 	if current != nil {
 		secret.ResourceVersion = current.ResourceVersion
-		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 	}
 	if err != nil {
 		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)

@@ -24,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -164,7 +165,7 @@ func (p *publisher) served(group string) string {
 // secret is the group's published Secret in the API, nil when there is none.
 func (p *publisher) secret(group string) *corev1.Secret {
 	p.t.Helper()
-	s, err := p.kube.CoreV1().Secrets(testNamespace).Get(p.ctx, SecretPrefix+group, metav1.GetOptions{})
+	s, err := p.kube.CoreV1().Secrets(testNamespace).Get(p.ctx, deckhousev1.PublishedBundleSecretPrefix+group, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -218,11 +219,11 @@ func TestLeaderRestoresATamperedBundleWhileTheGroupFailsToRender(t *testing.T) {
 	forged := p.forge("worker")
 	p.sync()
 	p.waitFor("the leader to restore the last good bundle", func() bool { return p.served("worker") == good })
-	if sum := p.secret("worker").Annotations["bashible.deckhouse.io/configuration-checksum"]; sum != good {
+	if sum := p.secret("worker").Annotations[bashiblev1alpha1.ChecksumAnnotation]; sum != good {
 		t.Errorf("the Secret's checksum annotation is %s, want the good %s (forged was %s)", sum, good, forged)
 	}
 
-	if err := p.kube.CoreV1().Secrets(testNamespace).Delete(p.ctx, SecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
+	if err := p.kube.CoreV1().Secrets(testNamespace).Delete(p.ctx, deckhousev1.PublishedBundleSecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p.waitFor("the store to see the deletion", func() bool { return p.served("worker") == "" })
@@ -305,7 +306,7 @@ func TestBundleTooLargeForASecretIsReportedAndTheGroupKeepsItsLastGoodBundle(t *
 	}
 	p.sync()
 
-	if got := p.secret("huge").Annotations["bashible.deckhouse.io/configuration-checksum"]; got != good {
+	if got := p.secret("huge").Annotations[bashiblev1alpha1.ChecksumAnnotation]; got != good {
 		t.Errorf("the published bundle changed to %s; an oversize bundle must never replace the last good one", got)
 	}
 	ng, err := p.nm.DeckhouseV1().NodeGroups().Get(p.ctx, "huge", metav1.GetOptions{})
@@ -382,7 +383,7 @@ func TestAFollowerKeepsTheLastGoodBundleOfAGroupWhoseSecretWasDeleted(t *testing
 	broken := config("broken.sh", []string{"worker"}, `{{ fail "not ready" }}`)
 	follower := newPublisher(t, fakeKube(leader.secret("worker")), fakeNodeManager(group("worker"), broken))
 	follower.waitFor("the follower to load the bundle", func() bool { return follower.served("worker") == good })
-	if err := follower.kube.CoreV1().Secrets(testNamespace).Delete(follower.ctx, SecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
+	if err := follower.kube.CoreV1().Secrets(testNamespace).Delete(follower.ctx, deckhousev1.PublishedBundleSecretPrefix+"worker", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	follower.waitFor("the follower to see the deletion", func() bool { return follower.served("worker") == "" })

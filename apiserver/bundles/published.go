@@ -10,27 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/templates"
 )
 
-// Where and under which names bundles are published.
 const (
-	// PublishedNamespace is the default namespace of the published bundles
-	// and the leader Lease (bashible-apiserver's --bundles-namespace): only
-	// bashible-apiserver's ServiceAccount may write there.
-	PublishedNamespace = "d8-bashible-bundles"
-	// LeaseName is the leader Lease in the published namespace.
-	LeaseName = "bashible-apiserver"
-	// SecretPrefix + group name is a published bundle's Secret.
-	SecretPrefix = "bashible-bundle-"
-	// AppLabel marks Secrets written by bashible-apiserver.
-	AppLabel = "app"
-	// AppLabelValue is AppLabel's value.
-	AppLabelValue = "bashible-apiserver"
-	// TemplatesDigestAnnotation records the template tree a bundle came from.
-	TemplatesDigestAnnotation = "bashible.deckhouse.io/templates-digest"
-	// bundleKey is the Secret key holding the gzipped JSON bundle.
-	bundleKey = "bundle.json.gz"
 	// maxBundleBytes bounds a decompressed bundle, so a corrupt Secret cannot
 	// exhaust memory.
 	maxBundleBytes = 64 << 20
@@ -82,27 +67,27 @@ func encodeSecretData(p *Published) (map[string][]byte, error) {
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
-	return map[string][]byte{bundleKey: buf.Bytes()}, nil
+	return map[string][]byte{deckhousev1.PublishedBundleKey: buf.Bytes()}, nil
 }
 
 // decodeSecret reads a published bundle from its Secret.
 func decodeSecret(s *corev1.Secret) (*Published, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(s.Data[bundleKey]))
+	zr, err := gzip.NewReader(bytes.NewReader(s.Data[deckhousev1.PublishedBundleKey]))
 	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, bundleKey, err)
+		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, deckhousev1.PublishedBundleKey, err)
 	}
 	raw, err := io.ReadAll(io.LimitReader(zr, maxBundleBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, bundleKey, err)
+		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, deckhousev1.PublishedBundleKey, err)
 	}
 	if len(raw) > maxBundleBytes {
 		return nil, fmt.Errorf("secret %s/%s: bundle is larger than %d bytes", s.Namespace, s.Name, maxBundleBytes)
 	}
 	var p Published
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, bundleKey, err)
+		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, deckhousev1.PublishedBundleKey, err)
 	}
-	if p.Group == "" || SecretPrefix+p.Group != s.Name || p.Checksum == "" {
+	if p.Group == "" || deckhousev1.PublishedBundleSecretPrefix+p.Group != s.Name || p.Checksum == "" {
 		return nil, fmt.Errorf("secret %s/%s does not hold a bundle of group %q", s.Namespace, s.Name, p.Group)
 	}
 	// Serve only what the checksum describes: an edited Secret is refused
@@ -112,6 +97,6 @@ func decodeSecret(s *corev1.Secret) (*Published, error) {
 	}
 	p.ResourceVersion = s.ResourceVersion
 	p.CreationTimestamp = s.CreationTimestamp
-	p.TemplatesDigest = s.Annotations[TemplatesDigestAnnotation]
+	p.TemplatesDigest = s.Annotations[bashiblev1alpha1.TemplatesDigestAnnotation]
 	return &p, nil
 }

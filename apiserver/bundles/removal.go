@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // deleteRemoved deletes the published bundles of node groups that are gone.
@@ -28,7 +30,7 @@ func (c *Controller) deleteRemoved(ctx context.Context, results map[string]*Resu
 	}
 	var errs []error
 	for _, s := range published {
-		group, ok := strings.CutPrefix(s.Name, SecretPrefix)
+		group, ok := strings.CutPrefix(s.Name, deckhousev1.PublishedBundleSecretPrefix)
 		if !ok || results[group] != nil {
 			continue
 		}

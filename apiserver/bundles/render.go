@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -94,12 +95,12 @@ func (c *Controller) inputs() (Inputs, error) {
 		return Inputs{}, err
 	}
 	in := Inputs{NodeGroups: ngs, Configs: configs}
-	if s, err := c.secretsKS.Secrets(metav1.NamespaceSystem).Get(ClusterConfigurationSecret); err == nil {
-		in.ClusterConfiguration = s.Data[ClusterConfigurationKey]
+	if s, err := c.secretsKS.Secrets(metav1.NamespaceSystem).Get(deckhousev1.ClusterConfigurationSecret); err == nil {
+		in.ClusterConfiguration = s.Data[deckhousev1.ClusterConfigurationKey]
 	} else if !apierrors.IsNotFound(err) {
 		return Inputs{}, err
 	}
-	if cm, err := c.configMapsKS.ConfigMaps(metav1.NamespaceSystem).Get(RootCAConfigMap); err == nil {
+	if cm, err := c.configMapsKS.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap); err == nil {
 		in.CA = cm.Data["ca.crt"]
 	} else if !apierrors.IsNotFound(err) {
 		return Inputs{}, err

@@ -82,7 +82,7 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 		updated := ngc.DeepCopy()
 		meta.SetStatusCondition(&updated.Status.Conditions, cond)
 		updated.Status.ObservedGeneration = ngc.Generation
-		if _, err := c.cfg.NodeMgr.DeckhouseV1alpha1().NodeGroupConfigurations().UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := c.cfg.NodeMgr.DeckhouseV1alpha1().NodeGroupConfigurations().UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName}); err != nil {
 			if !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("report status of NodeGroupConfiguration %s: %w", ngc.Name, err))
 			}
@@ -129,7 +129,7 @@ func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.No
 		ac := applyv1.NodeGroup(ng.Name).WithStatus(applyv1.NodeGroupStatus().WithConditions(
 			metav1ac.Condition().WithType(ConditionRendered).WithStatus(status).WithReason(reason).
 				WithMessage(msg).WithLastTransitionTime(transition).WithObservedGeneration(ng.Generation)))
-		if _, err := c.cfg.NodeMgr.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := c.cfg.NodeMgr.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: deckhousev1.BashibleAPIServerName, Force: true}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("report status of NodeGroup %s: %w", ng.Name, err))
 		}
 	}

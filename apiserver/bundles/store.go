@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // historySize is how many events a Store keeps for watches that resume
@@ -115,10 +117,10 @@ func (s *Store) apply(obj any, deleted bool) {
 		obj, tombstone = tomb.Obj, true
 	}
 	secret, ok := obj.(*corev1.Secret)
-	if !ok || !strings.HasPrefix(secret.Name, SecretPrefix) {
+	if !ok || !strings.HasPrefix(secret.Name, deckhousev1.PublishedBundleSecretPrefix) {
 		return
 	}
-	group := strings.TrimPrefix(secret.Name, SecretPrefix)
+	group := strings.TrimPrefix(secret.Name, deckhousev1.PublishedBundleSecretPrefix)
 	rv, _ := strconv.ParseUint(secret.ResourceVersion, 10, 64)
 
 	var cur *Published

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -23,7 +24,7 @@ func secretFor(t *testing.T, group, version string, rv int) *corev1.Secret {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretPrefix + group, Namespace: "ns", ResourceVersion: strconv.Itoa(rv)}, Data: data}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.PublishedBundleSecretPrefix + group, Namespace: "ns", ResourceVersion: strconv.Itoa(rv)}, Data: data}
 }
 
 func next(t *testing.T, w Subscription) Event {
@@ -101,7 +102,7 @@ func TestStoreListWatchAndExpiry(t *testing.T) {
 
 	// A tombstone with an old resourceVersion does not move the list back.
 	h.OnAdd(secretFor(t, "c", "sum-c", 20), false)
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + SecretPrefix + "c", Obj: secretFor(t, "c", "sum-c", 20)})
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + deckhousev1.PublishedBundleSecretPrefix + "c", Obj: secretFor(t, "c", "sum-c", 20)})
 	if _, rv := s.List(); rv != "20" {
 		t.Errorf("rv after a tombstone = %s, want 20", rv)
 	}
@@ -135,7 +136,7 @@ func TestTombstoneDeletionIsSeenAfterAList(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + SecretPrefix + "a", Obj: secretFor(t, "a", "sum-a", 30)})
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + deckhousev1.PublishedBundleSecretPrefix + "a", Obj: secretFor(t, "a", "sum-a", 30)})
 	if ev := next(t, w); ev.Type != watch.Deleted || ev.rv != 40 {
 		t.Fatalf("want DELETED stamped with the relist's resourceVersion 40, got %s at %d", ev.Type, ev.rv)
 	}
@@ -163,7 +164,7 @@ func TestStoreKeepsServingWhenASecretIsCorrupt(t *testing.T) {
 	h.OnAdd(secretFor(t, "a", "sum-a1", 10), true)
 	s.MarkSynced()
 	bad := secretFor(t, "a", "x", 11)
-	bad.Data[bundleKey] = []byte("not gzip")
+	bad.Data[deckhousev1.PublishedBundleKey] = []byte("not gzip")
 	h.OnUpdate(nil, bad)
 	// Content that does not match its checksum is refused too.
 	p := &Published{Group: "a", Checksum: "0000", Bashible: "tampered", Steps: map[string]string{}}

@@ -12,7 +12,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
-	"github.com/node-manager/node-manager/apiserver/bundles"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/templates"
 	"github.com/node-manager/node-manager/templates/sandbox"
 )
@@ -57,7 +57,7 @@ func NewOptions() *Options {
 	generic.SecureServing.BindPort = 10423
 	generic.SecureServing.MinTLSVersion = "VersionTLS12"
 	hostname, _ := os.Hostname()
-	return &Options{Generic: generic, BundlesNamespace: bundles.PublishedNamespace, Identity: hostname,
+	return &Options{Generic: generic, BundlesNamespace: deckhousev1.BundlesNamespace, Identity: hostname,
 		Render: RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi"}}
 }
 

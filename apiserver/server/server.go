@@ -19,6 +19,7 @@ import (
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	generatedopenapi "github.com/node-manager/node-manager/generated/openapi"
@@ -63,10 +64,10 @@ func newConfig(o *Options) (*Config, error) {
 	generic.FeatureGate = o.Generic.FeatureGate
 	namer := openapi.NewDefinitionNamer(Scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
-	generic.OpenAPIConfig.Info.Title = "bashible-apiserver"
+	generic.OpenAPIConfig.Info.Title = deckhousev1.BashibleAPIServerName
 	generic.OpenAPIConfig.Info.Version = bashiblev1alpha1.SchemeGroupVersion.Version
 	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
-	generic.OpenAPIV3Config.Info.Title = "bashible-apiserver"
+	generic.OpenAPIV3Config.Info.Title = deckhousev1.BashibleAPIServerName
 	generic.OpenAPIV3Config.Info.Version = bashiblev1alpha1.SchemeGroupVersion.Version
 	if err := o.Generic.ApplyTo(generic); err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	generic, err := c.generic.New("bashible-apiserver", genericapiserver.NewEmptyDelegate())
+	generic, err := c.generic.New(deckhousev1.BashibleAPIServerName, genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
 	}

@@ -134,14 +134,14 @@ func Plan(in Input) Decision {
 		ours := nodes.DrainedByUs(n) || nodes.DrainingByUs(n)
 		// A disruption approved by a person for a node without an update
 		// approval ends here too: it would hold a disruption slot forever.
-		inUpdate := nodes.Has(n, nodes.Approved) || ours || nodes.Has(n, nodes.DisruptionApproved)
-		if !inUpdate || n.Annotations[nodes.ChecksumAnnotation] != in.Checksum || !nodes.IsReady(n) {
+		inUpdate := nodes.Has(n, deckhousev1.ApprovedAnnotation) || ours || nodes.Has(n, deckhousev1.DisruptionApprovedAnnotation)
+		if !inUpdate || n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != in.Checksum || !nodes.IsReady(n) {
 			continue
 		}
-		c := (&nodes.Change{}).Remove(n, nodes.Approved, nodes.WaitingForApproval, nodes.DisruptionRequired,
-			nodes.DisruptionApproved, nodes.Drained, nodes.DrainFailed, nodes.RollingUpdate, replacementReported)
+		c := (&nodes.Change{}).Remove(n, deckhousev1.ApprovedAnnotation, deckhousev1.WaitingForApprovalAnnotation, deckhousev1.DisruptionRequiredAnnotation,
+			deckhousev1.DisruptionApprovedAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation, deckhousev1.RollingUpdateAnnotation, deckhousev1.ReplacementReportedAnnotation)
 		if nodes.DrainingByUs(n) {
-			c.Remove(n, nodes.Draining)
+			c.Remove(n, deckhousev1.DrainingAnnotation)
 		}
 		if ours && n.Spec.Unschedulable {
 			c.SetUnschedulable(false)
@@ -175,20 +175,20 @@ func Plan(in Input) Decision {
 	available := func(except *corev1.Node) int {
 		c := 0
 		for _, o := range view {
-			if o != except && nodes.IsReady(o) && !o.Spec.Unschedulable && !nodes.Has(o, nodes.Draining) {
+			if o != except && nodes.IsReady(o) && !o.Spec.Unschedulable && !nodes.Has(o, deckhousev1.DrainingAnnotation) {
 				c++
 			}
 		}
 		return c
 	}
 	for _, n := range view {
-		if mode != deckhousev1.ApprovalRollingUpdate && nodes.Has(n, nodes.RollingUpdate) {
+		if mode != deckhousev1.ApprovalRollingUpdate && nodes.Has(n, deckhousev1.RollingUpdateAnnotation) {
 			// Left from a time the group was in RollingUpdate mode: the
 			// node now asks for a disruption the current mode's way.
-			apply(n, (&nodes.Change{}).Remove(n, nodes.RollingUpdate, replacementReported))
+			apply(n, (&nodes.Change{}).Remove(n, deckhousev1.RollingUpdateAnnotation, deckhousev1.ReplacementReportedAnnotation))
 		}
-		wantsDisruption := nodes.Has(n, nodes.DisruptionRequired) && !nodes.Has(n, nodes.DisruptionApproved)
-		wantsReplacement := nodes.Has(n, nodes.RollingUpdate)
+		wantsDisruption := nodes.Has(n, deckhousev1.DisruptionRequiredAnnotation) && !nodes.Has(n, deckhousev1.DisruptionApprovedAnnotation)
+		wantsReplacement := nodes.Has(n, deckhousev1.RollingUpdateAnnotation)
 		if !wantsDisruption && !wantsReplacement {
 			continue
 		}
@@ -201,7 +201,7 @@ func Plan(in Input) Decision {
 				// The window closed before the disruption was approved:
 				// draining is a disruption too, so it is called off and the
 				// node takes pods again until the next window.
-				c := (&nodes.Change{}).Remove(n, nodes.Draining, nodes.Drained, nodes.DrainFailed)
+				c := (&nodes.Change{}).Remove(n, deckhousev1.DrainingAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation)
 				if n.Spec.Unschedulable {
 					c.SetUnschedulable(false)
 				}
@@ -218,16 +218,16 @@ func Plan(in Input) Decision {
 		// its approval was taken back) waits for one: approvals are what
 		// maxConcurrent hands out, and a disruption is part of an update.
 		// Any change of the group's nodes looks again.
-		approved := nodes.Has(n, nodes.Approved)
+		approved := nodes.Has(n, deckhousev1.ApprovedAnnotation)
 		if mode == deckhousev1.ApprovalRollingUpdate {
-			if !nodes.Has(n, nodes.RollingUpdate) {
+			if !nodes.Has(n, deckhousev1.RollingUpdateAnnotation) {
 				if !approved || !slot(n) {
 					continue
 				}
-				apply(n, (&nodes.Change{}).Set(nodes.RollingUpdate, ""))
+				apply(n, (&nodes.Change{}).Set(deckhousev1.RollingUpdateAnnotation, ""))
 			}
-			if _, managed := n.Annotations[MachineAnnotation]; !managed && !nodes.Has(n, replacementReported) {
-				apply(n, (&nodes.Change{}).Set(replacementReported, ""))
+			if _, managed := n.Annotations[deckhousev1.MachineAnnotation]; !managed && !nodes.Has(n, deckhousev1.ReplacementReportedAnnotation) {
+				apply(n, (&nodes.Change{}).Set(deckhousev1.ReplacementReportedAnnotation, ""))
 				d.Events = append(d.Events, Event{n.Name, corev1.EventTypeWarning, "ReplacementNeeded",
 					"the group's approvalMode is RollingUpdate, but no machine controller manages this node: replace it by hand, or set approvalMode to Automatic or Manual"})
 			}
@@ -241,7 +241,7 @@ func Plan(in Input) Decision {
 			if !slot(n) {
 				return
 			}
-			apply(n, (&nodes.Change{}).Set(nodes.DisruptionApproved, "").Remove(n, nodes.DisruptionRequired))
+			apply(n, (&nodes.Change{}).Set(deckhousev1.DisruptionApprovedAnnotation, "").Remove(n, deckhousev1.DisruptionRequiredAnnotation))
 			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DisruptionApproved", "disruption approved: " + why})
 		}
 		switch {
@@ -249,9 +249,9 @@ func Plan(in Input) Decision {
 			approve("drainBeforeApproval is off")
 		case len(view) == 1:
 			approve("the group's only node is not drained (its pods have nowhere to go)")
-		case nodes.Has(n, nodes.Drained):
+		case nodes.Has(n, deckhousev1.DrainedAnnotation):
 			approve("the node is drained")
-		case nodes.Has(n, nodes.Draining):
+		case nodes.Has(n, deckhousev1.DrainingAnnotation):
 			// The drain is under way (or failed and being retried).
 		case available(n) == 0:
 			// Draining the last node pods can run on would leave them
@@ -260,7 +260,7 @@ func Plan(in Input) Decision {
 		case !slot(n):
 			// maxConcurrent nodes are disrupted: wait for one to finish.
 		default:
-			apply(n, (&nodes.Change{}).Set(nodes.Draining, nodes.DrainSourceBashible))
+			apply(n, (&nodes.Change{}).Set(deckhousev1.DrainingAnnotation, deckhousev1.DrainSourceBashible))
 			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainRequested", "draining before the disruptive update"})
 		}
 	}
@@ -270,9 +270,9 @@ func Plan(in Input) Decision {
 	var waiting []*corev1.Node
 	allReady := true
 	for _, n := range view {
-		if nodes.Has(n, nodes.Approved) {
+		if nodes.Has(n, deckhousev1.ApprovedAnnotation) {
 			approved++
-		} else if nodes.Has(n, nodes.WaitingForApproval) {
+		} else if nodes.Has(n, deckhousev1.WaitingForApprovalAnnotation) {
 			waiting = append(waiting, n)
 		}
 		allReady = allReady && nodes.IsReady(n)
@@ -301,7 +301,7 @@ func Plan(in Input) Decision {
 		if rank(n) > 1 && !allReady {
 			break
 		}
-		apply(n, (&nodes.Change{}).Set(nodes.Approved, "").Remove(n, nodes.WaitingForApproval))
+		apply(n, (&nodes.Change{}).Set(deckhousev1.ApprovedAnnotation, "").Remove(n, deckhousev1.WaitingForApprovalAnnotation))
 		approved++
 		d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "UpdateApproved",
 			fmt.Sprintf("update to configuration %.12s approved (%d of at most %d at a time)", in.Checksum, approved, limit)})
@@ -315,14 +315,6 @@ func Plan(in Input) Decision {
 	return d
 }
 
-// MachineAnnotation marks a node whose machine a Cluster API controller
-// manages; such a controller replaces nodes marked rolling-update.
-const MachineAnnotation = "cluster.x-k8s.io/machine"
-
-// replacementReported remembers that a RollingUpdate node without a machine
-// controller was reported, so the warning is given once per update.
-const replacementReported = nodes.UpdatePrefix + "replacement-reported"
-
 // Disrupted reports whether the node counts as disrupted for an update: from
 // the moment node-manager asks to drain it until it reports the group's
 // checksum again. That is: node-manager drains it or has drained it
@@ -332,5 +324,5 @@ const replacementReported = nodes.UpdatePrefix + "replacement-reported"
 // not counted; a node on its first run passes bb-disruption-gate without
 // asking, has no workloads yet, and is not counted either.
 func Disrupted(n *corev1.Node) bool {
-	return nodes.DrainingByUs(n) || nodes.DrainedByUs(n) || nodes.Has(n, nodes.DisruptionApproved) || nodes.Has(n, nodes.RollingUpdate)
+	return nodes.DrainingByUs(n) || nodes.DrainedByUs(n) || nodes.Has(n, deckhousev1.DisruptionApprovedAnnotation) || nodes.Has(n, deckhousev1.RollingUpdateAnnotation)
 }

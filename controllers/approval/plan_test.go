@@ -72,7 +72,7 @@ func after(in Input) map[string]*corev1.Node {
 func approvedNames(m map[string]*corev1.Node) []string {
 	var out []string
 	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
-		if n, ok := m[name]; ok && nodes.Has(n, nodes.Approved) {
+		if n, ok := m[name]; ok && nodes.Has(n, deckhousev1.ApprovedAnnotation) {
 			out = append(out, name)
 		}
 	}
@@ -103,7 +103,7 @@ func TestApprovesUpToMaxConcurrentWhileHealthy(t *testing.T) {
 	} {
 		var ns []*corev1.Node
 		for _, name := range []string{"e", "d", "c", "b", "a"} {
-			ns = append(ns, node(name, true, nodes.WaitingForApproval, ""))
+			ns = append(ns, node(name, true, deckhousev1.WaitingForApprovalAnnotation, ""))
 		}
 		got := approvedNames(after(Input{Group: group("w", maxc(c.max)), Checksum: sum, Nodes: ns, Now: noon}))
 		if fmt.Sprint(got) != fmt.Sprint(c.want) {
@@ -114,8 +114,8 @@ func TestApprovesUpToMaxConcurrentWhileHealthy(t *testing.T) {
 
 func TestApprovalCountsNodesAlreadyApproved(t *testing.T) {
 	ns := []*corev1.Node{
-		node("a", true, nodes.Approved, ""),
-		node("b", true, nodes.WaitingForApproval, ""),
+		node("a", true, deckhousev1.ApprovedAnnotation, ""),
+		node("b", true, deckhousev1.WaitingForApprovalAnnotation, ""),
 	}
 	if got := approvedNames(after(Input{Group: group("w"), Checksum: sum, Nodes: ns, Now: noon})); fmt.Sprint(got) != "[a]" {
 		t.Errorf("approved %v, want only a (one slot, taken)", got)
@@ -124,23 +124,23 @@ func TestApprovalCountsNodesAlreadyApproved(t *testing.T) {
 
 func TestUnhealthyGroupApprovesOnlyNotReadyWaitingNodes(t *testing.T) {
 	ns := []*corev1.Node{
-		node("a", true, nodes.WaitingForApproval, ""),
+		node("a", true, deckhousev1.WaitingForApprovalAnnotation, ""),
 		node("b", false),
-		node("c", true, nodes.WaitingForApproval, ""),
+		node("c", true, deckhousev1.WaitingForApprovalAnnotation, ""),
 	}
 	if got := approvedNames(after(Input{Group: group("w", maxc(intstr.FromInt32(3))), Checksum: sum, Nodes: ns, Now: noon})); got != nil {
 		t.Errorf("a group with a NotReady node approved %v; want it to wait", got)
 	}
-	ns[1] = node("b", false, nodes.WaitingForApproval, "")
+	ns[1] = node("b", false, deckhousev1.WaitingForApprovalAnnotation, "")
 	if got := approvedNames(after(Input{Group: group("w", maxc(intstr.FromInt32(1))), Checksum: sum, Nodes: ns, Now: noon})); fmt.Sprint(got) != "[b]" {
 		t.Errorf("approved %v; want the NotReady waiting node b first", got)
 	}
 }
 
 func TestFinishedNodeIsCleanedAndUncordonedOnlyIfWeDrainedIt(t *testing.T) {
-	n := node("a", true, nodes.Approved, "", nodes.ChecksumAnnotation, sum, nodes.DisruptionApproved, "", nodes.Drained, "bashible")
+	n := node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.ConfigurationChecksumAnnotation, sum, deckhousev1.DisruptionApprovedAnnotation, "", deckhousev1.DrainedAnnotation, "bashible")
 	n.Spec.Unschedulable = true
-	user := node("b", true, nodes.Approved, "", nodes.ChecksumAnnotation, sum, nodes.Drained, "user")
+	user := node("b", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.ConfigurationChecksumAnnotation, sum, deckhousev1.DrainedAnnotation, "user")
 	user.Spec.Unschedulable = true
 	out := after(Input{Group: group("w"), Checksum: sum, Nodes: []*corev1.Node{n, user}, Now: noon})
 	if a := out["a"]; len(a.Annotations) != 1 || a.Spec.Unschedulable {
@@ -153,21 +153,21 @@ func TestFinishedNodeIsCleanedAndUncordonedOnlyIfWeDrainedIt(t *testing.T) {
 
 func TestNodeNotReadyOrOnOldChecksumIsNotFinished(t *testing.T) {
 	ns := []*corev1.Node{
-		node("a", false, nodes.Approved, "", nodes.ChecksumAnnotation, sum),
-		node("b", true, nodes.Approved, "", nodes.ChecksumAnnotation, "old"),
+		node("a", false, deckhousev1.ApprovedAnnotation, "", deckhousev1.ConfigurationChecksumAnnotation, sum),
+		node("b", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.ConfigurationChecksumAnnotation, "old"),
 	}
 	out := after(Input{Group: group("w", maxc(intstr.FromInt32(2))), Checksum: sum, Nodes: ns, Now: noon})
 	for _, n := range out {
-		if !nodes.Has(n, nodes.Approved) {
+		if !nodes.Has(n, deckhousev1.ApprovedAnnotation) {
 			t.Errorf("node %s lost approved before it was Ready on the group's checksum", n.Name)
 		}
 	}
 }
 
 func TestManualNeverApprovesDisruptions(t *testing.T) {
-	ns := []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true)}
+	ns := []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""), node("b", true)}
 	out := after(Input{Group: group("w", mode(deckhousev1.ApprovalManual, nil)), Checksum: sum, Nodes: ns, Now: noon})
-	if a := out["a"]; nodes.Has(a, nodes.DisruptionApproved) || nodes.Has(a, nodes.Draining) {
+	if a := out["a"]; nodes.Has(a, deckhousev1.DisruptionApprovedAnnotation) || nodes.Has(a, deckhousev1.DrainingAnnotation) {
 		t.Errorf("Manual mode acted on its own: %v", a.Annotations)
 	}
 	if s := State(out["a"], group("w", mode(deckhousev1.ApprovalManual, nil)), sum); s != StateWaitingForManualDisruptionApproval {
@@ -178,7 +178,7 @@ func TestManualNeverApprovesDisruptions(t *testing.T) {
 func TestAutomaticDrainsThenApprovesInsideItsWindow(t *testing.T) {
 	window := deckhousev1.DisruptionWindow{From: "13:00", To: "14:00"}
 	g := group("w", mode(deckhousev1.ApprovalAutomatic, nil, window))
-	ns := []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true)}
+	ns := []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""), node("b", true)}
 
 	d := Plan(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})
 	if len(d.Changes) != 0 {
@@ -189,31 +189,31 @@ func TestAutomaticDrainsThenApprovesInsideItsWindow(t *testing.T) {
 	}
 	in := noon.Add(90 * time.Minute)
 	out := after(Input{Group: g, Checksum: sum, Nodes: ns, Now: in})
-	if !nodes.Has(out["a"], nodes.Draining) || nodes.Has(out["a"], nodes.DisruptionApproved) {
+	if !nodes.Has(out["a"], deckhousev1.DrainingAnnotation) || nodes.Has(out["a"], deckhousev1.DisruptionApprovedAnnotation) {
 		t.Fatalf("inside the window: want draining first, got %v", out["a"].Annotations)
 	}
 	// Still draining, then failed: no approval.
-	failed := node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Draining, "bashible", nodes.DrainFailed, "timeout")
-	if out := after(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{failed, ns[1]}, Now: in}); nodes.Has(out["a"], nodes.DisruptionApproved) {
+	failed := node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.DrainingAnnotation, "bashible", deckhousev1.DrainFailedAnnotation, "timeout")
+	if out := after(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{failed, ns[1]}, Now: in}); nodes.Has(out["a"], deckhousev1.DisruptionApprovedAnnotation) {
 		t.Fatal("a failed drain led to a disruption approval")
 	}
-	drained := node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Drained, "bashible")
+	drained := node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.DrainedAnnotation, "bashible")
 	out = after(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{drained, ns[1]}, Now: in})
-	if !nodes.Has(out["a"], nodes.DisruptionApproved) || nodes.Has(out["a"], nodes.DisruptionRequired) {
+	if !nodes.Has(out["a"], deckhousev1.DisruptionApprovedAnnotation) || nodes.Has(out["a"], deckhousev1.DisruptionRequiredAnnotation) {
 		t.Fatalf("drained node: want disruption-approved, got %v", out["a"].Annotations)
 	}
 }
 
 func TestNoDrainForTheOnlyNodeOrWhenTurnedOff(t *testing.T) {
 	cases := map[string]Input{
-		"only master": {Group: group("master"), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "")}},
-		"only node":   {Group: group("w"), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "")}},
-		"turned off":  {Group: group("w", mode(deckhousev1.ApprovalAutomatic, ptr.To(false))), Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true)}},
+		"only master": {Group: group("master"), Nodes: []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")}},
+		"only node":   {Group: group("w"), Nodes: []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")}},
+		"turned off":  {Group: group("w", mode(deckhousev1.ApprovalAutomatic, ptr.To(false))), Nodes: []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""), node("b", true)}},
 	}
 	for name, in := range cases {
 		in.Checksum, in.Now = sum, noon
 		out := after(in)
-		if a := out["a"]; !nodes.Has(a, nodes.DisruptionApproved) || nodes.Has(a, nodes.Draining) {
+		if a := out["a"]; !nodes.Has(a, deckhousev1.DisruptionApprovedAnnotation) || nodes.Has(a, deckhousev1.DrainingAnnotation) {
 			t.Errorf("%s: want disruption-approved without draining, got %v", name, a.Annotations)
 		}
 	}
@@ -225,33 +225,33 @@ func TestLastSchedulableReadyNodeIsNeitherDrainedNorDisrupted(t *testing.T) {
 	for name, other := range map[string]*corev1.Node{
 		"other NotReady": node("b", false),
 		"other cordoned": cordoned,
-		"other draining": node("b", true, nodes.Draining, "user"),
+		"other draining": node("b", true, deckhousev1.DrainingAnnotation, "user"),
 	} {
 		out := after(Input{Group: group("w"), Checksum: sum, Now: noon,
-			Nodes: []*corev1.Node{node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), other}})
-		if a := out["a"]; nodes.Has(a, nodes.Draining) || nodes.Has(a, nodes.DisruptionApproved) {
+			Nodes: []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""), other}})
+		if a := out["a"]; nodes.Has(a, deckhousev1.DrainingAnnotation) || nodes.Has(a, deckhousev1.DisruptionApprovedAnnotation) {
 			t.Errorf("%s: the last node pods can run on was acted on: %v", name, a.Annotations)
 		}
 	}
 	// Two nodes both asking: only one drains in a pass.
 	out := after(Input{Group: group("w", maxc(intstr.FromString("100%"))), Checksum: sum, Now: noon, Nodes: []*corev1.Node{
-		node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""), node("b", true, nodes.Approved, "", nodes.DisruptionRequired, "")}})
-	if nodes.Has(out["a"], nodes.Draining) == nodes.Has(out["b"], nodes.Draining) {
+		node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""), node("b", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")}})
+	if nodes.Has(out["a"], deckhousev1.DrainingAnnotation) == nodes.Has(out["b"], deckhousev1.DrainingAnnotation) {
 		t.Errorf("want exactly one of two nodes drained at once: a %v, b %v", out["a"].Annotations, out["b"].Annotations)
 	}
 }
 
 func TestLeftoverRollingUpdateIsClearedInOtherModes(t *testing.T) {
-	n := node("a", true, nodes.Approved, "", nodes.RollingUpdate, "", replacementReported, "", nodes.DisruptionRequired, "")
+	n := node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.RollingUpdateAnnotation, "", deckhousev1.ReplacementReportedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")
 	out := after(Input{Group: group("w"), Checksum: sum, Now: noon, Nodes: []*corev1.Node{n, node("b", true)}})
-	if a := out["a"]; nodes.Has(a, nodes.RollingUpdate) || nodes.Has(a, replacementReported) || !nodes.Has(a, nodes.Draining) {
+	if a := out["a"]; nodes.Has(a, deckhousev1.RollingUpdateAnnotation) || nodes.Has(a, deckhousev1.ReplacementReportedAnnotation) || !nodes.Has(a, deckhousev1.DrainingAnnotation) {
 		t.Errorf("after switching to Automatic: %v; want rolling-update gone and the drain asked for", a.Annotations)
 	}
 }
 
 func TestRollingUpdateMarksAndReportsOnce(t *testing.T) {
 	g := group("w", mode(deckhousev1.ApprovalRollingUpdate, nil))
-	n := node("a", true, nodes.Approved, "", nodes.RollingUpdate, "")
+	n := node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.RollingUpdateAnnotation, "")
 	d := Plan(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{n}, Now: noon})
 	if len(d.Events) != 1 || d.Events[0].Reason != "ReplacementNeeded" {
 		t.Fatalf("events %+v, want one ReplacementNeeded", d.Events)
@@ -263,15 +263,15 @@ func TestRollingUpdateMarksAndReportsOnce(t *testing.T) {
 	if s := State(n, g, sum); s != StateRollingUpdate {
 		t.Errorf("state %s, want RollingUpdate", s)
 	}
-	machine := node("b", true, nodes.Approved, "", nodes.DisruptionRequired, "", MachineAnnotation, "md-1")
+	machine := node("b", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.MachineAnnotation, "md-1")
 	d = Plan(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{machine}, Now: noon})
-	if len(d.Events) != 0 || d.Changes["b"] == nil || d.Changes["b"].Annotations[nodes.RollingUpdate] == nil {
+	if len(d.Events) != 0 || d.Changes["b"] == nil || d.Changes["b"].Annotations[deckhousev1.RollingUpdateAnnotation] == nil {
 		t.Errorf("a machine-managed node should be marked rolling-update silently; got events %+v changes %v", d.Events, d.Changes)
 	}
 }
 
 func TestUnknownChecksumDecidesNothing(t *testing.T) {
-	d := Plan(Input{Group: group("w"), Nodes: []*corev1.Node{node("a", true, nodes.WaitingForApproval, "")}, Now: noon})
+	d := Plan(Input{Group: group("w"), Nodes: []*corev1.Node{node("a", true, deckhousev1.WaitingForApprovalAnnotation, "")}, Now: noon})
 	if len(d.Changes) != 0 {
 		t.Errorf("changes %v without a checksum", d.Changes)
 	}
@@ -314,11 +314,11 @@ func TestWindows(t *testing.T) {
 func TestDrainIsCalledOffWhenTheWindowCloses(t *testing.T) {
 	window := deckhousev1.DisruptionWindow{From: "11:00", To: "12:30"}
 	g := group("w", mode(deckhousev1.ApprovalAutomatic, nil, window))
-	drained := node("a", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Drained, "bashible")
+	drained := node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.DrainedAnnotation, "bashible")
 	drained.Spec.Unschedulable = true
-	draining := node("b", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Draining, "bashible", nodes.DrainFailed, "pdb")
+	draining := node("b", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.DrainingAnnotation, "bashible", deckhousev1.DrainFailedAnnotation, "pdb")
 	draining.Spec.Unschedulable = true
-	user := node("c", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Draining, "user")
+	user := node("c", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.DrainingAnnotation, "user")
 	in := Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{drained, draining, user, node("d", true)}}
 
 	in.Now = noon
@@ -330,11 +330,11 @@ func TestDrainIsCalledOffWhenTheWindowCloses(t *testing.T) {
 	out := after(in)
 	for _, name := range []string{"a", "b"} {
 		n := out[name]
-		if nodes.Has(n, nodes.Draining) || nodes.Has(n, nodes.Drained) || nodes.Has(n, nodes.DrainFailed) || n.Spec.Unschedulable || nodes.Has(n, nodes.DisruptionApproved) {
+		if nodes.Has(n, deckhousev1.DrainingAnnotation) || nodes.Has(n, deckhousev1.DrainedAnnotation) || nodes.Has(n, deckhousev1.DrainFailedAnnotation) || n.Spec.Unschedulable || nodes.Has(n, deckhousev1.DisruptionApprovedAnnotation) {
 			t.Errorf("node %s after the window closed: %v unschedulable=%v; want our drain called off", name, n.Annotations, n.Spec.Unschedulable)
 		}
 	}
-	if !nodes.Has(out["c"], nodes.Draining) {
+	if !nodes.Has(out["c"], deckhousev1.DrainingAnnotation) {
 		t.Error("a user's drain was called off")
 	}
 }
@@ -359,13 +359,13 @@ func TestDisruptionsAreBoundedByMaxConcurrent(t *testing.T) {
 		// for a disruption at once.
 		var ns []*corev1.Node
 		for _, n := range []string{"a", "b", "c", "d", "e"} {
-			ns = append(ns, node(n, true, nodes.Approved, "", nodes.DisruptionRequired, "", MachineAnnotation, "m"))
+			ns = append(ns, node(n, true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.MachineAnnotation, "m"))
 		}
 		if got := disruptedNames(after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})); fmt.Sprint(got) != "[a b]" {
 			t.Errorf("%s: disrupted %v; want a and b only (maxConcurrent 2)", name, got)
 		}
 		// One slot is taken by a node that is drained already: one more.
-		ns[4] = node("e", true, nodes.Approved, "", nodes.DisruptionRequired, "", nodes.Drained, "bashible")
+		ns[4] = node("e", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.DrainedAnnotation, "bashible")
 		if got := disruptedNames(after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})); len(got) != 2 || got[1] != "e" {
 			t.Errorf("%s with e drained: disrupted %v; want e and one other", name, got)
 		}
@@ -380,9 +380,9 @@ func TestDisruptionIsGrantedOnlyToANodeWithAnUpdateApproval(t *testing.T) {
 	} {
 		// The node asks for both at once: it is approved for the update
 		// first, and disrupted only in a later pass.
-		ns := []*corev1.Node{node("a", true, nodes.WaitingForApproval, "", nodes.DisruptionRequired, "", MachineAnnotation, "m"), node("b", true)}
+		ns := []*corev1.Node{node("a", true, deckhousev1.WaitingForApprovalAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.MachineAnnotation, "m"), node("b", true)}
 		out := after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})
-		if a := out["a"]; Disrupted(a) || nodes.Has(a, nodes.Draining) || !nodes.Has(a, nodes.Approved) {
+		if a := out["a"]; Disrupted(a) || nodes.Has(a, deckhousev1.DrainingAnnotation) || !nodes.Has(a, deckhousev1.ApprovedAnnotation) {
 			t.Errorf("%s: first pass %v; want approved, not disrupted", name, a.Annotations)
 		}
 		out = after(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{out["a"], out["b"]}, Now: noon})
@@ -390,7 +390,7 @@ func TestDisruptionIsGrantedOnlyToANodeWithAnUpdateApproval(t *testing.T) {
 			t.Errorf("%s: second pass %v; want the disruption granted to the approved node", name, a.Annotations)
 		}
 		// Without an approval and without asking for one: nothing.
-		ns = []*corev1.Node{node("a", true, nodes.DisruptionRequired, "", MachineAnnotation, "m"), node("b", true)}
+		ns = []*corev1.Node{node("a", true, deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.MachineAnnotation, "m"), node("b", true)}
 		if d := Plan(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon}); len(d.Changes) != 0 {
 			t.Errorf("%s: a node without an update approval was granted %v", name, d.Changes["a"])
 		}
@@ -404,7 +404,7 @@ func TestEveryNodeAskingForADisruptionAtOnceDisruptsAtMostMaxConcurrent(t *testi
 	g := group("w")
 	var ns []*corev1.Node
 	for _, n := range []string{"a", "b", "c", "d", "e"} {
-		ns = append(ns, node(n, true, nodes.DisruptionRequired, "", nodes.WaitingForApproval, ""))
+		ns = append(ns, node(n, true, deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.WaitingForApprovalAnnotation, ""))
 	}
 	for pass := range 6 {
 		out := after(Input{Group: g, Checksum: sum, Nodes: ns, Now: noon})
@@ -417,10 +417,10 @@ func TestEveryNodeAskingForADisruptionAtOnceDisruptsAtMostMaxConcurrent(t *testi
 		ns = ns[:0]
 		for _, name := range []string{"a", "b", "c", "d", "e"} {
 			n := out[name]
-			if nodes.Has(n, nodes.Draining) {
+			if nodes.Has(n, deckhousev1.DrainingAnnotation) {
 				drainedNode := n.DeepCopy()
-				delete(drainedNode.Annotations, nodes.Draining)
-				drainedNode.Annotations[nodes.Drained] = "bashible"
+				delete(drainedNode.Annotations, deckhousev1.DrainingAnnotation)
+				drainedNode.Annotations[deckhousev1.DrainedAnnotation] = "bashible"
 				n = drainedNode
 			}
 			ns = append(ns, n)
@@ -436,21 +436,21 @@ func TestNodeAPersonDisruptedIsApprovedFirstSoItsSlotIsFreed(t *testing.T) {
 	// that slot (a person approved its disruption) and waits for an
 	// approval. Approving b beyond the limit is the way out.
 	ns := []*corev1.Node{
-		node("a", true, nodes.Approved, "", nodes.DisruptionRequired, ""),
-		node("b", true, nodes.WaitingForApproval, "", nodes.DisruptionApproved, ""),
-		node("c", true, nodes.WaitingForApproval, ""),
+		node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""),
+		node("b", true, deckhousev1.WaitingForApprovalAnnotation, "", deckhousev1.DisruptionApprovedAnnotation, ""),
+		node("c", true, deckhousev1.WaitingForApprovalAnnotation, ""),
 	}
 	out := after(Input{Group: group("w"), Checksum: sum, Nodes: ns, Now: noon})
 	if got := approvedNames(out); fmt.Sprint(got) != "[a b]" {
 		t.Errorf("approved %v; want a and the disrupted b (not c)", got)
 	}
-	if nodes.Has(out["a"], nodes.Draining) {
+	if nodes.Has(out["a"], deckhousev1.DrainingAnnotation) {
 		t.Error("a was drained while b holds the only disruption slot")
 	}
 	// Once b reports the checksum its disruption ends, and a may go.
-	done := node("b", true, nodes.ChecksumAnnotation, sum, nodes.DisruptionApproved, "")
+	done := node("b", true, deckhousev1.ConfigurationChecksumAnnotation, sum, deckhousev1.DisruptionApprovedAnnotation, "")
 	out = after(Input{Group: group("w"), Checksum: sum, Nodes: []*corev1.Node{out["a"], done, out["c"]}, Now: noon})
-	if Disrupted(out["b"]) || !nodes.Has(out["a"], nodes.Draining) {
+	if Disrupted(out["b"]) || !nodes.Has(out["a"], deckhousev1.DrainingAnnotation) {
 		t.Errorf("after b finished: b %v, a %v; want b cleaned and a draining", out["b"].Annotations, out["a"].Annotations)
 	}
 }

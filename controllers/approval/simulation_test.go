@@ -60,7 +60,7 @@ func (w *world) fail(format string, args ...any) {
 func (w *world) approved() int {
 	c := 0
 	for _, n := range w.nodes {
-		if nodes.Has(n.node, nodes.Approved) {
+		if nodes.Has(n.node, deckhousev1.ApprovedAnnotation) {
 			c++
 		}
 	}
@@ -82,7 +82,7 @@ func (w *world) controller() {
 		if c == nil {
 			continue
 		}
-		if v, ok := c.Annotations[nodes.Approved]; ok && v != nil {
+		if v, ok := c.Annotations[deckhousev1.ApprovedAnnotation]; ok && v != nil {
 			if Disrupted(n.node) {
 				// Out of service already (a person disrupted it): approved
 				// beyond the limit so that its slot is freed.
@@ -95,18 +95,18 @@ func (w *world) controller() {
 		if grants := disruptionGrants(n.node, c); len(grants) > 0 {
 			// A node disrupted already holds its slot; a new one takes one.
 			grantedDisruption = grantedDisruption || !Disrupted(n.node)
-			if !nodes.Has(n.node, nodes.Approved) {
+			if !nodes.Has(n.node, deckhousev1.ApprovedAnnotation) {
 				w.fail("node %s: %v granted to a node without an update approval (annotations %v)", n.node.Name, grants, n.node.Annotations)
 			}
 		}
-		if v, ok := c.Annotations[nodes.DisruptionApproved]; ok && v != nil {
+		if v, ok := c.Annotations[deckhousev1.DisruptionApprovedAnnotation]; ok && v != nil {
 			if Mode(w.group) == deckhousev1.ApprovalManual {
 				w.fail("node %s: disruption approved automatically in Manual mode", n.node.Name)
 			}
 			if !InWindow(windows(w.group), w.now) {
 				w.fail("node %s: disruption approved outside the windows at %s", n.node.Name, w.now.Format("Mon 15:04"))
 			}
-			if drainBeforeApproval(w.group) && !nodes.Has(n.node, nodes.Drained) && len(w.nodes) > 1 {
+			if drainBeforeApproval(w.group) && !nodes.Has(n.node, deckhousev1.DrainedAnnotation) && len(w.nodes) > 1 {
 				w.fail("node %s: disruption approved without a finished drain (annotations %v)", n.node.Name, n.node.Annotations)
 			}
 		}
@@ -114,12 +114,12 @@ func (w *world) controller() {
 	}
 	// A drain we asked for always leaves another node for the pods.
 	for _, n := range w.nodes {
-		if c := d.Changes[n.node.Name]; c == nil || c.Annotations[nodes.Draining] == nil {
+		if c := d.Changes[n.node.Name]; c == nil || c.Annotations[deckhousev1.DrainingAnnotation] == nil {
 			continue
 		}
 		others := 0
 		for _, o := range w.nodes {
-			if o != n && nodes.IsReady(o.node) && !o.node.Spec.Unschedulable && !nodes.Has(o.node, nodes.Draining) {
+			if o != n && nodes.IsReady(o.node) && !o.node.Spec.Unschedulable && !nodes.Has(o.node, deckhousev1.DrainingAnnotation) {
 				others++
 			}
 		}
@@ -130,7 +130,7 @@ func (w *world) controller() {
 	// Draining is a disruption too: none of ours runs outside the windows.
 	if Mode(w.group) == deckhousev1.ApprovalAutomatic && !InWindow(windows(w.group), w.now) {
 		for _, n := range w.nodes {
-			if nodes.DrainingByUs(n.node) && nodes.Has(n.node, nodes.DisruptionRequired) {
+			if nodes.DrainingByUs(n.node) && nodes.Has(n.node, deckhousev1.DisruptionRequiredAnnotation) {
 				w.fail("node %s is being drained outside the disruption windows (%s)", n.node.Name, w.now.Format("Mon 15:04"))
 			}
 		}
@@ -155,7 +155,7 @@ func (w *world) controller() {
 // a drain by node-manager, a disruption approval, a replacement mark.
 func disruptionGrants(n *corev1.Node, c *nodes.Change) []string {
 	var out []string
-	for _, k := range []string{nodes.Draining, nodes.DisruptionApproved, nodes.RollingUpdate} {
+	for _, k := range []string{deckhousev1.DrainingAnnotation, deckhousev1.DisruptionApprovedAnnotation, deckhousev1.RollingUpdateAnnotation} {
 		if v, ok := c.Annotations[k]; ok && v != nil && !nodes.Has(n, k) {
 			out = append(out, k)
 		}
@@ -167,7 +167,7 @@ func disruptionGrants(n *corev1.Node, c *nodes.Change) []string {
 // succeeds, unless blocked, in which case it fails and keeps retrying.
 func (w *world) drainer() {
 	for _, n := range w.nodes {
-		if !nodes.Has(n.node, nodes.Draining) {
+		if !nodes.Has(n.node, deckhousev1.DrainingAnnotation) {
 			delete(w.drains, n.node.Name)
 			continue
 		}
@@ -180,7 +180,7 @@ func (w *world) drainer() {
 			drain.Succeeded(n.node).ApplyTo(n.node)
 			delete(w.drains, n.node.Name)
 		}
-		if nodes.Has(n.node, nodes.Drained) && nodes.Has(n.node, nodes.DrainFailed) {
+		if nodes.Has(n.node, deckhousev1.DrainedAnnotation) && nodes.Has(n.node, deckhousev1.DrainFailedAnnotation) {
 			w.fail("node %s is both drained and drain-failed", n.node.Name)
 		}
 	}
@@ -196,36 +196,36 @@ func (w *world) agents() {
 		if n.target != w.sum {
 			n.target, n.disruptive = w.sum, w.everyRun || w.rng.IntN(3) == 0
 		}
-		if n.again && a[nodes.ChecksumAnnotation] == n.target && !nodes.HasUpdateAnnotation(n.node) {
+		if n.again && a[deckhousev1.ConfigurationChecksumAnnotation] == n.target && !nodes.HasUpdateAnnotation(n.node) {
 			// A converge of the configuration the node has, that will
 			// disrupt: it is an update like any other.
 			n.again, n.disruptive = false, true
-			delete(a, nodes.ChecksumAnnotation)
+			delete(a, deckhousev1.ConfigurationChecksumAnnotation)
 		}
-		if a[nodes.ChecksumAnnotation] == n.target && !nodes.Has(n.node, nodes.Approved) {
+		if a[deckhousev1.ConfigurationChecksumAnnotation] == n.target && !nodes.Has(n.node, deckhousev1.ApprovedAnnotation) {
 			continue // in sync
 		}
 		switch {
-		case !nodes.Has(n.node, nodes.Approved) && !nodes.Has(n.node, nodes.WaitingForApproval):
-			a[nodes.WaitingForApproval] = ""
-			delete(a, nodes.ChecksumAnnotation)
+		case !nodes.Has(n.node, deckhousev1.ApprovedAnnotation) && !nodes.Has(n.node, deckhousev1.WaitingForApprovalAnnotation):
+			a[deckhousev1.WaitingForApprovalAnnotation] = ""
+			delete(a, deckhousev1.ConfigurationChecksumAnnotation)
 			if n.disruptive && Mode(w.group) != deckhousev1.ApprovalRollingUpdate && w.rng.IntN(2) == 0 {
 				// A node may ask for both at once; the disruption must
 				// still wait for the update approval.
-				a[nodes.DisruptionRequired] = ""
+				a[deckhousev1.DisruptionRequiredAnnotation] = ""
 			}
-		case !nodes.Has(n.node, nodes.Approved):
+		case !nodes.Has(n.node, deckhousev1.ApprovedAnnotation):
 			// waiting
-		case a[nodes.ChecksumAnnotation] == n.target:
+		case a[deckhousev1.ConfigurationChecksumAnnotation] == n.target:
 			// applied; waiting for node-manager to clean up
-		case n.disruptive && !nodes.Has(n.node, nodes.DisruptionApproved):
+		case n.disruptive && !nodes.Has(n.node, deckhousev1.DisruptionApprovedAnnotation):
 			if Mode(w.group) == deckhousev1.ApprovalRollingUpdate {
-				a[nodes.RollingUpdate] = ""
+				a[deckhousev1.RollingUpdateAnnotation] = ""
 			} else {
-				a[nodes.DisruptionRequired] = ""
+				a[deckhousev1.DisruptionRequiredAnnotation] = ""
 			}
 		default:
-			a[nodes.ChecksumAnnotation] = n.target
+			a[deckhousev1.ConfigurationChecksumAnnotation] = n.target
 		}
 	}
 }
@@ -235,8 +235,8 @@ func (w *world) agents() {
 // configuration.
 func (w *world) machines() {
 	for i, n := range w.nodes {
-		if nodes.Has(n.node, nodes.RollingUpdate) && w.rng.IntN(2) == 0 {
-			fresh := node(fmt.Sprintf("%s-r%d", n.node.Name, w.step), true, nodes.ChecksumAnnotation, w.sum, MachineAnnotation, "m")
+		if nodes.Has(n.node, deckhousev1.RollingUpdateAnnotation) && w.rng.IntN(2) == 0 {
+			fresh := node(fmt.Sprintf("%s-r%d", n.node.Name, w.step), true, deckhousev1.ConfigurationChecksumAnnotation, w.sum, deckhousev1.MachineAnnotation, "m")
 			w.nodes[i] = &simNode{node: fresh, target: w.sum}
 		}
 	}
@@ -254,8 +254,8 @@ func (w *world) chaos() {
 		}
 		n.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
 	case r < 8: // a person approves an update by hand
-		if nodes.Has(n.node, nodes.WaitingForApproval) {
-			n.node.Annotations[nodes.Approved] = ""
+		if nodes.Has(n.node, deckhousev1.WaitingForApprovalAnnotation) {
+			n.node.Annotations[deckhousev1.ApprovedAnnotation] = ""
 		}
 	case r < 10: // the controller restarts: in-flight drains are forgotten
 		w.drains = map[string]int{}
@@ -272,9 +272,9 @@ func (w *world) chaos() {
 	if Mode(w.group) == deckhousev1.ApprovalManual && w.rng.IntN(10) == 0 {
 		// a person drains and approves a disruption
 		for _, n := range w.nodes {
-			if nodes.Has(n.node, nodes.DisruptionRequired) {
-				n.node.Annotations[nodes.DisruptionApproved] = ""
-				delete(n.node.Annotations, nodes.DisruptionRequired)
+			if nodes.Has(n.node, deckhousev1.DisruptionRequiredAnnotation) {
+				n.node.Annotations[deckhousev1.DisruptionApprovedAnnotation] = ""
+				delete(n.node.Annotations, deckhousev1.DisruptionRequiredAnnotation)
 				break
 			}
 		}
@@ -322,7 +322,7 @@ func TestSimulatedRollouts(t *testing.T) {
 		w := &world{t: t, rng: rng, group: randomGroup(rng, i), sum: "sum-0", drains: map[string]int{},
 			now: time.Date(2026, 11, 16, rng.IntN(24), 0, 0, 0, time.UTC)}
 		for j := range 2 + rng.IntN(6) {
-			w.nodes = append(w.nodes, &simNode{node: node(fmt.Sprintf("n%d", j), true, nodes.ChecksumAnnotation, "initial", MachineAnnotation, "m")})
+			w.nodes = append(w.nodes, &simNode{node: node(fmt.Sprintf("n%d", j), true, deckhousev1.ConfigurationChecksumAnnotation, "initial", deckhousev1.MachineAnnotation, "m")})
 		}
 		w.blocked = rng.IntN(5) == 0
 		w.everyRun = i%3 == 0
@@ -346,9 +346,9 @@ func TestSimulatedRollouts(t *testing.T) {
 			}
 			if Mode(w.group) == deckhousev1.ApprovalManual {
 				for _, n := range w.nodes {
-					if nodes.Has(n.node, nodes.DisruptionRequired) {
-						n.node.Annotations[nodes.DisruptionApproved] = ""
-						delete(n.node.Annotations, nodes.DisruptionRequired)
+					if nodes.Has(n.node, deckhousev1.DisruptionRequiredAnnotation) {
+						n.node.Annotations[deckhousev1.DisruptionApprovedAnnotation] = ""
+						delete(n.node.Annotations, deckhousev1.DisruptionRequiredAnnotation)
 					}
 				}
 			}
@@ -371,7 +371,7 @@ func TestSimulatedRollouts(t *testing.T) {
 
 func (w *world) done() bool {
 	for _, n := range w.nodes {
-		if n.node.Annotations[nodes.ChecksumAnnotation] != w.sum || nodes.HasUpdateAnnotation(n.node) || n.node.Spec.Unschedulable {
+		if n.node.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != w.sum || nodes.HasUpdateAnnotation(n.node) || n.node.Spec.Unschedulable {
 			return false
 		}
 	}

@@ -39,29 +39,29 @@ var States = []string{
 func State(n *corev1.Node, g *deckhousev1.NodeGroup, checksum string) string {
 	has := func(k string) bool { return nodes.Has(n, k) }
 	switch {
-	case has(nodes.DrainFailed):
+	case has(deckhousev1.DrainFailedAnnotation):
 		return StateDrainFailed
-	case has(nodes.Draining) && has(nodes.DisruptionRequired):
+	case has(deckhousev1.DrainingAnnotation) && has(deckhousev1.DisruptionRequiredAnnotation):
 		return StateDrainingForDisruption
-	case has(nodes.Draining):
+	case has(deckhousev1.DrainingAnnotation):
 		return StateDraining
-	case has(nodes.RollingUpdate):
+	case has(deckhousev1.RollingUpdateAnnotation):
 		return StateRollingUpdate
-	case has(nodes.DisruptionRequired) && !has(nodes.DisruptionApproved):
+	case has(deckhousev1.DisruptionRequiredAnnotation) && !has(deckhousev1.DisruptionApprovedAnnotation):
 		if g != nil && Mode(g) == deckhousev1.ApprovalManual {
 			return StateWaitingForManualDisruptionApproval
 		}
 		return StateWaitingForDisruptionApproval
-	case has(nodes.DisruptionApproved):
+	case has(deckhousev1.DisruptionApprovedAnnotation):
 		return StateDisruptionApproved
-	case has(nodes.Drained):
+	case has(deckhousev1.DrainedAnnotation):
 		return StateDrained
-	case has(nodes.Approved):
+	case has(deckhousev1.ApprovedAnnotation):
 		return StateApproved
-	case has(nodes.WaitingForApproval):
+	case has(deckhousev1.WaitingForApprovalAnnotation):
 		return StateWaitingForApproval
 	}
-	sum, ok := n.Annotations[nodes.ChecksumAnnotation]
+	sum, ok := n.Annotations[deckhousev1.ConfigurationChecksumAnnotation]
 	switch {
 	case checksum != "" && sum == checksum:
 		return StateUpToDate

@@ -44,7 +44,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		// (a stalled watch, a write of a previous leader). They are rare,
 		// so one LIST per grant is cheap.
 		list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-			LabelSelector: labels.SelectorFromSet(labels.Set{nodes.GroupLabel: group}).String()})
+			LabelSelector: labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}).String()})
 		if err != nil {
 			return fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
 		}
@@ -124,7 +124,7 @@ func grants(d Decision) bool {
 // limits: an update approval, or a disruption (a drain by node-manager, a
 // disruption approval, a replacement mark).
 func isGrant(ch *nodes.Change) bool {
-	for _, k := range []string{nodes.Approved, nodes.Draining, nodes.DisruptionApproved, nodes.RollingUpdate} {
+	for _, k := range []string{deckhousev1.ApprovedAnnotation, deckhousev1.DrainingAnnotation, deckhousev1.DisruptionApprovedAnnotation, deckhousev1.RollingUpdateAnnotation} {
 		if v, ok := ch.Annotations[k]; ok && v != nil {
 			return true
 		}

@@ -50,21 +50,14 @@ import (
 // label of the loop metrics ("bootstrap", the name dashboards know).
 const Name = "bootstrap"
 
-// Fixed names (DESIGN.md §3) and this controller's annotations.
+// Names of Kubernetes' objects this controller reads; node-manager's own
+// (the manual-bootstrap Secret, its keys and annotations) are in
+// apiserver/apis/deckhouse/v1/well_known.go.
 const (
-	// ManualSecretPrefix starts the name of a group's manual-bootstrap Secret.
-	ManualSecretPrefix = "manual-bootstrap-for-"
-	// ExpiresAnnotation on the manual-bootstrap Secret is its token's
-	// expiry (RFC 3339), readable without decoding the script.
-	ExpiresAnnotation = "node-manager.deckhouse.io/token-expires-at"
-	// TokenIDAnnotation names the token (its public id) the Secret holds.
-	TokenIDAnnotation = "node-manager.deckhouse.io/token-id"
-
-	caConfigMap = manager.RootCAConfigMap
-	caKey       = "ca.crt"
+	// caKey holds the CA in deckhousev1.RootCAConfigMap.
+	caKey = "ca.crt"
 	// kubernetesService owns the EndpointSlices of the API servers.
 	kubernetesService = "kubernetes"
-	fieldManager      = manager.Name
 )
 
 // Controller keeps each group's bootstrap token and manual-bootstrap
@@ -111,20 +104,20 @@ func New(d *manager.Deps) *Controller {
 		}
 	}))
 	_, _ = tokens.Informer().AddEventHandler(handler(func(obj any) {
-		if s, ok := obj.(*corev1.Secret); ok && s.Labels[GroupLabel] != "" {
-			c.queue.Add(s.Labels[GroupLabel])
+		if s, ok := obj.(*corev1.Secret); ok && s.Labels[deckhousev1.TokenNodeGroupLabel] != "" {
+			c.queue.Add(s.Labels[deckhousev1.TokenNodeGroupLabel])
 		}
 	}))
 	_, _ = manual.Informer().AddEventHandler(handler(func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {
-			if group, found := strings.CutPrefix(s.Name, ManualSecretPrefix); found && group != "" {
+			if group, found := strings.CutPrefix(s.Name, deckhousev1.ManualBootstrapSecretPrefix); found && group != "" {
 				c.queue.Add(group)
 			}
 		}
 	}))
 	// The CA and the endpoints are in every group's Secret.
 	_, _ = configMaps.Informer().AddEventHandler(handler(func(obj any) {
-		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == caConfigMap {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == deckhousev1.RootCAConfigMap {
 			c.addAll()
 		}
 	}))

@@ -50,7 +50,7 @@ func TestFirstTokenAndManualSecret(t *testing.T) {
 			t.Errorf("token Secret %s = %q, want %q", k, got, want)
 		}
 	}
-	if s.Type != corev1.SecretTypeBootstrapToken || s.Labels[GroupLabel] != "worker" || s.Labels[HeritageLabel] != Heritage {
+	if s.Type != corev1.SecretTypeBootstrapToken || s.Labels[deckhousev1.TokenNodeGroupLabel] != "worker" || s.Labels[deckhousev1.HeritageLabel] != deckhousev1.HeritageNodeManager {
 		t.Errorf("token Secret type %q labels %v", s.Type, s.Labels)
 	}
 
@@ -68,13 +68,13 @@ func TestFirstTokenAndManualSecret(t *testing.T) {
 	if m == nil {
 		t.Fatal("no manual-bootstrap Secret")
 	}
-	if got := m.Annotations[ExpiresAnnotation]; got != t0.Add(TokenTTL).Format(time.RFC3339) {
+	if got := m.Annotations[deckhousev1.TokenExpiresAtAnnotation]; got != t0.Add(TokenTTL).Format(time.RFC3339) {
 		t.Errorf("expiry annotation %q", got)
 	}
-	if m.Annotations[TokenIDAnnotation] != tok.ID {
-		t.Errorf("token-id annotation %q, want %q", m.Annotations[TokenIDAnnotation], tok.ID)
+	if m.Annotations[deckhousev1.TokenIDAnnotation] != tok.ID {
+		t.Errorf("token-id annotation %q, want %q", m.Annotations[deckhousev1.TokenIDAnnotation], tok.ID)
 	}
-	sh := string(m.Data["bootstrap.sh"])
+	sh := string(m.Data[deckhousev1.ManualBootstrapScriptKey])
 	for _, want := range []string{tok.String(), "valid until " + t0.Add(TokenTTL).Format(time.RFC3339), "BEGIN CERTIFICATE",
 		"'10.0.0.1:6443 10.0.0.2:6443'", "/apis/bashible.deckhouse.io/v1alpha1/bootstrap/$NODE_GROUP", "NODE_GROUP='worker'"} {
 		if !strings.Contains(sh, want) {
@@ -82,10 +82,10 @@ func TestFirstTokenAndManualSecret(t *testing.T) {
 		}
 	}
 	var endpoints []string
-	if err := yaml.UnmarshalStrict(m.Data["apiserverEndpoints"], &endpoints); err != nil || !slices.Equal(endpoints, []string{"10.0.0.1:6443", "10.0.0.2:6443"}) {
-		t.Errorf("apiserverEndpoints %q (%v)", m.Data["apiserverEndpoints"], err)
+	if err := yaml.UnmarshalStrict(m.Data[deckhousev1.ManualBootstrapEndpointsKey], &endpoints); err != nil || !slices.Equal(endpoints, []string{"10.0.0.1:6443", "10.0.0.2:6443"}) {
+		t.Errorf("apiserverEndpoints %q (%v)", m.Data[deckhousev1.ManualBootstrapEndpointsKey], err)
 	}
-	cc := string(m.Data["cloud-config"])
+	cc := string(m.Data[deckhousev1.ManualBootstrapCloudConfigKey])
 	if !strings.HasPrefix(cc, "#cloud-config\n") {
 		t.Errorf("cloud-config does not start with #cloud-config: %q", cc)
 	}
@@ -110,7 +110,7 @@ func TestReuseWhileMoreThanMinValidityRemains(t *testing.T) {
 	h := newHarness(t, t0, group("worker", deckhousev1.NodeTypeStatic))
 	h.sync("worker")
 	first := h.tokens("worker")
-	secretWrites := h.writes(ns)
+	secretWrites := h.writes(deckhousev1.Namespace)
 
 	h.clock.Step(TokenTTL - MinValidity - time.Second) // 3h0m1s remain
 	h.sync("worker")
@@ -119,7 +119,7 @@ func TestReuseWhileMoreThanMinValidityRemains(t *testing.T) {
 	if got := h.tokens("worker"); len(got) != 1 || got[0] != first[0] {
 		t.Fatalf("tokens changed while more than 3 h remained: %v -> %v", first, got)
 	}
-	if n := h.writes(ns); n != secretWrites {
+	if n := h.writes(deckhousev1.Namespace); n != secretWrites {
 		t.Errorf("the manual-bootstrap Secret was written %d more times though nothing changed", n-secretWrites)
 	}
 	if n := h.writes(metav1.NamespaceSystem); n != 1 {
@@ -143,12 +143,12 @@ func TestRotationAtMinValidityAndSecretFollows(t *testing.T) {
 		t.Errorf("new token expires %s, want %s", fresh.Expires, want)
 	}
 	m := h.manualSecret("worker")
-	if m.Annotations[TokenIDAnnotation] != fresh.ID || !strings.Contains(string(m.Data["bootstrap.sh"]), fresh.String()) ||
-		strings.Contains(string(m.Data["bootstrap.sh"]), old.String()) {
-		t.Errorf("the manual-bootstrap Secret did not follow the rotation (token-id %s, want %s)", m.Annotations[TokenIDAnnotation], fresh.ID)
+	if m.Annotations[deckhousev1.TokenIDAnnotation] != fresh.ID || !strings.Contains(string(m.Data[deckhousev1.ManualBootstrapScriptKey]), fresh.String()) ||
+		strings.Contains(string(m.Data[deckhousev1.ManualBootstrapScriptKey]), old.String()) {
+		t.Errorf("the manual-bootstrap Secret did not follow the rotation (token-id %s, want %s)", m.Annotations[deckhousev1.TokenIDAnnotation], fresh.ID)
 	}
-	if m.Annotations[ExpiresAnnotation] != fresh.Expires.Format(time.RFC3339) {
-		t.Errorf("expiry annotation %s, want %s", m.Annotations[ExpiresAnnotation], fresh.Expires.Format(time.RFC3339))
+	if m.Annotations[deckhousev1.TokenExpiresAtAnnotation] != fresh.Expires.Format(time.RFC3339) {
+		t.Errorf("expiry annotation %s, want %s", m.Annotations[deckhousev1.TokenExpiresAtAnnotation], fresh.Expires.Format(time.RFC3339))
 	}
 	// Next: the new token's rotation point (t0+2h) comes before the old
 	// token's expiry (t0+4h).
@@ -181,7 +181,7 @@ func TestExpiredTokensAreDeleted(t *testing.T) {
 	if evs := h.drainEvents(); len(evs) != 0 {
 		t.Errorf("a token with 3h30m left was replaced: %q", evs)
 	}
-	if m := h.manualSecret("worker"); m == nil || m.Annotations[TokenIDAnnotation] != valid.ID {
+	if m := h.manualSecret("worker"); m == nil || m.Annotations[deckhousev1.TokenIDAnnotation] != valid.ID {
 		t.Errorf("the manual-bootstrap Secret does not use the existing valid token")
 	}
 }
@@ -190,13 +190,13 @@ func TestTokenWithoutItsGroupsOwnExtraGroupIsReplacedAtOnce(t *testing.T) {
 	h := newHarness(t, t0, group("worker", deckhousev1.NodeTypeStatic))
 	old, _ := newToken(t0, TokenTTL)
 	s := old.secret("worker")
-	s.Data["auth-extra-groups"] = []byte(ExtraGroup) // as issued before groups were authenticated
+	s.Data["auth-extra-groups"] = []byte(deckhousev1.BootstrappersGroup) // as issued before groups were authenticated
 	if _, err := h.kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(h.ctx, s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.sync("worker")
 	m := h.manualSecret("worker")
-	if m == nil || m.Annotations[TokenIDAnnotation] == old.ID {
+	if m == nil || m.Annotations[deckhousev1.TokenIDAnnotation] == old.ID {
 		t.Fatalf("the manual-bootstrap Secret still uses token %s, which carries no node group", old.ID)
 	}
 }
@@ -206,8 +206,8 @@ func TestNewestTokenIsCurrent(t *testing.T) {
 	h.putToken("worker", t0.Add(3*time.Hour+10*time.Minute))
 	newer := h.putToken("worker", t0.Add(3*time.Hour+50*time.Minute))
 	h.sync("worker")
-	if m := h.manualSecret("worker"); m.Annotations[TokenIDAnnotation] != newer.ID {
-		t.Errorf("the Secret uses token %s, want the newest %s", m.Annotations[TokenIDAnnotation], newer.ID)
+	if m := h.manualSecret("worker"); m.Annotations[deckhousev1.TokenIDAnnotation] != newer.ID {
+		t.Errorf("the Secret uses token %s, want the newest %s", m.Annotations[deckhousev1.TokenIDAnnotation], newer.ID)
 	}
 	if n := len(h.tokens("worker")); n != 2 {
 		t.Errorf("%d tokens, want the two valid ones kept", n)
@@ -275,21 +275,21 @@ func TestCloudEphemeralHasTokenButNoManualSecret(t *testing.T) {
 func TestSecretRewrittenOnlyWhenContentChanges(t *testing.T) {
 	h := newHarness(t, t0, group("worker", deckhousev1.NodeTypeStatic))
 	h.sync("worker")
-	before := h.writes(ns)
+	before := h.writes(deckhousev1.Namespace)
 	h.sync("worker")
-	if n := h.writes(ns) - before; n != 0 {
+	if n := h.writes(deckhousev1.Namespace) - before; n != 0 {
 		t.Fatalf("%d writes with nothing changed", n)
 	}
 
 	// A foreign annotation is kept and does not cause a rewrite.
 	m := h.manualSecret("worker")
 	m.Annotations["example.com/note"] = "kept"
-	if _, err := h.kube.CoreV1().Secrets(ns).Update(h.ctx, m, metav1.UpdateOptions{}); err != nil {
+	if _, err := h.kube.CoreV1().Secrets(deckhousev1.Namespace).Update(h.ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	before = h.writes(ns)
+	before = h.writes(deckhousev1.Namespace)
 	h.sync("worker")
-	if n := h.writes(ns) - before; n != 0 {
+	if n := h.writes(deckhousev1.Namespace) - before; n != 0 {
 		t.Errorf("%d writes after a foreign annotation was added", n)
 	}
 
@@ -299,8 +299,8 @@ func TestSecretRewrittenOnlyWhenContentChanges(t *testing.T) {
 	}
 	h.sync("worker")
 	m = h.manualSecret("worker")
-	if string(m.Data["apiserverEndpoints"]) != "- 10.0.0.9:6443\n" || !strings.Contains(string(m.Data["bootstrap.sh"]), "'10.0.0.9:6443'") {
-		t.Errorf("endpoints not followed: %q", m.Data["apiserverEndpoints"])
+	if string(m.Data[deckhousev1.ManualBootstrapEndpointsKey]) != "- 10.0.0.9:6443\n" || !strings.Contains(string(m.Data[deckhousev1.ManualBootstrapScriptKey]), "'10.0.0.9:6443'") {
+		t.Errorf("endpoints not followed: %q", m.Data[deckhousev1.ManualBootstrapEndpointsKey])
 	}
 	if m.Annotations["example.com/note"] != "kept" {
 		t.Error("the rewrite dropped a foreign annotation")
@@ -312,18 +312,18 @@ func TestSecretRewrittenOnlyWhenContentChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.sync("worker")
-	if !strings.Contains(string(h.manualSecret("worker").Data["bootstrap.sh"]), strings.TrimSpace(ca)) {
+	if !strings.Contains(string(h.manualSecret("worker").Data[deckhousev1.ManualBootstrapScriptKey]), strings.TrimSpace(ca)) {
 		t.Error("the new CA is not in bootstrap.sh")
 	}
 
 	// A hand-edited script is put back.
 	m = h.manualSecret("worker")
-	m.Data["bootstrap.sh"] = []byte("#!/bin/sh\necho tampered\n")
-	if _, err := h.kube.CoreV1().Secrets(ns).Update(h.ctx, m, metav1.UpdateOptions{}); err != nil {
+	m.Data[deckhousev1.ManualBootstrapScriptKey] = []byte("#!/bin/sh\necho tampered\n")
+	if _, err := h.kube.CoreV1().Secrets(deckhousev1.Namespace).Update(h.ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.sync("worker")
-	if strings.Contains(string(h.manualSecret("worker").Data["bootstrap.sh"]), "tampered") {
+	if strings.Contains(string(h.manualSecret("worker").Data[deckhousev1.ManualBootstrapScriptKey]), "tampered") {
 		t.Error("an edited bootstrap.sh was not restored")
 	}
 }
@@ -411,7 +411,7 @@ func (h *harness) waitSecretToken(group string, tok Token) {
 	h.t.Helper()
 	err := wait.PollUntilContextTimeout(h.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		m := h.manualSecret(group)
-		return m != nil && m.Annotations[TokenIDAnnotation] == tok.ID && strings.Contains(string(m.Data["bootstrap.sh"]), tok.String()), nil
+		return m != nil && m.Annotations[deckhousev1.TokenIDAnnotation] == tok.ID && strings.Contains(string(m.Data[deckhousev1.ManualBootstrapScriptKey]), tok.String()), nil
 	})
 	if err != nil {
 		h.t.Fatalf("manual-bootstrap Secret of %s never used token %s", group, tok.ID)

@@ -30,8 +30,6 @@ import (
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
 
-const ns = "d8-cloud-instance-manager"
-
 // harness is the controller on fake clientsets and a fake clock, with its
 // informers running. sync runs one reconcile once the caches show what the
 // fake API holds, so every test step sees its predecessors' writes.
@@ -83,7 +81,7 @@ func group(name string, nodeType deckhousev1.NodeType) *deckhousev1.NodeGroup {
 
 func caConfigMapObject(ca string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: caConfigMap, Namespace: metav1.NamespaceSystem},
+		ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.RootCAConfigMap, Namespace: metav1.NamespaceSystem},
 		Data:       map[string]string{caKey: ca},
 	}
 }
@@ -126,13 +124,13 @@ func testCA(t *testing.T) string {
 func (h *harness) settle() {
 	h.t.Helper()
 	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		for _, namespace := range []string{metav1.NamespaceSystem, ns} {
+		for _, namespace := range []string{metav1.NamespaceSystem, deckhousev1.Namespace} {
 			api, err := h.kube.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err
 			}
 			lister := h.c.tokens
-			if namespace == ns {
+			if namespace == deckhousev1.Namespace {
 				lister = h.c.manual
 			}
 			cached, err := lister.Secrets(namespace).List(labels.Everything())
@@ -160,11 +158,11 @@ func (h *harness) settle() {
 				return false, nil
 			}
 		}
-		cm, err := h.kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, caConfigMap, metav1.GetOptions{})
+		cm, err := h.kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, deckhousev1.RootCAConfigMap, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		cachedCM, err := h.c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(caConfigMap)
+		cachedCM, err := h.c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap)
 		if err != nil || !equality.Semantic.DeepEqual(cachedCM, cm) {
 			return false, nil
 		}
@@ -193,7 +191,7 @@ func (h *harness) sync(group string) {
 func (h *harness) tokens(group string) []Token {
 	h.t.Helper()
 	list, err := h.kube.CoreV1().Secrets(metav1.NamespaceSystem).List(h.ctx, metav1.ListOptions{
-		LabelSelector: GroupLabel + "=" + group,
+		LabelSelector: deckhousev1.TokenNodeGroupLabel + "=" + group,
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -213,7 +211,7 @@ func (h *harness) tokens(group string) []Token {
 // manualSecret is the group's manual-bootstrap Secret, nil if there is none.
 func (h *harness) manualSecret(group string) *corev1.Secret {
 	h.t.Helper()
-	s, err := h.kube.CoreV1().Secrets(ns).Get(h.ctx, SecretName(group), metav1.GetOptions{})
+	s, err := h.kube.CoreV1().Secrets(deckhousev1.Namespace).Get(h.ctx, SecretName(group), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

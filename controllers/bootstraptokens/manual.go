@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // scriptTemplate is the manual-bootstrap script, an administrator's
@@ -60,11 +62,11 @@ func ValidEndpoints(endpoints []string) []string {
 }
 
 // SecretName is the manual-bootstrap Secret of group.
-func SecretName(group string) string { return ManualSecretPrefix + group }
+func SecretName(group string) string { return deckhousev1.ManualBootstrapSecretPrefix + group }
 
 // FreshScriptCommand is the command that prints group's current script.
 func FreshScriptCommand(namespace, group string) string {
-	return fmt.Sprintf(`kubectl -n %s get secret %s -o json | jq -r '.data["bootstrap.sh"]' | base64 -d`, namespace, SecretName(group))
+	return fmt.Sprintf(`kubectl -n %s get secret %s -o json | jq -r '.data["%s"]' | base64 -d`, namespace, SecretName(group), deckhousev1.ManualBootstrapScriptKey)
 }
 
 // Script renders the manual-bootstrap script (the Secret's bootstrap.sh):
@@ -142,9 +144,9 @@ func (m Manual) Data() (map[string][]byte, error) {
 		return nil, err
 	}
 	return map[string][]byte{
-		"bootstrap.sh":       []byte(sh),
-		"cloud-config":       []byte(cc),
-		"apiserverEndpoints": endpoints,
+		deckhousev1.ManualBootstrapScriptKey:      []byte(sh),
+		deckhousev1.ManualBootstrapCloudConfigKey: []byte(cc),
+		deckhousev1.ManualBootstrapEndpointsKey:   endpoints,
 	}, nil
 }
 

@@ -22,7 +22,7 @@ func testManual(t *testing.T, expires time.Time, endpoints ...string) Manual {
 		endpoints = []string{"10.0.0.1:6443", "[fd00::1]:6443", "api.example.com:443"}
 	}
 	return Manual{
-		Namespace: ns, Group: "worker", CA: testCA(t), Endpoints: endpoints,
+		Namespace: deckhousev1.Namespace, Group: "worker", CA: testCA(t), Endpoints: endpoints,
 		Token: Token{Name: "bootstrap-token-abc123", ID: "abc123", Secret: "0123456789abcdef", Expires: expires},
 	}
 }
@@ -273,7 +273,7 @@ func TestScriptReportsRefusedToken(t *testing.T) {
 	}
 	out, code := runScript(t, sh, t.TempDir())
 	if code == 0 || !strings.Contains(out, "refused the bootstrap token (401 Unauthorized)") ||
-		!strings.Contains(out, "manual-bootstrap-for-worker") {
+		!strings.Contains(out, deckhousev1.ManualBootstrapSecretPrefix+"worker") {
 		t.Errorf("with a token the API refuses: exit %d\n%s", code, out)
 	}
 }

@@ -46,7 +46,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 
 // groupTokens lists the group's token Secrets from the cache.
 func (c *Controller) groupTokens(group string) ([]*corev1.Secret, error) {
-	return c.tokens.Secrets(metav1.NamespaceSystem).List(labels.SelectorFromSet(labels.Set{GroupLabel: group}))
+	return c.tokens.Secrets(metav1.NamespaceSystem).List(labels.SelectorFromSet(labels.Set{deckhousev1.TokenNodeGroupLabel: group}))
 }
 
 // syncTokens deletes the group's expired tokens and returns its current
@@ -67,7 +67,7 @@ func (c *Controller) syncTokens(ctx context.Context, ng *deckhousev1.NodeGroup, 
 		// The cache may not show a token this controller has just created:
 		// ask the API before creating another.
 		list, err := c.d.Kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
-			LabelSelector: labels.SelectorFromSet(labels.Set{GroupLabel: ng.Name}).String(),
+			LabelSelector: labels.SelectorFromSet(labels.Set{deckhousev1.TokenNodeGroupLabel: ng.Name}).String(),
 		})
 		if err != nil {
 			return Token{}, time.Time{}, fmt.Errorf("list the bootstrap tokens of group %s: %w", ng.Name, err)
@@ -145,7 +145,7 @@ func (c *Controller) issue(ctx context.Context, ng *deckhousev1.NodeGroup, now t
 		return Token{}, err
 	}
 	if _, err := c.d.Kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, t.secret(ng.Name),
-		metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+		metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return Token{}, fmt.Errorf("create a bootstrap token for group %s: %w", ng.Name, err)
 	}
 	expires := t.Expires.Format(time.RFC3339)
@@ -212,10 +212,10 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 		return err
 	}
 	annotations := map[string]string{
-		ExpiresAnnotation: token.Expires.UTC().Format(time.RFC3339),
-		TokenIDAnnotation: token.ID,
+		deckhousev1.TokenExpiresAtAnnotation: token.Expires.UTC().Format(time.RFC3339),
+		deckhousev1.TokenIDAnnotation:        token.ID,
 	}
-	ownLabels := map[string]string{GroupLabel: ng.Name, HeritageLabel: Heritage}
+	ownLabels := map[string]string{deckhousev1.TokenNodeGroupLabel: ng.Name, deckhousev1.HeritageLabel: deckhousev1.HeritageNodeManager}
 
 	name := SecretName(ng.Name)
 	existing, err := c.manual.Secrets(c.d.Namespace).Get(name)
@@ -224,9 +224,9 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.d.Namespace, Labels: ownLabels, Annotations: annotations},
 			Type:       corev1.SecretTypeOpaque,
 			Data:       data,
-		}, metav1.CreateOptions{FieldManager: fieldManager})
+		}, metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 		if err == nil {
-			klog.InfoS("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[ExpiresAnnotation])
+			klog.InfoS("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -247,19 +247,19 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	updated.StringData = nil
 	updated.Annotations = merge(updated.Annotations, annotations)
 	updated.Labels = merge(updated.Labels, ownLabels)
-	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return fmt.Errorf("update Secret %s/%s: %w", c.d.Namespace, name, err)
 	}
-	klog.InfoS("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[ExpiresAnnotation])
+	klog.InfoS("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 	return nil
 }
 
 // clusterAccess is the cluster CA and the API server endpoints; missing
 // names what is not there yet.
 func (c *Controller) clusterAccess() (ca string, endpoints []string, missing string) {
-	cm, err := c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(caConfigMap)
+	cm, err := c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap)
 	if err != nil || cm.Data[caKey] == "" {
-		return "", nil, "ConfigMap kube-system/" + caConfigMap
+		return "", nil, "ConfigMap kube-system/" + deckhousev1.RootCAConfigMap
 	}
 	list, err := c.slices.EndpointSlices(metav1.NamespaceDefault).List(
 		labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: kubernetesService}))

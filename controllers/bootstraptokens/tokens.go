@@ -10,22 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/node-manager/node-manager/apiserver/access"
-	"github.com/node-manager/node-manager/controllers/manager"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
-// Bootstrap-token names (DESIGN.md §3) and the Secret keys kube-apiserver
-// reads (k8s.io/cluster-bootstrap).
+// The bootstrap token Secret format kube-apiserver reads
+// (k8s.io/cluster-bootstrap); node-manager's own label and groups on it are
+// in apiserver/apis/deckhouse/v1/well_known.go.
 const (
-	// GroupLabel on a token Secret names the group the token joins; the
-	// manager narrows its kube-system Secret watch to it.
-	GroupLabel = manager.TokenGroupLabel
-	// ExtraGroup is the group every node-manager bootstrap token adds; RBAC
-	// lets it create kubelet CSRs and read bundles.
-	ExtraGroup = access.BootstrappersGroup
-	// HeritageLabel marks the objects this controller writes.
-	HeritageLabel = "heritage"
-	Heritage      = "node-manager"
-
 	tokenSecretPrefix = "bootstrap-token-"
 	keyTokenID        = "token-id"
 	keyTokenSecret    = "token-secret"
@@ -61,7 +52,7 @@ func (t Token) String() string { return t.ID + "." + t.Secret }
 // and the CSR approver learn the token's node group from the request itself
 // and never from a Secret.
 func extraGroups(group string) string {
-	return ExtraGroup + "," + access.BootstrapperGroup(group)
+	return deckhousev1.BootstrappersGroup + "," + access.BootstrapperGroup(group)
 }
 
 // parseToken reads a token Secret; it fails on a Secret that is not a
@@ -72,7 +63,7 @@ func parseToken(s *corev1.Secret) (Token, error) {
 	if s.Type != corev1.SecretTypeBootstrapToken {
 		return Token{}, fmt.Errorf("secret %s is of type %q, not a bootstrap token", s.Name, s.Type)
 	}
-	if got, want := string(s.Data[keyExtraGroups]), extraGroups(s.Labels[GroupLabel]); got != want {
+	if got, want := string(s.Data[keyExtraGroups]), extraGroups(s.Labels[deckhousev1.TokenNodeGroupLabel]); got != want {
 		return Token{}, fmt.Errorf("secret %s has auth-extra-groups %q, not %q", s.Name, got, want)
 	}
 	id, secret := string(s.Data[keyTokenID]), string(s.Data[keyTokenSecret])
@@ -119,7 +110,7 @@ func (t Token) secret(group string) *corev1.Secret {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      t.Name,
 			Namespace: metav1.NamespaceSystem,
-			Labels:    map[string]string{GroupLabel: group, HeritageLabel: Heritage},
+			Labels:    map[string]string{deckhousev1.TokenNodeGroupLabel: group, deckhousev1.HeritageLabel: deckhousev1.HeritageNodeManager},
 		},
 		Type: corev1.SecretTypeBootstrapToken,
 		Data: map[string][]byte{

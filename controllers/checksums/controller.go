@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
@@ -19,10 +20,7 @@ import (
 
 // Name is the controller's name: its queue, its logs and the controller
 // label of the loop metrics.
-const Name = "configuration-checksums"
-
-// SecretName is the compatibility Secret's name.
-const SecretName = "configuration-checksums"
+const Name = deckhousev1.ConfigurationChecksumsSecret
 
 // key is the loop's only key: every change rewrites the one Secret.
 const key = "all"
@@ -64,7 +62,7 @@ func New(d *manager.Deps) *Controller {
 				obj = t.Obj
 			}
 			s, ok := obj.(*corev1.Secret)
-			return ok && s.Name == SecretName
+			return ok && s.Name == deckhousev1.ConfigurationChecksumsSecret
 		},
 		Handler: cache.ResourceEventHandlerFuncs{AddFunc: all, DeleteFunc: all, UpdateFunc: func(_, cur any) { all(cur) }},
 	})

@@ -3,6 +3,7 @@ package checksums
 import (
 	"context"
 	"fmt"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
-
-	"github.com/node-manager/node-manager/controllers/manager"
 )
 
 // sync makes the Secret equal to the served checksums.
@@ -21,17 +20,17 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 		return err
 	}
 	want := Want(bundles)
-	have, err := c.secrets.Secrets(c.d.Namespace).Get(SecretName)
+	have, err := c.secrets.Secrets(c.d.Namespace).Get(deckhousev1.ConfigurationChecksumsSecret)
 	switch {
 	case apierrors.IsNotFound(err):
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: c.d.Namespace,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": manager.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.ConfigurationChecksumsSecret, Namespace: c.d.Namespace,
+				Labels: map[string]string{deckhousev1.ManagedByLabel: deckhousev1.NodeManagerControllerName}},
 			Type: corev1.SecretTypeOpaque,
 			Data: want,
 		}
 		if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Secret %s/%s: %w", c.d.Namespace, SecretName, err)
+			return fmt.Errorf("creating Secret %s/%s: %w", c.d.Namespace, deckhousev1.ConfigurationChecksumsSecret, err)
 		}
 		klog.InfoS("Published configuration checksums", "groups", len(want))
 		return nil
@@ -44,7 +43,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	s := have.DeepCopy()
 	s.Data = want
 	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating Secret %s/%s: %w", c.d.Namespace, SecretName, err)
+		return fmt.Errorf("updating Secret %s/%s: %w", c.d.Namespace, deckhousev1.ConfigurationChecksumsSecret, err)
 	}
 	klog.InfoS("Published configuration checksums", "groups", len(want))
 	return nil

@@ -15,7 +15,6 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodes"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
 
@@ -65,7 +64,7 @@ func TestApprovalCreatesTheInstanceBeforeApproving(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst, err := nm.DeckhouseV1alpha1().Instances().Get(context.Background(), "fresh", metav1.GetOptions{})
-	if err != nil || inst.Labels[nodes.GroupLabel] != "worker" {
+	if err != nil || inst.Labels[deckhousev1.NodeGroupLabel] != "worker" {
 		t.Fatalf("Instance of the approved node: %v, %v; want one labelled worker", inst, err)
 	}
 	got, _ := kube.CertificatesV1().CertificateSigningRequests().Get(context.Background(), req.Name, metav1.GetOptions{})
@@ -86,7 +85,7 @@ func TestTheLoserOfARaceForANameIsDenied(t *testing.T) {
 		t.Fatalf("setup: want an approval that creates the Instance, got %+v", d)
 	}
 	if _, err := nm.DeckhouseV1alpha1().Instances().Create(context.Background(), &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{
-		Name: "contested", Labels: map[string]string{nodes.GroupLabel: "master"}}}, metav1.CreateOptions{}); err != nil {
+		Name: "contested", Labels: map[string]string{deckhousev1.NodeGroupLabel: "master"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := c.createInstance(context.Background(), d)
@@ -103,7 +102,7 @@ func TestTheLoserOfARaceForANameIsDenied(t *testing.T) {
 	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != certificatesv1.CertificateDenied {
 		t.Fatalf("conditions %+v, want Denied", got.Status.Conditions)
 	}
-	if inst, _ := nm.DeckhouseV1alpha1().Instances().Get(context.Background(), "contested", metav1.GetOptions{}); inst.Labels[nodes.GroupLabel] != "master" {
-		t.Errorf("the winner's Instance was relabelled to %q", inst.Labels[nodes.GroupLabel])
+	if inst, _ := nm.DeckhouseV1alpha1().Instances().Get(context.Background(), "contested", metav1.GetOptions{}); inst.Labels[deckhousev1.NodeGroupLabel] != "master" {
+		t.Errorf("the winner's Instance was relabelled to %q", inst.Labels[deckhousev1.NodeGroupLabel])
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/node-manager/node-manager/apiserver/access"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // Verdict is what the approver does with a CSR.
@@ -69,7 +70,7 @@ type Cluster struct {
 func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
 	if decided(csr) || csr.Spec.SignerName != kubeletClientSignerName ||
 		!strings.HasPrefix(csr.Spec.Username, access.BootstrapUserPrefix) ||
-		!slices.Contains(csr.Spec.Groups, access.BootstrappersGroup) {
+		!slices.Contains(csr.Spec.Groups, deckhousev1.BootstrappersGroup) {
 		return Decision{Verdict: Ignore}
 	}
 	token := strings.TrimPrefix(csr.Spec.Username, access.BootstrapUserPrefix)

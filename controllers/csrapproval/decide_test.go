@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/node-manager/node-manager/apiserver/access"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // request is a PEM CSR for tmpl, signed by a fresh key.
@@ -41,7 +42,7 @@ func csr(t *testing.T, node, group string) *certificatesv1.CertificateSigningReq
 		SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
 		Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageClientAuth},
 		Username:   "system:bootstrap:abcdef",
-		Groups:     []string{"system:bootstrappers", access.BootstrappersGroup, access.BootstrapperGroup(group), "system:authenticated"},
+		Groups:     []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, access.BootstrapperGroup(group), "system:authenticated"},
 	}}
 }
 
@@ -84,7 +85,7 @@ func TestDecide(t *testing.T) {
 		{"a node-manager token without a node group is denied",
 			func(t *testing.T) *certificatesv1.CertificateSigningRequest {
 				c := csr(t, "fresh", "worker")
-				c.Spec.Groups = []string{"system:bootstrappers", access.BootstrappersGroup}
+				c.Spec.Groups = []string{"system:bootstrappers", deckhousev1.BootstrappersGroup}
 				return c
 			}, Deny, ReasonNoNodeGroup, false, "carries no"},
 		{"a certificate for another organization is denied",

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/instances"
-	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
@@ -49,7 +49,7 @@ func (c *Controller) createInstance(ctx context.Context, d Decision) (Decision, 
 		return d, fmt.Errorf("reading node group %s for the Instance of node %s: %w", d.Group, d.Node, err)
 	}
 	client := c.d.NodeManager.DeckhouseV1alpha1().Instances()
-	_, err = client.Create(ctx, instances.ForNode(d.Node, g), metav1.CreateOptions{FieldManager: manager.Name})
+	_, err = client.Create(ctx, instances.ForNode(d.Node, g), metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 	if err == nil {
 		klog.InfoS("Created the Instance of a joining node", "instance", d.Node, "group", d.Group)
 		return d, nil
@@ -61,7 +61,7 @@ func (c *Controller) createInstance(ctx context.Context, d Decision) (Decision, 
 	if err != nil {
 		return d, fmt.Errorf("reading Instance %s: %w", d.Node, err)
 	}
-	if pinned := inst.Labels[nodes.GroupLabel]; pinned != d.Group {
+	if pinned := inst.Labels[deckhousev1.NodeGroupLabel]; pinned != d.Group {
 		return deny(ReasonNodeOfOtherGroup, d.Node, d.Group,
 			"node %s belongs to node group %q (its Instance), so a bootstrap token of node group %s may not obtain its certificate", d.Node, pinned, d.Group), nil
 	}
@@ -74,7 +74,7 @@ func (c *Controller) conclude(ctx context.Context, csr *certificatesv1.Certifica
 	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: typ, Status: corev1.ConditionTrue, Reason: d.Reason, Message: d.Message, LastUpdateTime: now, LastTransitionTime: now,
 	})
-	if _, err := c.d.Kube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{FieldManager: manager.Name}); err != nil {
+	if _, err := c.d.Kube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return fmt.Errorf("recording %s on CSR %s: %w", typ, csr.Name, err)
 	}
 	klog.InfoS("Decided a kubelet client CSR", "csr", csr.Name, "decision", string(typ), "reason", d.Reason,
@@ -91,7 +91,7 @@ func (c *Controller) cluster() Cluster {
 			if err != nil {
 				return "", false
 			}
-			return inst.Labels[nodes.GroupLabel], true
+			return inst.Labels[deckhousev1.NodeGroupLabel], true
 		},
 		NodeGroup: func(n string) (string, bool) {
 			node, err := c.d.Nodes.Get(n)

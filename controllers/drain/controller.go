@@ -6,6 +6,7 @@ package drain
 
 import (
 	"context"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,7 +62,7 @@ func New(d *manager.Deps) *Controller {
 		AddFunc: enqueue, DeleteFunc: enqueue,
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			for _, k := range []string{nodes.Draining, nodes.Drained, nodes.DrainFailed} {
+			for _, k := range []string{deckhousev1.DrainingAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation} {
 				if o.Annotations[k] != n.Annotations[k] || nodes.Has(o, k) != nodes.Has(n, k) {
 					enqueue(cur)
 					return

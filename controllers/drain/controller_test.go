@@ -36,7 +36,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	h := &harness{blocked: map[string]bool{}}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{nodes.GroupLabel: "w"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{deckhousev1.NodeGroupLabel: "w"}}}
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default", UID: "u1"}, Spec: corev1.PodSpec{NodeName: "a"}}
 	h.kube = kubefake.NewClientset(node, pod)
@@ -111,9 +111,9 @@ func (h *harness) waitNode(t *testing.T, what string, cond func(*corev1.Node) bo
 
 func TestDrainEvictsThenRecordsDrained(t *testing.T) {
 	h := newHarness(t)
-	h.annotate(t, nodes.Draining, ptr.To("bashible"))
-	n := h.waitNode(t, "drained", func(n *corev1.Node) bool { return nodes.Has(n, nodes.Drained) })
-	if !n.Spec.Unschedulable || nodes.Has(n, nodes.Draining) || n.Annotations[nodes.Drained] != "bashible" {
+	h.annotate(t, deckhousev1.DrainingAnnotation, ptr.To("bashible"))
+	n := h.waitNode(t, "drained", func(n *corev1.Node) bool { return nodes.Has(n, deckhousev1.DrainedAnnotation) })
+	if !n.Spec.Unschedulable || nodes.Has(n, deckhousev1.DrainingAnnotation) || n.Annotations[deckhousev1.DrainedAnnotation] != "bashible" {
 		t.Errorf("after the drain: unschedulable %v annotations %v", n.Spec.Unschedulable, n.Annotations)
 	}
 	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -124,24 +124,24 @@ func TestDrainEvictsThenRecordsDrained(t *testing.T) {
 func TestBlockedDrainFailsNeverDrainedAndCancels(t *testing.T) {
 	h := newHarness(t)
 	h.blocked["db"] = true
-	h.annotate(t, nodes.Draining, ptr.To("bashible"))
-	n := h.waitNode(t, "drain-failed", func(n *corev1.Node) bool { return nodes.Has(n, nodes.DrainFailed) })
-	if nodes.Has(n, nodes.Drained) {
+	h.annotate(t, deckhousev1.DrainingAnnotation, ptr.To("bashible"))
+	n := h.waitNode(t, "drain-failed", func(n *corev1.Node) bool { return nodes.Has(n, deckhousev1.DrainFailedAnnotation) })
+	if nodes.Has(n, deckhousev1.DrainedAnnotation) {
 		t.Fatal("a failed drain was recorded as drained")
 	}
 	// Cancel and ask again at once: the first run's exit must not make the
 	// controller lose track of the second.
 	for range 3 {
-		h.annotate(t, nodes.Draining, nil)
+		h.annotate(t, deckhousev1.DrainingAnnotation, nil)
 		h.waitNode(t, "the cancel seen", func(*corev1.Node) bool { return h.c.runningCount() == 0 })
-		h.annotate(t, nodes.Draining, ptr.To("bashible"))
+		h.annotate(t, deckhousev1.DrainingAnnotation, ptr.To("bashible"))
 		h.waitNode(t, "the new drain started", func(*corev1.Node) bool { return h.c.runningCount() == 1 })
 	}
 	time.Sleep(300 * time.Millisecond)
 	if got := h.c.runningCount(); got != 1 {
 		t.Fatalf("%d drains tracked after cancel-and-restart; want the newest one", got)
 	}
-	h.annotate(t, nodes.Draining, nil)
+	h.annotate(t, deckhousev1.DrainingAnnotation, nil)
 	deadline := time.Now().Add(5 * time.Second)
 	for h.c.runningCount() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -149,7 +149,7 @@ func TestBlockedDrainFailsNeverDrainedAndCancels(t *testing.T) {
 	if got := h.c.runningCount(); got != 0 {
 		t.Fatalf("%d drains still running after draining was removed", got)
 	}
-	h.waitNode(t, "drain-failed cleared", func(n *corev1.Node) bool { return !nodes.Has(n, nodes.DrainFailed) })
+	h.waitNode(t, "drain-failed cleared", func(n *corev1.Node) bool { return !nodes.Has(n, deckhousev1.DrainFailedAnnotation) })
 	// The pod is still there, and nothing drains it any more.
 	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package drain
 import (
 	corev1 "k8s.io/api/core/v1"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
@@ -12,16 +13,16 @@ const maxReason = 1024
 // Source is who asked for the drain (the draining annotation's value; empty
 // means node-manager on behalf of an update).
 func Source(n *corev1.Node) string {
-	if v := n.Annotations[nodes.Draining]; v != "" {
+	if v := n.Annotations[deckhousev1.DrainingAnnotation]; v != "" {
 		return v
 	}
-	return nodes.DrainSourceBashible
+	return deckhousev1.DrainSourceBashible
 }
 
 // Succeeded is the change recorded when every pod has left the node: the
 // request is answered with drained=<source> and any earlier failure is gone.
 func Succeeded(n *corev1.Node) *nodes.Change {
-	return (&nodes.Change{}).Set(nodes.Drained, Source(n)).Remove(n, nodes.Draining, nodes.DrainFailed)
+	return (&nodes.Change{}).Set(deckhousev1.DrainedAnnotation, Source(n)).Remove(n, deckhousev1.DrainingAnnotation, deckhousev1.DrainFailedAnnotation)
 }
 
 // Failed is the change recorded when a drain attempt gave up: the request
@@ -31,8 +32,8 @@ func Failed(n *corev1.Node, reason string) *nodes.Change {
 		reason = reason[:maxReason-3] + "..."
 	}
 	c := &nodes.Change{}
-	if n.Annotations[nodes.DrainFailed] != reason {
-		c.Set(nodes.DrainFailed, reason)
+	if n.Annotations[deckhousev1.DrainFailedAnnotation] != reason {
+		c.Set(deckhousev1.DrainFailedAnnotation, reason)
 	}
 	return c
 }

@@ -8,25 +8,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 func TestOutcomes(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nodes.Draining: "user"}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{deckhousev1.DrainingAnnotation: "user"}}}
 	f := Failed(n, strings.Repeat("x", 2000))
 	f.ApplyTo(n)
-	if got := n.Annotations[nodes.DrainFailed]; len(got) != maxReason || nodes.Has(n, nodes.Drained) || !nodes.Has(n, nodes.Draining) {
+	if got := n.Annotations[deckhousev1.DrainFailedAnnotation]; len(got) != maxReason || nodes.Has(n, deckhousev1.DrainedAnnotation) || !nodes.Has(n, deckhousev1.DrainingAnnotation) {
 		t.Fatalf("after a failure: %v", n.Annotations)
 	}
-	if c := Failed(n, n.Annotations[nodes.DrainFailed]); !c.Empty() {
+	if c := Failed(n, n.Annotations[deckhousev1.DrainFailedAnnotation]); !c.Empty() {
 		t.Errorf("the same failure again should change nothing: %s", c)
 	}
 	Succeeded(n).ApplyTo(n)
-	if n.Annotations[nodes.Drained] != "user" || nodes.Has(n, nodes.Draining) || nodes.Has(n, nodes.DrainFailed) {
+	if n.Annotations[deckhousev1.DrainedAnnotation] != "user" || nodes.Has(n, deckhousev1.DrainingAnnotation) || nodes.Has(n, deckhousev1.DrainFailedAnnotation) {
 		t.Errorf("after success: %v", n.Annotations)
 	}
-	m := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nodes.Draining: ""}}}
-	if Source(m) != nodes.DrainSourceBashible {
+	m := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{deckhousev1.DrainingAnnotation: ""}}}
+	if Source(m) != deckhousev1.DrainSourceBashible {
 		t.Errorf("an empty draining value means bashible, got %q", Source(m))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"slices"
 	"sort"
 	"strings"
@@ -89,7 +90,7 @@ func (c *Controller) drain(ctx context.Context, name string) {
 		}
 		klog.InfoS("Drain attempt failed; retrying", "node", name, "attempt", attempt, "err", err)
 		c.metrics.Drains.WithLabelValues("failed").Inc()
-		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, nodes.Draining) && ctx.Err() == nil {
+		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, deckhousev1.DrainingAnnotation) && ctx.Err() == nil {
 			c.metrics.DrainFailed.WithLabelValues(name).Set(1)
 			c.d.Recorder.Eventf(n, nil, corev1.EventTypeWarning, "DrainFailed", "Drain", "%s; retrying", truncate(err.Error(), 900))
 			c.record(ctx, name, func(n *corev1.Node) *nodes.Change { return Failed(n, err.Error()) })
@@ -107,7 +108,7 @@ func (c *Controller) drain(ctx context.Context, name string) {
 func (c *Controller) record(ctx context.Context, name string, change func(*corev1.Node) *nodes.Change) bool {
 	for try := 0; try < 10 && ctx.Err() == nil; try++ {
 		n, err := c.d.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil || !nodes.Has(n, nodes.Draining) {
+		if err != nil || !nodes.Has(n, deckhousev1.DrainingAnnotation) {
 			return false
 		}
 		if _, err = nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, change(n)); err == nil {
@@ -125,7 +126,7 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", name, err)
 	}
-	if !nodes.Has(n, nodes.Draining) {
+	if !nodes.Has(n, deckhousev1.DrainingAnnotation) {
 		return errCancelled
 	}
 	timeout := c.timeout(n)
@@ -195,7 +196,7 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 			return errCancelled
 		case <-time.After(pollInterval):
 		}
-		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.Has(cur, nodes.Draining) {
+		if cur, err := c.d.Nodes.Get(name); err == nil && !nodes.Has(cur, deckhousev1.DrainingAnnotation) {
 			return errCancelled
 		}
 	}

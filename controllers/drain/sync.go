@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +23,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if nodes.Has(n, nodes.Draining) {
+	if nodes.Has(n, deckhousev1.DrainingAnnotation) {
 		c.start(name)
 		return nil
 	}
@@ -35,9 +36,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	c.metrics.DrainFailed.DeleteLabelValues(name)
 	// Leftovers: a failure note without a drain request, and a user's
 	// drained marker on a node that has been uncordoned since.
-	ch := (&nodes.Change{}).Remove(n, nodes.DrainFailed)
-	if v, ok := n.Annotations[nodes.Drained]; ok && v == "user" && !n.Spec.Unschedulable {
-		ch.Remove(n, nodes.Drained)
+	ch := (&nodes.Change{}).Remove(n, deckhousev1.DrainFailedAnnotation)
+	if v, ok := n.Annotations[deckhousev1.DrainedAnnotation]; ok && v == "user" && !n.Spec.Unschedulable {
+		ch.Remove(n, deckhousev1.DrainedAnnotation)
 	}
 	_, err = nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, ch)
 	return err

@@ -43,9 +43,6 @@ import (
 // label of the loop metrics.
 const Name = "instances"
 
-// ManagedByLabel marks the Instances node-manager created (and so may delete).
-const ManagedByLabel = "app.kubernetes.io/managed-by"
-
 // PendingTTL is how long an Instance created at certificate approval waits
 // for its Node before it is deleted (a kubelet registers seconds after it
 // has its certificate).
@@ -124,10 +121,10 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	// The leader holds the Lease, so it exists; its creation time is when
 	// node-manager-controller first ran in this cluster.
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		lease, err := c.d.Kube.CoordinationV1().Leases(c.d.Namespace).Get(ctx, manager.Name, metav1.GetOptions{})
+		lease, err := c.d.Kube.CoordinationV1().Leases(c.d.Namespace).Get(ctx, deckhousev1.NodeManagerControllerName, metav1.GetOptions{})
 		if err != nil {
 			klog.ErrorS(err, "Reading the leader Lease to learn which nodes predate node-manager; retrying",
-				"lease", klog.KRef(c.d.Namespace, manager.Name))
+				"lease", klog.KRef(c.d.Namespace, deckhousev1.NodeManagerControllerName))
 			return false, nil
 		}
 		c.firstRun = lease.CreationTimestamp.Time

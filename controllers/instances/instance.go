@@ -10,8 +10,6 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 // ForNode returns the Instance that pins node name to group g: the only
@@ -19,7 +17,7 @@ import (
 func ForNode(name string, g *deckhousev1.NodeGroup) *deckhousev1alpha1.Instance {
 	return &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{
 		Name:   name,
-		Labels: map[string]string{nodes.GroupLabel: g.Name, ManagedByLabel: manager.Name},
+		Labels: map[string]string{deckhousev1.NodeGroupLabel: g.Name, deckhousev1.ManagedByLabel: deckhousev1.NodeManagerControllerName},
 		OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: deckhousev1.SchemeGroupVersion.String(), Kind: "NodeGroup", Name: g.Name, UID: g.UID,
 			BlockOwnerDeletion: ptr.To(false),

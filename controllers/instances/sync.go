@@ -3,6 +3,7 @@ package instances
 import (
 	"context"
 	"fmt"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	applyv1alpha1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1alpha1"
 )
@@ -49,7 +49,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 // nodeGone deletes an Instance node-manager made once its Node is really
 // gone; an Instance whose Node has not registered yet waits PendingTTL.
 func (c *Controller) nodeGone(ctx context.Context, inst *deckhousev1alpha1.Instance) error {
-	if inst.Labels[ManagedByLabel] != manager.Name || inst.DeletionTimestamp != nil {
+	if inst.Labels[deckhousev1.ManagedByLabel] != deckhousev1.NodeManagerControllerName || inst.DeletionTimestamp != nil {
 		return nil
 	}
 	if inst.Status.NodeRef == nil {
@@ -72,7 +72,7 @@ func (c *Controller) nodeGone(ctx context.Context, inst *deckhousev1alpha1.Insta
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Instance %s of a node that is gone: %w", inst.Name, err)
 	}
-	klog.InfoS("Deleted the Instance of a node that is gone", "instance", inst.Name, "group", inst.Labels[nodes.GroupLabel],
+	klog.InfoS("Deleted the Instance of a node that is gone", "instance", inst.Name, "group", inst.Labels[deckhousev1.NodeGroupLabel],
 		"registered", inst.Status.NodeRef != nil)
 	return nil
 }
@@ -87,7 +87,7 @@ func (c *Controller) adopt(ctx context.Context, n *corev1.Node) (*deckhousev1alp
 			"node %s has no Instance and joined after node-manager-controller first ran (%s) without node-manager approving its certificate, "+
 				"so it reads no bundle and its %s label %q is not trusted; let it join with its group's bootstrap token, "+
 				"or create Instance %s labelled %s=<group> to admit it",
-			n.Name, c.firstRun.UTC().Format(time.RFC3339), nodes.GroupLabel, group, n.Name, nodes.GroupLabel)
+			n.Name, c.firstRun.UTC().Format(time.RFC3339), deckhousev1.NodeGroupLabel, group, n.Name, deckhousev1.NodeGroupLabel)
 		return nil, nil
 	}
 	if group == "" {
@@ -118,7 +118,7 @@ func (c *Controller) adopt(ctx context.Context, n *corev1.Node) (*deckhousev1alp
 // warnMismatch reports a Node whose label names another group than its
 // Instance: the label is ignored (a kubelet may write it), never followed.
 func (c *Controller) warnMismatch(n *corev1.Node, inst *deckhousev1alpha1.Instance) {
-	label, pinned := nodes.Group(n), inst.Labels[nodes.GroupLabel]
+	label, pinned := nodes.Group(n), inst.Labels[deckhousev1.NodeGroupLabel]
 	if label == pinned {
 		c.forget(n.Name)
 		return
@@ -126,7 +126,7 @@ func (c *Controller) warnMismatch(n *corev1.Node, inst *deckhousev1alpha1.Instan
 	c.warnOnce(n, "label="+label, corev1.EventTypeWarning, ReasonGroupMismatch,
 		"node %s is labelled %s=%q but its Instance pins it to group %q: the label is ignored, the node reads only %q's bundles; "+
 			"to move a machine to another group, delete its Node and Instance and join it again with that group's bootstrap token",
-		n.Name, nodes.GroupLabel, label, pinned, pinned)
+		n.Name, deckhousev1.NodeGroupLabel, label, pinned, pinned)
 }
 
 func (c *Controller) warnOnce(n *corev1.Node, what, typ, reason, note string, args ...any) {
@@ -159,7 +159,7 @@ func (c *Controller) writeStatus(ctx context.Context, n *corev1.Node, inst *deck
 		WithCurrentStatus(applyv1alpha1.CurrentStatus().WithPhase(phase).WithLastUpdateTime(now)).
 		WithBashibleStatus(summary).WithMessage(message))
 	if _, err := c.d.NodeManager.DeckhouseV1alpha1().Instances().ApplyStatus(ctx, ac,
-		metav1.ApplyOptions{FieldManager: manager.Name, Force: true}); err != nil {
+		metav1.ApplyOptions{FieldManager: deckhousev1.NodeManagerControllerName, Force: true}); err != nil {
 		return fmt.Errorf("writing the status of Instance %s: %w", name, err)
 	}
 	return nil

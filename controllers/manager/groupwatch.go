@@ -1,11 +1,11 @@
 package manager
 
 import (
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/loop"
-	"github.com/node-manager/node-manager/controllers/nodes"
 	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 )
@@ -28,7 +28,7 @@ func WatchGroups(d *Deps, queue *loop.Loop) *GroupWatch {
 	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	bundles := d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
-	_, _ = nodeInformer.AddEventHandler(queue.Handler(loop.ByLabel(nodes.GroupLabel)))
+	_, _ = nodeInformer.AddEventHandler(queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
 	_, _ = groups.Informer().AddEventHandler(queue.Handler(loop.ByName))
 	_, _ = bundles.Informer().AddEventHandler(queue.Handler(loop.ByName))
 	return &GroupWatch{

@@ -30,14 +30,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
 )
-
-// Name is the controller's name: its Lease, field manager and event source.
-const Name = "node-manager-controller"
 
 // Informers are the shared informer factories, one per scope so each
 // controller watches only what it needs.
@@ -110,7 +108,7 @@ type Controller interface {
 // NewDeps builds clients, informers and the event recorder.
 func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Registerer) (*Deps, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = Name
+	cfg.UserAgent = deckhousev1.NodeManagerControllerName
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
@@ -128,9 +126,9 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 	inf := &Informers{
 		Cluster: informers.NewSharedInformerFactory(kube, resync),
 		KubeSystem: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + RootCAConfigMap })),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + deckhousev1.RootCAConfigMap })),
 		Tokens: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = TokenGroupLabel })),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = deckhousev1.TokenNodeGroupLabel })),
 		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(opts.Namespace)),
 		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceDefault)),
 		NodeManager: nminformers.NewSharedInformerFactory(nm, resync),
@@ -145,7 +143,7 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 		NodeManager: nm,
 		Informers:   inf,
 		Nodes:       cache,
-		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), Name), broadcaster: broadcaster},
+		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), deckhousev1.NodeManagerControllerName), broadcaster: broadcaster},
 		Clock:       clk,
 		Registry:    reg,
 		Loops:       loop.NewMetrics(reg),
@@ -224,7 +222,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		wg.Wait()
 		return nil
 	}
-	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+Name, "identity", m.opts.Identity)
+	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+deckhousev1.NodeManagerControllerName, "identity", m.opts.Identity)
 	return m.lead(ctx)
 }
 
@@ -238,7 +236,7 @@ func (m *Manager) start(ctx context.Context, wg *sync.WaitGroup) {
 // lead runs the controllers while this process holds the Lease.
 func (m *Manager) lead(ctx context.Context) error {
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: Name},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: deckhousev1.NodeManagerControllerName},
 		Client:     m.deps.Kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: m.opts.Identity},
 	}
@@ -251,7 +249,7 @@ func (m *Manager) lead(ctx context.Context) error {
 		RenewDeadline:   m.opts.RenewDeadline,
 		RetryPeriod:     m.opts.RetryPeriod,
 		ReleaseOnCancel: true,
-		Name:            Name,
+		Name:            deckhousev1.NodeManagerControllerName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
@@ -324,9 +322,3 @@ func LoadConfig(path string) (*rest.Config, error) {
 func HasSynced(ctx context.Context, name string, synced ...cache.InformerSynced) bool {
 	return cache.WaitForNamedCacheSync(name, ctx.Done(), synced...)
 }
-
-// RootCAConfigMap is the kube-system ConfigMap holding the cluster CA.
-const RootCAConfigMap = "kube-root-ca.crt"
-
-// TokenGroupLabel marks node-manager's bootstrap token Secrets with their group.
-const TokenGroupLabel = "node-manager.deckhouse.io/node-group"

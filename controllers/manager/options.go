@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // Options are the command-line settings.
@@ -37,7 +39,7 @@ type Options struct {
 func NewOptions() *Options {
 	host, _ := os.Hostname()
 	return &Options{
-		Namespace:     "d8-cloud-instance-manager",
+		Namespace:     deckhousev1.Namespace,
 		Identity:      host,
 		ListenAddress: ":9680",
 		Workers:       2,

@@ -10,6 +10,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // writeTTL bounds how long a written Node shadows the informer's copy if
@@ -115,7 +117,7 @@ func (c *Cache) List(selector labels.Selector) ([]*corev1.Node, error) {
 
 // InGroup lists the Nodes of one node group.
 func (c *Cache) InGroup(group string) ([]*corev1.Node, error) {
-	return c.List(labels.SelectorFromSet(labels.Set{GroupLabel: group}))
+	return c.List(labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}))
 }
 
 // CacheHandler keeps a Cache informed of what the informer delivers.

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // Change is what a controller wants changed on one Node: annotations and
@@ -184,7 +186,7 @@ func Patch(ctx context.Context, client kubernetes.Interface, cache *Cache, n *co
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch of node %s: %w", n.Name, err)
 	}
-	out, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "node-manager-controller"})
+	out, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 	if err != nil {
 		return nil, fmt.Errorf("patching node %s (%s): %w", n.Name, c, err)
 	}

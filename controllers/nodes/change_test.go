@@ -11,11 +11,13 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 func TestPatchIsGuardedAndRemovesKeys(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "7", Annotations: map[string]string{Approved: ""}}}
-	c := (&Change{}).Remove(n, Approved, Draining).Set(Drained, "bashible").SetUnschedulable(false)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "7", Annotations: map[string]string{deckhousev1.ApprovedAnnotation: ""}}}
+	c := (&Change{}).Remove(n, deckhousev1.ApprovedAnnotation, deckhousev1.DrainingAnnotation).Set(deckhousev1.DrainedAnnotation, "bashible").SetUnschedulable(false)
 	body, err := c.patch(n.ResourceVersion)
 	if err != nil {
 		t.Fatal(err)
@@ -26,10 +28,10 @@ func TestPatchIsGuardedAndRemovesKeys(t *testing.T) {
 	}
 	meta := p["metadata"].(map[string]any)
 	ann := meta["annotations"].(map[string]any)
-	if meta["resourceVersion"] != "7" || ann[Approved] != nil || ann[Drained] != "bashible" {
+	if meta["resourceVersion"] != "7" || ann[deckhousev1.ApprovedAnnotation] != nil || ann[deckhousev1.DrainedAnnotation] != "bashible" {
 		t.Errorf("patch %s", body)
 	}
-	if _, ok := ann[Draining]; ok {
+	if _, ok := ann[deckhousev1.DrainingAnnotation]; ok {
 		t.Errorf("removing an absent key should not be in the patch: %s", body)
 	}
 	if spec := p["spec"].(map[string]any); spec["unschedulable"] != nil {
@@ -49,12 +51,12 @@ func TestCacheServesOwnWritesUntilTheInformerCatchesUp(t *testing.T) {
 	c := NewCache(lister, clk)
 	written := stale.DeepCopy()
 	written.ResourceVersion = "6"
-	written.Annotations = map[string]string{Approved: ""}
+	written.Annotations = map[string]string{deckhousev1.ApprovedAnnotation: ""}
 	c.Wrote(written)
-	if got, _ := c.Get("a"); !Has(got, Approved) {
+	if got, _ := c.Get("a"); !Has(got, deckhousev1.ApprovedAnnotation) {
 		t.Fatal("the cache served the informer's stale copy over our own write")
 	}
-	if got, _ := c.List(labels.Everything()); len(got) != 1 || !Has(got[0], Approved) {
+	if got, _ := c.List(labels.Everything()); len(got) != 1 || !Has(got[0], deckhousev1.ApprovedAnnotation) {
 		t.Fatal("List served the stale copy")
 	}
 	c.Observe(written)
@@ -63,7 +65,7 @@ func TestCacheServesOwnWritesUntilTheInformerCatchesUp(t *testing.T) {
 	}
 	c.Wrote(written)
 	clk.Step(writeTTL + time.Second)
-	if got, _ := c.Get("a"); Has(got, Approved) {
+	if got, _ := c.Get("a"); Has(got, deckhousev1.ApprovedAnnotation) {
 		t.Error("a write the informer never confirmed shadows forever")
 	}
 }

@@ -1,47 +1,19 @@
-// Package nodes holds the node protocol the controllers and bashible share:
-// the Node labels and annotations (fixed names, DESIGN.md §3), and small
-// read-only helpers over Node objects.
+// Package nodes holds small read-only helpers over Node objects for the
+// node protocol the controllers and bashible share, and Change, the one way
+// the controllers patch a Node. The protocol's labels and annotations are
+// fixed names (DESIGN.md §3) defined in apiserver/apis/deckhouse/v1/well_known.go.
 package nodes
 
 import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
-
-// Labels.
-const (
-	GroupLabel      = "node.deckhouse.io/group"
-	TypeLabel       = "node.deckhouse.io/type"
-	RoleLabelPrefix = "node-role.kubernetes.io/"
-)
-
-// Annotations of the update protocol.
-const (
-	ChecksumAnnotation = "node.deckhouse.io/configuration-checksum"
-
-	UpdatePrefix       = "update.node.deckhouse.io/"
-	WaitingForApproval = UpdatePrefix + "waiting-for-approval"
-	Approved           = UpdatePrefix + "approved"
-	DisruptionRequired = UpdatePrefix + "disruption-required"
-	DisruptionApproved = UpdatePrefix + "disruption-approved"
-	Draining           = UpdatePrefix + "draining"
-	Drained            = UpdatePrefix + "drained"
-	DrainFailed        = UpdatePrefix + "drain-failed"
-	RollingUpdate      = UpdatePrefix + "rolling-update"
-	Reboot             = UpdatePrefix + "reboot"
-)
-
-// DrainSourceBashible is the value of draining/drained when node-manager
-// asked for the drain on behalf of an update. An empty value means the same.
-const DrainSourceBashible = "bashible"
-
-// UninitializedTaint is put on a node at registration and removed once its
-// group's node template has been applied.
-const UninitializedTaint = "node.deckhouse.io/uninitialized"
 
 // Group returns the node's group, or "" for a node node-manager does not manage.
-func Group(n *corev1.Node) string { return n.Labels[GroupLabel] }
+func Group(n *corev1.Node) string { return n.Labels[deckhousev1.NodeGroupLabel] }
 
 // Has reports whether the node carries the annotation.
 func Has(n *corev1.Node, key string) bool {
@@ -62,22 +34,22 @@ func IsReady(n *corev1.Node) bool {
 // DrainedByUs reports whether the node was drained by node-manager for an
 // update (so node-manager also uncordons it afterwards).
 func DrainedByUs(n *corev1.Node) bool {
-	v, ok := n.Annotations[Drained]
-	return ok && (v == "" || v == DrainSourceBashible)
+	v, ok := n.Annotations[deckhousev1.DrainedAnnotation]
+	return ok && (v == "" || v == deckhousev1.DrainSourceBashible)
 }
 
 // DrainingByUs reports whether node-manager asked for the node's drain
 // (for an update), as opposed to a person or another tool.
 func DrainingByUs(n *corev1.Node) bool {
-	v, ok := n.Annotations[Draining]
-	return ok && (v == "" || v == DrainSourceBashible)
+	v, ok := n.Annotations[deckhousev1.DrainingAnnotation]
+	return ok && (v == "" || v == deckhousev1.DrainSourceBashible)
 }
 
 // HasUpdateAnnotation reports whether any update.node.deckhouse.io/
 // annotation is on the node: the node is somewhere in an update.
 func HasUpdateAnnotation(n *corev1.Node) bool {
 	for k := range n.Annotations {
-		if strings.HasPrefix(k, UpdatePrefix) && k != Reboot {
+		if strings.HasPrefix(k, deckhousev1.UpdateAnnotationPrefix) && k != deckhousev1.RebootAnnotation {
 			return true
 		}
 	}

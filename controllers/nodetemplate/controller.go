@@ -78,7 +78,7 @@ func New(d *manager.Deps) *Controller {
 		warned:        map[string]int64{},
 		unmanaged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: UnmanagedNodesMetric,
-			Help: "1 for every Node without the node.deckhouse.io/group label: node-manager does not manage it.",
+			Help: "1 for every Node without the " + deckhousev1.NodeGroupLabel + " label: node-manager does not manage it.",
 		}, []string{"node"}),
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)

@@ -21,7 +21,6 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/nodes"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
 
@@ -48,20 +47,20 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 	defer cancel()
 
 	managed := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "managed", Labels: map[string]string{nodes.GroupLabel: "worker", "foreign": "x"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "managed", Labels: map[string]string{deckhousev1.NodeGroupLabel: "worker", "foreign": "x"}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
 			taint(cloudUninit, "true", corev1.TaintEffectNoSchedule),
-			taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
+			taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
 		}},
 	}
 	unmanaged := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "unmanaged", Labels: map[string]string{"foreign": "x"}}}
 	orphan := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "orphan", Labels: map[string]string{nodes.GroupLabel: "ghost"}},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)}},
+		ObjectMeta: metav1.ObjectMeta{Name: "orphan", Labels: map[string]string{deckhousev1.NodeGroupLabel: "ghost"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule)}},
 	}
 	worker := group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
 		Labels: map[string]string{"tier": "db"},
-		Taints: []deckhousev1.Taint{ngTaint("dedicated", "db", "NoSchedule"), ngTaint(nodes.UninitializedTaint, "", "NoSchedule")},
+		Taints: []deckhousev1.Taint{ngTaint("dedicated", "db", "NoSchedule"), ngTaint(deckhousev1.UninitializedTaint, "", "NoSchedule")},
 	})
 	kube := kubefake.NewClientset(managed, unmanaged, orphan)
 	nm := newNodeManagerClientset(worker)
@@ -91,10 +90,10 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 
 	poll("the template on node managed", func() (bool, error) {
 		n := getNode("managed")
-		return n.Labels["tier"] == "db" && n.Labels[nodes.TypeLabel] == "Static", nil
+		return n.Labels["tier"] == "db" && n.Labels[deckhousev1.NodeTypeLabel] == "Static", nil
 	})
 	n := getNode("managed")
-	if n.Labels["foreign"] != "x" || n.Annotations[ScaleDownDisabledAnnotation] != "true" || n.Labels["node-role.kubernetes.io/worker"] != "" {
+	if n.Labels["foreign"] != "x" || n.Annotations[deckhousev1.ScaleDownDisabledAnnotation] != "true" || n.Labels[deckhousev1.NodeRoleLabelPrefix+"worker"] != "" {
 		t.Errorf("managed node metadata: labels %v annotations %v", n.Labels, n.Annotations)
 	}
 	if want := []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint("dedicated", "db", corev1.TaintEffectNoSchedule)}; !equalTaints(n.Spec.Taints, want) {
@@ -103,7 +102,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 
 	select {
 	case e := <-recorder.Events:
-		if !strings.Contains(e, ReasonSkippedKeys) || !strings.Contains(e, "taint "+nodes.UninitializedTaint+":NoSchedule") {
+		if !strings.Contains(e, ReasonSkippedKeys) || !strings.Contains(e, "taint "+deckhousev1.UninitializedTaint+":NoSchedule") {
 			t.Errorf("event = %q, want a %s warning naming the uninitialized taint", e, ReasonSkippedKeys)
 		}
 	case <-time.After(5 * time.Second):
@@ -162,7 +161,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 	}
 	poll("two unmanaged series", func() (bool, error) { return testutil.CollectAndCount(c.unmanaged) == 2, nil })
 	u := getNode("unmanaged")
-	u.Labels[nodes.GroupLabel] = "worker"
+	u.Labels[deckhousev1.NodeGroupLabel] = "worker"
 	if _, err := kube.CoreV1().Nodes().Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +170,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 	}
 	poll("no unmanaged series", func() (bool, error) { return testutil.CollectAndCount(c.unmanaged) == 0, nil })
 	poll("the template on the node that joined", func() (bool, error) {
-		return getNode("unmanaged").Labels[nodes.TypeLabel] == "Static", nil
+		return getNode("unmanaged").Labels[deckhousev1.NodeTypeLabel] == "Static", nil
 	})
 }
 
@@ -180,7 +179,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 func TestSyncReturnsConflicts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{nodes.GroupLabel: "worker"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{deckhousev1.NodeGroupLabel: "worker"}}}
 	kube := kubefake.NewClientset(node)
 	kube.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "n1", errors.New("changed meanwhile"))

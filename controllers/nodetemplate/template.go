@@ -13,27 +13,11 @@ import (
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
-// Names read and written by this controller besides the shared protocol.
-const (
-	// LastAppliedAnnotation holds the JSON of what this controller applied
-	// last (Deckhouse's name and format: {"annotations":{},"labels":{},"taints":[]}).
-	LastAppliedAnnotation = "node-manager.deckhouse.io/last-applied-node-template"
-	// ScaleDownDisabledAnnotation keeps cluster-autoscaler off nodes it did not create.
-	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
-	// CAPIMachineAnnotation marks a node made by Cluster API; such nodes get
-	// the full template even when their group is CloudEphemeral.
-	CAPIMachineAnnotation = "cluster.x-k8s.io/machine"
-	// ControlPlaneRoleLabel is enforced on the nodes of the master group.
-	ControlPlaneRoleLabel = nodes.RoleLabelPrefix + "control-plane"
-	// MasterGroup is the group of control-plane nodes.
-	MasterGroup = "master"
-)
-
 // reservedPrefixes are key namespaces of node-manager's own protocol. A
 // template key inside them would fight bashible, update approval or this
 // controller (a template uninitialized taint would be removed and re-added
 // forever), so such keys are skipped.
-var reservedPrefixes = []string{"node.deckhouse.io/", "update.node.deckhouse.io/", "node-manager.deckhouse.io/"}
+var reservedPrefixes = []string{deckhousev1.NodeDomain, deckhousev1.UpdateAnnotationPrefix, deckhousev1.NodeManagerDomain}
 
 // Reserved reports whether key is in node-manager's own namespaces.
 func Reserved(key string) bool {
@@ -117,13 +101,13 @@ func (a Applied) encode() string {
 // LastApplied decodes the node's last-applied annotation. A node without
 // one was never touched by us: the zero Applied, so nothing is removed.
 func LastApplied(n *corev1.Node) (Applied, error) {
-	s, ok := n.Annotations[LastAppliedAnnotation]
+	s, ok := n.Annotations[deckhousev1.LastAppliedNodeTemplateAnnotation]
 	if !ok || s == "" {
 		return Applied{}, nil
 	}
 	var a Applied
 	if err := json.Unmarshal([]byte(s), &a); err != nil {
-		return Applied{}, fmt.Errorf("annotation %s of node %s is not valid JSON: %w", LastAppliedAnnotation, n.Name, err)
+		return Applied{}, fmt.Errorf("annotation %s of node %s is not valid JSON: %w", deckhousev1.LastAppliedNodeTemplateAnnotation, n.Name, err)
 	}
 	return a, nil
 }
@@ -134,16 +118,16 @@ func LastApplied(n *corev1.Node) (Applied, error) {
 func Desired(ng *deckhousev1.NodeGroup) Applied {
 	d := Applied{
 		Labels: map[string]string{
-			nodes.TypeLabel:                 string(ng.Spec.NodeType),
-			nodes.RoleLabelPrefix + ng.Name: "",
+			deckhousev1.NodeTypeLabel:                 string(ng.Spec.NodeType),
+			deckhousev1.NodeRoleLabelPrefix + ng.Name: "",
 		},
 		Annotations: map[string]string{},
 	}
-	if ng.Name == MasterGroup {
-		d.Labels[ControlPlaneRoleLabel] = ""
+	if ng.Name == deckhousev1.MasterNodeGroup {
+		d.Labels[deckhousev1.ControlPlaneRoleLabel] = ""
 	}
 	if ng.Spec.NodeType != deckhousev1.NodeTypeCloudEphemeral {
-		d.Annotations[ScaleDownDisabledAnnotation] = "true"
+		d.Annotations[deckhousev1.ScaleDownDisabledAnnotation] = "true"
 	}
 	t := ng.Spec.NodeTemplate
 	if t == nil {
@@ -195,7 +179,7 @@ func Compute(n *corev1.Node, ng *deckhousev1.NodeGroup) Result {
 	}
 	// Machines of an ephemeral group got their template from the machine
 	// controller that made them; only the registration taint is ours.
-	if ng.Spec.NodeType == deckhousev1.NodeTypeCloudEphemeral && !nodes.Has(n, CAPIMachineAnnotation) {
+	if ng.Spec.NodeType == deckhousev1.NodeTypeCloudEphemeral && !nodes.Has(n, deckhousev1.MachineAnnotation) {
 		if taints, changed := withoutUninitialized(n.Spec.Taints); changed {
 			change.Taints = &taints
 		}
@@ -207,11 +191,11 @@ func Compute(n *corev1.Node, ng *deckhousev1.NodeGroup) Result {
 
 	change.Labels = mergeMap(n.Labels, last.Labels, want.Labels)
 	change.Annotations = mergeMap(n.Annotations, last.Annotations, want.Annotations)
-	if enc := want.encode(); n.Annotations[LastAppliedAnnotation] != enc {
+	if enc := want.encode(); n.Annotations[deckhousev1.LastAppliedNodeTemplateAnnotation] != enc {
 		if change.Annotations == nil {
 			change.Annotations = map[string]*string{}
 		}
-		change.Annotations[LastAppliedAnnotation] = &enc
+		change.Annotations[deckhousev1.LastAppliedNodeTemplateAnnotation] = &enc
 	}
 	taints, changed := mergeTaints(n.Spec.Taints, last.Taints, want.Taints)
 	if t, removed := withoutUninitialized(taints); removed {
@@ -287,7 +271,7 @@ func mergeTaints(actual, last, want []corev1.Taint) ([]corev1.Taint, bool) {
 // withoutUninitialized drops node-manager's registration taint, whatever
 // its effect (a differing effect once kept it in Deckhouse).
 func withoutUninitialized(taints []corev1.Taint) ([]corev1.Taint, bool) {
-	out := slices.DeleteFunc(slices.Clone(taints), func(t corev1.Taint) bool { return t.Key == nodes.UninitializedTaint })
+	out := slices.DeleteFunc(slices.Clone(taints), func(t corev1.Taint) bool { return t.Key == deckhousev1.UninitializedTaint })
 	if out == nil {
 		out = []corev1.Taint{}
 	}

@@ -12,12 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 const (
 	cloudUninit = "node.cloudprovider.kubernetes.io/uninitialized"
-	csiTaint    = "node.deckhouse.io/csi-not-bootstrapped"
+	csiTaint    = deckhousev1.NodeDomain + "csi-not-bootstrapped"
 )
 
 func taint(key, value string, effect corev1.TaintEffect) corev1.Taint {
@@ -53,7 +52,7 @@ func (s nodeSpec) node(group string) *corev1.Node {
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
-		n.Labels[nodes.GroupLabel] = group
+		n.Labels[deckhousev1.NodeGroupLabel] = group
 	}
 	n.Spec.Taints = append([]corev1.Taint(nil), s.taints...)
 	return n
@@ -61,13 +60,13 @@ func (s nodeSpec) node(group string) *corev1.Node {
 
 // staticLabels are the labels every Static node of group "worker" gets.
 func staticLabels(extra map[string]string) map[string]string {
-	m := map[string]string{nodes.GroupLabel: "worker", nodes.TypeLabel: "Static", "node-role.kubernetes.io/worker": ""}
+	m := map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "Static", deckhousev1.NodeRoleLabelPrefix + "worker": ""}
 	maps.Copy(m, extra)
 	return m
 }
 
 func staticAnnotations(extra map[string]string) map[string]string {
-	m := map[string]string{ScaleDownDisabledAnnotation: "true"}
+	m := map[string]string{deckhousev1.ScaleDownDisabledAnnotation: "true"}
 	maps.Copy(m, extra)
 	return m
 }
@@ -95,7 +94,7 @@ func TestCompute(t *testing.T) {
 				annotations: map[string]string{"csi.volume.kubernetes.io/nodeid": "{}"},
 				taints: []corev1.Taint{
 					taint(cloudUninit, "true", corev1.TaintEffectNoSchedule),
-					taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
+					taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
 					taint("foreign", "v", corev1.TaintEffectNoExecute),
 				},
 			},
@@ -122,7 +121,7 @@ func TestCompute(t *testing.T) {
 				taint(csiTaint, "", corev1.TaintEffectNoSchedule),
 			}},
 			group:            group("worker", deckhousev1.NodeTypeCloudPermanent, nil),
-			wantLabels:       map[string]string{nodes.GroupLabel: "worker", nodes.TypeLabel: "CloudPermanent", "node-role.kubernetes.io/worker": ""},
+			wantLabels:       map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "CloudPermanent", deckhousev1.NodeRoleLabelPrefix + "worker": ""},
 			wantAnnotations:  staticAnnotations(nil),
 			wantTaints:       []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint(csiTaint, "", corev1.TaintEffectNoSchedule)},
 			wantNoTaintWrite: true,
@@ -132,7 +131,7 @@ func TestCompute(t *testing.T) {
 			name: "labels are added, changed and removed; foreign labels survive",
 			node: nodeSpec{
 				labels: staticLabels(map[string]string{"tier": "db", "gone": "1", "foreign": "x"}),
-				annotations: staticAnnotations(map[string]string{LastAppliedAnnotation: lastApplied(
+				annotations: staticAnnotations(map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: lastApplied(
 					map[string]string{"tier": "db", "gone": "1", "already-gone": "1"}, nil)}),
 			},
 			group: group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
@@ -148,7 +147,7 @@ func TestCompute(t *testing.T) {
 			node: nodeSpec{
 				labels: staticLabels(nil),
 				annotations: staticAnnotations(map[string]string{"a": "1", "b": "1", "foreign": "x",
-					LastAppliedAnnotation: lastApplied(nil, map[string]string{"a": "1", "b": "1"})}),
+					deckhousev1.LastAppliedNodeTemplateAnnotation: lastApplied(nil, map[string]string{"a": "1", "b": "1"})}),
 			},
 			group: group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
 				Annotations: map[string]string{"a": "2", "c": "3"},
@@ -162,7 +161,7 @@ func TestCompute(t *testing.T) {
 			name: "taints: value changed in place, effect change replaces, removed, added; foreign taints survive, even on a key we own with another effect",
 			node: nodeSpec{
 				labels: staticLabels(nil),
-				annotations: staticAnnotations(map[string]string{LastAppliedAnnotation: lastApplied(nil, nil,
+				annotations: staticAnnotations(map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: lastApplied(nil, nil,
 					taint("value", "old", corev1.TaintEffectNoExecute),
 					taint("effect", "", corev1.TaintEffectNoSchedule),
 					taint("gone", "", corev1.TaintEffectNoSchedule),
@@ -210,8 +209,8 @@ func TestCompute(t *testing.T) {
 		{
 			name: "the uninitialized taint goes whatever its effect, in the same change as the template",
 			node: nodeSpec{taints: []corev1.Taint{
-				taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
-				taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoExecute),
+				taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
+				taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoExecute),
 			}},
 			group: group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
 				Labels: map[string]string{"tier": "db"},
@@ -227,14 +226,14 @@ func TestCompute(t *testing.T) {
 				labels: map[string]string{"foreign": "x"},
 				taints: []corev1.Taint{
 					taint(cloudUninit, "true", corev1.TaintEffectNoSchedule),
-					taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
+					taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule),
 				},
 			},
 			group: group("worker", deckhousev1.NodeTypeCloudEphemeral, &deckhousev1.NodeTemplate{
 				Labels: map[string]string{"tier": "db"},
 				Taints: []deckhousev1.Taint{ngTaint("dedicated", "db", "NoSchedule")},
 			}),
-			wantLabels: map[string]string{nodes.GroupLabel: "worker", "foreign": "x"},
+			wantLabels: map[string]string{deckhousev1.NodeGroupLabel: "worker", "foreign": "x"},
 			wantTaints: []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule)},
 		},
 		{
@@ -243,41 +242,41 @@ func TestCompute(t *testing.T) {
 			group: group("worker", deckhousev1.NodeTypeCloudEphemeral, &deckhousev1.NodeTemplate{
 				Labels: map[string]string{"tier": "db"},
 			}),
-			wantLabels:       map[string]string{nodes.GroupLabel: "worker", "foreign": "x"},
+			wantLabels:       map[string]string{deckhousev1.NodeGroupLabel: "worker", "foreign": "x"},
 			wantNoTaintWrite: true,
 		},
 		{
 			name: "a Cluster API machine of a CloudEphemeral group gets the full template but stays scalable",
 			node: nodeSpec{
-				annotations: map[string]string{CAPIMachineAnnotation: "worker-abc"},
-				taints:      []corev1.Taint{taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
+				annotations: map[string]string{deckhousev1.MachineAnnotation: "worker-abc"},
+				taints:      []corev1.Taint{taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
 			},
 			group: group("worker", deckhousev1.NodeTypeCloudEphemeral, &deckhousev1.NodeTemplate{
 				Labels: map[string]string{"tier": "db"},
 			}),
-			wantLabels:      map[string]string{nodes.GroupLabel: "worker", nodes.TypeLabel: "CloudEphemeral", "node-role.kubernetes.io/worker": "", "tier": "db"},
-			wantAnnotations: map[string]string{CAPIMachineAnnotation: "worker-abc"},
+			wantLabels:      map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeTypeLabel: "CloudEphemeral", deckhousev1.NodeRoleLabelPrefix + "worker": "", "tier": "db"},
+			wantAnnotations: map[string]string{deckhousev1.MachineAnnotation: "worker-abc"},
 			wantTaints:      []corev1.Taint{},
 			wantLastApplied: true,
 		},
 		{
 			name:  "master nodes get the control-plane and master role labels",
-			node:  nodeSpec{taints: []corev1.Taint{taint("node-role.kubernetes.io/control-plane", "", corev1.TaintEffectNoSchedule)}},
+			node:  nodeSpec{taints: []corev1.Taint{taint(deckhousev1.ControlPlaneRoleLabel, "", corev1.TaintEffectNoSchedule)}},
 			group: group("master", deckhousev1.NodeTypeCloudPermanent, nil),
-			wantLabels: map[string]string{nodes.GroupLabel: "master", nodes.TypeLabel: "CloudPermanent",
-				"node-role.kubernetes.io/master": "", "node-role.kubernetes.io/control-plane": ""},
+			wantLabels: map[string]string{deckhousev1.NodeGroupLabel: "master", deckhousev1.NodeTypeLabel: "CloudPermanent",
+				deckhousev1.NodeRoleLabelPrefix + "master": "", deckhousev1.ControlPlaneRoleLabel: ""},
 			wantAnnotations:  staticAnnotations(nil),
-			wantTaints:       []corev1.Taint{taint("node-role.kubernetes.io/control-plane", "", corev1.TaintEffectNoSchedule)},
+			wantTaints:       []corev1.Taint{taint(deckhousev1.ControlPlaneRoleLabel, "", corev1.TaintEffectNoSchedule)},
 			wantNoTaintWrite: true,
 			wantLastApplied:  true,
 		},
 		{
 			name: "a node moved to another group loses the old role label",
 			node: nodeSpec{
-				labels: map[string]string{nodes.TypeLabel: "Static", "node-role.kubernetes.io/old": "", "foreign": "x"},
-				annotations: staticAnnotations(map[string]string{LastAppliedAnnotation: lastApplied(
-					map[string]string{nodes.TypeLabel: "Static", "node-role.kubernetes.io/old": ""},
-					map[string]string{ScaleDownDisabledAnnotation: "true"})}),
+				labels: map[string]string{deckhousev1.NodeTypeLabel: "Static", deckhousev1.NodeRoleLabelPrefix + "old": "", "foreign": "x"},
+				annotations: staticAnnotations(map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: lastApplied(
+					map[string]string{deckhousev1.NodeTypeLabel: "Static", deckhousev1.NodeRoleLabelPrefix + "old": ""},
+					map[string]string{deckhousev1.ScaleDownDisabledAnnotation: "true"})}),
 			},
 			group:            group("worker", deckhousev1.NodeTypeStatic, nil),
 			wantLabels:       staticLabels(map[string]string{"foreign": "x"}),
@@ -287,11 +286,11 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "keys in node-manager's namespaces and entries the API would refuse are skipped, a template uninitialized taint included",
-			node: nodeSpec{taints: []corev1.Taint{taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)}},
+			node: nodeSpec{taints: []corev1.Taint{taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule)}},
 			group: group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
-				Labels:      map[string]string{"node.deckhouse.io/group": "evil", "ok": "1", "bad key": "1", "bad-value": "a b"},
-				Annotations: map[string]string{LastAppliedAnnotation: "{}", "update.node.deckhouse.io/approved": ""},
-				Taints:      []deckhousev1.Taint{ngTaint(nodes.UninitializedTaint, "", "NoSchedule")},
+				Labels:      map[string]string{deckhousev1.NodeGroupLabel: "evil", "ok": "1", "bad key": "1", "bad-value": "a b"},
+				Annotations: map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: "{}", deckhousev1.ApprovedAnnotation: ""},
+				Taints:      []deckhousev1.Taint{ngTaint(deckhousev1.UninitializedTaint, "", "NoSchedule")},
 			}),
 			wantLabels:      staticLabels(map[string]string{"ok": "1"}),
 			wantAnnotations: staticAnnotations(nil),
@@ -302,7 +301,7 @@ func TestCompute(t *testing.T) {
 			name: "an unreadable last-applied annotation removes nothing and is rewritten",
 			node: nodeSpec{
 				labels:      staticLabels(map[string]string{"was-ours": "1"}),
-				annotations: staticAnnotations(map[string]string{LastAppliedAnnotation: "{not json"}),
+				annotations: staticAnnotations(map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: "{not json"}),
 				taints:      []corev1.Taint{taint("was-ours", "", corev1.TaintEffectNoSchedule)},
 			},
 			group:            group("worker", deckhousev1.NodeTypeStatic, nil),
@@ -317,7 +316,7 @@ func TestCompute(t *testing.T) {
 			name: "a last-applied annotation written by Deckhouse is understood",
 			node: nodeSpec{
 				labels:      staticLabels(map[string]string{"x": ""}),
-				annotations: staticAnnotations(map[string]string{LastAppliedAnnotation: `{"annotations":{},"labels":{"x":""},"taints":[{"effect":"NoSchedule","key":"k"}]}`}),
+				annotations: staticAnnotations(map[string]string{deckhousev1.LastAppliedNodeTemplateAnnotation: `{"annotations":{},"labels":{"x":""},"taints":[{"effect":"NoSchedule","key":"k"}]}`}),
 				taints:      []corev1.Taint{taint("k", "", corev1.TaintEffectNoSchedule), taint("foreign", "", corev1.TaintEffectNoSchedule)},
 			},
 			group:           group("worker", deckhousev1.NodeTypeStatic, nil),
@@ -330,10 +329,10 @@ func TestCompute(t *testing.T) {
 			name: "a node without a known group is not touched",
 			node: nodeSpec{
 				labels: map[string]string{"foreign": "x"},
-				taints: []corev1.Taint{taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
+				taints: []corev1.Taint{taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
 			},
 			wantLabels:       map[string]string{"foreign": "x"},
-			wantTaints:       []corev1.Taint{taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
+			wantTaints:       []corev1.Taint{taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
 			wantNoTaintWrite: true,
 		},
 	}
@@ -358,8 +357,8 @@ func TestCompute(t *testing.T) {
 			res.Change.ApplyTo(n)
 
 			gotAnnotations := maps.Clone(n.Annotations)
-			last, hasLast := gotAnnotations[LastAppliedAnnotation]
-			delete(gotAnnotations, LastAppliedAnnotation)
+			last, hasLast := gotAnnotations[deckhousev1.LastAppliedNodeTemplateAnnotation]
+			delete(gotAnnotations, deckhousev1.LastAppliedNodeTemplateAnnotation)
 			if hasLast != tc.wantLastApplied {
 				t.Errorf("last-applied annotation present = %v, want %v", hasLast, tc.wantLastApplied)
 			}
@@ -417,7 +416,7 @@ func TestComputeSequence(t *testing.T) {
 	})
 	n := nodeSpec{
 		labels: map[string]string{"foreign": "x"},
-		taints: []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint(nodes.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
+		taints: []corev1.Taint{taint(cloudUninit, "true", corev1.TaintEffectNoSchedule), taint(deckhousev1.UninitializedTaint, "", corev1.TaintEffectNoSchedule)},
 	}.node("worker")
 	steps := []struct {
 		template   deckhousev1.NodeTemplate
@@ -460,10 +459,10 @@ func TestComputeSequence(t *testing.T) {
 
 func TestSkipped(t *testing.T) {
 	ng := group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
-		Labels: map[string]string{"node.deckhouse.io/type": "x", "dedicated.example.com/x": "", "bad key": "v",
+		Labels: map[string]string{deckhousev1.NodeTypeLabel: "x", "dedicated.example.com/x": "", "bad key": "v",
 			"example.com/bad-value": "has spaces"},
-		Annotations: map[string]string{"update.node.deckhouse.io/approved": "", "example.com/any-value": "spaces are fine here"},
-		Taints: []deckhousev1.Taint{ngTaint(nodes.UninitializedTaint, "", "NoSchedule"), ngTaint("dedicated", "", "NoSchedule"),
+		Annotations: map[string]string{deckhousev1.ApprovedAnnotation: "", "example.com/any-value": "spaces are fine here"},
+		Taints: []deckhousev1.Taint{ngTaint(deckhousev1.UninitializedTaint, "", "NoSchedule"), ngTaint("dedicated", "", "NoSchedule"),
 			ngTaint("dedicated", "bad value", "NoExecute")},
 	})
 	got := Skipped(ng)

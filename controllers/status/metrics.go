@@ -48,7 +48,7 @@ func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1
 	approved := 0.0
 	for _, n := range ns {
 		names = append(names, n.Name)
-		if nodes.Has(n, nodes.Approved) {
+		if nodes.Has(n, deckhousev1.ApprovedAnnotation) {
 			approved++
 		}
 		state := approval.State(n, g, checksum)

@@ -47,16 +47,16 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 		if nodes.IsReady(n) {
 			s.Ready++
 		}
-		if checksum != "" && n.Annotations[nodes.ChecksumAnnotation] == checksum {
+		if checksum != "" && n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == checksum {
 			s.UpToDate++
 		}
 		if nodes.HasUpdateAnnotation(n) {
 			updating = append(updating, n.Name)
 		}
-		if nodes.Has(n, nodes.DisruptionRequired) && !nodes.Has(n, nodes.DisruptionApproved) {
+		if nodes.Has(n, deckhousev1.DisruptionRequiredAnnotation) && !nodes.Has(n, deckhousev1.DisruptionApprovedAnnotation) {
 			waitingDisruption = append(waitingDisruption, n.Name)
 		}
-		if nodes.Has(n, nodes.DrainFailed) {
+		if nodes.Has(n, deckhousev1.DrainFailedAnnotation) {
 			drainFailed = append(drainFailed, n.Name)
 		}
 		if v, err := version.ParseGeneric(n.Status.NodeInfo.KubeletVersion); err == nil && (oldest == nil || v.LessThan(oldest)) {
@@ -76,7 +76,7 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 		errs = append(errs, "the group's configuration does not render: "+r.Message)
 	}
 	if len(drainFailed) > 0 {
-		errs = append(errs, fmt.Sprintf("drain failed on %s (see the nodes' update.node.deckhouse.io/drain-failed)", list(drainFailed)))
+		errs = append(errs, fmt.Sprintf("drain failed on %s (see the nodes' %s)", list(drainFailed), deckhousev1.DrainFailedAnnotation))
 	}
 
 	set := func(typ string, ok bool, reason, msg string) {
@@ -97,7 +97,7 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 	if len(waitingDisruption) > 0 {
 		waitMsg = fmt.Sprintf("%s wait(s) for a disruption approval", list(waitingDisruption))
 		if approval.Mode(g) == deckhousev1.ApprovalManual {
-			waitMsg += "; the group's approvalMode is Manual: drain the node, then kubectl annotate node <name> update.node.deckhouse.io/disruption-approved="
+			waitMsg += "; the group's approvalMode is Manual: drain the node, then kubectl annotate node <name> " + deckhousev1.DisruptionApprovedAnnotation + "="
 		}
 	}
 	set(ConditionWaitingForDisruptiveApproval, len(waitingDisruption) > 0, pick(len(waitingDisruption) > 0, "DisruptionApprovalRequired", "NoDisruptionPending"), waitMsg)

@@ -10,11 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 func node(name, group string, ready bool, ann ...string) *corev1.Node {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodes.GroupLabel: group}, Annotations: map[string]string{}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{deckhousev1.NodeGroupLabel: group}, Annotations: map[string]string{}}}
 	st := corev1.ConditionFalse
 	if ready {
 		st = corev1.ConditionTrue
@@ -33,9 +32,9 @@ func TestComputeCountsAndConditions(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic,
 		Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalManual}}}
 	ns := []*corev1.Node{
-		node("a", "w", true, nodes.ChecksumAnnotation, "new"),
-		node("b", "w", true, nodes.ChecksumAnnotation, "old", nodes.Approved, "", nodes.DisruptionRequired, ""),
-		node("c", "w", false, nodes.ChecksumAnnotation, "new"),
+		node("a", "w", true, deckhousev1.ConfigurationChecksumAnnotation, "new"),
+		node("b", "w", true, deckhousev1.ConfigurationChecksumAnnotation, "old", deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""),
+		node("c", "w", false, deckhousev1.ConfigurationChecksumAnnotation, "new"),
 	}
 	s := Compute(g, "new", ns, t0)
 	if s.Nodes != 3 || s.Ready != 2 || s.UpToDate != 2 || s.KubernetesVersion != "1.36" {
@@ -78,7 +77,7 @@ func TestTransitionTimesStayWhileStatusStays(t *testing.T) {
 func TestErrorsFromRenderingAndDrains(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
 	g.Status.Conditions = []metav1.Condition{{Type: ConditionRendered, Status: metav1.ConditionFalse, Message: "step 100_x: line 3: missing key"}}
-	s := Compute(g, "s", []*corev1.Node{node("a", "w", true, nodes.DrainFailed, "pdb")}, t0)
+	s := Compute(g, "s", []*corev1.Node{node("a", "w", true, deckhousev1.DrainFailedAnnotation, "pdb")}, t0)
 	c := meta.FindStatusCondition(s.Conditions, ConditionError)
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "missing key") || !strings.Contains(c.Message, "drain failed on a") {
 		t.Errorf("Error condition %+v", c)

@@ -10,7 +10,6 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/manager"
 	applyv1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
 )
 
@@ -41,7 +40,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		WithConditionSummary(applyv1.ConditionSummary().WithReady(s.SummaryReady).WithStatusMessage(s.SummaryMessage)).
 		WithConditions(conditions(s.Conditions)...))
 	if _, err := c.d.NodeManager.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac,
-		metav1.ApplyOptions{FieldManager: manager.Name, Force: true}); err != nil {
+		metav1.ApplyOptions{FieldManager: deckhousev1.NodeManagerControllerName, Force: true}); err != nil {
 		return fmt.Errorf("writing the status of NodeGroup %s: %w", group, err)
 	}
 	return nil

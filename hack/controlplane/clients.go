@@ -17,14 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-)
 
-// Bootstrap-token names shared with the product (DESIGN.md §3).
-const (
-	// BootstrapGroup is the extra group of node-manager's bootstrap tokens.
-	BootstrapGroup = "system:bootstrappers:d8-node-manager"
-	// NodeGroupLabel on a token Secret names the group the token joins.
-	NodeGroupLabel = "node-manager.deckhouse.io/node-group"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // CACertPEM is the cluster CA certificate.
@@ -104,7 +98,7 @@ func (cp *ControlPlane) CreateBootstrapToken(ctx context.Context, nodeGroup stri
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      "bootstrap-token-" + tok.ID,
 			Namespace: "kube-system",
-			Labels:    map[string]string{NodeGroupLabel: nodeGroup},
+			Labels:    map[string]string{deckhousev1.TokenNodeGroupLabel: nodeGroup},
 		},
 		Type: corev1.SecretTypeBootstrapToken,
 		StringData: map[string]string{
@@ -113,7 +107,7 @@ func (cp *ControlPlane) CreateBootstrapToken(ctx context.Context, nodeGroup stri
 			"expiration":                     tok.Expires.Format(time.RFC3339),
 			"usage-bootstrap-authentication": "true",
 			"usage-bootstrap-signing":        "true",
-			"auth-extra-groups":              BootstrapGroup + "," + BootstrapGroup + ":" + nodeGroup,
+			"auth-extra-groups":              deckhousev1.BootstrappersGroup + "," + deckhousev1.BootstrappersGroup + ":" + nodeGroup,
 		},
 	}
 	if _, err := client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil {

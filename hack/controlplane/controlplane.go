@@ -32,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // Names of things inside the cluster that the harness relies on.
@@ -438,7 +440,7 @@ func (cp *ControlPlane) waitControllersWorking(ctx context.Context) error {
 		if done, werr := kcm.exited(); done {
 			return false, fmt.Errorf("exited: %v", werr)
 		}
-		if _, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+		if _, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, deckhousev1.RootCAConfigMap, metav1.GetOptions{}); err != nil {
 			return false, ignoreNotFound(err)
 		}
 		_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})

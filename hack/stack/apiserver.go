@@ -23,22 +23,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/node-manager/node-manager/apiserver/bundles"
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
 // Fixed names (DESIGN.md §3).
 const (
-	Namespace      = "d8-cloud-instance-manager"
-	ServiceName    = "bashible-api"
-	APIServiceName = "v1alpha1.bashible.deckhouse.io"
 	// ServiceAccountUser is bashible-apiserver's identity; the manifests'
 	// RBAC is bound to this ServiceAccount, and a client certificate with
 	// this name gets exactly those permissions.
-	ServiceAccountUser = "system:serviceaccount:" + Namespace + ":bashible-apiserver"
+	ServiceAccountUser = "system:serviceaccount:" + deckhousev1.Namespace + ":bashible-apiserver"
 	// BundlesNamespace is where bashible-apiserver publishes bundles and
 	// holds its Lease: a namespace only it may write to.
-	BundlesNamespace = bundles.PublishedNamespace
+	BundlesNamespace = deckhousev1.BundlesNamespace
 )
 
 // BuildBinaries builds node-manager's binaries into <root>/bin.
@@ -55,7 +53,7 @@ func BuildBinaries(root string) error {
 // InstallAPIServer applies bashible-apiserver's namespaces and RBAC
 // from manifests/ (the real ones, so the e2e runs prove them).
 func InstallAPIServer(ctx context.Context, root string, applier *controlplane.Applier) error {
-	dir := filepath.Join(root, "manifests", "bashible-apiserver")
+	dir := filepath.Join(root, "manifests", deckhousev1.BashibleAPIServerName)
 	return applier.ApplyFiles(ctx, filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"))
 }
 
@@ -113,7 +111,7 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APISer
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, err := cp.IssueServingCert("bashible-api", ServiceName+"."+Namespace+".svc")
+	certPEM, keyPEM, err := cp.IssueServingCert(bashiblev1alpha1.ServiceName, bashiblev1alpha1.ServiceName+"."+deckhousev1.Namespace+".svc")
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +144,7 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APISer
 		args = append(args, "--templates-dir="+opts.TemplatesDir)
 	}
 	args = append(args, opts.ExtraArgs...)
-	proc, err := cp.StartProcess("bashible-apiserver-"+opts.Identity, filepath.Join(opts.BinDir, "bashible-apiserver"), args, port)
+	proc, err := cp.StartProcess("bashible-apiserver-"+opts.Identity, filepath.Join(opts.BinDir, deckhousev1.BashibleAPIServerName), args, port)
 	if err != nil {
 		return nil, err
 	}
@@ -209,16 +207,16 @@ func (s *APIServer) Register(ctx context.Context) error {
 	}
 	svc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Service",
-		"metadata": map[string]any{"name": ServiceName, "namespace": Namespace},
+		"metadata": map[string]any{"name": bashiblev1alpha1.ServiceName, "namespace": deckhousev1.Namespace},
 		"spec":     map[string]any{"type": "ExternalName", "externalName": "localhost"},
 	}}
 	apiService := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": APIServiceName},
+		"metadata": map[string]any{"name": bashiblev1alpha1.APIServiceName},
 		"spec": map[string]any{
 			"group": "bashible.deckhouse.io", "version": "v1alpha1",
 			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			"service":  map[string]any{"name": ServiceName, "namespace": Namespace, "port": int64(s.Port)},
+			"service":  map[string]any{"name": bashiblev1alpha1.ServiceName, "namespace": deckhousev1.Namespace, "port": int64(s.Port)},
 			"caBundle": s.cp.CACertPEM(),
 		},
 	}}
@@ -232,7 +230,7 @@ func (s *APIServer) Register(ctx context.Context) error {
 	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		obj, err := dyn.Resource(gvr).Get(ctx, APIServiceName, metav1.GetOptions{})
+		obj, err := dyn.Resource(gvr).Get(ctx, bashiblev1alpha1.APIServiceName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -250,7 +248,7 @@ func (s *APIServer) Register(ctx context.Context) error {
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("APIService %s did not become Available (%s): %w", APIServiceName, last, err)
+		return fmt.Errorf("APIService %s did not become Available (%s): %w", bashiblev1alpha1.APIServiceName, last, err)
 	}
 	return nil
 }

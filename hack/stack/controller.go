@@ -12,17 +12,18 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
 // ControllerUser is node-manager-controller's identity: the manifests' RBAC
 // is bound to this ServiceAccount, so the e2e runs prove those rules.
-const ControllerUser = "system:serviceaccount:" + Namespace + ":node-manager-controller"
+const ControllerUser = "system:serviceaccount:" + deckhousev1.Namespace + ":node-manager-controller"
 
 // InstallController applies node-manager-controller's RBAC and the
 // bindings of node-manager's TLS bootstrap from manifests/.
 func InstallController(ctx context.Context, root string, applier *controlplane.Applier) error {
-	dir := filepath.Join(root, "manifests", "node-manager-controller")
+	dir := filepath.Join(root, "manifests", deckhousev1.NodeManagerControllerName)
 	return applier.ApplyFiles(ctx, filepath.Join(dir, "rbac.yaml"), filepath.Join(dir, "node-join.yaml"))
 }
 
@@ -68,7 +69,7 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
-		"--namespace=" + Namespace,
+		"--namespace=" + deckhousev1.Namespace,
 		"--identity=" + opts.Identity,
 		"--listen-address=127.0.0.1:" + strconv.Itoa(port),
 		"--leader-elect-lease-duration=4s",
@@ -76,7 +77,7 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 		"--leader-elect-retry-period=500ms",
 		"--v=2",
 	}, opts.ExtraArgs...)
-	proc, err := cp.StartProcess("node-manager-controller-"+opts.Identity, filepath.Join(e.Root, "bin", "node-manager-controller"), args, port)
+	proc, err := cp.StartProcess("node-manager-controller-"+opts.Identity, filepath.Join(e.Root, "bin", deckhousev1.NodeManagerControllerName), args, port)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
@@ -63,7 +65,7 @@ func NewSimNode(ctx context.Context, cp *controlplane.ControlPlane, dir, name, g
 		}
 	}
 	admin := cp.AdminConfig()
-	labels := map[string]string{"node.deckhouse.io/group": group}
+	labels := map[string]string{deckhousev1.NodeGroupLabel: group}
 	// As at a real join: node-manager creates the Instance (when it approves
 	// the kubelet's certificate) before the Node registers.
 	if _, err := versioned.NewForConfigOrDie(admin).DeckhouseV1alpha1().Instances().Create(ctx,
@@ -124,7 +126,7 @@ func (n *SimNode) FetchAgent(ctx context.Context, cp *controlplane.ControlPlane)
 	if err != nil {
 		return fmt.Errorf("fetch bashible.sh for %s: %w", n.Name, err)
 	}
-	if err := os.WriteFile(n.Path("var/lib/bashible/bashible.sh"), []byte(b.Data["bashible.sh"]), 0o755); err != nil {
+	if err := os.WriteFile(n.Path("var/lib/bashible/bashible.sh"), []byte(b.Data[bashiblev1alpha1.BashibleScriptKey]), 0o755); err != nil {
 		return err
 	}
 	return n.Write("var/lib/bashible/first_run", "")

@@ -12,6 +12,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/klog/v2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/server"
 	"github.com/node-manager/node-manager/templates/sandbox"
 )
@@ -29,7 +30,7 @@ func main() {
 
 func run() error {
 	opts := server.NewOptions()
-	fs := pflag.NewFlagSet("bashible-apiserver", pflag.ExitOnError)
+	fs := pflag.NewFlagSet(deckhousev1.BashibleAPIServerName, pflag.ExitOnError)
 	opts.AddFlags(fs)
 	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
 	klog.InitFlags(klogFlags)

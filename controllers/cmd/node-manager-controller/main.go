@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers"
 	"github.com/node-manager/node-manager/controllers/manager"
 )
@@ -31,7 +32,7 @@ func main() {
 
 func run() error {
 	opts := manager.NewOptions()
-	fs := pflag.NewFlagSet("node-manager-controller", pflag.ExitOnError)
+	fs := pflag.NewFlagSet(deckhousev1.NodeManagerControllerName, pflag.ExitOnError)
 	opts.AddFlags(fs)
 	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
 	klog.InitFlags(klogFlags)

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -103,7 +104,7 @@ func run() error {
 	// group; show the stack once it has.
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "manual-bootstrap-for-worker", metav1.GetOptions{})
+		_, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, deckhousev1.ManualBootstrapSecretPrefix+"worker", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
 		return fmt.Errorf("node-manager-controller did not write manual-bootstrap-for-worker: %w", err)
@@ -121,7 +122,7 @@ node-manager local stack is ready.
 
 `, *kubeconfig, kubectl)
 	for _, args := range [][]string{{"get", "nodegroups"}, {"get", "nodegroupbundles"},
-		{"-n", stack.Namespace, "get", "secrets", "-l", "node-manager.deckhouse.io/node-group"}} {
+		{"-n", deckhousev1.Namespace, "get", "secrets", "-l", deckhousev1.TokenNodeGroupLabel}} {
 		fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
 		show := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", *kubeconfig}, args...)...)
 		show.Stdout, show.Stderr = os.Stdout, os.Stderr
@@ -131,7 +132,7 @@ node-manager local stack is ready.
 		fmt.Println()
 	}
 	fmt.Printf("Try: %s get nodegroupbundles worker -o yaml\n", kubectl)
-	fmt.Printf("     %s -n %s get secret manual-bootstrap-for-worker -o jsonpath='{.data.bootstrap\\.sh}' | base64 -d\n", kubectl, stack.Namespace)
+	fmt.Printf("     %s -n %s get secret manual-bootstrap-for-worker -o jsonpath='{.data.bootstrap\\.sh}' | base64 -d\n", kubectl, deckhousev1.Namespace)
 	fmt.Printf("\nLogs are in %s. Press Ctrl-C to stop.\n", cp.Dir())
 
 	select {

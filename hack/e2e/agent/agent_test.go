@@ -12,12 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
-const checksumAnnotation = "node.deckhouse.io/configuration-checksum"
+const checksumAnnotation = deckhousev1.ConfigurationChecksumAnnotation
 
 // newNode creates a simulated node in group with bashible.sh installed, as
 // after bootstrap: its next run is its first.
@@ -99,7 +100,7 @@ func TestFirstRunConvergesWithoutApproval(t *testing.T) {
 	if notes := f.EventNotes(t, n.Name, "BashibleStepSucceeded"); len(notes) < 3 || !strings.Contains(strings.Join(notes, "\n"), "step 020_harmless.sh succeeded") {
 		t.Errorf("per-step events: %v", notes)
 	}
-	if _, ok := annotations(t, n)["update.node.deckhouse.io/waiting-for-approval"]; ok {
+	if _, ok := annotations(t, n)[deckhousev1.WaitingForApprovalAnnotation]; ok {
 		t.Error("a first run must not ask for approval")
 	}
 
@@ -138,7 +139,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			_, waiting := a["update.node.deckhouse.io/waiting-for-approval"]
+			_, waiting := a[deckhousev1.WaitingForApprovalAnnotation]
 			_, stillUpToDate := a[checksumAnnotation]
 			return waiting && !stillUpToDate, nil
 		})
@@ -148,7 +149,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 		})
 	}
 	empty := ""
-	if err := nodes[1].Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := nodes[1].Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := runs["appr-2"].cmd.Wait(); err != nil {
@@ -279,7 +280,7 @@ func TestARebootForcesAConvergeWithoutApproval(t *testing.T) {
 	if got := strings.Count(n.Read("applied-checksums"), "\n"); got != applied+1 {
 		t.Errorf("a reboot should force a converge (%d → %d)", applied, got)
 	}
-	if _, asked := annotations(t, n)["update.node.deckhouse.io/waiting-for-approval"]; asked {
+	if _, asked := annotations(t, n)[deckhousev1.WaitingForApprovalAnnotation]; asked {
 		t.Error("a converge after a reboot asked for approval without a disruption")
 	}
 }
@@ -308,7 +309,7 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 	sum := f.Checksum(t, "sim")
 	rebootsBy(t, n)
 	empty := ""
-	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/reboot": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.RebootAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	cmd, out, err := n.Start(framework.Context(t))
@@ -322,21 +323,21 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 		return ok, err
 	}
 	framework.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
-		return has(ctx, "update.node.deckhouse.io/waiting-for-approval")
+		return has(ctx, deckhousev1.WaitingForApprovalAnnotation)
 	})
 	if _, ok := annotations(t, n)[checksumAnnotation]; ok {
 		t.Error("a node asking for approval must not count as up to date")
 	}
-	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	framework.Poll(t, "the node asks for a disruption", func(ctx context.Context) (bool, error) {
-		return has(ctx, "update.node.deckhouse.io/disruption-required")
+		return has(ctx, deckhousev1.DisruptionRequiredAnnotation)
 	})
 	if n.Exists("reboots") {
 		t.Fatal("the node rebooted before its disruption was approved")
 	}
-	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -349,7 +350,7 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 		t.Errorf("the reboot must come after the configuration is recorded; at reboot the checksum file held %q", n.Read("rebooted-with"))
 	}
 	a := annotations(t, n)
-	if _, ok := a["update.node.deckhouse.io/reboot"]; !ok {
+	if _, ok := a[deckhousev1.RebootAnnotation]; !ok {
 		t.Error("the reboot request was cleared before the node came back")
 	}
 	if _, ok := a[checksumAnnotation]; ok {
@@ -359,7 +360,7 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 	// Back from the reboot: the run converges, reports, and clears the request.
 	mustRun(t, n)
 	a = annotations(t, n)
-	if _, ok := a["update.node.deckhouse.io/reboot"]; ok {
+	if _, ok := a[deckhousev1.RebootAnnotation]; ok {
 		t.Error("the answered reboot request should be cleared once the node is back")
 	}
 	if a[checksumAnnotation] != sum {
@@ -384,7 +385,7 @@ func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	framework.Poll(t, "the node asks for update approval", func(ctx context.Context) (bool, error) {
 		a, err := n.Annotations(ctx, f.CP)
-		_, ok := a["update.node.deckhouse.io/waiting-for-approval"]
+		_, ok := a[deckhousev1.WaitingForApprovalAnnotation]
 		return ok, err
 	})
 	time.Sleep(2 * time.Second) // a few polls of a node that waits
@@ -392,7 +393,7 @@ func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
 		t.Fatal("the weight-0 step ran before the update was approved")
 	}
 	empty := ""
-	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -411,7 +412,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	}
 	changeBundle(t, "disruption-probe.sh", "sim", "echo disrupt\n")
 	empty := ""
-	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	cmd, out, err := n.Start(framework.Context(t))
@@ -421,13 +422,13 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	framework.Poll(t, "the node asks for disruption approval", func(ctx context.Context) (bool, error) {
 		a, err := n.Annotations(ctx, f.CP)
-		_, ok := a["update.node.deckhouse.io/disruption-required"]
+		_, ok := a[deckhousev1.DisruptionRequiredAnnotation]
 		return ok, err
 	})
 	if n.Exists("disrupted") {
 		t.Fatal("the disruptive action ran before it was approved")
 	}
-	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/disruption-approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
@@ -444,11 +445,11 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := changeBundle(t, "rolling-probe.sh", "rolling", "echo rolling\n")
-	if err := r.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := r.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, r)
-	if _, ok := annotations(t, r)["update.node.deckhouse.io/rolling-update"]; !ok {
+	if _, ok := annotations(t, r)[deckhousev1.RollingUpdateAnnotation]; !ok {
 		t.Fatalf("the node should annotate rolling-update:\n%s", run.Output)
 	}
 	if r.Exists("disrupted") || strings.Contains(r.Read("var/lib/bashible/configuration_checksum"), next) {

@@ -15,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -257,7 +258,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	})
 	// The checksum covers bashible.sh, so this is a new configuration: approve it.
 	empty := ""
-	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	run := mustRun(t, n)
@@ -272,7 +273,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 	}
 
 	// An empty script is refused the same way.
-	if err := e.Annotate(framework.Context(t), f.CP, map[string]*string{"update.node.deckhouse.io/approved": &empty}); err != nil {
+	if err := e.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	if run := mustRun(t, e); !strings.Contains(run.Output, "refusing the served bashible.sh") || e.Read("var/lib/bashible/bashible.sh") != goodOther {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	bashibleclient "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
@@ -130,7 +131,7 @@ func TestNodeWithoutInstanceReadsNothing(t *testing.T) {
 func TestNodeCannotWidenItsScopeByRelabelling(t *testing.T) {
 	ctx := framework.Context(t)
 	f.TestNode(t, framework.NewNode("node-sneaky", "worker"))
-	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-sneaky", Labels: map[string]string{"node.deckhouse.io/group": "worker"}}}
+	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-sneaky", Labels: map[string]string{deckhousev1.NodeGroupLabel: "worker"}}}
 	if _, err := f.NM.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

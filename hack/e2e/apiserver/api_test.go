@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
@@ -31,7 +32,7 @@ func TestDiscoveryListsTheThreeResourcesWithGetListWatch(t *testing.T) {
 			t.Errorf("kubectl api-resources does not list %s:\n%s", want, out)
 		}
 	}
-	if out := f.Kubectl(t, "get", "apiservice", "v1alpha1.bashible.deckhouse.io"); !strings.Contains(out, "True") {
+	if out := f.Kubectl(t, "get", "apiservice", bashiblev1alpha1.APIServiceName); !strings.Contains(out, "True") {
 		t.Errorf("APIService should be Available:\n%s", out)
 	}
 }
@@ -97,7 +98,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 			t.Errorf("%s checksum annotation %q, want the group's sha256 on all three", resource, sum)
 		}
 	}
-	if bundle.Labels[bashiblev1alpha1.GroupLabel] != "worker" || bundle.Labels[bashiblev1alpha1.NodeTypeLabel] != "Static" {
+	if bundle.Labels[deckhousev1.NodeGroupLabel] != "worker" || bundle.Labels[deckhousev1.NodeTypeLabel] != "Static" {
 		t.Errorf("labels: %v", bundle.Labels)
 	}
 	if bundle.CreationTimestamp.IsZero() || bundle.ResourceVersion == "" {
@@ -114,7 +115,7 @@ func TestObjectsCarryChecksumLabelsAndScripts(t *testing.T) {
 		t.Errorf("bashible.sh should carry the API endpoints from the EndpointSlice")
 	}
 	// Labels select.
-	list, err := c.NodeGroupBundles().List(ctx, metav1.ListOptions{LabelSelector: bashiblev1alpha1.GroupLabel + "=master"})
+	list, err := c.NodeGroupBundles().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=master"})
 	if err != nil {
 		t.Fatal(err)
 	}

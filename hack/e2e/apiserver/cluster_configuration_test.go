@@ -8,7 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/node-manager/node-manager/apiserver/bundles"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
@@ -18,8 +18,8 @@ import (
 func setClusterConfiguration(t *testing.T, yaml string) {
 	t.Helper()
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: bundles.ClusterConfigurationSecret, Namespace: metav1.NamespaceSystem},
-		Data:       map[string][]byte{bundles.ClusterConfigurationKey: []byte(yaml)},
+		ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.ClusterConfigurationSecret, Namespace: metav1.NamespaceSystem},
+		Data:       map[string][]byte{deckhousev1.ClusterConfigurationKey: []byte(yaml)},
 	}
 	secrets := f.Kube.CoreV1().Secrets(metav1.NamespaceSystem)
 	_, err := secrets.Create(framework.Context(t), secret, metav1.CreateOptions{})
@@ -30,7 +30,7 @@ func setClusterConfiguration(t *testing.T, yaml string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		err := secrets.Delete(context.Background(), bundles.ClusterConfigurationSecret, metav1.DeleteOptions{})
+		err := secrets.Delete(context.Background(), deckhousev1.ClusterConfigurationSecret, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("remove the cluster configuration: %v", err)
 		}

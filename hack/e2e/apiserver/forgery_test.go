@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
@@ -30,7 +31,7 @@ import (
 // policies apply exactly.
 func controllerClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	cert, key, err := f.CP.IssueClientCert(stack.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:"+stack.Namespace)
+	cert, key, err := f.CP.IssueClientCert(stack.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:"+deckhousev1.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +47,12 @@ func publishedSecret(t *testing.T, group string) *corev1.Secret {
 	t.Helper()
 	var found *corev1.Secret
 	framework.Poll(t, "the published Secret of group "+group, func(ctx context.Context) (bool, error) {
-		list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: bundles.AppLabel + "=" + bundles.AppLabelValue})
+		list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.PublishedBundleAppLabel + "=" + deckhousev1.BashibleAPIServerName})
 		if err != nil {
 			return false, err
 		}
 		for i := range list.Items {
-			if list.Items[i].Name == bundles.SecretPrefix+group {
+			if list.Items[i].Name == deckhousev1.PublishedBundleSecretPrefix+group {
 				found = &list.Items[i]
 				return true, nil
 			}
@@ -105,7 +106,7 @@ func TestControllerIdentityCannotWriteAPublishedBundle(t *testing.T) {
 
 	refused(t, "the controller creates a forged bundle where bundles are published", func(ctx context.Context, dryRun []string) error {
 		_, err := controller.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: bundles.SecretPrefix + "forged", Namespace: ns, Labels: published.Labels},
+			ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.PublishedBundleSecretPrefix + "forged", Namespace: ns, Labels: published.Labels},
 			Data:       forged,
 		}, metav1.CreateOptions{DryRun: dryRun})
 		return err
@@ -120,9 +121,9 @@ func TestControllerIdentityCannotWriteAPublishedBundle(t *testing.T) {
 		return controller.CoreV1().Secrets(ns).Delete(ctx, published.Name, metav1.DeleteOptions{DryRun: dryRun})
 	})
 	// Nor may it plant one in its own namespace, where bundles used to be.
-	refused(t, "the controller creates a bundle Secret in "+stack.Namespace, func(ctx context.Context, dryRun []string) error {
-		_, err := controller.CoreV1().Secrets(stack.Namespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: bundles.SecretPrefix + "worker-copy", Namespace: stack.Namespace, Labels: published.Labels},
+	refused(t, "the controller creates a bundle Secret in "+deckhousev1.Namespace, func(ctx context.Context, dryRun []string) error {
+		_, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.PublishedBundleSecretPrefix + "worker-copy", Namespace: deckhousev1.Namespace, Labels: published.Labels},
 			Data:       forged,
 		}, metav1.CreateOptions{DryRun: dryRun})
 		return err
@@ -233,20 +234,20 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 	controller := controllerClient(t)
 	secret := func(ns, name string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Data: map[string][]byte{bundles.ClusterConfigurationKey: []byte("kind: ClusterConfiguration\n")}}
+			Data: map[string][]byte{deckhousev1.ClusterConfigurationKey: []byte("kind: ClusterConfiguration\n")}}
 	}
 
-	refused(t, "the controller creates kube-system/"+bundles.ClusterConfigurationSecret, func(ctx context.Context, dryRun []string) error {
-		_, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, secret(metav1.NamespaceSystem, bundles.ClusterConfigurationSecret), metav1.CreateOptions{DryRun: dryRun})
+	refused(t, "the controller creates kube-system/"+deckhousev1.ClusterConfigurationSecret, func(ctx context.Context, dryRun []string) error {
+		_, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, secret(metav1.NamespaceSystem, deckhousev1.ClusterConfigurationSecret), metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
-	refused(t, "the controller creates "+stack.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
-		_, err := controller.CoreV1().Secrets(stack.Namespace).Create(ctx, secret(stack.Namespace, "bashible-api-server-tls"), metav1.CreateOptions{DryRun: dryRun})
+	refused(t, "the controller creates "+deckhousev1.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
+		_, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx, secret(deckhousev1.Namespace, "bashible-api-server-tls"), metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
 
 	// Both exist in a real cluster; the administrator creates them here.
-	for _, s := range []*corev1.Secret{secret(metav1.NamespaceSystem, bundles.ClusterConfigurationSecret), secret(stack.Namespace, "bashible-api-server-tls")} {
+	for _, s := range []*corev1.Secret{secret(metav1.NamespaceSystem, deckhousev1.ClusterConfigurationSecret), secret(deckhousev1.Namespace, "bashible-api-server-tls")} {
 		if _, err := f.Kube.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
@@ -254,20 +255,20 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 			_ = f.Kube.CoreV1().Secrets(s.Namespace).Delete(context.Background(), s.Name, metav1.DeleteOptions{})
 		})
 	}
-	refused(t, "the controller deletes kube-system/"+bundles.ClusterConfigurationSecret, func(ctx context.Context, dryRun []string) error {
-		return controller.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, bundles.ClusterConfigurationSecret, metav1.DeleteOptions{DryRun: dryRun})
+	refused(t, "the controller deletes kube-system/"+deckhousev1.ClusterConfigurationSecret, func(ctx context.Context, dryRun []string) error {
+		return controller.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, deckhousev1.ClusterConfigurationSecret, metav1.DeleteOptions{DryRun: dryRun})
 	})
-	refused(t, "the controller overwrites "+stack.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
-		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "bashible-api-server-tls", metav1.GetOptions{})
+	refused(t, "the controller overwrites "+deckhousev1.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
+		s, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, "bashible-api-server-tls", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		s.Data = map[string][]byte{"tls.key": []byte("attacker's key")}
-		_, err = controller.CoreV1().Secrets(stack.Namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: dryRun})
+		_, err = controller.CoreV1().Secrets(deckhousev1.Namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: dryRun})
 		return err
 	})
-	refused(t, "the controller deletes "+stack.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
-		return controller.CoreV1().Secrets(stack.Namespace).Delete(ctx, "bashible-api-server-tls", metav1.DeleteOptions{DryRun: dryRun})
+	refused(t, "the controller deletes "+deckhousev1.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
+		return controller.CoreV1().Secrets(deckhousev1.Namespace).Delete(ctx, "bashible-api-server-tls", metav1.DeleteOptions{DryRun: dryRun})
 	})
 	token := func(name, typ, groups string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceSystem}, Type: corev1.SecretType(typ),
@@ -281,29 +282,29 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 		return err
 	})
 	refused(t, "the controller creates a manual-bootstrap Secret that would mint bashible-apiserver's token", func(ctx context.Context, dryRun []string) error {
-		_, err := controller.CoreV1().Secrets(stack.Namespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "manual-bootstrap-for-mint", Namespace: stack.Namespace,
-				Annotations: map[string]string{corev1.ServiceAccountNameKey: "bashible-apiserver"}},
+		_, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: deckhousev1.ManualBootstrapSecretPrefix + "mint", Namespace: deckhousev1.Namespace,
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: deckhousev1.BashibleAPIServerName}},
 			Type: corev1.SecretTypeServiceAccountToken,
 		}, metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
 	refused(t, "the controller creates an Opaque Secret named like a bootstrap token", func(ctx context.Context, dryRun []string) error {
 		_, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx,
-			token("bootstrap-token-abcdef", string(corev1.SecretTypeOpaque), "system:bootstrappers:d8-node-manager"), metav1.CreateOptions{DryRun: dryRun})
+			token("bootstrap-token-abcdef", string(corev1.SecretTypeOpaque), deckhousev1.BootstrappersGroup), metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
 
 	// What it owns it may still write (dry runs: nothing is left behind).
 	dry := []string{metav1.DryRunAll}
 	if _, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx,
-		token("bootstrap-token-abcdef", string(corev1.SecretTypeBootstrapToken), "system:bootstrappers:d8-node-manager"), metav1.CreateOptions{DryRun: dry}); err != nil {
+		token("bootstrap-token-abcdef", string(corev1.SecretTypeBootstrapToken), deckhousev1.BootstrappersGroup), metav1.CreateOptions{DryRun: dry}); err != nil {
 		t.Errorf("the controller must still issue node-manager's bootstrap tokens: %v", err)
 	}
-	for _, name := range []string{"configuration-checksums", "manual-bootstrap-for-worker"} {
-		if _, err := controller.CoreV1().Secrets(stack.Namespace).Create(ctx,
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: stack.Namespace}}, metav1.CreateOptions{DryRun: dry}); err != nil {
-			t.Errorf("the controller must still write %s/%s: %v", stack.Namespace, name, err)
+	for _, name := range []string{deckhousev1.ConfigurationChecksumsSecret, deckhousev1.ManualBootstrapSecretPrefix + "worker"} {
+		if _, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx,
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: deckhousev1.Namespace}}, metav1.CreateOptions{DryRun: dry}); err != nil {
+			t.Errorf("the controller must still write %s/%s: %v", deckhousev1.Namespace, name, err)
 		}
 	}
 }

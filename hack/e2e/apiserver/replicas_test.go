@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/generated/informers/externalversions"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
@@ -64,7 +64,7 @@ func TestTwoReplicasServeIdenticalObjects(t *testing.T) {
 			t.Errorf("%s differs between replicas:\n%.300s\n%.300s", path, body1, body2)
 		}
 	}
-	lease, err := f.Kube.CoordinationV1().Leases(stack.BundlesNamespace).Get(framework.Context(t), bundles.LeaseName, metav1.GetOptions{})
+	lease, err := f.Kube.CoordinationV1().Leases(deckhousev1.BundlesNamespace).Get(framework.Context(t), deckhousev1.BashibleAPIServerName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,16 +13,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
-	"github.com/node-manager/node-manager/hack/stack"
 )
 
 // groupTokens are the group's token Secrets as stored, by name.
 func groupTokens(ctx context.Context, group string) (map[string]controlplane.BootstrapToken, error) {
-	list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: bootstraptokens.GroupLabel + "=" + group})
+	list, err := f.Kube.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.TokenNodeGroupLabel + "=" + group})
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToke
 	t.Helper()
 	var got *corev1.Secret
 	framework.Poll(t, "manual-bootstrap Secret of "+group+" with token "+tok.ID, func(ctx context.Context) (bool, error) {
-		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstraptokens.SecretName(group), metav1.GetOptions{})
+		s, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, bootstraptokens.SecretName(group), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -62,8 +62,8 @@ func waitManualSecret(t *testing.T, group string, tok controlplane.BootstrapToke
 			return false, err
 		}
 		got = s
-		return s.Annotations[bootstraptokens.TokenIDAnnotation] == tok.ID &&
-			s.Annotations[bootstraptokens.ExpiresAnnotation] == tok.Expires.Format(time.RFC3339) &&
+		return s.Annotations[deckhousev1.TokenIDAnnotation] == tok.ID &&
+			s.Annotations[deckhousev1.TokenExpiresAtAnnotation] == tok.Expires.Format(time.RFC3339) &&
 			strings.Contains(string(s.Data["bootstrap.sh"]), tok.String()), nil
 	})
 	return got
@@ -132,7 +132,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 
 		cloud := only(t, waitTokens(t, ephemeralGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		readsOnlyItsGroup(t, cloud, ephemeralGroup, staticGroup)
-		if _, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(framework.Context(t), bootstraptokens.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(framework.Context(t), bootstraptokens.SecretName(ephemeralGroup), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("CloudEphemeral group %s: want no manual-bootstrap Secret, got %v", ephemeralGroup, err)
 		}
 		if got := string(manual.Data["apiserverEndpoints"]); got != "- "+documentedEndpoint+"\n" {
@@ -251,14 +251,14 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		if err := yaml.UnmarshalStrict(manual.Data["apiserverEndpoints"], &endpoints); err != nil {
 			t.Fatal(err)
 		}
-		ca, err := f.Kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(framework.Context(t), "kube-root-ca.crt", metav1.GetOptions{})
+		ca, err := f.Kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(framework.Context(t), deckhousev1.RootCAConfigMap, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cur := newest(waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) > 0 }))
 		expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
 		script, err := bootstraptokens.Manual{
-			Namespace: stack.Namespace, Group: staticGroup, CA: ca.Data["ca.crt"], Endpoints: endpoints,
+			Namespace: deckhousev1.Namespace, Group: staticGroup, CA: ca.Data["ca.crt"], Endpoints: endpoints,
 			Token: bootstraptokens.Token{Name: "bootstrap-token-" + cur.ID, ID: cur.ID, Secret: cur.Secret, Expires: expired},
 		}.Script()
 		if err != nil {
@@ -289,7 +289,7 @@ func TestBootstrapTokensAndManualBootstrap(t *testing.T) {
 		}
 		waitTokens(t, staticGroup, func(m map[string]controlplane.BootstrapToken) bool { return len(m) == 0 })
 		framework.Poll(t, "manual-bootstrap Secret of the deleted group to go", func(ctx context.Context) (bool, error) {
-			_, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, bootstraptokens.SecretName(staticGroup), metav1.GetOptions{})
+			_, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, bootstraptokens.SecretName(staticGroup), metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 		// The clock steps rotated the other group's token too; it keeps them.

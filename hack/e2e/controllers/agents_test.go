@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
@@ -52,7 +53,7 @@ func newAgent(t *testing.T, name, group string) *agent {
 		t.Fatal(err)
 	}
 	if sum != "" {
-		node.Annotations = map[string]string{nodes.ChecksumAnnotation: sum}
+		node.Annotations = map[string]string{deckhousev1.ConfigurationChecksumAnnotation: sum}
 	}
 	if _, err := f.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create node %s: %v", name, err)
@@ -130,17 +131,17 @@ func (a *agent) step(ctx context.Context) {
 	has := func(k string) bool { return nodes.Has(n, k) }
 	var set map[string]any
 	switch {
-	case n.Annotations[nodes.ChecksumAnnotation] == target && !has(nodes.WaitingForApproval):
+	case n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == target && !has(deckhousev1.WaitingForApprovalAnnotation):
 		return // in sync (or applied and waiting for node-manager to clean up)
-	case !has(nodes.Approved) && !has(nodes.WaitingForApproval):
-		set = map[string]any{nodes.WaitingForApproval: "", nodes.ChecksumAnnotation: nil}
-	case !has(nodes.Approved):
+	case !has(deckhousev1.ApprovedAnnotation) && !has(deckhousev1.WaitingForApprovalAnnotation):
+		set = map[string]any{deckhousev1.WaitingForApprovalAnnotation: "", deckhousev1.ConfigurationChecksumAnnotation: nil}
+	case !has(deckhousev1.ApprovedAnnotation):
 		return // waiting for approval
-	case a.disruptive.Load() && !has(nodes.DisruptionApproved):
-		if has(nodes.DisruptionRequired) {
+	case a.disruptive.Load() && !has(deckhousev1.DisruptionApprovedAnnotation):
+		if has(deckhousev1.DisruptionRequiredAnnotation) {
 			return
 		}
-		set = map[string]any{nodes.DisruptionRequired: ""}
+		set = map[string]any{deckhousev1.DisruptionRequiredAnnotation: ""}
 	default:
 		if a.approvedAt.IsZero() {
 			a.approvedAt = time.Now()
@@ -149,7 +150,7 @@ func (a *agent) step(ctx context.Context) {
 			return
 		}
 		a.approvedAt = time.Time{}
-		set = map[string]any{nodes.ChecksumAnnotation: target}
+		set = map[string]any{deckhousev1.ConfigurationChecksumAnnotation: target}
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
 	_, _ = f.Kube.CoreV1().Nodes().Patch(ctx, a.name, types.MergePatchType, patch, metav1.PatchOptions{})
@@ -169,7 +170,7 @@ type monitor struct {
 func watchNodes(t *testing.T, group string, seen func(watch.EventType, *corev1.Node)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := f.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: nodes.GroupLabel + "=" + group})
+	w, err := f.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,14 +198,14 @@ func watchGroup(t *testing.T, group string) *monitor {
 		}
 		approved := 0
 		for _, s := range state {
-			if nodes.Has(s, nodes.Approved) {
+			if nodes.Has(s, deckhousev1.ApprovedAnnotation) {
 				approved++
 			}
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.maxApproved = max(m.maxApproved, approved)
-		if nodes.Has(n, nodes.Drained) && nodes.Has(n, nodes.DrainFailed) {
+		if nodes.Has(n, deckhousev1.DrainedAnnotation) && nodes.Has(n, deckhousev1.DrainFailedAnnotation) {
 			m.violations = append(m.violations, fmt.Sprintf("%s is drained and drain-failed at once", n.Name))
 		}
 	})

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/node-manager/node-manager/controllers/nodes"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -152,9 +152,9 @@ func recordTimeline(t *testing.T, group string) *timeline {
 			return
 		}
 		s := nodeState{at: time.Since(tl.start), update: map[string]bool{},
-			checksum: n.Annotations[nodes.ChecksumAnnotation], cordoned: n.Spec.Unschedulable}
+			checksum: n.Annotations[deckhousev1.ConfigurationChecksumAnnotation], cordoned: n.Spec.Unschedulable}
 		for k := range n.Annotations {
-			if short, ok := strings.CutPrefix(k, nodes.UpdatePrefix); ok {
+			if short, ok := strings.CutPrefix(k, deckhousev1.UpdateAnnotationPrefix); ok {
 				s.update[short] = true
 			}
 		}

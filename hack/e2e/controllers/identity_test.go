@@ -22,10 +22,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/instances"
-	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
@@ -86,7 +86,7 @@ func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
 	self := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
 	// The node registers itself, as its kubelet does.
 	if _, err := self.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels: map[string]string{nodes.GroupLabel: "move-a"}}}, metav1.CreateOptions{}); err != nil {
+		Labels: map[string]string{deckhousev1.NodeGroupLabel: "move-a"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the node registering itself: %v", err)
 	}
 	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
@@ -99,7 +99,7 @@ func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
 
 	for _, target := range []string{"move-missing", "move-b"} {
 		when := "after the node relabelled itself to " + target
-		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, nodes.GroupLabel, target)
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, deckhousev1.NodeGroupLabel, target)
 		if _, err := self.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatalf("the node relabelling itself (NodeRestriction allows it): %v", err)
 		}
@@ -107,7 +107,7 @@ func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
 		// warns — or, as it once did, it deleted or relabelled the Instance.
 		framework.Poll(t, "the controller reacts to the relabelled node", func(ctx context.Context) (bool, error) {
 			inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || inst.UID != original.UID || inst.Labels[nodes.GroupLabel] != "move-a" {
+			if err != nil || inst.UID != original.UID || inst.Labels[deckhousev1.NodeGroupLabel] != "move-a" {
 				return true, nil
 			}
 			return hasEvent(t, name, instances.ReasonGroupMismatch, fmt.Sprintf("%q", target)), nil
@@ -116,9 +116,9 @@ func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
 		switch {
 		case err != nil:
 			t.Errorf("%s: the Instance is gone: %v", when, err)
-		case inst.UID != original.UID || inst.Labels[nodes.GroupLabel] != "move-a":
+		case inst.UID != original.UID || inst.Labels[deckhousev1.NodeGroupLabel] != "move-a":
 			t.Errorf("%s: the Instance was replaced or relabelled (uid %s, group %q); want the original, pinned to move-a",
-				when, inst.UID, inst.Labels[nodes.GroupLabel])
+				when, inst.UID, inst.Labels[deckhousev1.NodeGroupLabel])
 		}
 		reads(t, cfg, "move-a", when)
 		neverReads(t, cfg, "move-b", when)
@@ -193,7 +193,7 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 	if len(csr.Status.Certificate) > 0 {
 		t.Error("a certificate was issued for another group's node")
 	}
-	if inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "csr-taken", metav1.GetOptions{}); err != nil || inst.Labels[nodes.GroupLabel] != "csr-b" {
+	if inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "csr-taken", metav1.GetOptions{}); err != nil || inst.Labels[deckhousev1.NodeGroupLabel] != "csr-b" {
 		t.Errorf("the other group's Instance changed: %v", err)
 	}
 
@@ -207,7 +207,7 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 			csrapproval.ReasonApproved, c.Type, c.Reason, c.Message)
 	}
 	inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "csr-fresh", metav1.GetOptions{})
-	if err != nil || inst.Labels[nodes.GroupLabel] != "csr-a" || inst.Labels[instances.ManagedByLabel] == "" {
+	if err != nil || inst.Labels[deckhousev1.NodeGroupLabel] != "csr-a" || inst.Labels[deckhousev1.ManagedByLabel] == "" {
 		t.Fatalf("the approved node's Instance: %v %v; want one pinned to csr-a by node-manager", inst, err)
 	}
 	var certPEM []byte
@@ -286,7 +286,7 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		return inst.Labels[nodes.GroupLabel] == group && inst.Status.NodeRef != nil && inst.Status.NodeRef.Name == "inst-a" &&
+		return inst.Labels[deckhousev1.NodeGroupLabel] == group && inst.Status.NodeRef != nil && inst.Status.NodeRef.Name == "inst-a" &&
 			inst.Status.CurrentStatus != nil && inst.Status.CurrentStatus.Phase == "Running" && inst.Status.BashibleStatus == "Unknown", nil
 	})
 	if err := f.Kube.CoreV1().Nodes().Delete(framework.Context(t), "inst-a", metav1.DeleteOptions{}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -109,16 +110,16 @@ func waitRolledOut(t *testing.T, group, sum string, count int) {
 		if int(ng.Status.UpToDate) != count || int(ng.Status.Nodes) != count {
 			return false, nil
 		}
-		list, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node.deckhouse.io/group=" + group})
+		list, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
 		if err != nil {
 			return false, err
 		}
 		for _, n := range list.Items {
-			if n.Annotations["node.deckhouse.io/configuration-checksum"] != sum || n.Spec.Unschedulable {
+			if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != sum || n.Spec.Unschedulable {
 				return false, nil
 			}
 			for k := range n.Annotations {
-				if len(k) > len("update.node.deckhouse.io/") && k[:len("update.node.deckhouse.io/")] == "update.node.deckhouse.io/" {
+				if len(k) > len(deckhousev1.UpdateAnnotationPrefix) && strings.HasPrefix(k, deckhousev1.UpdateAnnotationPrefix) {
 					return false, nil
 				}
 			}

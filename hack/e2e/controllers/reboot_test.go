@@ -50,14 +50,14 @@ printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" 
 			t.Fatal(err)
 		}
 		n.Env = append(n.Env, "BASHIBLE_REBOOT_COMMAND=bash "+n.Path("reboot.sh")+" "+n.Root)
-		annotate(t, n.Name, map[string]*string{nodes.Reboot: ptr.To("")})
+		annotate(t, n.Name, map[string]*string{deckhousev1.RebootAnnotation: ptr.To("")})
 	}
 
 	// Every node's timer fires, again and again, until the node is back
 	// from its reboot and has reported.
 	done := func(n *realNode) bool {
 		ctx := framework.Context(t)
-		return n.Exists("reboots") && !has(ctx, n.Name, nodes.Reboot) && annotation(ctx, n.Name, nodes.ChecksumAnnotation) == sum
+		return n.Exists("reboots") && !has(ctx, n.Name, deckhousev1.RebootAnnotation) && annotation(ctx, n.Name, deckhousev1.ConfigurationChecksumAnnotation) == sum
 	}
 	var wg sync.WaitGroup
 	for _, n := range ns {
@@ -119,7 +119,7 @@ func watchDisrupted(t *testing.T, group string) func() (int, int) {
 		}
 		var approved, disrupted []string
 		for _, s := range state {
-			if nodes.Has(s, nodes.Approved) {
+			if nodes.Has(s, deckhousev1.ApprovedAnnotation) {
 				approved = append(approved, s.Name)
 			}
 			if approval.Disrupted(s) {

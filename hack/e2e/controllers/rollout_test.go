@@ -54,7 +54,7 @@ func TestRolloutRespectsMaxConcurrent(t *testing.T) {
 			ng.Status.ConditionSummary != nil && ng.Status.ConditionSummary.Ready == "True" && ng.Status.KubernetesVersion == "1.36", nil
 	})
 	framework.Poll(t, "configuration-checksums Secret", func(ctx context.Context) (bool, error) {
-		s, err := f.Kube.CoreV1().Secrets(stack.Namespace).Get(ctx, "configuration-checksums", metav1.GetOptions{})
+		s, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, deckhousev1.ConfigurationChecksumsSecret, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -79,20 +79,20 @@ func TestNotReadyGroupWaitsButNotReadyNodeGoesFirst(t *testing.T) {
 	})
 	newConfiguration(t, group, "echo unhealthy\n")
 	framework.Poll(t, "healthy nodes waiting for approval", func(ctx context.Context) (bool, error) {
-		return has(ctx, a.name, nodes.WaitingForApproval) && has(ctx, b.name, nodes.WaitingForApproval), nil
+		return has(ctx, a.name, deckhousev1.WaitingForApprovalAnnotation) && has(ctx, b.name, deckhousev1.WaitingForApprovalAnnotation), nil
 	})
 	time.Sleep(2 * time.Second)
 	for _, n := range []*agent{a, b} {
-		if has(framework.Context(t), n.name, nodes.Approved) {
+		if has(framework.Context(t), n.name, deckhousev1.ApprovedAnnotation) {
 			t.Fatalf("%s was approved while the group has a NotReady node", n.name)
 		}
 	}
 	// The sick node asks too: it is approved first, though the group is not healthy.
 	sick.paused.Store(false)
 	framework.Poll(t, "the NotReady node approved", func(ctx context.Context) (bool, error) {
-		return has(ctx, sick.name, nodes.Approved) || annotation(ctx, sick.name, nodes.ChecksumAnnotation) == f.Checksum(t, group), nil
+		return has(ctx, sick.name, deckhousev1.ApprovedAnnotation) || annotation(ctx, sick.name, deckhousev1.ConfigurationChecksumAnnotation) == f.Checksum(t, group), nil
 	})
-	if has(framework.Context(t), a.name, nodes.Approved) || has(framework.Context(t), b.name, nodes.Approved) {
+	if has(framework.Context(t), a.name, deckhousev1.ApprovedAnnotation) || has(framework.Context(t), b.name, deckhousev1.ApprovedAnnotation) {
 		t.Fatal("a Ready node was approved while the group was not healthy")
 	}
 	sick.ready.Store(true)
@@ -109,7 +109,9 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 	waitRolledOut(t, group, f.Checksum(t, group), 2)
 	n.disruptive.Store(true)
 	sum := newConfiguration(t, group, "echo manual\n")
-	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DisruptionRequired), nil })
+	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) {
+		return has(ctx, n.name, deckhousev1.DisruptionRequiredAnnotation), nil
+	})
 	framework.Poll(t, "WaitingForDisruptiveApproval condition and metric", func(ctx context.Context) (bool, error) {
 		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 		if err != nil || !meta.IsStatusConditionTrue(ng.Status.Conditions, "WaitingForDisruptiveApproval") {
@@ -120,10 +122,10 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 	})
 	time.Sleep(2 * time.Second)
 	ctx := framework.Context(t)
-	if has(ctx, n.name, nodes.DisruptionApproved) || has(ctx, n.name, nodes.Draining) {
+	if has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) || has(ctx, n.name, deckhousev1.DrainingAnnotation) {
 		t.Fatal("Manual mode approved or drained on its own")
 	}
-	annotate(t, n.name, map[string]*string{nodes.DisruptionApproved: ptr.To("")})
+	annotate(t, n.name, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: ptr.To("")})
 	waitRolledOut(t, group, sum, 2)
 }
 
@@ -142,9 +144,11 @@ func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
 
 	n.disruptive.Store(true)
 	sum := newConfiguration(t, group, "echo windowed\n")
-	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DisruptionRequired), nil })
+	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) {
+		return has(ctx, n.name, deckhousev1.DisruptionRequiredAnnotation), nil
+	})
 	time.Sleep(2 * time.Second)
-	if ctx := framework.Context(t); has(ctx, n.name, nodes.Draining) || has(ctx, n.name, nodes.DisruptionApproved) {
+	if ctx := framework.Context(t); has(ctx, n.name, deckhousev1.DrainingAnnotation) || has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) {
 		t.Fatal("a disruption was acted on outside the group's windows")
 	}
 	now := time.Now().UTC()
@@ -152,7 +156,7 @@ func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
 		s.Disruptions.Automatic.Windows = []deckhousev1.DisruptionWindow{{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}}
 	})
 	framework.Poll(t, "drained, then disruption approved", func(ctx context.Context) (bool, error) {
-		if has(ctx, n.name, nodes.DisruptionApproved) || annotation(ctx, n.name, nodes.ChecksumAnnotation) == sum {
+		if has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) || annotation(ctx, n.name, deckhousev1.ConfigurationChecksumAnnotation) == sum {
 			if podExists(ctx, pod) {
 				t.Fatal("the disruption was approved before the node's pod was evicted")
 			}
@@ -177,14 +181,16 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 
 	n.disruptive.Store(true)
 	sum := newConfiguration(t, group, "echo pdb\n")
-	framework.Poll(t, "drain-failed", func(ctx context.Context) (bool, error) { return has(ctx, n.name, nodes.DrainFailed), nil })
-	reason := annotation(framework.Context(t), n.name, nodes.DrainFailed)
+	framework.Poll(t, "drain-failed", func(ctx context.Context) (bool, error) {
+		return has(ctx, n.name, deckhousev1.DrainFailedAnnotation), nil
+	})
+	reason := annotation(framework.Context(t), n.name, deckhousev1.DrainFailedAnnotation)
 	if !strings.Contains(reason, "disruption budget") && !strings.Contains(reason, "PodDisruptionBudget") {
 		t.Errorf("drain-failed says %q; want the PodDisruptionBudget named", reason)
 	}
 	time.Sleep(3 * time.Second) // more attempts fail meanwhile
 	ctx := framework.Context(t)
-	if has(ctx, n.name, nodes.Drained) || has(ctx, n.name, nodes.DisruptionApproved) {
+	if has(ctx, n.name, deckhousev1.DrainedAnnotation) || has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) {
 		t.Fatal("a drain that did not finish was recorded as drained, or the update went on")
 	}
 	if !podExists(ctx, pod) {
@@ -227,12 +233,12 @@ func TestDrainIsCancelledWhenTheAnnotationGoes(t *testing.T) {
 	waitRolledOut(t, group, f.Checksum(t, group), 1)
 	pod := runPod(t, "cancel-a", "db", map[string]string{"app": "cancel-db"})
 	blockEvictions(t, "cancel-db")
-	annotate(t, n.name, map[string]*string{nodes.Draining: ptr.To("user")})
+	annotate(t, n.name, map[string]*string{deckhousev1.DrainingAnnotation: ptr.To("user")})
 	framework.Poll(t, "cordon", func(ctx context.Context) (bool, error) {
 		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		return err == nil && node.Spec.Unschedulable, err
 	})
-	annotate(t, n.name, map[string]*string{nodes.Draining: nil})
+	annotate(t, n.name, map[string]*string{deckhousev1.DrainingAnnotation: nil})
 	framework.Poll(t, "DrainCancelled event", func(ctx context.Context) (bool, error) {
 		evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -245,7 +251,7 @@ func TestDrainIsCancelledWhenTheAnnotationGoes(t *testing.T) {
 		}
 		return false, nil
 	})
-	if ctx := framework.Context(t); has(ctx, n.name, nodes.Drained) || !podExists(ctx, pod) {
+	if ctx := framework.Context(t); has(ctx, n.name, deckhousev1.DrainedAnnotation) || !podExists(ctx, pod) {
 		t.Fatal("a cancelled drain went on")
 	}
 }

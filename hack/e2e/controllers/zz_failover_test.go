@@ -10,14 +10,14 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/node-manager/node-manager/controllers/nodes"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
 // leaseHolder is who holds node-manager-controller's Lease.
 func leaseHolder(ctx context.Context) string {
-	l, err := f.Kube.CoordinationV1().Leases(stack.Namespace).Get(ctx, "node-manager-controller", metav1.GetOptions{})
+	l, err := f.Kube.CoordinationV1().Leases(deckhousev1.Namespace).Get(ctx, deckhousev1.NodeManagerControllerName, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
@@ -58,7 +58,7 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 	sum := newConfiguration(t, group, "echo failover\n")
 	framework.Poll(t, "first approval", func(ctx context.Context) (bool, error) {
 		for _, a := range agents {
-			if has(ctx, a.name, nodes.Approved) {
+			if has(ctx, a.name, deckhousev1.ApprovedAnnotation) {
 				return true, nil
 			}
 		}

@@ -74,7 +74,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"approvalMode Sometimes", nodeGroupsGVR, nodeGroup("mode", obj{"nodeType": "Static", "disruptions": obj{"approvalMode": "Sometimes"}}), "spec.disruptions.approvalMode"},
 		{"automatic settings in Manual mode", nodeGroupsGVR, nodeGroup("mode-mix", obj{"nodeType": "Static", "disruptions": obj{"approvalMode": "Manual", "automatic": obj{"drainBeforeApproval": false}}}), "spec.disruptions.automatic"},
 		{"taint with a bad effect", nodeGroupsGVR, nodeGroup("taint", obj{"nodeType": "Static", "nodeTemplate": obj{"taints": []any{obj{"key": "dedicated", "effect": "NoWay"}}}}), "spec.nodeTemplate.taints[0].effect"},
-		{"label in the deckhouse.io domain", nodeGroupsGVR, nodeGroup("label", obj{"nodeType": "Static", "nodeTemplate": obj{"labels": obj{"node.deckhouse.io/group": "x"}}}), "spec.nodeTemplate.labels"},
+		{"label in the deckhouse.io domain", nodeGroupsGVR, nodeGroup("label", obj{"nodeType": "Static", "nodeTemplate": obj{"labels": obj{deckhousev1.NodeGroupLabel: "x"}}}), "spec.nodeTemplate.labels"},
 		{"negative nodeDrainTimeoutSecond", nodeGroupsGVR, nodeGroup("drain", obj{"nodeType": "Static", "nodeDrainTimeoutSecond": -5}), "spec.nodeDrainTimeoutSecond"},
 		{"cri.containerd with type NotManaged", nodeGroupsGVR, nodeGroup("cri", obj{"nodeType": "Static", "cri": obj{"type": "NotManaged", "containerd": obj{"maxConcurrentDownloads": 3}}}), "spec.cri.containerd"},
 		{"unknown cri.type", nodeGroupsGVR, nodeGroup("cri-type", obj{"nodeType": "Static", "cri": obj{"type": "Podman"}}), "spec.cri.type"},

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/node-manager/node-manager/hack/controlplane"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
 
@@ -69,15 +69,15 @@ func TestBootstrapTokenIdentity(t *testing.T) {
 	}
 	// The token's node group is authenticated too: bashible-apiserver and
 	// node-manager's CSR approver read it from the request.
-	if user != "system:bootstrap:"+tok.ID || !slices.Contains(groups, "system:bootstrappers") || !slices.Contains(groups, controlplane.BootstrapGroup) ||
-		!slices.Contains(groups, controlplane.BootstrapGroup+":worker") {
+	if user != "system:bootstrap:"+tok.ID || !slices.Contains(groups, "system:bootstrappers") || !slices.Contains(groups, deckhousev1.BootstrappersGroup) ||
+		!slices.Contains(groups, deckhousev1.BootstrappersGroup+":worker") {
 		t.Fatalf("bootstrap token authenticates as %q %v", user, groups)
 	}
 	secret, err := f.Kube.CoreV1().Secrets("kube-system").Get(framework.Context(t), "bootstrap-token-"+tok.ID, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if secret.Labels[controlplane.NodeGroupLabel] != "worker" {
+	if secret.Labels[deckhousev1.TokenNodeGroupLabel] != "worker" {
 		t.Errorf("token Secret labels = %v", secret.Labels)
 	}
 

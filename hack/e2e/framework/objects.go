@@ -9,7 +9,6 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
-	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 // NewGroup is a Static NodeGroup named name, changed by each mutation
@@ -56,7 +55,7 @@ func (f *Framework) TestGroup(t testing.TB, ng *deckhousev1.NodeGroup) *deckhous
 func NewNode(name, group string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
 	if group != "" {
-		n.Labels[nodes.GroupLabel] = group
+		n.Labels[deckhousev1.NodeGroupLabel] = group
 	}
 	return n
 }
@@ -73,7 +72,7 @@ func (f *Framework) TestNode(t testing.TB, node *corev1.Node) *corev1.Node {
 func NewInstance(name, group string) *deckhousev1alpha1.Instance {
 	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if group != "" {
-		inst.Labels = map[string]string{nodes.GroupLabel: group}
+		inst.Labels = map[string]string{deckhousev1.NodeGroupLabel: group}
 	}
 	return inst
 }

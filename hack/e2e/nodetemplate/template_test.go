@@ -138,7 +138,7 @@ func registering(name, group string) *corev1.Node {
 	for k, v := range foreign.annotations {
 		n.Annotations[k] = v
 	}
-	n.Spec.Taints = append(slices.Clone(foreign.taints), corev1.Taint{Key: nodes.UninitializedTaint, Effect: corev1.TaintEffectNoSchedule})
+	n.Spec.Taints = append(slices.Clone(foreign.taints), corev1.Taint{Key: deckhousev1.UninitializedTaint, Effect: corev1.TaintEffectNoSchedule})
 	return n
 }
 
@@ -166,7 +166,7 @@ func setTemplate(t *testing.T, group string, tmpl *deckhousev1.NodeTemplate) {
 	}
 }
 
-func roleOf(group string) string { return nodes.RoleLabelPrefix + group }
+func roleOf(group string) string { return deckhousev1.NodeRoleLabelPrefix + group }
 
 // The template's labels, annotations and taints are added, changed and
 // removed on every node of the group, while the labels, annotations and
@@ -187,20 +187,20 @@ func TestTemplateAddChangeRemove(t *testing.T) {
 
 	applied := foreign.and(expect{
 		labels: map[string]string{
-			nodes.TypeLabel: "Static", roleOf("tmpl"): "",
+			deckhousev1.NodeTypeLabel: "Static", roleOf("tmpl"): "",
 			"example.com/tier": "db", "example.com/gone": "soon",
 		},
-		annotations: map[string]string{"example.com/contact": "team-a", nodetemplate.ScaleDownDisabledAnnotation: "true"},
+		annotations: map[string]string{"example.com/contact": "team-a", deckhousev1.ScaleDownDisabledAnnotation: "true"},
 		taints: []corev1.Taint{
 			{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule},
 			{Key: "example.com/gone", Effect: corev1.TaintEffectPreferNoSchedule},
 		},
-		noTaints: []string{nodes.UninitializedTaint},
+		noTaints: []string{deckhousev1.UninitializedTaint},
 	})
 	for _, n := range []string{"tmpl-early", "tmpl-late"} {
 		node := waitNode(t, n, applied)
-		if _, ok := node.Annotations[nodetemplate.LastAppliedAnnotation]; !ok {
-			t.Errorf("node %s has no %s annotation", n, nodetemplate.LastAppliedAnnotation)
+		if _, ok := node.Annotations[deckhousev1.LastAppliedNodeTemplateAnnotation]; !ok {
+			t.Errorf("node %s has no %s annotation", n, deckhousev1.LastAppliedNodeTemplateAnnotation)
 		}
 	}
 
@@ -214,15 +214,15 @@ func TestTemplateAddChangeRemove(t *testing.T) {
 		},
 	})
 	changed := foreign.and(expect{
-		labels:        map[string]string{nodes.TypeLabel: "Static", roleOf("tmpl"): "", "example.com/tier": "web", "example.com/new": ""},
+		labels:        map[string]string{deckhousev1.NodeTypeLabel: "Static", roleOf("tmpl"): "", "example.com/tier": "web", "example.com/new": ""},
 		noLabels:      []string{"example.com/gone"},
-		annotations:   map[string]string{nodetemplate.ScaleDownDisabledAnnotation: "true"},
+		annotations:   map[string]string{deckhousev1.ScaleDownDisabledAnnotation: "true"},
 		noAnnotations: []string{"example.com/contact"},
 		taints: []corev1.Taint{
 			{Key: "example.com/dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule},
 			{Key: "example.com/batch", Effect: corev1.TaintEffectNoExecute},
 		},
-		noTaints: []string{"example.com/gone", nodes.UninitializedTaint},
+		noTaints: []string{"example.com/gone", deckhousev1.UninitializedTaint},
 	})
 	for _, n := range []string{"tmpl-early", "tmpl-late"} {
 		node := waitNode(t, n, changed)
@@ -235,11 +235,11 @@ func TestTemplateAddChangeRemove(t *testing.T) {
 	setTemplate(t, "tmpl", nil)
 	for _, n := range []string{"tmpl-early", "tmpl-late"} {
 		waitNode(t, n, foreign.and(expect{
-			labels:        map[string]string{nodes.TypeLabel: "Static", roleOf("tmpl"): ""},
+			labels:        map[string]string{deckhousev1.NodeTypeLabel: "Static", roleOf("tmpl"): ""},
 			noLabels:      []string{"example.com/tier", "example.com/new"},
-			annotations:   map[string]string{nodetemplate.ScaleDownDisabledAnnotation: "true"},
+			annotations:   map[string]string{deckhousev1.ScaleDownDisabledAnnotation: "true"},
 			noAnnotations: []string{"example.com/contact"},
-			noTaints:      []string{"example.com/dedicated", "example.com/batch", nodes.UninitializedTaint},
+			noTaints:      []string{"example.com/dedicated", "example.com/batch", deckhousev1.UninitializedTaint},
 		}))
 	}
 }
@@ -262,10 +262,10 @@ func TestFirstApplyKeepsForeignTaintsOnMaster(t *testing.T) {
 	f.TestNode(t, registering("master-0", "master"))
 	waitNode(t, "master-0", foreign.and(expect{
 		labels: map[string]string{
-			nodes.TypeLabel: "CloudPermanent", roleOf("master"): "", nodetemplate.ControlPlaneRoleLabel: "",
+			deckhousev1.NodeTypeLabel: "CloudPermanent", roleOf("master"): "", deckhousev1.ControlPlaneRoleLabel: "",
 		},
-		annotations: map[string]string{nodetemplate.ScaleDownDisabledAnnotation: "true"},
-		noTaints:    []string{nodes.UninitializedTaint},
+		annotations: map[string]string{deckhousev1.ScaleDownDisabledAnnotation: "true"},
+		noTaints:    []string{deckhousev1.UninitializedTaint},
 	}))
 }
 
@@ -277,9 +277,9 @@ func TestCloudEphemeralGetsOnlyTheTaintFixUp(t *testing.T) {
 	})))
 	f.TestNode(t, registering("ephemeral-0", "ephemeral"))
 	node := waitNode(t, "ephemeral-0", foreign.and(expect{
-		noLabels:      []string{"example.com/tier", nodes.TypeLabel},
-		noAnnotations: []string{nodetemplate.LastAppliedAnnotation, nodetemplate.ScaleDownDisabledAnnotation},
-		noTaints:      []string{nodes.UninitializedTaint},
+		noLabels:      []string{"example.com/tier", deckhousev1.NodeTypeLabel},
+		noAnnotations: []string{deckhousev1.LastAppliedNodeTemplateAnnotation, deckhousev1.ScaleDownDisabledAnnotation},
+		noTaints:      []string{deckhousev1.UninitializedTaint},
 	}))
 	if len(node.Spec.Taints) < len(foreign.taints) {
 		t.Errorf("taints = %v, want the foreign ones kept", node.Spec.Taints)
@@ -292,13 +292,13 @@ func TestCloudEphemeralGetsOnlyTheTaintFixUp(t *testing.T) {
 func TestSkippedTemplateKeys(t *testing.T) {
 	f.TestGroup(t, framework.NewGroup("reserved", withTemplate(&deckhousev1.NodeTemplate{
 		Labels: map[string]string{"example.com/ok": "1", "example.com/bad": "not a label value"},
-		Taints: []deckhousev1.Taint{{Key: nodes.UninitializedTaint, Effect: "NoSchedule"}},
+		Taints: []deckhousev1.Taint{{Key: deckhousev1.UninitializedTaint, Effect: "NoSchedule"}},
 	})))
 	f.TestNode(t, registering("reserved-0", "reserved"))
 	waitNode(t, "reserved-0", foreign.and(expect{
 		labels:   map[string]string{"example.com/ok": "1"},
 		noLabels: []string{"example.com/bad"},
-		noTaints: []string{nodes.UninitializedTaint},
+		noTaints: []string{deckhousev1.UninitializedTaint},
 	}))
 	framework.Poll(t, "a "+nodetemplate.ReasonSkippedKeys+" event on NodeGroup reserved", func(ctx context.Context) (bool, error) {
 		evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
@@ -307,7 +307,7 @@ func TestSkippedTemplateKeys(t *testing.T) {
 		}
 		for _, e := range evs.Items {
 			if e.Reason == nodetemplate.ReasonSkippedKeys && e.Regarding.Kind == "NodeGroup" && e.Regarding.Name == "reserved" &&
-				e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, nodes.UninitializedTaint) && strings.Contains(e.Note, "example.com/bad") {
+				e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, deckhousev1.UninitializedTaint) && strings.Contains(e.Note, "example.com/bad") {
 				return true, nil
 			}
 		}
@@ -334,18 +334,18 @@ func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if countTaints(n, nodes.UninitializedTaint) != 1 || nodes.Has(n, nodetemplate.LastAppliedAnnotation) || n.Labels[nodes.TypeLabel] != "" {
+		if countTaints(n, deckhousev1.UninitializedTaint) != 1 || nodes.Has(n, deckhousev1.LastAppliedNodeTemplateAnnotation) || n.Labels[deckhousev1.NodeTypeLabel] != "" {
 			t.Errorf("node %s was changed: labels %v, annotations %v, taints %v", name, n.Labels, n.Annotations, n.Spec.Taints)
 		}
 	}
 
 	f.TestGroup(t, framework.NewGroup("ghost"))
 	waitNode(t, "ghost-0", foreign.and(expect{
-		labels:   map[string]string{nodes.TypeLabel: "Static", roleOf("ghost"): ""},
-		noTaints: []string{nodes.UninitializedTaint},
+		labels:   map[string]string{deckhousev1.NodeTypeLabel: "Static", roleOf("ghost"): ""},
+		noTaints: []string{deckhousev1.UninitializedTaint},
 	}))
 
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"ghost"}}}`, nodes.GroupLabel)
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"ghost"}}}`, deckhousev1.NodeGroupLabel)
 	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), "stray-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -354,8 +354,8 @@ func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
 		return !ok, nil
 	})
 	waitNode(t, "stray-0", foreign.and(expect{
-		labels:   map[string]string{nodes.TypeLabel: "Static", roleOf("ghost"): ""},
-		noTaints: []string{nodes.UninitializedTaint},
+		labels:   map[string]string{deckhousev1.NodeTypeLabel: "Static", roleOf("ghost"): ""},
+		noTaints: []string{deckhousev1.UninitializedTaint},
 	}))
 }
 

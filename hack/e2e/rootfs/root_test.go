@@ -48,7 +48,7 @@ func cacheDir() (string, error) {
 		}
 		base = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(base, "node-manager", "rootfs"), nil
+	return filepath.Join(base, "node-manager/rootfs"), nil
 }
 
 // cachedRoot returns a built Debian root for these base packages, building

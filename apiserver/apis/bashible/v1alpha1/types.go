@@ -4,19 +4,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Names shared by every object of this API.
-const (
-	// ChecksumAnnotation carries the group's configuration checksum: a
-	// sha256 (hex) over the group's bashible.sh and bundle steps.
-	ChecksumAnnotation = "bashible.deckhouse.io/configuration-checksum"
-	// GroupLabel names the node group an object belongs to.
-	GroupLabel = "node.deckhouse.io/group"
-	// NodeTypeLabel is the group's node type.
-	NodeTypeLabel = "node.deckhouse.io/type"
-	// BashibleScriptKey is the only key of Bashible.Data.
-	BashibleScriptKey = "bashible.sh"
-)
-
 // Bashible is the node agent of a node group: data["bashible.sh"].
 //
 // +genclient

@@ -1,0 +1,42 @@
+package v1alpha1
+
+// The wire names of the bashible.deckhouse.io API. Like the names in
+// apiserver/apis/deckhouse/v1/well_known.go (the node labels served objects
+// also carry, node.deckhouse.io/group and node.deckhouse.io/type, are
+// there), each is written here once, in full, and used by its constant
+// everywhere else; hack/verify-wire-names.sh (run by `make lint`) fails on a
+// copy of one of these values as a string literal elsewhere.
+
+// Annotations on every served object (Bashible, NodeGroupBundle, Bootstrap).
+const (
+	// ChecksumAnnotation carries the group's configuration checksum: a
+	// sha256 (hex) over the group's bashible.sh and bundle steps. bashible
+	// compares it with the node's node.deckhouse.io/configuration-checksum
+	// to know it has work to do; node-manager-controller compares the two
+	// to approve updates and report up-to-date nodes. bashible-apiserver
+	// also puts it on the bundle Secrets it publishes.
+	ChecksumAnnotation = "bashible.deckhouse.io/configuration-checksum"
+	// KubernetesVersionAnnotation and CRIAnnotation are what the group's
+	// bundle was rendered for; wide tables (kubectl get -o wide) show them.
+	KubernetesVersionAnnotation = "bashible.deckhouse.io/kubernetes-version"
+	CRIAnnotation               = "bashible.deckhouse.io/cri"
+)
+
+// BashibleScriptKey is the only key of Bashible.Data: the node agent,
+// which bashible itself fetches and writes to /var/lib/bashible/bashible.sh.
+const BashibleScriptKey = "bashible.sh"
+
+// TemplatesDigestAnnotation on a bundle Secret bashible-apiserver publishes
+// records the digest of the template tree the bundle was rendered from.
+const TemplatesDigestAnnotation = "bashible.deckhouse.io/templates-digest"
+
+// How kube-apiserver reaches bashible-apiserver.
+const (
+	// APIServiceName is the APIService that registers this group and
+	// version with the aggregator.
+	APIServiceName = "v1alpha1.bashible.deckhouse.io"
+	// ServiceName is the Service (in d8-cloud-instance-manager) the
+	// APIService points at; bashible-apiserver's serving certificate is
+	// issued for bashible-api.d8-cloud-instance-manager.svc.
+	ServiceName = "bashible-api"
+)

@@ -1,0 +1,256 @@
+package v1
+
+// The wire names of node-manager: the labels, annotations, taints, field
+// managers, namespaces and object names that nodes, users and other
+// components read or write. They are fixed (DESIGN.md §3: real Deckhouse
+// nodes and users already speak most of them), so each is written here once
+// and every other package uses the constant. hack/verify-wire-names.sh (run
+// by `make lint`) fails when one of these values appears as a string literal
+// anywhere else; names of the aggregated API (bashible.deckhouse.io) are in
+// apiserver/apis/bashible/v1alpha1/well_known.go.
+//
+// Each value is written out in full, never built from another constant, so
+// that a reader (and the lint) sees the exact string, and no two constants
+// share a value.
+
+// Labels on Nodes, Instances and served objects.
+const (
+	// NodeGroupLabel names the NodeGroup a node belongs to. bashible sets it
+	// on the Node at registration (the kubelet's --node-labels), and
+	// node-manager-controller writes it on the node's Instance when it
+	// approves the kubelet's first certificate. bashible-apiserver trusts
+	// only the Instance's label (a node may relabel its own Node); the
+	// controllers select a group's Nodes by it. bashible-apiserver also puts
+	// it on every served object and published bundle Secret.
+	NodeGroupLabel = "node.deckhouse.io/group"
+
+	// NodeTypeLabel is the node's group's spec.nodeType (Static,
+	// CloudStatic, CloudPermanent, CloudEphemeral). Set like NodeGroupLabel
+	// at registration and kept by the node template controller; also on
+	// every served object.
+	NodeTypeLabel = "node.deckhouse.io/type"
+
+	// NodeRoleLabelPrefix + <group> is the Kubernetes role label the node
+	// template controller puts on every node of a group (kubectl get nodes
+	// shows it in ROLES).
+	NodeRoleLabelPrefix = "node-role.kubernetes.io/"
+
+	// ControlPlaneRoleLabel is the role label the node template controller
+	// enforces on the nodes of MasterNodeGroup, as kubeadm does.
+	ControlPlaneRoleLabel = "node-role.kubernetes.io/control-plane"
+
+	// ManagedByLabel is Kubernetes' recommended label; node-manager-
+	// controller sets it to NodeManagerControllerName on the Instances it
+	// makes (and deletes only those) and on configuration-checksums.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+
+	// FencingEnabledLabel is Deckhouse's fencing protocol, for the fencing
+	// agent and fencing controller (agents/): the agent sets it on its Node
+	// while it holds the node's watchdog armed and removes it before it
+	// disarms; the controller watches only Nodes that carry it.
+	FencingEnabledLabel = "node-manager.deckhouse.io/fencing-enabled"
+)
+
+// Domains of node-manager's own label, annotation and taint keys (with
+// UpdateAnnotationPrefix). The node template controller refuses user
+// template keys inside them: such a key would fight bashible, update
+// approval or the controller itself.
+const (
+	NodeDomain        = "node.deckhouse.io/"
+	NodeManagerDomain = "node-manager.deckhouse.io/"
+)
+
+// Annotations on a Node: the update protocol between bashible on the node
+// and node-manager-controller. The node asks, the controller approves; once
+// the node reports the new checksum, update approval removes the update
+// annotations in one patch.
+const (
+	// ConfigurationChecksumAnnotation is the configuration checksum bashible
+	// last applied on the node, written by bashible after a successful run.
+	// The controllers compare it with the group's served checksum
+	// (bashible.deckhouse.io/configuration-checksum) to tell up-to-date nodes.
+	ConfigurationChecksumAnnotation = "node.deckhouse.io/configuration-checksum"
+
+	// UpdateAnnotationPrefix starts every annotation of the update protocol;
+	// a node with any of them (Reboot aside) is somewhere in an update.
+	UpdateAnnotationPrefix = "update.node.deckhouse.io/"
+
+	// WaitingForApprovalAnnotation is set by bashible when the served
+	// checksum differs from the node's; it then waits.
+	WaitingForApprovalAnnotation = "update.node.deckhouse.io/waiting-for-approval"
+	// ApprovedAnnotation is set by node-manager-controller (update approval)
+	// to let a waiting node apply the new configuration.
+	ApprovedAnnotation = "update.node.deckhouse.io/approved"
+	// DisruptionRequiredAnnotation is set by bashible when a step of the new
+	// configuration would disrupt the node's workloads (a kubelet or
+	// containerd restart); it then waits for DisruptionApprovedAnnotation.
+	DisruptionRequiredAnnotation = "update.node.deckhouse.io/disruption-required"
+	// DisruptionApprovedAnnotation is set by node-manager-controller (after
+	// draining, as the group's disruptions say) or by a person (approvalMode
+	// Manual) to let bashible run the disruptive steps.
+	DisruptionApprovedAnnotation = "update.node.deckhouse.io/disruption-approved"
+	// DrainingAnnotation asks the drain controller to drain the node. Its
+	// value says who asked: DrainSourceBashible (or empty) for an update,
+	// anything else for a person or another tool.
+	DrainingAnnotation = "update.node.deckhouse.io/draining"
+	// DrainedAnnotation is set by the drain controller when a drain
+	// finished; it keeps the value of DrainingAnnotation.
+	DrainedAnnotation = "update.node.deckhouse.io/drained"
+	// DrainFailedAnnotation is set by the drain controller, with the reason,
+	// while a drain attempt fails (the drain is retried).
+	DrainFailedAnnotation = "update.node.deckhouse.io/drain-failed"
+	// RollingUpdateAnnotation is set by update approval on a node of a
+	// group whose disruptions say RollingUpdate: a Cluster API machine
+	// controller replaces the node instead of updating it in place.
+	RollingUpdateAnnotation = "update.node.deckhouse.io/rolling-update"
+	// ReplacementReportedAnnotation is update approval's note that it has
+	// warned, once per update, about a RollingUpdate node that no machine
+	// controller will replace.
+	ReplacementReportedAnnotation = "update.node.deckhouse.io/replacement-reported"
+	// RebootAnnotation is set by a person to have bashible reboot the node
+	// (through the same approval and disruption steps); bashible removes it
+	// once the node has rebooted for it.
+	RebootAnnotation = "update.node.deckhouse.io/reboot"
+
+	// DrainSourceBashible is the value of DrainingAnnotation and
+	// DrainedAnnotation when node-manager asked for the drain on behalf of
+	// an update; such a node is also uncordoned by node-manager afterwards.
+	DrainSourceBashible = "bashible"
+
+	// LastAppliedNodeTemplateAnnotation holds the JSON of what the node
+	// template controller applied last (Deckhouse's name and format:
+	// {"annotations":{},"labels":{},"taints":[]}), so it removes only what it
+	// set itself.
+	LastAppliedNodeTemplateAnnotation = "node-manager.deckhouse.io/last-applied-node-template"
+
+	// FencingDisableAnnotation is Deckhouse's fencing protocol too: a person
+	// sets it to keep the fencing agent disarmed on a node (maintenance),
+	// and the fencing controller never fences a node that carries it,
+	// ApprovedAnnotation or DisruptionApprovedAnnotation.
+	FencingDisableAnnotation = "node-manager.deckhouse.io/fencing-disable"
+)
+
+// Annotations of other components that node-manager reads or writes.
+const (
+	// ScaleDownDisabledAnnotation is cluster-autoscaler's: the node template
+	// controller sets it on nodes of groups that cluster-autoscaler did not
+	// create, so the autoscaler never removes them.
+	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+	// MachineAnnotation is Cluster API's, on nodes whose machine a Cluster
+	// API controller manages: such nodes get the full node template even in
+	// CloudEphemeral groups, and update approval leaves their replacement
+	// (RollingUpdateAnnotation) to that controller.
+	MachineAnnotation = "cluster.x-k8s.io/machine"
+)
+
+// Taints.
+const (
+	// UninitializedTaint (effect NoSchedule) is registered with the node by
+	// the kubelet flags bashible writes (--register-with-taints), and removed
+	// by the node template controller once it has applied the group's node
+	// template, so no pod lands on a node before its labels and taints are
+	// in place.
+	UninitializedTaint = "node.deckhouse.io/uninitialized"
+)
+
+// The components' names. Each is the field manager of everything the
+// component writes, its leader Lease, and the source of its Events.
+const (
+	// BashibleAPIServerName is bashible-apiserver's name: its field manager,
+	// its leader Lease in BundlesNamespace, its Event source and
+	// ServiceAccount, and the value of PublishedBundleAppLabel.
+	BashibleAPIServerName = "bashible-apiserver"
+	// NodeManagerControllerName is node-manager-controller's name: its field
+	// manager, its leader Lease in Namespace, its Event source.
+	NodeManagerControllerName = "node-manager-controller"
+)
+
+// Namespaces.
+const (
+	// Namespace holds what node-manager-controller writes for users and
+	// tools (manual-bootstrap Secrets, configuration-checksums), its leader
+	// Lease, and the bashible-api Service the APIService points at.
+	Namespace = "d8-cloud-instance-manager"
+	// BundlesNamespace holds the bundles bashible-apiserver publishes and
+	// its leader Lease; only bashible-apiserver's ServiceAccount may write
+	// there, since whoever can writes what nodes run as root.
+	BundlesNamespace = "d8-bashible-bundles"
+)
+
+// Objects node-manager reads, by name.
+const (
+	// ClusterConfigurationSecret (kube-system) holds the cluster-wide
+	// settings under ClusterConfigurationKey (kind ClusterConfiguration,
+	// written by the cluster's installer); bashible-apiserver renders from
+	// it, with documented defaults when it is absent.
+	ClusterConfigurationSecret = "d8-cluster-configuration"
+	ClusterConfigurationKey    = "cluster-configuration.yaml"
+
+	// RootCAConfigMap (kube-system, key ca.crt) is the cluster CA that
+	// kube-controller-manager publishes in every namespace; it goes into
+	// bundles and manual-bootstrap scripts so a joining node trusts the API.
+	RootCAConfigMap = "kube-root-ca.crt"
+
+	// MasterNodeGroup is the NodeGroup of control-plane nodes: its nodes get
+	// ControlPlaneRoleLabel.
+	MasterNodeGroup = "master"
+)
+
+// Objects node-manager-controller writes in Namespace for users and tools.
+const (
+	// ConfigurationChecksumsSecret maps every group to its configuration
+	// checksum (<group>: <sha256>), for tools that read it the way they read
+	// Deckhouse's.
+	ConfigurationChecksumsSecret = "configuration-checksums"
+
+	// ManualBootstrapSecretPrefix + <group> is the Secret a person reads to
+	// join a machine by hand (Static and CloudStatic groups). Its data keys
+	// follow; its annotations name the token inside.
+	ManualBootstrapSecretPrefix = "manual-bootstrap-for-"
+	// ManualBootstrapScriptKey is the script to run on the machine.
+	ManualBootstrapScriptKey = "bootstrap.sh"
+	// ManualBootstrapCloudConfigKey is the same script as cloud-init user data.
+	ManualBootstrapCloudConfigKey = "cloud-config"
+	// ManualBootstrapEndpointsKey lists the API servers (YAML) the script tries.
+	ManualBootstrapEndpointsKey = "apiserverEndpoints"
+	// TokenExpiresAtAnnotation is the expiry (RFC 3339) of the bootstrap
+	// token inside the manual-bootstrap Secret, readable without decoding
+	// the script.
+	TokenExpiresAtAnnotation = "node-manager.deckhouse.io/token-expires-at"
+	// TokenIDAnnotation is the public id of that token.
+	TokenIDAnnotation = "node-manager.deckhouse.io/token-id"
+)
+
+// Bootstrap tokens (kube-system Secrets bootstrap-token-<id>, written by
+// node-manager-controller; kube-apiserver authenticates them).
+const (
+	// TokenNodeGroupLabel on a bootstrap token Secret names the group the
+	// token joins; node-manager-controller watches only Secrets with it.
+	TokenNodeGroupLabel = "node-manager.deckhouse.io/node-group"
+	// HeritageLabel marks the objects node-manager-controller writes in
+	// kube-system, with the value HeritageNodeManager.
+	HeritageLabel       = "heritage"
+	HeritageNodeManager = "node-manager"
+
+	// BootstrappersGroup is an extra group (auth-extra-groups) of every
+	// node-manager bootstrap token: RBAC lets it create kubelet CSRs and
+	// read bundles.
+	BootstrappersGroup = "system:bootstrappers:d8-node-manager"
+	// BootstrapperGroupPrefix + <group> is the other extra group of a
+	// token: the node group it was issued for. kube-apiserver authenticates
+	// the token with it, so bashible-apiserver and the CSR approver learn a
+	// token's group from the request itself, never from a Secret.
+	BootstrapperGroupPrefix = "system:bootstrappers:d8-node-manager:"
+)
+
+// Objects bashible-apiserver writes in BundlesNamespace: one Secret per
+// group holding the last good bundle, which every replica serves.
+const (
+	// PublishedBundleSecretPrefix + <group> is a published bundle's Secret.
+	PublishedBundleSecretPrefix = "bashible-bundle-"
+	// PublishedBundleKey holds the bundle as gzipped JSON.
+	PublishedBundleKey = "bundle.json.gz"
+	// PublishedBundleAppLabel (value BashibleAPIServerName) marks the
+	// Secrets bashible-apiserver publishes; replicas watch only those.
+	PublishedBundleAppLabel = "app"
+)
