@@ -555,7 +555,10 @@ bb-task-run() {
 # this bb-task-run. Outside one it exits with 13; an undefined task exits
 # with 14; a failed task exits with its status.
 bb-task-depends() {
-  local context=${BB_TASK_CONTEXT[-1]:-} name task code
+  local context="" name task code
+  if (( ${#BB_TASK_CONTEXT[@]} > 0 )); then
+    context=${BB_TASK_CONTEXT[-1]}
+  fi
   if [[ ! -f "$context" ]]; then
     bb-exit "$BB_ERROR_TASK_BAD_CONTEXT" "Cannot run tasks. Bad context"
   fi
