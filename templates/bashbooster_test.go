@@ -365,3 +365,20 @@ func TestBashboosterHelpers(t *testing.T) {
 		}
 	}
 }
+
+// A traced step (bashible traces from the third attempt) never shows the
+// bootstrap token the cluster helpers use.
+func TestBashboosterCredentialsStayOutOfTraces(t *testing.T) {
+	lib := libraryOf(t)
+	runBashbooster(t, lib, "-eEo pipefail", bbCase{
+		name:  "traced bb-curl-kube",
+		files: map[string]string{"var/lib/bashible/bootstrap-token": "abcdef.secrettokenvalue"},
+		runs: []bbRun{{
+			script: `set -x; bb-curl-kube-detect-auth; bb-curl-kube-build-curl-auth-args; set +x
+cat "$BASHIBLE_DIR/bootstrap-token-header"; stat -c %a "$BASHIBLE_DIR/bootstrap-token-header"
+set -x; echo token | bb-untraced bb-bearer-header h; set +x; cat h`,
+			stdout:   "Authorization: Bearer abcdef.secrettokenvalue\n600\nAuthorization: Bearer token",
+			noStderr: []string{"secrettokenvalue"},
+		}},
+	})
+}

@@ -1943,8 +1943,7 @@ bb-rp-fetch() {
   fi
   IFS=, read -r -a endpoints <<< "$PACKAGES_PROXY_ADDRESSES"
   header=$(bb-tmp-file)
-  chmod 0600 "$header"
-  printf 'Authorization: Bearer %s\n' "${PACKAGES_PROXY_TOKEN:-}" > "$header"
+  bb-untraced bb-bearer-header "$header" <<< "${PACKAGES_PROXY_TOKEN:-}"
   mkdir -p "$(dirname "$out")"
   for ep in "${endpoints[@]}"; do
     if curl -fsS --noproxy "$ep" --connect-timeout 10 --max-time 900 -k -H "@$header" -o "$out.part" \
@@ -2186,6 +2185,28 @@ bb-d8-node-ip() {
   ip -4 route get "${ep%:*}" 2> /dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n 1
 }
 
+# bb-untraced COMMAND... runs COMMAND with tracing (set -x) suspended, so a
+# traced step never prints a credential COMMAND handles.
+bb-untraced() {
+  if [[ $- == *x* ]]; then
+    set +x
+    local rc=0
+    "$@" || rc=$?
+    set -x
+    return "$rc"
+  fi
+  "$@"
+}
+
+# bb-bearer-header FILE writes an Authorization header with the token on
+# stdin to FILE (readable by root only), for curl's -H @FILE: a token never
+# goes in a process list, nor, called through bb-untraced, in a trace.
+bb-bearer-header() {
+  local token=""
+  IFS= read -r token || true
+  (umask 077 && printf 'Authorization: Bearer %s\n' "$token" > "$1")
+}
+
 # bb-curl-kube-detect-auth sets BB_KUBE_AUTH_TYPE: cert (the kubelet's
 # client certificate), admin-cert (/etc/kubernetes/admin.conf) or
 # bootstrap-token.
@@ -2225,7 +2246,7 @@ bb-curl-kube-build-curl-auth-args() {
     cert) BB_KUBE_AUTH_ARGS+=(--cert "$cert" --key "$cert") ;;
     admin-cert) BB_KUBE_AUTH_ARGS+=(--cert "$BB_KUBE_ADMIN_CERT" --key "$BB_KUBE_ADMIN_KEY") ;;
     bootstrap-token)
-      (umask 077 && printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header")
+      bb-untraced bb-bearer-header "$BASHIBLE_DIR/bootstrap-token-header" < "$BASHIBLE_DIR/bootstrap-token"
       BB_KUBE_AUTH_ARGS+=(-H "@$BASHIBLE_DIR/bootstrap-token-header")
       ;;
     *)
