@@ -382,3 +382,26 @@ set -x; echo token | bb-untraced bb-bearer-header h; set +x; cat h`,
 		}},
 	})
 }
+
+// Registry packages installed before are recognised by digest (tag), and
+// removed by their own uninstall script, with the event.
+func TestBashboosterRegistryPackagesRemove(t *testing.T) {
+	lib := libraryOf(t)
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	runBashbooster(t, lib, "-Eeuo pipefail", bbCase{
+		name: "registry packages",
+		files: map[string]string{
+			"var/cache/registrypackages/jq/digest":    digest + "\n",
+			"var/cache/registrypackages/jq/uninstall": "echo uninstalling jq\n",
+			"var/cache/registrypackages/yq/tag":       "v4\n",
+			"var/cache/registrypackages/yq/uninstall": "echo uninstalling yq\n",
+		},
+		runs: []bbRun{{
+			script: `r() { echo "removed:$1"; }; bb-event-on bb-package-removed r
+bb-package-or-image-is-installed? jq ` + digest + ` && echo jq-installed; bb-rp-is-installed? yq v4 && echo yq-installed; bb-rp-is-installed? yq v5 || echo not-v5
+bb-package-install jq:` + digest + `; bb-package-remove jq nothing; bb-rp-remove yq; ls "$BASHIBLE_ROOT/var/cache/registrypackages"`,
+			stdout: "jq-installed\nyq-installed\nnot-v5\nuninstalling jq\nremoved:jq\nuninstalling yq\nremoved:yq",
+			stderr: []string{"already installed"},
+		}},
+	})
+}

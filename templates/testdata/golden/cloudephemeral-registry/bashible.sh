@@ -1191,22 +1191,27 @@ bb-read-name-assign() {
   printf -v "$name" '%s' "$2"
 }
 
-# bb-read-properties FILE PREFIX reads key=value, key: value and
-# "key value" lines (# and ! start comments).
-bb-read-properties() {
-  local file=$1 prefix=${2:-} line key value
-  if [[ ! -r "$file" ]]; then
-    bb-log-error "'$file' is not readable"
-    return 1
-  fi
+# bb-read-properties-helper FILE PREFIX prints NAME<TAB>VALUE for each
+# key=value, key: value and "key value" line (# and ! start comments).
+bb-read-properties-helper() {
+  local file=$1 prefix=${2:-} line
   while IFS= read -r line || [[ -n "$line" ]]; do
     line=$(sed 's/^[[:space:]]*//; s/[[:space:]]*$//' <<< "$line")
     [[ -n "$line" && "$line" != [#!]* ]] || continue
     [[ "$line" =~ ^([^[:space:]:=]*)[[:space:]:=]+(.+)$ ]] || continue
-    key=${BASH_REMATCH[1]}
-    value=${BASH_REMATCH[2]}
-    bb-read-name-assign "$prefix$key" "$value"
+    printf '%s\t%s\n' "$prefix${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
   done < "$file"
+}
+
+# bb-read-properties FILE PREFIX sets PREFIX<key> for each line.
+bb-read-properties() {
+  if [[ ! -r "$1" ]]; then
+    bb-log-error "'$1' is not readable"
+    return 1
+  fi
+  local flat
+  flat=$(bb-read-properties-helper "$1" "${2:-}") || return 1
+  bb-read-assign-flat <<< "$flat"
 }
 
 # bb-properties-read: the deprecated name of bb-read-properties.
@@ -1219,11 +1224,18 @@ bb-properties-read() {
 # section for * or empty) into PREFIX<section>_<key> (keys lowercased, as
 # Python's ConfigParser does).
 bb-read-ini() {
-  local file=$1 want=${2:-} prefix=${3:-} line section="" key value
-  if [[ ! -r "$file" ]]; then
-    bb-log-error "'$file' is not readable"
+  if [[ ! -r "$1" ]]; then
+    bb-log-error "'$1' is not readable"
     return 1
   fi
+  local flat
+  flat=$(bb-read-ini-helper "$1" "${2:-}" "${3:-}") || return 1
+  bb-read-assign-flat <<< "$flat"
+}
+
+# bb-read-ini-helper FILE SECTION PREFIX prints NAME<TAB>VALUE lines.
+bb-read-ini-helper() {
+  local file=$1 want=${2:-} prefix=${3:-} line section="" key value
   while IFS= read -r line || [[ -n "$line" ]]; do
     line=$(sed 's/^[[:space:]]*//; s/[[:space:]]*$//' <<< "$line")
     [[ -n "$line" && "$line" != [#\;]* ]] || continue
@@ -1236,7 +1248,7 @@ bb-read-ini() {
     [[ "$line" =~ ^([^:=]*[^[:space:]:=])[[:space:]]*[:=][[:space:]]*(.*)$ ]] || continue
     key=${BASH_REMATCH[1],,}
     value=${BASH_REMATCH[2]}
-    bb-read-name-assign "$prefix${section}_$key" "$value"
+    printf '%s\t%s\n' "$prefix${section}_$key" "$value"
   done < "$file"
 }
 
@@ -1255,6 +1267,7 @@ bb-read-json-flatten() {
 bb-read-assign-flat() {
   local name value
   while IFS=$'\t' read -r name value; do
+    [[ -n "$name" ]] || continue
     bb-read-name-assign "$name" "$value"
   done
 }
@@ -1266,9 +1279,12 @@ bb-read-json() {
     return 1
   fi
   local flat
-  flat=$(bb-read-json-flatten "${2:-}" < "$1") || return 1
+  flat=$(bb-read-json-helper "$1" "${2:-}") || return 1
   bb-read-assign-flat <<< "$flat"
 }
+
+# bb-read-json-helper FILE PREFIX prints NAME<TAB>VALUE lines.
+bb-read-json-helper() { bb-read-json-flatten "${2:-}" < "$1"; }
 
 # bb-read-yaml? is true when YAML can be read (Python with its yaml module).
 bb-read-yaml?() {
@@ -1284,9 +1300,15 @@ bb-read-yaml() {
   fi
   local python_binary flat
   "bb-read-yaml?" || { bb-log-error "reading YAML needs Python with its yaml module"; return 1; }
-  check_python > /dev/null
-  flat=$("$python_binary" -c 'import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)' "$1" | bb-read-json-flatten "${2:-}") || return 1
+  flat=$(bb-read-yaml-helper "$1" "${2:-}") || return 1
   bb-read-assign-flat <<< "$flat"
+}
+
+# bb-read-yaml-helper FILE PREFIX prints NAME<TAB>VALUE lines.
+bb-read-yaml-helper() {
+  local python_binary
+  check_python > /dev/null || return 1
+  "$python_binary" -c 'import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)' "$1" | bb-read-json-flatten "${2:-}"
 }
 
 # -- Augeas (when augtool is installed).
@@ -1361,7 +1383,7 @@ _bb_detect_os_context() {
   local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
   BB_DETECTED_FAMILY=unknown BB_DETECTED_BUNDLE=unknown BB_DETECTED_PKG_MGR=unknown
   if [[ ! -e "$os_release" ]]; then
-    bb-log-warn "Unable to determine OS from /etc/os-release, falling back to 'unknown'."
+    _bb_set_unknown_os_context
     return 0
   fi
   # shellcheck disable=SC1090 # os-release is a shell fragment by definition
@@ -1380,6 +1402,11 @@ _bb_detect_os_context() {
       fi
       ;;
   esac
+}
+
+_bb_set_unknown_os_context() {
+  bb-log-warn "Unable to determine OS from /etc/os-release, falling back to 'unknown'."
+  BB_DETECTED_FAMILY=unknown BB_DETECTED_BUNDLE=unknown BB_DETECTED_PKG_MGR=unknown
 }
 
 # bb-is-bundle prints the OS bundle: debian, ubuntu-lts, centos or unknown.
@@ -1923,8 +1950,8 @@ bb-package-is-fetched?() { [[ -f "${BB_FETCHED_PACKAGES_STORE}/$1/$2.tar.gz" ]];
 # bb-image-is-fetched? NAME DIGEST
 bb-image-is-fetched?() { [[ -f "${BB_FETCHED_PACKAGES_STORE}/$1/$2.tar" ]]; }
 
-# bb-rp-split NAME:DIGEST prints NAME and DIGEST on two lines.
-bb-rp-split() {
+# bb-regpkg-split NAME:DIGEST prints NAME and DIGEST on two lines.
+bb-regpkg-split() {
   if [[ ! "$1" =~ ^([^:]+):(sha256:[0-9a-f]{64})$ ]]; then
     bb-log-error "'$1' is not PACKAGE:sha256:<64 hex digits>"
     return 1
@@ -1932,9 +1959,9 @@ bb-rp-split() {
   printf '%s\n%s\n' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
 }
 
-# bb-rp-fetch KIND DIGEST OUTPUT fetches a blob (KIND package or image)
+# bb-regpkg-fetch KIND DIGEST OUTPUT fetches a blob (KIND package or image)
 # from the packages proxy and keeps it only if its sha256 is DIGEST.
-bb-rp-fetch() {
+bb-regpkg-fetch() {
   local kind=$1 digest=$2 out=$3 ep header
   local -a endpoints=()
   if [[ -z "${PACKAGES_PROXY_ADDRESSES:-}" ]]; then
@@ -1964,30 +1991,30 @@ bb-rp-fetch() {
 }
 
 # bb-package-fetch-blob DIGEST OUTPUT fetches one package blob.
-bb-package-fetch-blob() { bb-rp-fetch package "$1" "$2"; }
+bb-package-fetch-blob() { bb-regpkg-fetch package "$1" "$2"; }
 
 # bb-package-fetch-blobs / bb-images-fetch fetch the blobs of the caller's
 # PACKAGES_MAP (digest -> name); bb-package-fetch and bb-image-fetch call them.
 bb-package-fetch-blobs() {
   local digest
   for digest in "${!PACKAGES_MAP[@]}"; do
-    bb-rp-fetch package "$digest" "${BB_FETCHED_PACKAGES_STORE}/${PACKAGES_MAP[$digest]}/$digest.tar.gz" || return 1
+    bb-regpkg-fetch package "$digest" "${BB_FETCHED_PACKAGES_STORE}/${PACKAGES_MAP[$digest]}/$digest.tar.gz" || return 1
   done
 }
 bb-images-fetch() {
   local digest
   for digest in "${!PACKAGES_MAP[@]}"; do
-    bb-rp-fetch image "$digest" "${BB_FETCHED_PACKAGES_STORE}/${PACKAGES_MAP[$digest]}/$digest.tar" || return 1
+    bb-regpkg-fetch image "$digest" "${BB_FETCHED_PACKAGES_STORE}/${PACKAGES_MAP[$digest]}/$digest.tar" || return 1
   done
 }
 
-# bb-rp-map KIND NAME:DIGEST... fills the caller's PACKAGES_MAP with what is
+# bb-regpkg-map KIND NAME:DIGEST... fills the caller's PACKAGES_MAP with what is
 # neither installed nor fetched.
-bb-rp-map() {
+bb-regpkg-map() {
   local kind=$1 item name digest
   shift
   for item in "$@"; do
-    { read -r name; read -r digest; } < <(bb-rp-split "$item") || return 1
+    { read -r name; read -r digest; } < <(bb-regpkg-split "$item") || return 1
     [[ -n "$name" ]] || return 1
     if "bb-package-or-image-is-installed?" "$name" "$digest"; then
       bb-log-info "'$item' $kind already installed"
@@ -2003,7 +2030,7 @@ bb-rp-map() {
 # bb-package-fetch NAME:DIGEST... fetches the packages not installed or fetched yet.
 bb-package-fetch() {
   local -A PACKAGES_MAP=()
-  bb-rp-map package "$@" || return 1
+  bb-regpkg-map package "$@" || return 1
   (( ${#PACKAGES_MAP[@]} > 0 )) || return 0
   bb-log-info "Fetching packages: ${PACKAGES_MAP[*]}"
   bb-package-fetch-blobs || { bb-log-error "Failed to fetch packages"; return 1; }
@@ -2013,7 +2040,7 @@ bb-package-fetch() {
 # bb-image-fetch NAME:DIGEST... fetches the images not saved or fetched yet.
 bb-image-fetch() {
   local -A PACKAGES_MAP=()
-  bb-rp-map image "$@" || return 1
+  bb-regpkg-map image "$@" || return 1
   (( ${#PACKAGES_MAP[@]} > 0 )) || return 0
   bb-log-info "Fetching images: ${PACKAGES_MAP[*]}"
   bb-images-fetch || { bb-log-error "Failed to fetch images"; return 1; }
@@ -2027,7 +2054,7 @@ bb-image-fetch() {
 bb-registry-package-install() {
   local item name digest dir
   for item in "$@"; do
-    { read -r name; read -r digest; } < <(bb-rp-split "$item") || return 1
+    { read -r name; read -r digest; } < <(bb-regpkg-split "$item") || return 1
     [[ -n "$name" ]] || return 1
     if "bb-package-or-image-is-installed?" "$name" "$digest"; then
       bb-log-info "'$item' package already installed"
@@ -2064,7 +2091,7 @@ bb-registry-package-install() {
 bb-image-save() {
   local item name digest
   for item in "$@"; do
-    { read -r name; read -r digest; } < <(bb-rp-split "$item") || return 1
+    { read -r name; read -r digest; } < <(bb-regpkg-split "$item") || return 1
     [[ -n "$name" ]] || return 1
     if [[ "$(cat "${BB_INSTALLED_PACKAGES_STORE}/images/$name/digest" 2> /dev/null || true)" == "$digest" ]]; then
       bb-log-info "'$item' image already installed"
@@ -2104,6 +2131,96 @@ bb-package-remove() {
       bb-event-fire bb-package-removed "$pkg"
     fi
   done
+}
+
+# -- Registry packages straight from a container registry (Deckhouse's
+# older bb-rp-* helpers): PACKAGE:TAG is the image REGISTRY_PATH:TAG at
+# SCHEME://REGISTRY_ADDRESS (REGISTRY_AUTH user:password, optional), whose
+# last layer holds install and uninstall scripts. A step sets those
+# variables; node-manager does not.
+bb-var BB_RP_INSTALLED_PACKAGES_STORE "${BASHIBLE_ROOT}/var/cache/registrypackages"
+
+# bb-rp-is-installed? PACKAGE TAG
+bb-rp-is-installed?() {
+  [[ -f "${BB_RP_INSTALLED_PACKAGES_STORE}/$1/tag" ]] && [[ "$(cat "${BB_RP_INSTALLED_PACKAGES_STORE}/$1/tag")" == "$2" ]]
+}
+
+# bb-rp-get-token prints a pull token for REGISTRY_PATH from the registry's
+# token service; a registry without bearer authentication exits with 1.
+bb-rp-get-token() {
+  local header realm service
+  header=$(curl --retry 3 -sSLi "${SCHEME:-https}://${REGISTRY_ADDRESS:-}/v2/" | grep -i "www-authenticate" || true)
+  realm=$(grep -oE 'Bearer realm="https?://[^"]+"' <<< "$header" | cut -d'"' -f2 || true)
+  service=$(grep -oE 'service="[^"]+"' <<< "$header" | cut -d'"' -f2 | sed 's/ /+/g' || true)
+  if [[ -z "$realm" ]]; then
+    bb-exit 1 "couldn't find bearer realm parameter, consider enabling bearer token auth in your registry, returned header: $header"
+  fi
+  local url="$realm?service=$service&scope=repository:${REGISTRY_PATH#/}:pull"
+  # The credentials go to curl on stdin, never in its arguments or a trace.
+  if [[ -n "${REGISTRY_AUTH:-}" ]]; then
+    bb-untraced bb-rp-curl-config | curl --retry 3 -fsSL -K - "$url"
+  else
+    curl --retry 3 -fsSL "$url"
+  fi | jq -r '.token'
+}
+bb-rp-curl-config() { printf 'user = "%s"\n' "${REGISTRY_AUTH:-}"; }
+
+# bb-rp-curl ARGS... runs curl with a fresh pull token in a header file.
+bb-rp-curl() {
+  local header
+  header=$(bb-tmp-file)
+  bb-rp-get-token | bb-untraced bb-bearer-header "$header"
+  curl --retry 3 -fsSL -H "@$header" "$@"
+}
+
+# bb-rp-get-digests TAG prints the digest of the image's last layer.
+bb-rp-get-digests() {
+  bb-rp-curl -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+    "${SCHEME:-https}://${REGISTRY_ADDRESS:-}/v2${REGISTRY_PATH:-}/manifests/$1" | jq -r '.layers[-1].digest'
+}
+
+# bb-rp-fetch-digest DIGEST OUTPUT fetches one blob.
+bb-rp-fetch-digest() {
+  bb-rp-curl "${SCHEME:-https}://${REGISTRY_ADDRESS:-}/v2${REGISTRY_PATH:-}/blobs/$1" -o "$2"
+}
+
+# bb-rp-install PACKAGE:TAG... installs each package not installed in TAG:
+# unpacks its layer, runs ./install, keeps the tag and the scripts in
+# /var/cache/registrypackages/PACKAGE, fires bb-package-installed.
+bb-rp-install() {
+  local item pkg tag digest dir blob
+  for item in "$@"; do
+    pkg=${item%%:*}
+    tag=${item#*:}
+    if "bb-rp-is-installed?" "$pkg" "$tag"; then
+      continue
+    fi
+    dir=$(bb-tmp-dir)
+    for digest in $(bb-rp-get-digests "$tag"); do
+      blob=$(bb-tmp-file)
+      bb-rp-fetch-digest "$digest" "$blob"
+      tar -xf "$blob" -C "$dir"
+      rm -f "$blob"
+    done
+    bb-log-info "Installing package '$pkg'"
+    if ! (cd "$dir" && ./install); then
+      rm -rf "$dir"
+      bb-log-error "Failed to install package '$pkg'"
+      return 1
+    fi
+    mkdir -p "${BB_RP_INSTALLED_PACKAGES_STORE}/$pkg"
+    echo "$tag" > "${BB_RP_INSTALLED_PACKAGES_STORE}/$pkg/tag"
+    cp "$dir/install" "$dir/uninstall" "${BB_RP_INSTALLED_PACKAGES_STORE}/$pkg/"
+    rm -rf "$dir"
+    bb-event-fire bb-package-installed "$pkg"
+  done
+}
+
+# bb-rp-remove PACKAGE... runs each installed package's uninstall script,
+# forgets it and fires bb-package-removed.
+bb-rp-remove() {
+  local BB_INSTALLED_PACKAGES_STORE=$BB_RP_INSTALLED_PACKAGES_STORE
+  bb-package-remove "$@"
 }
 
 # -- Downloads (Deckhouse's form of bb-download; node-manager's verified
