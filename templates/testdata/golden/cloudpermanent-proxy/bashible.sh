@@ -2155,7 +2155,8 @@ bb-rp-get-token() {
   if [[ -z "$realm" ]]; then
     bb-exit 1 "couldn't find bearer realm parameter, consider enabling bearer token auth in your registry, returned header: $header"
   fi
-  local url="$realm?service=$service&scope=repository:${REGISTRY_PATH#/}:pull"
+  local repository=${REGISTRY_PATH:-}
+  local url="$realm?service=$service&scope=repository:${repository#/}:pull"
   # The credentials go to curl on stdin, never in its arguments or a trace.
   if [[ -n "${REGISTRY_AUTH:-}" ]]; then
     bb-untraced bb-rp-curl-config | curl --retry 3 -fsSL -K - "$url"
