@@ -44,6 +44,13 @@ case "$name" in
       exit
     fi
     ;;
+  getent)
+    grep -q -- "^$2:" "$BASHIBLE_ROOT/getent-$1" 2> /dev/null
+    exit
+    ;;
+  id)
+    exit 1
+    ;;
   wget)
     while (( $# > 0 )); do
       if [[ "$1" == -O ]]; then echo "fetched" > "$2"; fi
@@ -99,7 +106,7 @@ func runBashbooster(t *testing.T, lib string, options string, c bbCase) {
 	}
 	writeFile(t, filepath.Join(dir, "lib.sh"), lib)
 	writeFile(t, filepath.Join(stubs, "stub"), bbStub)
-	for _, name := range []string{"apt-get", "apt-mark", "apt-cache", "dpkg-query", "dnf", "yum", "zypper", "rpm", "wget"} {
+	for _, name := range []string{"apt-get", "apt-mark", "apt-cache", "dpkg-query", "dnf", "yum", "zypper", "rpm", "wget", "getent", "id", "groupadd", "useradd"} {
 		if err := os.Symlink("stub", filepath.Join(stubs, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -347,6 +354,34 @@ bb-read-json missing X || echo "rc=$?"`,
 	{name: "proxy", runs: []bbRun{{
 		script: `export HTTP_PROXY=x https_proxy=y; bb-set-proxy; echo "[${HTTP_PROXY:-}${https_proxy:-}]"; export NO_PROXY=z; bb-unset-proxy; echo "[${NO_PROXY:-}]"`,
 		stdout: "[]\n[]",
+	}}},
+	{name: "users and groups", files: map[string]string{"getent-group": "docker:x:999:\n", "getent-passwd": "1001:x\n"}, runs: []bbRun{
+		{script: `bb-create_user_and_group app 2000 app 2000`, calls: []string{"groupadd -g 2000 app", "useradd -m -u 2000 -g app app"}},
+		{script: `bb-create_user_and_group app 1001 docker 999`, stderr: []string{"Group docker already exists", "User ID 1001 is already exists"}},
+	}},
+	{name: "status and Events map onto node-manager's", runs: []bbRun{{
+		script: `bb-instance-condition() { echo "condition $*"; }; bb-event() { echo "event $*"; }; export BASHIBLE_NODE_NAME=n1
+bb-patch-instance-condition Ready True Fine; bb-bashible-ready-steps-completed 050_x; bb-bashible-ready-steps-failed 050_x oops
+bb-waiting-approval-required hint; bb-disruption-approval-not-required
+bb-event-create error 050_x; bb-event-info-create 050_x; echo "last lines" > step.log; bb-event-error-create 050_y
+bb-d8-node-name; printf 'a\nb\n' | bb-indent-text '  '`,
+		stdout: "condition Ready True Fine \ncondition BashibleReady True StepsCompleted Last successful step: 050_x\n" +
+			"condition BashibleReady False StepsFailed 050_x: oops\ncondition WaitingApproval True UpdateApprovalRequired hint\n" +
+			"condition WaitingDisruptionApproval False DisruptionApprovalNotRequired \n" +
+			"event Warning BashibleStepFailed Bashible step 050_x failed on n1\nevent Normal BashibleNodeUpdate 050_x steps update on n1\n" +
+			"event Warning BashibleStepFailed last lines\nn1\n  a\n  b",
+	}}},
+	{name: "node metadata patches", runs: []bbRun{{
+		script: `bb-curl-kube() { echo "$1 $2 $3 $4 $5 $7"; }; bb-curl-kube-patch-node-metadata n1 labels --resource-version=42 a=b gone-`,
+		stdout: `/api/v1/nodes/n1 -X PATCH -H Content-Type: application/strategic-merge-patch+json {"metadata":{"labels":{"a":"b","gone":null},"resourceVersion":"42"}}`,
+	}}},
+	{name: "python extensions and YAML", runs: []bbRun{{
+		script: `bb-ext-python greet <<'PY'
+import sys
+print("hi " + sys.argv[1])
+PY
+greet there; printf 'a:\n  b: [x, y]\n' > y.yaml; if bb-read-yaml?; then bb-read-yaml y.yaml Y; echo "$Y_a_b_len $Y_a_b_1"; else echo "2 y"; fi`,
+		stdout: "hi there\n2 y",
 	}}},
 	{name: "containerd registry sections", runs: []bbRun{{
 		script: `printf '[plugins."io.containerd.grpc.v1.cri".registry.mirrors]\n' > v1; printf 'version = 3\n' > v2
