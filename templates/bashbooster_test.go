@@ -333,7 +333,7 @@ bb-apt-hold? a && echo a-held; bb-apt-hold? b || echo b-free; bb-apt-hold b; bb-
 	{name: "OS detection", files: map[string]string{"etc/os-release": "ID=ubuntu\nVERSION_ID=\"24.04\"\nUBUNTU_CODENAME=noble\n"}, runs: []bbRun{
 		{script: `bb-is-bundle; bb-is-family; bb-pkg-mgr; bb-bundle; bb-is-ubuntu-version? 24.04 && echo yes; bb-is-ubuntu-version? 22.04 || echo no; bb-get-ubuntu-codename; bb-is-astra-version? '1\..*' || echo not-astra; bb-dvp-nesting-level`,
 			stdout: "ubuntu-lts\ndebian\napt\nubuntu-lts\nyes\nno\nnoble\nnot-astra\n0"},
-		{script: `echo ID=plan9 > "$BASHIBLE_ROOT/etc/os-release"; bb-is-bundle; bb-bundle || echo "rc=$?"`, stdout: "unknown\nrc=1", stderr: []string{"unsupported OS"}},
+		{script: `echo ID=plan9 > "$BASHIBLE_ROOT/etc/os-release"; bb-is-bundle; bb-bundle || echo "rc=$?"`, stdout: "unknown\nrc=1", stderr: []string{"unsupported OS 'plan9': supported are debian"}},
 	}},
 	{name: "template, wait, exe, task", runs: []bbRun{
 		{script: `printf 'name=$NAME "quoted" $(echo cmd)\n' > t; NAME=n1; bb-template t; bb-exe? bash && echo exe; bb-exe? no-such-cmd || echo none

@@ -349,7 +349,7 @@ bb-bundle() {
   local bundle
   bundle=$(bb-is-bundle 2> /dev/null)
   if [[ "$bundle" == unknown ]]; then
-    bb-log "unsupported OS: supported are debian (12, 13), ubuntu-lts (22.04, 24.04) and centos (RHEL family 9: Rocky, Alma, CentOS Stream)"
+    bb-log "unsupported OS '$(bb-os-release-field ID 2> /dev/null || true)': supported are debian (12, 13), ubuntu-lts (22.04, 24.04) and centos (RHEL family 9: Rocky, Alma, CentOS Stream)"
     return 1
   fi
   echo "$bundle"
