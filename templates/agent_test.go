@@ -177,3 +177,48 @@ func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
 		t.Errorf("annotations after the run: %v", api.annotations)
 	}
 }
+
+// Users' steps run with Deckhouse's shell options (-eEo pipefail, no
+// nounset): a NodeGroupConfiguration that reads an unset variable works as
+// it does in Deckhouse. A built-in step keeps nounset (its header sets it)
+// and fails on the same line. A step's delayed bashbooster events fire
+// once, when it ends.
+func TestAgentRunsUserStepsWithDeckhouseShellOptions(t *testing.T) {
+	header := strings.Join(strings.SplitN(mustRender(t, builtinTree(t), workerContext(t, nil)).Steps["099_reboot.sh"], "\n", 4)[:3], "\n")
+	if !strings.Contains(header, "set -Eeuo pipefail") {
+		t.Fatalf("the built-in steps' header no longer sets nounset:\n%s", header)
+	}
+	user := `echo "user:[$UNSET_VAR]" >> "$BASHIBLE_ROOT/trace"
+h() { echo "handled:$*" >> "$BASHIBLE_ROOT/trace"; }
+bb-event-on restart h
+printf 'x\n' | bb-sync-file "$BASHIBLE_ROOT/x.conf" - restart unit
+bb-event-delay restart unit
+echo "body done" >> "$BASHIBLE_ROOT/trace"
+`
+	api := &fakeAPI{bundle: bundleOf(map[string]string{"100_user.sh": user}), annotations: map[string]any{
+		"node.deckhouse.io/configuration-checksum": "old", "update.node.deckhouse.io/approved": ""}}
+	out, root, ok := runAgent(t, api)
+	if !ok {
+		t.Fatalf("a user step reading an unset variable failed:\n%s", out)
+	}
+	if trace, _ := os.ReadFile(filepath.Join(root, "trace")); string(trace) != "user:[]\nbody done\nhandled:unit\n" {
+		t.Errorf("what the user step did: %q", trace)
+	}
+	if _, err := os.Stat(filepath.Join(root, "var/lib/bashible/bashbooster_unhandled_synced_files")); !os.IsNotExist(err) {
+		t.Errorf("the run ended well, yet the synced file is still unhandled (%v)", err)
+	}
+
+	builtin := header + "\necho \"builtin:[$UNSET_VAR]\" >> \"$BASHIBLE_ROOT/trace\"\n"
+	api = &fakeAPI{bundle: bundleOf(map[string]string{"050_builtin.sh": builtin}), annotations: map[string]any{
+		"node.deckhouse.io/configuration-checksum": "old", "update.node.deckhouse.io/approved": ""}}
+	out, root, ok = runAgent(t, api)
+	if ok {
+		t.Errorf("a built-in step reading an unset variable succeeded:\n%s", out)
+	}
+	if log, _ := os.ReadFile(filepath.Join(root, "var/lib/bashible/step.failed.log")); !strings.Contains(string(log), "UNSET_VAR: unbound variable") {
+		t.Errorf("the step's log should name the unset variable:\n%s", log)
+	}
+	if trace, _ := os.ReadFile(filepath.Join(root, "trace")); len(trace) != 0 {
+		t.Errorf("the built-in step went on past the unset variable: %q", trace)
+	}
+}

@@ -68,6 +68,10 @@ if cmp -s "$lib_new" "$BASHIBLE_DIR/lib.sh"; then
 else
   mv -f "$lib_new" "$BASHIBLE_DIR/lib.sh"
 fi
+# The agent's own bashbooster workspace lives in this run's scratch space
+# (the steps' is /var/lib/bashible/.bb-workspace).
+# shellcheck disable=SC2034 # read by the library
+BB_WORKSPACE=$BASHIBLE_DIR/tmp/agent-workspace
 # shellcheck source=/dev/null
 source "$BASHIBLE_DIR/lib.sh"
 
@@ -127,6 +131,10 @@ step_timeout() {
 # run_step STEP: runs it in a fresh bash with the library, retrying a
 # failure after RETRY_DELAY seconds, with tracing from the third attempt;
 # each attempt is reported as an Event. Returns non-zero after MAX_RETRIES.
+# The shell options are Deckhouse's, -eEo pipefail without nounset, so a
+# NodeGroupConfiguration written for Deckhouse runs the same here; the
+# built-in steps add -u themselves (their header, lib/_step.tpl). The
+# library sets a trap that fires the step's delayed events when it ends.
 run_step() {
   local step=$1 name attempt=1 rc start took timeout trace note
   name=$(basename "$step")
@@ -142,7 +150,7 @@ run_step() {
       fi
       umask 022
       BASHIBLE_STEP=$name exec timeout --kill-after=10 "$timeout" \
-        bash --noprofile --norc -c "set -Eeuo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
+        bash --noprofile --norc -c "set -eEo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
         bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step"
     ) > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
     took=$(( SECONDS - start ))
@@ -235,7 +243,7 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step reboot=none approval=no
+  local json checksum node="{}" step reboot=none approval=no flag
   json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
   checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
   [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
@@ -298,6 +306,13 @@ main() {
   mv -f "$BASHIBLE_DIR/boot_id.new" "$BASHIBLE_DIR/boot_id"
   rm -f "$BASHIBLE_DIR/first_run"
   bb-flag-unset disruption
+  # What the steps' bashbooster helpers changed is handled now: the next
+  # run refreshes package lists again and fires change events only anew.
+  rm -f "$BB_SYNC_UNHANDLED_FILES_STORE" "$BB_APT_UNHANDLED_PACKAGES_STORE" "$BB_YUM_UNHANDLED_PACKAGES_STORE" \
+    "$BB_DNF_UNHANDLED_PACKAGES_STORE" "$BB_ZYPPER_UNHANDLED_PACKAGES_STORE"
+  for flag in apt-updated apt-rpm-updated yum-updated dnf-updated zypper-updated; do
+    bb-flag-unset "$flag"
+  done
   # Once joined, the node needs its bootstrap token no more.
   if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]]; then
     rm -f "$BASHIBLE_DIR/bootstrap-token" "$BASHIBLE_DIR/bootstrap-token-header"

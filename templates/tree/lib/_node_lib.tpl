@@ -22,12 +22,20 @@ bb-log() {
   printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${BASHIBLE_STEP:-bashible}" "$*" >&2
 }
 
-# Flags carry facts between steps of one run (and across runs until unset).
-bb-flag-set() { mkdir -p "$BASHIBLE_DIR/flags" && touch "$BASHIBLE_DIR/flags/$1"; }
-bb-flag-unset() { rm -f "$BASHIBLE_DIR/flags/$1"; }
-bb-flag-is-set() { [[ -e "$BASHIBLE_DIR/flags/$1" ]]; }
-# Deckhouse's name; in a command position "bb-flag?" is also a glob, so
-# new code calls bb-flag-is-set.
+# Flags carry facts between steps of one run (and across runs until unset),
+# as files in BB_FLAG_DIR. Deckhouse's names; bb-flag-is-set is bb-flag?
+# under a name that is no glob in a command position.
+BB_FLAG_DIR=$BASHIBLE_DIR/flags
+bb-flag-set() {
+  if [[ ! -d "$BB_FLAG_DIR" ]]; then
+    bb-log-debug "Creating flag directory at '$BB_FLAG_DIR'"
+    mkdir -p "$BB_FLAG_DIR"
+  fi
+  bb-log-info "Creating flag '$1' at '$BB_FLAG_DIR'"
+  touch "$BB_FLAG_DIR/$1"
+}
+bb-flag-unset() { rm -f "$BB_FLAG_DIR/$1"; }
+bb-flag-is-set() { [[ -f "$BB_FLAG_DIR/$1" ]]; }
 bb-flag?() { bb-flag-is-set "$@"; }
 
 # bb-node-name prints this node's name.
@@ -60,7 +68,8 @@ bb-kube-api() {
   bb-kube-api-untraced "$@"
 }
 
-# Exit status: 0 on success, 9 on 409 Conflict, 1 on anything else.
+# Exit status: 0 on success, 9 on 409 Conflict, 4 on 404 Not Found, 1 on
+# anything else.
 bb-kube-api-untraced() {
   local method=$1 path=$2 ctype=${3:-application/json}
   local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
@@ -104,6 +113,7 @@ bb-kube-api-untraced() {
         bb-log "$method $path: HTTP $code from $endpoint: ${out:-$(head -c 300 "$body")}"
         rm -f "$body" "$body.in"
         [[ "$code" == 409 ]] && return 9
+        [[ "$code" == 404 ]] && return 4
         return 1
         ;;
     esac
@@ -274,24 +284,16 @@ bb-deckhouse-get-disruptive-update-approval() { bb-disruption-gate; }
 # ---- Helpers for configuration steps (documented in templates/AUTHORING.md).
 
 # bb-bundle prints this machine's OS bundle (debian, ubuntu-lts or centos),
-# from /etc/os-release; on any other OS it fails, naming what is supported.
+# from /etc/os-release (bb-is-bundle, which prints "unknown" instead); on
+# any other OS it fails, naming what is supported.
 bb-bundle() {
-  local os_release=${BASHIBLE_ROOT}/etc/os-release id id_like
-  # shellcheck disable=SC1090 # os-release is a shell fragment by definition
-  id=$(. "$os_release" && echo "${ID:-}")
-  # shellcheck disable=SC1090
-  id_like=$(. "$os_release" && echo "${ID_LIKE:-}")
-  case "$id" in
-    debian) echo debian ;;
-    ubuntu) echo ubuntu-lts ;;
-    centos|rocky|almalinux|rhel) echo centos ;;
-    *)
-      case " $id_like " in
-        *" rhel "*) echo centos ;;
-        *) bb-log "unsupported OS '$id': supported are debian (12, 13), ubuntu-lts (22.04, 24.04) and centos (RHEL family 9: Rocky, Alma, CentOS Stream)"; return 1 ;;
-      esac
-      ;;
-  esac
+  local bundle
+  bundle=$(bb-is-bundle 2> /dev/null)
+  if [[ "$bundle" == unknown ]]; then
+    bb-log "unsupported OS '$(bb-os-release-field ID 2> /dev/null || true)': supported are debian (12, 13), ubuntu-lts (22.04, 24.04) and centos (RHEL family 9: Rocky, Alma, CentOS Stream)"
+    return 1
+  fi
+  echo "$bundle"
 }
 
 # bb-arch prints the machine's architecture as Kubernetes names it: amd64 or arm64.
@@ -344,14 +346,12 @@ bb-remove() {
 }
 
 # bb-with-proxy COMMAND...: runs COMMAND with the cluster's proxy settings
-# (written by the proxy step to /etc/node-manager/proxy.env) in its environment.
+# (written by the proxy step to /etc/node-manager/proxy.env; bb-set-proxy)
+# in its environment; without that file, with the environment as it is.
 bb-with-proxy() {
   (
     if [[ -f /etc/node-manager/proxy.env ]]; then
-      set -a
-      # shellcheck disable=SC1091 # written by the proxy step
-      . /etc/node-manager/proxy.env
-      set +a
+      bb-set-proxy
     fi
     exec "$@"
   )
@@ -360,11 +360,23 @@ bb-with-proxy() {
 # bb-sha256 FILE prints the file's sha256.
 bb-sha256() { sha256sum "$1" | cut -d' ' -f1; }
 
-# bb-download URL SHA256 DEST [MODE] [MARK]: makes DEST the file at URL,
+# bb-download takes both forms: node-manager's, URL SHA256 DEST [MODE]
+# [MARK] (bb-download-verified), and Deckhouse's, URL [NAME] [true|false]
+# (bb-download-to-workspace): three or more arguments whose third is not
+# true or false are node-manager's.
+bb-download() {
+  if (( $# >= 3 )) && [[ "$3" != true && "$3" != false ]]; then
+    bb-download-verified "$@"
+  else
+    bb-download-to-workspace "$@"
+  fi
+}
+
+# bb-download-verified URL SHA256 DEST [MODE] [MARK]: makes DEST the file at URL,
 # verified against SHA256. Nothing is fetched when DEST already has that
 # sum. The download is retried, bounded in time, goes through the
 # cluster's proxy, and replaces DEST only once verified; then MARK is set.
-bb-download() {
+bb-download-verified() {
   local url=$1 sum=$2 dest=$3 mode=${4:-0644} mark=${5:-} tmp got
   if [[ -z "$sum" ]]; then
     bb-log "no sha256 is recorded for $url; refusing to install it unverified (fill the version map: hack/update-versions.sh, or ClusterConfiguration packageSource.versions)"
@@ -399,11 +411,31 @@ bb-download() {
   fi
 }
 
-# bb-package-install PACKAGE...: installs the packages that are missing,
+# bb-package-install takes both forms: OS packages (PACKAGE...,
+# bb-os-package-install) and Deckhouse's registry packages
+# (NAME:sha256:<hex>..., bb-registry-package-install).
+bb-package-install() {
+  local arg rp=0
+  for arg in "$@"; do
+    if [[ "$arg" =~ ^[^:]+:sha256:[0-9a-f]{64}$ ]]; then
+      rp=$(( rp + 1 ))
+    fi
+  done
+  if (( rp == 0 )); then
+    bb-os-package-install "$@"
+  elif (( rp == $# )); then
+    bb-registry-package-install "$@"
+  else
+    bb-log-error "bb-package-install: give either OS packages or registry packages (NAME:sha256:<hex>), not both: $*"
+    return 1
+  fi
+}
+
+# bb-os-package-install PACKAGE...: installs the packages that are missing,
 # with apt-get or dnf, through the cluster's proxy. Installed packages are
 # left alone (no upgrade). Each attempt is bounded in time; a failed one
 # refreshes the package lists and is retried, three attempts in all.
-bb-package-install() {
+bb-os-package-install() {
   local bundle pkg missing=() try
   bundle=$(bb-bundle)
   for pkg in "$@"; do
@@ -469,4 +501,6 @@ bb-unit-converge() {
     bb-log "$unit: started"
   fi
 }
+
+{{ include "bashbooster" . }}
 {{- end -}}
