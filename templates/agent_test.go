@@ -196,7 +196,7 @@ bb-event-delay restart unit
 echo "body done" >> "$BASHIBLE_ROOT/trace"
 `
 	api := &fakeAPI{bundle: bundleOf(map[string]string{"100_user.sh": user}), annotations: map[string]any{
-		"node.deckhouse.io/configuration-checksum": "old", "update.node.deckhouse.io/approved": ""}}
+		deckhousev1.ConfigurationChecksumAnnotation: "old", deckhousev1.ApprovedAnnotation: ""}}
 	out, root, ok := runAgent(t, api)
 	if !ok {
 		t.Fatalf("a user step reading an unset variable failed:\n%s", out)
@@ -210,7 +210,7 @@ echo "body done" >> "$BASHIBLE_ROOT/trace"
 
 	builtin := header + "\necho \"builtin:[$UNSET_VAR]\" >> \"$BASHIBLE_ROOT/trace\"\n"
 	api = &fakeAPI{bundle: bundleOf(map[string]string{"050_builtin.sh": builtin}), annotations: map[string]any{
-		"node.deckhouse.io/configuration-checksum": "old", "update.node.deckhouse.io/approved": ""}}
+		deckhousev1.ConfigurationChecksumAnnotation: "old", deckhousev1.ApprovedAnnotation: ""}}
 	out, root, ok = runAgent(t, api)
 	if ok {
 		t.Errorf("a built-in step reading an unset variable succeeded:\n%s", out)

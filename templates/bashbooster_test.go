@@ -395,6 +395,7 @@ func TestBashboosterHelpers(t *testing.T) {
 	for _, c := range bashboosterCases {
 		for _, options := range []string{"-eEo pipefail", "-Eeuo pipefail"} {
 			t.Run(c.name+"/"+options, func(t *testing.T) {
+				t.Parallel() // each case has its own root and stubs
 				runBashbooster(t, lib, options, c)
 			})
 		}
