@@ -90,8 +90,12 @@ func TestEngineLibraryParseErrorNamesTheFile(t *testing.T) {
 	}
 }
 
+// The budgets (depth, iterations, output), not the clock, stop a costly
+// template: the timeout is set far away, so a template that only the
+// timeout stopped fails the test by its message, however busy the machine.
 func TestEngineBoundsCostlyTemplates(t *testing.T) {
 	e := mustEngine(t, nil)
+	e.Timeout = 2 * time.Minute
 	for _, text := range []string{
 		`{{ range until 100000000 }}x{{ end }}`,
 		`{{ range untilStep 0 1000000000 1 }}x{{ end }}`,
@@ -100,13 +104,11 @@ func TestEngineBoundsCostlyTemplates(t *testing.T) {
 		`{{ range until 99999 }}{{ repeat 100 "x" }}{{ end }}`,
 		`{{ define "loop" }}{{ template "loop" . }}{{ end }}{{ template "loop" . }}`,
 	} {
-		start := time.Now()
 		out, err := e.Render("costly", text, nil)
 		if err == nil {
 			t.Errorf("%s: rendered %d bytes, want an error", text, len(out))
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("%s: took %s", text, d)
+		} else if strings.Contains(err.Error(), "was abandoned") {
+			t.Errorf("%s: only the timeout stopped it: %v", text, err)
 		}
 	}
 	if out, err := e.Render("ok", `{{ range until 3 }}{{ . }}{{ end }}{{ repeat 2 "ab" }}{{ seq 3 }}`, nil); err != nil || out != "012abab1 2 3" {
