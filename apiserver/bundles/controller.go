@@ -166,7 +166,11 @@ func NewController(cfg ControllerConfig) *Controller {
 	for _, inf := range []cache.SharedIndexInformer{esInf.Informer(), secInf.Informer(), cmInf.Informer()} {
 		_, _ = inf.AddEventHandler(everyGroup)
 	}
-	_, _ = pubInf.Informer().AddEventHandler(cfg.Store.Handler())
+	// The Store counts as loaded only once its own handler has received the
+	// initial list, not merely the informer's cache: otherwise a restarted
+	// replica could mark an empty Store synced and serve 404s for groups
+	// that have bundles.
+	storeLoaded, err := pubInf.Informer().AddEventHandler(cfg.Store.Handler())
 	cfg.Store.SetResourceVersionSource(pubInf.Informer().LastSyncResourceVersion)
 	// A change to what is published may need correcting (someone edited or
 	// deleted a Secret): the leader re-publishes.
@@ -181,6 +185,9 @@ func NewController(cfg ControllerConfig) *Controller {
 	c.endpointSlices, c.published = esInf.Lister(), pubInf.Lister()
 	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, secInf.Informer().HasSynced,
 		cmInf.Informer().HasSynced, esInf.Informer().HasSynced, pubInf.Informer().HasSynced}
+	if err == nil {
+		c.synced = append(c.synced, storeLoaded.HasSynced)
+	}
 
 	scheme := runtime.NewScheme()
 	_ = deckhousev1.AddToScheme(scheme)

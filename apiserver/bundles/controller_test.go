@@ -71,17 +71,20 @@ func waitPublished(t *testing.T, kube *kubefake.Clientset, group string, within 
 }
 
 func TestAGroupWithATemplateBombDoesNotDelayAnotherGroupsChange(t *testing.T) {
-	const timeout = 5 * time.Second
-	spin := func(n int) string { return spinBomb + "\n# " + string(rune('a'+n)) }
+	// The bomb takes the whole timeout; the timeout is long, so that group
+	// b's render and publish (milliseconds on a quiet machine, seconds on a
+	// starved one) fit inside it on any machine. Group a starts harmless,
+	// so the first publish does not wait for a bomb.
+	const timeout = 20 * time.Second
 	_, kube, nm := runController(t, timeout, []string{"a", "b"},
-		config("bomb.sh", []string{"a"}, spin(0)), config("b.sh", []string{"b"}, "echo b"))
+		config("bomb.sh", []string{"a"}, "echo a"), config("b.sh", []string{"b"}, "echo b"))
 	ctx := context.Background()
 	first := ""
 	waitPublished(t, kube, "b", time.Minute, func(sum string) bool { first = sum; return sum != "" })
 
-	// Group a renders its (changed) bomb, which takes the whole timeout,
-	// while group b gets a change.
-	for _, change := range []struct{ name, content string }{{"bomb.sh", spin(1)}, {"b.sh", "echo b changed"}} {
+	// Group a renders a bomb, which takes the whole timeout, while group b
+	// gets a change.
+	for _, change := range []struct{ name, content string }{{"bomb.sh", spinBomb}, {"b.sh", "echo b changed"}} {
 		ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, change.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -115,8 +118,10 @@ func TestReadyDoesNotWaitForARender(t *testing.T) {
 func TestAConfigurationsStatusWaitsForEveryGroupItSelects(t *testing.T) {
 	// Group slow takes a while for each render; group fast does not.
 	slow := config("slow.sh", []string{"slow"}, `{{ range until 100000 }}{{ range until 10 }}{{ end }}{{ end }}{{ .nodeGroup.name }}`)
-	_, kube, nm := runController(t, 30*time.Second, []string{"fast", "slow"}, slow)
-	waitPublished(t, kube, "slow", time.Minute, func(sum string) bool { return sum != "" })
+	// Slow's render must finish, however starved the machine: the timeout
+	// is far from what it takes on a quiet one (about a second).
+	_, kube, nm := runController(t, 2*time.Minute, []string{"fast", "slow"}, slow)
+	waitPublished(t, kube, "slow", 3*time.Minute, func(sum string) bool { return sum != "" })
 	ctx := context.Background()
 	broken, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctx, config("all.sh", []string{"*"}, `{{ fail "not yet" }}`), metav1.CreateOptions{})
 	if err != nil {
@@ -125,7 +130,7 @@ func TestAConfigurationsStatusWaitsForEveryGroupItSelects(t *testing.T) {
 	// Every status written for this generation names both groups: none is
 	// reported from one group's render while the other's is still running.
 	var seen []string
-	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, "all.sh", metav1.GetOptions{})
 		if err != nil {
 			return false, err
