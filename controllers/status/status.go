@@ -102,6 +102,8 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 	}
 	set(ConditionWaitingForDisruptiveApproval, len(waitingDisruption) > 0, pick(len(waitingDisruption) > 0, "DisruptionApprovalRequired", "NoDisruptionPending"), waitMsg)
 	set(ConditionError, len(errs) > 0, pick(len(errs) > 0, "Error", "NoError"), pick(len(errs) > 0, strings.Join(errs, " | "), "no error"))
+	inert, inertReason, inertMsg := inertCondition(InertFields(&g.Spec))
+	set(ConditionInertFields, inert, inertReason, inertMsg)
 
 	s.SummaryReady = pick(ready, "True", "False")
 	if len(errs) > 0 {

@@ -74,7 +74,9 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"approvalMode Sometimes", nodeGroupsGVR, nodeGroup("mode", obj{"nodeType": "Static", "disruptions": obj{"approvalMode": "Sometimes"}}), "spec.disruptions.approvalMode"},
 		{"automatic settings in Manual mode", nodeGroupsGVR, nodeGroup("mode-mix", obj{"nodeType": "Static", "disruptions": obj{"approvalMode": "Manual", "automatic": obj{"drainBeforeApproval": false}}}), "spec.disruptions.automatic"},
 		{"taint with a bad effect", nodeGroupsGVR, nodeGroup("taint", obj{"nodeType": "Static", "nodeTemplate": obj{"taints": []any{obj{"key": "dedicated", "effect": "NoWay"}}}}), "spec.nodeTemplate.taints[0].effect"},
-		{"label in the deckhouse.io domain", nodeGroupsGVR, nodeGroup("label", obj{"nodeType": "Static", "nodeTemplate": obj{"labels": obj{deckhousev1.NodeGroupLabel: "x"}}}), "spec.nodeTemplate.labels"},
+		{"template label node.deckhouse.io/group (it would move nodes between groups)", nodeGroupsGVR, nodeGroup("label", obj{"nodeType": "Static", "nodeTemplate": obj{"labels": obj{deckhousev1.NodeGroupLabel: "x"}}}), "spec.nodeTemplate.labels"},
+		{"template label node-manager.deckhouse.io/fencing-enabled", nodeGroupsGVR, nodeGroup("fence-label", obj{"nodeType": "Static", "nodeTemplate": obj{"labels": obj{deckhousev1.FencingEnabledLabel: ""}}}), "spec.nodeTemplate.labels"},
+		{"template annotation update.node.deckhouse.io/approved (it would approve every update)", nodeGroupsGVR, nodeGroup("approve-all", obj{"nodeType": "Static", "nodeTemplate": obj{"annotations": obj{deckhousev1.ApprovedAnnotation: ""}}}), "spec.nodeTemplate.annotations"},
 		{"negative nodeDrainTimeoutSecond", nodeGroupsGVR, nodeGroup("drain", obj{"nodeType": "Static", "nodeDrainTimeoutSecond": -5}), "spec.nodeDrainTimeoutSecond"},
 		{"cri.containerd with type NotManaged", nodeGroupsGVR, nodeGroup("cri", obj{"nodeType": "Static", "cri": obj{"type": "NotManaged", "containerd": obj{"maxConcurrentDownloads": 3}}}), "spec.cri.containerd"},
 		{"unknown cri.type", nodeGroupsGVR, nodeGroup("cri-type", obj{"nodeType": "Static", "cri": obj{"type": "Podman"}}), "spec.cri.type"},
@@ -106,6 +108,34 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 				t.Fatalf("the error should name %s: %v", tc.wantField, err)
 			}
 		})
+	}
+}
+
+// TestDeckhouseDedicatedNodeGroupsAreAccepted applies, with kubectl (strict
+// field validation), the NodeGroups Deckhouse's documentation publishes for
+// dedicated nodes: their node-role.deckhouse.io labels and
+// dedicated.deckhouse.io taints are stored as written.
+func TestDeckhouseDedicatedNodeGroupsAreAccepted(t *testing.T) {
+	ctx := framework.Context(t)
+	t.Cleanup(func() {
+		for _, name := range []string{"system", "frontend"} {
+			_ = f.NM.DeckhouseV1().NodeGroups().Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	})
+	f.Kubectl(t, "apply", "-f", filepath.Join("testdata", "deckhouse-dedicated-nodegroups.yaml"))
+	for _, role := range []string{"system", "frontend"} {
+		name := role
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := ng.Spec.NodeTemplate.Labels["node-role.deckhouse.io/"+role]; !ok || v != "" {
+			t.Errorf("NodeGroup %s labels = %v, want node-role.deckhouse.io/%s: \"\"", name, ng.Spec.NodeTemplate.Labels, role)
+		}
+		want := deckhousev1.Taint{Key: "dedicated.deckhouse.io", Value: role, Effect: "NoExecute"}
+		if len(ng.Spec.NodeTemplate.Taints) != 1 || ng.Spec.NodeTemplate.Taints[0] != want {
+			t.Errorf("NodeGroup %s taints = %v, want [%v]", name, ng.Spec.NodeTemplate.Taints, want)
+		}
 	}
 }
 

@@ -1,10 +1,12 @@
 package framework
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +36,21 @@ func (f *Framework) Kubectl(t testing.TB, args ...string) string {
 		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 	}
 	return out
+}
+
+// KubectlApply applies manifest (YAML, read from stdin) with kubectl apply
+// and returns what kubectl printed on stderr, where it prints the API's
+// warnings ("Warning: ..."); the test fails when kubectl does.
+func (f *Framework) KubectlApply(t testing.TB, manifest string) (stderr string) {
+	t.Helper()
+	cmd := f.KubectlCommand(Context(t), "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	return errOut.String()
 }
 
 // EventNotes are the notes of the Events in the default namespace (where

@@ -416,20 +416,41 @@ type Taint struct {
 	Effect TaintEffect `json:"effect"`
 }
 
-// NodeTemplate is metadata kept on every node of the group. Keys in the
-// deckhouse.io domain are reserved for node-manager and may not be used.
+// NodeTemplate is metadata kept on every node of the group. Any key the
+// Node API accepts may be used, Deckhouse's documented ones included (the
+// node-role.deckhouse.io/<role> labels and the dedicated.deckhouse.io taint
+// of its dedicated-node examples), except label and annotation keys under
+// node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/:
+// those are node-manager's own. node.deckhouse.io/group and
+// node.deckhouse.io/type say which group a node belongs to (the controllers
+// select a group's nodes by them, and a template could move a node into
+// another group's updates); the update.node.deckhouse.io/ annotations are
+// the update protocol between bashible and the controllers (a template
+// approval would approve every update); node-manager.deckhouse.io/
+// fencing-enabled tells the fencing controller that the node's watchdog is
+// armed, and last-applied-node-template is this template's own record. Taints
+// in those key spaces are accepted, with a warning, and not applied.
 type NodeTemplate struct {
-	// Labels set on every node.
+	// Labels set on every node. Keys under node.deckhouse.io/,
+	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused:
+	// they are node-manager's own (group membership, node type, the update
+	// protocol, fencing).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=128
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.matches('^([^/]*[.])?deckhouse[.]io/'))",message="nodeTemplate.labels: keys in the deckhouse.io domain are reserved for node-manager",reason=FieldValueForbidden
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.startsWith('node.deckhouse.io/') || k.startsWith('update.node.deckhouse.io/') || k.startsWith('node-manager.deckhouse.io/')))",message="nodeTemplate.labels: keys under node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/ are reserved for node-manager (group membership, node type, the update protocol, fencing); other keys, such as node-role.deckhouse.io/<role>, may be used",reason=FieldValueForbidden
 	Labels map[string]string `json:"labels,omitempty"`
-	// Annotations set on every node.
+	// Annotations set on every node. Keys under node.deckhouse.io/,
+	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused,
+	// as for labels.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=128
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.matches('^([^/]*[.])?deckhouse[.]io/'))",message="nodeTemplate.annotations: keys in the deckhouse.io domain are reserved for node-manager",reason=FieldValueForbidden
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.startsWith('node.deckhouse.io/') || k.startsWith('update.node.deckhouse.io/') || k.startsWith('node-manager.deckhouse.io/')))",message="nodeTemplate.annotations: keys under node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/ are reserved for node-manager (group membership, node type, the update protocol, fencing)",reason=FieldValueForbidden
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// Taints set on every node.
+	// Taints set on every node. A taint under node.deckhouse.io/,
+	// update.node.deckhouse.io/ or node-manager.deckhouse.io/ (such as
+	// node.deckhouse.io/uninitialized, which node-manager removes once the
+	// template is applied) is accepted, as Deckhouse accepts it, but not
+	// applied: kubectl prints a warning, and the group gets a Warning event.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Taints []Taint `json:"taints,omitempty"`
@@ -591,7 +612,9 @@ type NodeGroupStatus struct {
 	// Error is the latest error, empty when there is none.
 	// +optional
 	Error string `json:"error,omitempty"`
-	// Conditions are Ready, Updating, WaitingForDisruptiveApproval, Error and Rendered.
+	// Conditions are Ready, Updating, WaitingForDisruptiveApproval, Error,
+	// InertFields (fields that are set but have no effect in this deployment)
+	// and Rendered.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

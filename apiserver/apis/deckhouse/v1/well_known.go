@@ -52,9 +52,13 @@ const (
 )
 
 // Domains of node-manager's own label, annotation and taint keys (with
-// UpdateAnnotationPrefix). The node template controller refuses user
+// UpdateAnnotationPrefix). The node template controller never applies user
 // template keys inside them: such a key would fight bashible, update
-// approval or the controller itself.
+// approval or the controller itself. The NodeGroup CRD refuses such
+// template labels and annotations (NodeTemplate's rules repeat these
+// values, since a CEL rule cannot name a constant), and the policy
+// manifests/policies/nodegroup-template-keys.yaml warns about such taints;
+// TestReservedKeysAgreeWithTheCRDAndTheWarningPolicy keeps the three equal.
 const (
 	NodeDomain        = "node.deckhouse.io/"
 	NodeManagerDomain = "node-manager.deckhouse.io/"

@@ -35,7 +35,9 @@ type NodeGroupStatusApplyConfiguration struct {
 	KubernetesVersion *string `json:"kubernetesVersion,omitempty"`
 	// Error is the latest error, empty when there is none.
 	Error *string `json:"error,omitempty"`
-	// Conditions are Ready, Updating, WaitingForDisruptiveApproval, Error and Rendered.
+	// Conditions are Ready, Updating, WaitingForDisruptiveApproval, Error,
+	// InertFields (fields that are set but have no effect in this deployment)
+	// and Rendered.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// ConditionSummary is a short form of the conditions for printer columns.
 	ConditionSummary *ConditionSummaryApplyConfiguration `json:"conditionSummary,omitempty"`

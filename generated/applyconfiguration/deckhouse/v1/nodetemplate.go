@@ -9,14 +9,35 @@ package v1
 // NodeTemplateApplyConfiguration represents a declarative configuration of the NodeTemplate type for use
 // with apply.
 //
-// NodeTemplate is metadata kept on every node of the group. Keys in the
-// deckhouse.io domain are reserved for node-manager and may not be used.
+// NodeTemplate is metadata kept on every node of the group. Any key the
+// Node API accepts may be used, Deckhouse's documented ones included (the
+// node-role.deckhouse.io/<role> labels and the dedicated.deckhouse.io taint
+// of its dedicated-node examples), except label and annotation keys under
+// node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/:
+// those are node-manager's own. node.deckhouse.io/group and
+// node.deckhouse.io/type say which group a node belongs to (the controllers
+// select a group's nodes by them, and a template could move a node into
+// another group's updates); the update.node.deckhouse.io/ annotations are
+// the update protocol between bashible and the controllers (a template
+// approval would approve every update); node-manager.deckhouse.io/
+// fencing-enabled tells the fencing controller that the node's watchdog is
+// armed, and last-applied-node-template is this template's own record. Taints
+// in those key spaces are accepted, with a warning, and not applied.
 type NodeTemplateApplyConfiguration struct {
-	// Labels set on every node.
+	// Labels set on every node. Keys under node.deckhouse.io/,
+	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused:
+	// they are node-manager's own (group membership, node type, the update
+	// protocol, fencing).
 	Labels map[string]string `json:"labels,omitempty"`
-	// Annotations set on every node.
+	// Annotations set on every node. Keys under node.deckhouse.io/,
+	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused,
+	// as for labels.
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// Taints set on every node.
+	// Taints set on every node. A taint under node.deckhouse.io/,
+	// update.node.deckhouse.io/ or node-manager.deckhouse.io/ (such as
+	// node.deckhouse.io/uninitialized, which node-manager removes once the
+	// template is applied) is accepted, as Deckhouse accepts it, but not
+	// applied: kubectl prints a warning, and the group gets a Warning event.
 	Taints []TaintApplyConfiguration `json:"taints,omitempty"`
 }
 

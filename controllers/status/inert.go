@@ -1,0 +1,91 @@
+package status
+
+import (
+	"fmt"
+	"strings"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+// ConditionInertFields is True while the group sets fields that nothing in
+// this deployment acts on; its message names each field and why.
+const ConditionInertFields = "InertFields"
+
+// InertField is a NodeGroup field that is set but has no effect here.
+type InertField struct {
+	// Path is the field's path from the object's root, such as spec.chaos.mode.
+	Path string
+	// Why says why nothing acts on it.
+	Why string
+}
+
+// The reasons, shared by fields with the same cause. The admission policy
+// manifests/policies/nodegroup-inert-fields.yaml warns with the same
+// fields (TestInertFieldsAgreeWithTheAdmissionPolicy keeps the two lists
+// in step).
+const (
+	noMachineController = "node-manager creates no cloud machines (a cloud provider's machine controller does, and none is part of this deployment)"
+	noAutoscaler        = "it is read only by cluster-autoscaler, which is not part of this deployment"
+)
+
+// InertFields lists, in a fixed order, the fields of a NodeGroup's spec
+// that are set and that no component of this deployment acts on. Every
+// other field is acted on: rendered into the group's bundle (nodeType,
+// kubernetesVersion, cri, kubelet, nodeTemplate, disruptions.approvalMode),
+// kept on its nodes (nodeTemplate), or used by update approval, the drain
+// or this controller (disruptions, update, nodeDrainTimeoutSecond,
+// cloudInstances.minPerZone, maxPerZone and zones). A field left at the
+// value the API defaults it to is not listed: the user did not ask for it.
+func InertFields(spec *deckhousev1.NodeGroupSpec) []InertField {
+	var out []InertField
+	add := func(path, why string) { out = append(out, InertField{Path: "spec." + path, Why: why}) }
+
+	if d := spec.Disruptions; d != nil && d.ApprovalMode == deckhousev1.ApprovalRollingUpdate && spec.NodeType != deckhousev1.NodeTypeCloudEphemeral {
+		add("disruptions.approvalMode", "RollingUpdate replaces a node through its machine controller, and only CloudEphemeral nodes have one: "+
+			"a node that needs a disruption waits until someone replaces it by hand (Deckhouse refuses RollingUpdate outside CloudEphemeral)")
+	}
+	if c := spec.Chaos; c != nil && c.Mode == "DrainAndDelete" {
+		add("chaos.mode", "node-manager has no chaos monkey (Deckhouse's deletes machine-controller Machines, which this deployment does not run)")
+	}
+	if o := spec.OperatingSystem; o != nil && o.ManageKernel != nil {
+		add("operatingSystem.manageKernel", "it is deprecated and has no effect, as in Deckhouse")
+	}
+	if spec.StaticInstances != nil {
+		add("staticInstances", "no Cluster API Provider Static runs in this deployment, so no StaticInstance is bootstrapped; join machines with the manual-bootstrap-for-<group> Secret")
+	}
+	if ci := spec.CloudInstances; ci != nil {
+		add("cloudInstances.classReference", noMachineController+"; templates may read it as .nodeGroup.cloudInstances.classReference")
+		if ci.MaxSurgePerZone != nil && *ci.MaxSurgePerZone != 1 {
+			add("cloudInstances.maxSurgePerZone", noMachineController)
+		}
+		if ci.MaxUnavailablePerZone != nil && *ci.MaxUnavailablePerZone != 0 {
+			add("cloudInstances.maxUnavailablePerZone", noMachineController)
+		}
+		if ci.Standby != nil {
+			add("cloudInstances.standby", noMachineController)
+		}
+		if ci.StandbyHolder != nil {
+			add("cloudInstances.standbyHolder", noMachineController)
+		}
+		if ci.Priority != nil {
+			add("cloudInstances.priority", noAutoscaler)
+		}
+	}
+	if spec.Fencing != nil {
+		add("fencing", "no fencing agent or fencing controller runs in this deployment: no node arms a watchdog and none is fenced")
+	}
+	return out
+}
+
+// inertCondition is the InertFields condition for the fields (the caller
+// keeps the transition time).
+func inertCondition(fields []InertField) (ok bool, reason, message string) {
+	if len(fields) == 0 {
+		return false, "AllFieldsActedOn", "every field set is acted on"
+	}
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = fmt.Sprintf("%s (%s)", f.Path, f.Why)
+	}
+	return true, "FieldsHaveNoEffect", "these fields have no effect in this deployment: " + strings.Join(parts, "; ")
+}

@@ -1,0 +1,187 @@
+package status
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/cel-go/cel"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+// inertCases are NodeGroup specs as the API stores them (CRD defaults
+// applied) and the paths InertFields must report for each.
+var inertCases = []struct {
+	name string
+	spec deckhousev1.NodeGroupSpec
+	want []string
+}{
+	{"a bare Static group", deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}, nil},
+	{"everything node-manager acts on", deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeStatic, KubernetesVersion: "1.36",
+		CRI:         &deckhousev1.CRISpec{Type: deckhousev1.CRIContainerd, Containerd: &deckhousev1.ContainerdSpec{MaxConcurrentDownloads: ptr.To[int32](3)}},
+		Kubelet:     &deckhousev1.KubeletSpec{MaxPods: ptr.To[int32](110), RootDir: "/var/lib/kubelet"},
+		Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic, Automatic: &deckhousev1.AutomaticDisruptions{DrainBeforeApproval: ptr.To(true)}},
+		Update:      &deckhousev1.UpdateSpec{MaxConcurrent: ptr.To(intstr.FromInt32(1))},
+		NodeTemplate: &deckhousev1.NodeTemplate{Labels: map[string]string{"node-role.deckhouse.io/system": ""},
+			Taints: []deckhousev1.Taint{{Key: "dedicated.deckhouse.io", Value: "system", Effect: "NoExecute"}}},
+		Chaos:                  &deckhousev1.ChaosSpec{Mode: "Disabled", Period: "6h"},
+		NodeDrainTimeoutSecond: ptr.To[int32](600),
+	}, nil},
+	{"chaos, manageKernel, staticInstances and fencing on a Static group", deckhousev1.NodeGroupSpec{
+		NodeType:        deckhousev1.NodeTypeStatic,
+		Chaos:           &deckhousev1.ChaosSpec{Mode: "DrainAndDelete", Period: "6h"},
+		OperatingSystem: &deckhousev1.OperatingSystemSpec{ManageKernel: ptr.To(false)},
+		StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 2},
+		Fencing:         &deckhousev1.FencingSpec{Mode: "Watchdog", Watchdog: &deckhousev1.WatchdogSpec{Timeout: "60s"}},
+	}, []string{"spec.chaos.mode", "spec.operatingSystem.manageKernel", "spec.staticInstances", "spec.fencing"}},
+	{"RollingUpdate on a CloudStatic group", deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeCloudStatic, Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalRollingUpdate},
+	}, []string{"spec.disruptions.approvalMode"}},
+	{"a CloudEphemeral group with the CRD's defaults", deckhousev1.NodeGroupSpec{
+		NodeType:    deckhousev1.NodeTypeCloudEphemeral,
+		Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalRollingUpdate},
+		CloudInstances: &deckhousev1.CloudInstancesSpec{ClassReference: deckhousev1.ClassReference{Kind: "OpenStackInstanceClass", Name: "small"},
+			Zones: []string{"a", "b"}, MinPerZone: 1, MaxPerZone: 3, MaxSurgePerZone: ptr.To[int32](1), MaxUnavailablePerZone: ptr.To[int32](0)},
+	}, []string{"spec.cloudInstances.classReference"}},
+	{"a CloudEphemeral group with every machine setting", deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeCloudEphemeral,
+		CloudInstances: &deckhousev1.CloudInstancesSpec{ClassReference: deckhousev1.ClassReference{Kind: "AWSInstanceClass", Name: "big"},
+			MinPerZone: 0, MaxPerZone: 10, MaxSurgePerZone: ptr.To[int32](2), MaxUnavailablePerZone: ptr.To[int32](1),
+			Standby: ptr.To(intstr.FromString("10%")), StandbyHolder: &deckhousev1.StandbyHolderSpec{OverprovisioningRate: ptr.To[int32](50)},
+			Priority: ptr.To[int32](5)},
+	}, []string{"spec.cloudInstances.classReference", "spec.cloudInstances.maxSurgePerZone", "spec.cloudInstances.maxUnavailablePerZone",
+		"spec.cloudInstances.standby", "spec.cloudInstances.standbyHolder", "spec.cloudInstances.priority"}},
+}
+
+func TestInertFieldsNameTheFieldsNothingActsOn(t *testing.T) {
+	for _, tc := range inertCases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, f := range InertFields(&tc.spec) {
+				if f.Why == "" {
+					t.Errorf("%s has no reason", f.Path)
+				}
+				got = append(got, f.Path)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("InertFields = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestInertFieldsConditionListsEachFieldAndWhy(t *testing.T) {
+	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w", Generation: 3}, Spec: deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeStatic, Chaos: &deckhousev1.ChaosSpec{Mode: "DrainAndDelete"}, Fencing: &deckhousev1.FencingSpec{Mode: "Watchdog"},
+	}}
+	c := meta.FindStatusCondition(Compute(g, "", nil, t0).Conditions, ConditionInertFields)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "FieldsHaveNoEffect" || c.ObservedGeneration != 3 {
+		t.Fatalf("InertFields condition = %+v, want True, FieldsHaveNoEffect, generation 3", c)
+	}
+	for _, want := range []string{"spec.chaos.mode (node-manager has no chaos monkey", "spec.fencing (no fencing agent"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q should contain %q", c.Message, want)
+		}
+	}
+
+	g.Spec.Chaos, g.Spec.Fencing = nil, nil
+	c = meta.FindStatusCondition(Compute(g, "", nil, t0).Conditions, ConditionInertFields)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "AllFieldsActedOn" {
+		t.Fatalf("with no inert field the condition = %+v, want False, AllFieldsActedOn", c)
+	}
+}
+
+// TestInertFieldsAgreeWithTheAdmissionPolicy evaluates the validations of
+// manifests/policies/nodegroup-inert-fields.yaml against every case, as
+// kube-apiserver would against the stored object, and requires the
+// warnings to be exactly InertFields' fields, each "<path>: <why>". Every
+// validation must fire in some case, so a field added to one side only is
+// caught.
+func TestInertFieldsAgreeWithTheAdmissionPolicy(t *testing.T) {
+	policy := readInertPolicy(t)
+	env, err := cel.NewEnv(cel.Variable("object", cel.DynType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var programs []cel.Program
+	for _, v := range policy.Spec.Validations {
+		ast, iss := env.Compile(v.Expression)
+		if iss.Err() != nil {
+			t.Fatalf("compile %q: %v", v.Expression, iss.Err())
+		}
+		p, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		programs = append(programs, p)
+	}
+	fired := make([]bool, len(programs))
+	for _, tc := range inertCases {
+		t.Run(tc.name, func(t *testing.T) {
+			ng := &deckhousev1.NodeGroup{TypeMeta: metav1.TypeMeta{APIVersion: "deckhouse.io/v1", Kind: "NodeGroup"},
+				ObjectMeta: metav1.ObjectMeta{Name: "g"}, Spec: tc.spec}
+			object, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warned []string
+			for i, p := range programs {
+				out, _, err := p.Eval(map[string]any{"object": object})
+				if err != nil {
+					t.Fatalf("evaluate %q: %v", policy.Spec.Validations[i].Expression, err)
+				}
+				if out.Value() == false {
+					fired[i] = true
+					warned = append(warned, strings.TrimSpace(policy.Spec.Validations[i].Message))
+				}
+			}
+			var want []string
+			for _, f := range InertFields(&tc.spec) {
+				want = append(want, f.Path+": "+f.Why)
+			}
+			slices.Sort(warned)
+			slices.Sort(want)
+			if !slices.Equal(warned, want) {
+				t.Errorf("the policy warns\n  %s\nthe condition lists\n  %s", strings.Join(warned, "\n  "), strings.Join(want, "\n  "))
+			}
+		})
+	}
+	for i, ok := range fired {
+		if !ok {
+			t.Errorf("no case makes the policy warn %q: add one to inertCases", policy.Spec.Validations[i].Message)
+		}
+	}
+}
+
+func readInertPolicy(t *testing.T) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "manifests", "policies", "nodegroup-inert-fields.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil || tm.Kind != "ValidatingAdmissionPolicy" {
+			continue
+		}
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := yaml.UnmarshalStrict(doc, &p); err != nil {
+			t.Fatalf("nodegroup-inert-fields.yaml: %v", err)
+		}
+		return &p
+	}
+	t.Fatal("nodegroup-inert-fields.yaml has no ValidatingAdmissionPolicy")
+	return nil
+}
