@@ -364,9 +364,9 @@ func TestNodeWhoseInstanceWasLostGetsTheGroupOfItsJoin(t *testing.T) {
 		}
 		return true, nil
 	})
-	if !hasEvent(t, name, instances.ReasonJoinedInstance, csrName) {
-		t.Errorf("no %s Event naming CSR %s", instances.ReasonJoinedInstance, csrName)
-	}
+	framework.Poll(t, "an "+instances.ReasonJoinedInstance+" Event naming the CSR", func(ctx context.Context) (bool, error) {
+		return hasEvent(t, name, instances.ReasonJoinedInstance, csrName), nil
+	})
 	reads(t, cfg, group, "after its Instance came back from its join")
 	neverReads(t, cfg, decoy, "after its Instance came back from its join")
 	framework.Poll(t, "the group's status counts the Instance and leaves desired unset", func(ctx context.Context) (bool, error) {
