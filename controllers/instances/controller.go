@@ -128,11 +128,16 @@ func joinedNode(obj any) string {
 	return j.Node
 }
 
-// enqueueGroup queues the nodes of a group that has just appeared.
+// enqueueGroup queues the nodes of a group that has just appeared, and
+// every node that has no Instance.
 func (c *Controller) enqueueGroup(obj any) {
 	g, ok := obj.(*deckhousev1.NodeGroup)
 	if !ok {
 		return
+	}
+	// Nodes waiting for a group their join decided may carry another label.
+	for _, name := range c.metrics.nodes() {
+		c.queue.Add(name)
 	}
 	ns, err := c.d.Nodes.InGroup(g.Name)
 	if err != nil {

@@ -1,6 +1,8 @@
 package instances
 
 import (
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,4 +49,11 @@ func (m *Metrics) forget(node string) {
 		m.WithoutInstance.DeleteLabelValues(node, old)
 		delete(m.reason, node)
 	}
+}
+
+// nodes are the nodes that have no Instance.
+func (m *Metrics) nodes() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Keys(m.reason))
 }
