@@ -1,25 +1,44 @@
 // Package instances keeps the Instance of every node: the record of the
 // node's group that only node-manager writes (bashible-apiserver narrows a
-// node's reads by it, and bashible reports its conditions on it).
+// node's reads by it, never by the Node's own label, and bashible reports
+// its conditions on it).
 //
-// An Instance is created when node-manager approves the kubelet's
-// certificate (controllers/csrapproval), labelled with the group of the
-// bootstrap token that asked, before the node can read anything. This
-// controller never changes that label and never deletes an Instance
-// because of a Node's label: it fills the status (nodeRef, phase, a
-// bashible summary), warns when a Node's label disagrees with its
-// Instance, and deletes an Instance it made only when its Node is really
-// gone (confirmed by a fresh read), or when no Node came within PendingTTL
-// of the approval.
+// A node's group is decided by node-manager, once, in one of three ways:
 //
-// Nodes that have no Instance are adopted — an Instance from the Node's
-// own label, trust on first use — only if their Node object is older than
-// node-manager-controller's first run in the cluster (the creation time of
-// its leader Lease): they joined before node-manager approved certificates.
-// A Node created later without an Instance (a machine that did not join
-// through node-manager's approval, or a node that re-registered after its
-// Node and Instance were deleted) is never adopted: it reads nothing and
-// gets a Warning Event saying how to admit it.
+//   - At certificate approval (controllers/csrapproval): the Instance is
+//     created, labelled with the group of the bootstrap token that asked,
+//     before the node can read anything. This is how every node type joins
+//     (a cloud machine's cloud-init runs the same bootstrap with its
+//     group's token).
+//   - From the join, when a Node registers without an Instance but an
+//     approved kubelet client CSR of a node-manager bootstrap token for its
+//     name, created at most JoinWindow before the Node, still exists: the
+//     token's group, which kube-apiserver's authenticator recorded in the
+//     CSR. This covers a CSR that kube-controller-manager approved before
+//     node-manager could (its auto-approval bound to all bootstrappers, as
+//     in clusters migrated from Deckhouse), and an Instance that was lost
+//     between the approval and the registration.
+//   - By adoption, for a Node created before node-manager-controller first
+//     ran in the cluster (the creation time of its leader Lease): its own
+//     node.deckhouse.io/group label, trusted once (it joined before
+//     node-manager approved certificates).
+//
+// Every other node gets no Instance, because its group cannot be decided
+// safely: a Node created later whose certificate no node-manager token
+// obtained (another tool's token, a certificate made by hand, a node that
+// registered again long after its join), a node that predates node-manager
+// without a group label, or a node two groups' tokens obtained certificates
+// for. It reads nothing, gets an Event saying how to admit it (join it
+// with its group's token, or create its Instance by hand), and is counted
+// in node_manager_node_without_instance, which the NodeHasNoInstance alert
+// watches. Decide is that rule, a pure function.
+//
+// This controller never changes an Instance's group label and never
+// deletes an Instance because of a Node's label: it fills the status
+// (nodeRef, phase, a bashible summary), warns when a Node's label
+// disagrees with its Instance, and deletes an Instance it made only when
+// its Node is really gone (confirmed by a fresh read), or when no Node came
+// within PendingTTL of the approval.
 package instances
 
 import (
@@ -27,8 +46,10 @@ import (
 	"sync"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	certificateslisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -48,20 +69,19 @@ const Name = "instances"
 // has its certificate).
 const PendingTTL = time.Hour
 
-// Event reasons on Nodes.
-const (
-	ReasonGroupMismatch   = "NodeGroupLabelIgnored"
-	ReasonNoInstance      = "NodeHasNoInstance"
-	ReasonAdoptedInstance = "InstanceAdopted"
-)
+// ReasonGroupMismatch is the reason of the Event on a Node whose label
+// names another group than its Instance (the others are in decide.go).
+const ReasonGroupMismatch = "NodeGroupLabelIgnored"
 
 // Controller keeps Instances.
 type Controller struct {
 	d         *manager.Deps
 	groups    nmlisters.NodeGroupLister
 	instances nmlistersv1alpha1.InstanceLister
+	csrs      certificateslisters.CertificateSigningRequestLister
 	synced    []cache.InformerSynced
 	queue     *loop.Loop
+	metrics   *Metrics
 
 	// firstRun is the creation time of the leader Lease, read once.
 	firstRun time.Time
@@ -72,31 +92,52 @@ type Controller struct {
 }
 
 // New wires the controller to the shared informers: a Node or an Instance
-// queues its name, and a new group queues its nodes.
+// queues its name, an approved join CSR queues its node, and a new group
+// queues its nodes.
 func New(d *manager.Deps) *Controller {
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
+	csrs := d.Informers.Cluster.Certificates().V1().CertificateSigningRequests()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	c := &Controller{
 		d:         d,
 		groups:    ng.Lister(),
 		instances: inst.Lister(),
-		synced:    []cache.InformerSynced{ng.Informer().HasSynced, inst.Informer().HasSynced, nodeInformer.HasSynced},
+		csrs:      csrs.Lister(),
+		synced:    []cache.InformerSynced{ng.Informer().HasSynced, inst.Informer().HasSynced, csrs.Informer().HasSynced, nodeInformer.HasSynced},
+		metrics:   newMetrics(d.Registry),
 		warned:    map[string]string{},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	_, _ = nodeInformer.AddEventHandler(c.queue.Handler(loop.ByName))
 	_, _ = inst.Informer().AddEventHandler(c.queue.Handler(loop.ByName))
+	// The Node may be seen before its CSR's approval is.
+	_, _ = csrs.Informer().AddEventHandler(c.queue.Handler(joinedNode))
 	// A node waiting for adoption waits for its group to exist.
 	_, _ = ng.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.enqueueGroup})
 	return c
 }
 
-// enqueueGroup queues the nodes of a group that has just appeared.
+// joinedNode keys a join CSR by its node ("" for any other CSR).
+func joinedNode(obj any) string {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	if !ok {
+		return ""
+	}
+	j, _ := JoinOf(csr)
+	return j.Node
+}
+
+// enqueueGroup queues the nodes of a group that has just appeared, and
+// every node that has no Instance.
 func (c *Controller) enqueueGroup(obj any) {
 	g, ok := obj.(*deckhousev1.NodeGroup)
 	if !ok {
 		return
+	}
+	// Nodes waiting for a group their join decided may carry another label.
+	for _, name := range c.metrics.nodes() {
+		c.queue.Add(name)
 	}
 	ns, err := c.d.Nodes.InGroup(g.Name)
 	if err != nil {
@@ -133,6 +174,6 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	if err != nil {
 		return
 	}
-	klog.InfoS("Nodes created before node-manager-controller first ran are adopted from their label", "firstRun", c.firstRun)
+	klog.InfoS("Nodes created before node-manager-controller first ran are adopted from their label; later ones only from their join", "firstRun", c.firstRun)
 	c.queue.Run(ctx, workers)
 }

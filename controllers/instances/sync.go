@@ -3,14 +3,14 @@ package instances
 import (
 	"context"
 	"fmt"
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	applyv1alpha1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1alpha1"
@@ -34,14 +34,17 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	switch {
 	case n == nil && inst == nil:
 		c.forget(name)
+		c.metrics.forget(name)
 		return nil
 	case n == nil:
+		c.metrics.forget(name)
 		return c.nodeGone(ctx, inst)
 	case inst == nil:
 		if inst, err = c.adopt(ctx, n); inst == nil || err != nil {
 			return err
 		}
 	}
+	c.metrics.forget(name)
 	c.warnMismatch(n, inst)
 	return c.writeStatus(ctx, n, inst)
 }
@@ -77,25 +80,27 @@ func (c *Controller) nodeGone(ctx context.Context, inst *deckhousev1alpha1.Insta
 	return nil
 }
 
-// adopt creates the Instance of a node that predates node-manager from its
-// label (trust on first use); any other node without an Instance is only
-// reported. It returns nil when there is no Instance to keep.
+// adopt gives a Node without an Instance the Instance Decide allows, or
+// reports that it gets none (an Event once per reason, and
+// node_manager_node_without_instance). It returns nil when there is no
+// Instance to keep.
 func (c *Controller) adopt(ctx context.Context, n *corev1.Node) (*deckhousev1alpha1.Instance, error) {
-	group := nodes.Group(n)
-	if !Adoptable(n, c.firstRun) {
-		c.warnOnce(n, "no-instance", corev1.EventTypeWarning, ReasonNoInstance,
-			"node %s has no Instance and joined after node-manager-controller first ran (%s) without node-manager approving its certificate, "+
-				"so it reads no bundle and its %s label %q is not trusted; let it join with its group's bootstrap token, "+
-				"or create Instance %s labelled %s=<group> to admit it",
-			n.Name, c.firstRun.UTC().Format(time.RFC3339), deckhousev1.NodeGroupLabel, group, n.Name, deckhousev1.NodeGroupLabel)
+	d := Decide(Facts{Node: n, FirstRun: c.firstRun, Joins: c.joins(n.Name), GroupExists: func(group string) bool {
+		_, err := c.groups.Get(group)
+		return err == nil
+	}})
+	switch d.Verdict {
+	case Wait:
+		// Looked at again when the group appears (enqueueGroup).
+		c.withoutInstance(n, d, corev1.EventTypeNormal)
+		return nil, nil
+	case Refuse:
+		c.withoutInstance(n, d, corev1.EventTypeWarning)
 		return nil, nil
 	}
-	if group == "" {
-		return nil, nil
-	}
-	g, err := c.groups.Get(group)
+	g, err := c.groups.Get(d.Group)
 	if apierrors.IsNotFound(err) {
-		return nil, nil // adopted once the group exists (enqueueGroup)
+		return nil, nil // deleted meanwhile; adopted once it is back (enqueueGroup)
 	}
 	if err != nil {
 		return nil, err
@@ -104,15 +109,37 @@ func (c *Controller) adopt(ctx context.Context, n *corev1.Node) (*deckhousev1alp
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// Made meanwhile (at approval, or by a person): theirs stands.
+		c.metrics.forget(n.Name)
 		return c.d.NodeManager.DeckhouseV1alpha1().Instances().Get(ctx, n.Name, metav1.GetOptions{})
 	case err != nil:
 		return nil, fmt.Errorf("creating Instance %s for node %s: %w", n.Name, n.Name, err)
 	}
-	klog.InfoS("Adopted a node that predates node-manager: Instance created from its label", "instance", n.Name, "group", g.Name)
-	c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, ReasonAdoptedInstance, "AdoptNode",
-		"node %s joined before node-manager-controller first ran; its group %s is taken from its label once and pinned in Instance %s",
-		n.Name, g.Name, n.Name)
+	c.metrics.forget(n.Name)
+	klog.InfoS("Created the Instance of a node that had none", "instance", n.Name, "group", g.Name, "reason", d.Reason)
+	c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, d.Reason, "PinNodeGroup", "%s", d.Message)
 	return created, nil
+}
+
+// withoutInstance reports a node that gets no Instance (yet).
+func (c *Controller) withoutInstance(n *corev1.Node, d Decision, typ string) {
+	c.metrics.set(n.Name, d.Reason)
+	c.warnOnce(n, "no-instance:"+d.Reason+":"+d.Group, typ, d.Reason, "%s", d.Message)
+}
+
+// joins are the node-manager token joins recorded for node by the CSRs
+// that still exist.
+func (c *Controller) joins(node string) []Join {
+	csrs, err := c.csrs.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []Join
+	for _, csr := range csrs {
+		if j, ok := JoinOf(csr); ok && j.Node == node {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // warnMismatch reports a Node whose label names another group than its
@@ -129,6 +156,8 @@ func (c *Controller) warnMismatch(n *corev1.Node, inst *deckhousev1alpha1.Instan
 		n.Name, deckhousev1.NodeGroupLabel, label, pinned, pinned)
 }
 
+// warnOnce records an Event about n once per what (per change of what
+// the node is warned about, not on every heartbeat).
 func (c *Controller) warnOnce(n *corev1.Node, what, typ, reason, note string, args ...any) {
 	c.mu.Lock()
 	seen := c.warned[n.Name] == what

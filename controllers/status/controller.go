@@ -6,8 +6,10 @@ import (
 	"context"
 	"sync"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
+	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
 // Name is the controller's name: its queue, its logs and the controller
@@ -20,17 +22,23 @@ type Controller struct {
 	watch   *manager.GroupWatch
 	queue   *loop.Loop
 	metrics *Metrics
+	// instances are counted per group for status.instances.
+	instances nmlistersv1alpha1.InstanceLister
 
 	mu       sync.Mutex
 	exported map[string][]string // group -> nodes with node_group_node_status series
 }
 
 // New wires the controller to the shared informers: a change of a group,
-// of one of its nodes or of its bundle queues the group.
+// of one of its nodes, of one of its Instances or of its bundle queues the
+// group.
 func New(d *manager.Deps) *Controller {
-	c := &Controller{d: d, metrics: newMetrics(d.Registry), exported: map[string][]string{}}
+	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
+	c := &Controller{d: d, metrics: newMetrics(d.Registry), exported: map[string][]string{}, instances: inst.Lister()}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue)
+	c.watch.Synced = append(c.watch.Synced, inst.Informer().HasSynced)
+	_, _ = inst.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
 	return c
 }
 

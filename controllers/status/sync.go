@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -28,14 +29,34 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	if err != nil {
 		return err
 	}
+	insts, err := c.instances.List(labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}))
+	if err != nil {
+		return err
+	}
 	checksum := c.watch.Checksum(group)
 	s := Compute(g, checksum, ns, metav1.NewTime(c.d.Clock.Now()))
+	scale := ComputeScale(g, int32(len(insts)))
 	c.export(group, g, ns, checksum)
-	if unchanged(g, s) {
+	if unchanged(g, s) && scaleUnchanged(g, scale) {
 		return nil
 	}
-	ac := applyv1.NodeGroup(group).WithStatus(applyv1.NodeGroupStatus().
-		WithNodes(s.Nodes).WithReady(s.Ready).WithUpToDate(s.UpToDate).
+	st := applyv1.NodeGroupStatus().
+		WithNodes(s.Nodes).WithReady(s.Ready).WithUpToDate(s.UpToDate)
+	// An unknown counter is left out of the apply, so server-side apply
+	// removes a value this manager wrote before instead of showing 0.
+	if scale.Desired != nil {
+		st.WithDesired(*scale.Desired)
+	}
+	if scale.Min != nil {
+		st.WithMin(*scale.Min)
+	}
+	if scale.Max != nil {
+		st.WithMax(*scale.Max)
+	}
+	if scale.Instances != nil {
+		st.WithInstances(*scale.Instances)
+	}
+	ac := applyv1.NodeGroup(group).WithStatus(st.
 		WithKubernetesVersion(s.KubernetesVersion).
 		WithConditionSummary(applyv1.ConditionSummary().WithReady(s.SummaryReady).WithStatusMessage(s.SummaryMessage)).
 		WithConditions(conditions(s.Conditions)...))
@@ -53,6 +74,13 @@ func conditions(cs []metav1.Condition) []*metav1ac.ConditionApplyConfiguration {
 			WithMessage(c.Message).WithObservedGeneration(c.ObservedGeneration).WithLastTransitionTime(c.LastTransitionTime))
 	}
 	return out
+}
+
+// scaleUnchanged reports whether the group already shows scale.
+func scaleUnchanged(g *deckhousev1.NodeGroup, scale Scale) bool {
+	st := g.Status
+	return sameCount(st.Desired, scale.Desired) && sameCount(st.Min, scale.Min) &&
+		sameCount(st.Max, scale.Max) && sameCount(st.Instances, scale.Instances)
 }
 
 // unchanged reports whether the group already shows s, so nothing is written.

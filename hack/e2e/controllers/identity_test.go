@@ -312,3 +312,71 @@ func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
 		t.Errorf("the Instance of a node node-manager never approved: want none, got %v", err)
 	}
 }
+
+// TestNodeWhoseInstanceWasLostGetsTheGroupOfItsJoin: a node whose
+// certificate node-manager approved for a token of one group, but whose
+// Instance was deleted before it registered, gets its Instance back from
+// that join — the token's group, not the label it registers with — and
+// reads that group's bundle only; the group's status counts it.
+func TestNodeWhoseInstanceWasLostGetsTheGroupOfItsJoin(t *testing.T) {
+	ctx := framework.Context(t)
+	const name, group, decoy = "lost-node", "lost", "lost-decoy"
+	newGroup(t, group, nil)
+	newGroup(t, decoy, nil)
+	tok, err := f.CP.CreateBootstrapToken(ctx, group, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrName, _ := certificateRequest(t, kubernetes.NewForConfigOrDie(f.CP.BootstrapTokenConfig(tok)), name)
+	if c := decision(t, csrName).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
+		t.Fatalf("the token's CSR: want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+	// A person deletes the Instance before the kubelet registers.
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if err := f.NM.DeckhouseV1alpha1().Instances().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the Instance made at approval: %v", err)
+	}
+	framework.Poll(t, "the Instance is gone", func(ctx context.Context) (bool, error) {
+		_, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	cfg, err := f.CP.NodeConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet registers, labelled (as it may label itself) with another group.
+	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{deckhousev1.NodeGroupLabel: decoy}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the node registering itself: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+
+	framework.Poll(t, "an Instance pinned to the token's group", func(ctx context.Context) (bool, error) {
+		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if g := inst.Labels[deckhousev1.NodeGroupLabel]; g != group {
+			return false, fmt.Errorf("the Instance pins the node to %q, want the token's group %q (never the Node's label)", g, group)
+		}
+		return true, nil
+	})
+	framework.Poll(t, "an "+instances.ReasonJoinedInstance+" Event naming the CSR", func(ctx context.Context) (bool, error) {
+		return hasEvent(t, name, instances.ReasonJoinedInstance, csrName), nil
+	})
+	reads(t, cfg, group, "after its Instance came back from its join")
+	neverReads(t, cfg, decoy, "after its Instance came back from its join")
+	framework.Poll(t, "the group's status counts the Instance and leaves desired unset", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if ng.Status.Desired != nil || ng.Status.Min != nil || ng.Status.Max != nil {
+			return false, fmt.Errorf("a Static group joined by hand shows desired/min/max %v/%v/%v; want them unset", ng.Status.Desired, ng.Status.Min, ng.Status.Max)
+		}
+		return ng.Status.Instances != nil && *ng.Status.Instances == 1, nil
+	})
+}

@@ -591,18 +591,26 @@ type NodeGroupStatus struct {
 	// UpToDate is how many of them report the group's current configuration checksum.
 	// +optional
 	UpToDate int32 `json:"upToDate,omitempty"`
-	// Desired is how many machines a CloudEphemeral group wants.
+	// Desired is how many nodes the group wants: staticInstances.count for a
+	// Static or CloudStatic group that has staticInstances. Absent where
+	// node-manager cannot know it: a CloudEphemeral or CloudPermanent group
+	// (its machine controller's or installer's replicas are not visible to
+	// node-manager) and a group whose nodes are joined by hand.
 	// +optional
-	Desired int32 `json:"desired,omitempty"`
-	// Min is minPerZone times the number of zones.
+	Desired *int32 `json:"desired,omitempty"`
+	// Min is minPerZone times the number of zones (CloudEphemeral groups
+	// that list their zones); absent otherwise.
 	// +optional
-	Min int32 `json:"min,omitempty"`
-	// Max is maxPerZone times the number of zones.
+	Min *int32 `json:"min,omitempty"`
+	// Max is maxPerZone times the number of zones (CloudEphemeral groups
+	// that list their zones); absent otherwise.
 	// +optional
-	Max int32 `json:"max,omitempty"`
-	// Instances is how many machines exist for the group.
+	Max *int32 `json:"max,omitempty"`
+	// Instances is how many Instances node-manager keeps for the group: one
+	// per node that joined (or was adopted) and per node whose certificate
+	// was approved but which has not registered yet.
 	// +optional
-	Instances int32 `json:"instances,omitempty"`
+	Instances *int32 `json:"instances,omitempty"`
 	// Standby is how many standby machines exist.
 	// +optional
 	Standby int32 `json:"standby,omitempty"`

@@ -21,13 +21,21 @@ type NodeGroupStatusApplyConfiguration struct {
 	Ready *int32 `json:"ready,omitempty"`
 	// UpToDate is how many of them report the group's current configuration checksum.
 	UpToDate *int32 `json:"upToDate,omitempty"`
-	// Desired is how many machines a CloudEphemeral group wants.
+	// Desired is how many nodes the group wants: staticInstances.count for a
+	// Static or CloudStatic group that has staticInstances. Absent where
+	// node-manager cannot know it: a CloudEphemeral or CloudPermanent group
+	// (its machine controller's or installer's replicas are not visible to
+	// node-manager) and a group whose nodes are joined by hand.
 	Desired *int32 `json:"desired,omitempty"`
-	// Min is minPerZone times the number of zones.
+	// Min is minPerZone times the number of zones (CloudEphemeral groups
+	// that list their zones); absent otherwise.
 	Min *int32 `json:"min,omitempty"`
-	// Max is maxPerZone times the number of zones.
+	// Max is maxPerZone times the number of zones (CloudEphemeral groups
+	// that list their zones); absent otherwise.
 	Max *int32 `json:"max,omitempty"`
-	// Instances is how many machines exist for the group.
+	// Instances is how many Instances node-manager keeps for the group: one
+	// per node that joined (or was adopted) and per node whose certificate
+	// was approved but which has not registered yet.
 	Instances *int32 `json:"instances,omitempty"`
 	// Standby is how many standby machines exist.
 	Standby *int32 `json:"standby,omitempty"`
