@@ -113,7 +113,9 @@ func TestBudgetsSelectLikeTheEvictionAPI(t *testing.T) {
 	pdb := func(ns, name string, sel *metav1.LabelSelector) policyv1.PodDisruptionBudget {
 		return policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: policyv1.PodDisruptionBudgetSpec{Selector: sel}}
 	}
-	app := func(v string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: map[string]string{"app": v}} }
+	app := func(v string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": v}}
+	}
 	got := Budgets(pod, []policyv1.PodDisruptionBudget{
 		pdb("a", "z-db", app("db")),
 		pdb("a", "web", app("web")),
