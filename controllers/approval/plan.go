@@ -21,6 +21,10 @@ type Input struct {
 	Checksum string
 	Nodes    []*corev1.Node
 	Now      time.Time
+	// ControllerNode is the node node-manager-controller runs on
+	// (--node-name); empty when unknown. Like Deckhouse's node, it is not
+	// drained while it is its group's only Ready node.
+	ControllerNode string
 }
 
 // Event is something worth telling people about a node.
@@ -139,13 +143,12 @@ func Plan(in Input) Decision {
 			continue
 		}
 		c := (&nodes.Change{}).Remove(n, deckhousev1.ApprovedAnnotation, deckhousev1.WaitingForApprovalAnnotation, deckhousev1.DisruptionRequiredAnnotation,
-			deckhousev1.DisruptionApprovedAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation, deckhousev1.RollingUpdateAnnotation, deckhousev1.ReplacementReportedAnnotation)
+			deckhousev1.DisruptionApprovedAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation, deckhousev1.RollingUpdateAnnotation, deckhousev1.ReplacementReportedAnnotation,
+			deckhousev1.ForeignCordonAnnotation)
 		if nodes.DrainingByUs(n) {
 			c.Remove(n, deckhousev1.DrainingAnnotation)
 		}
-		if ours && n.Spec.Unschedulable {
-			c.SetUnschedulable(false)
-		}
+		uncordon(n, c, ours)
 		apply(n, c)
 		d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "UpdateFinished",
 			fmt.Sprintf("configuration %.12s is applied", in.Checksum)})
@@ -201,13 +204,11 @@ func Plan(in Input) Decision {
 				// The window closed before the disruption was approved:
 				// draining is a disruption too, so it is called off and the
 				// node takes pods again until the next window.
-				c := (&nodes.Change{}).Remove(n, deckhousev1.DrainingAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation)
-				if n.Spec.Unschedulable {
-					c.SetUnschedulable(false)
-				}
+				c := (&nodes.Change{}).Remove(n, deckhousev1.DrainingAnnotation, deckhousev1.DrainedAnnotation, deckhousev1.DrainFailedAnnotation, deckhousev1.ForeignCordonAnnotation)
+				uncordon(n, c, true)
 				apply(n, c)
 				d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainCalledOff",
-					"the disruption window closed before the disruption was approved; the node is uncordoned and drained again in the next window"})
+					"the disruption window closed before the disruption was approved; the node is uncordoned (unless someone else had cordoned it) and drained again in the next window"})
 			}
 			continue
 		}
@@ -247,21 +248,32 @@ func Plan(in Input) Decision {
 		switch {
 		case !drainBeforeApproval(in.Group):
 			approve("drainBeforeApproval is off")
-		case len(view) == 1:
-			approve("the group's only node is not drained (its pods have nowhere to go)")
+		case in.Group.Name == deckhousev1.MasterNodeGroup && len(view) == 1:
+			approve("the only master node is not drained")
+		case n.Name == in.ControllerNode && ready(view) < 2:
+			approve("the node runs node-manager-controller and is its group's only Ready node, so it is not drained")
 		case nodes.Has(n, deckhousev1.DrainedAnnotation):
 			approve("the node is drained")
 		case nodes.Has(n, deckhousev1.DrainingAnnotation):
 			// The drain is under way (or failed and being retried).
-		case available(n) == 0:
-			// Draining the last node pods can run on would leave them
-			// nowhere: wait until another node of the group is Ready and
-			// schedulable (any node change looks again).
+		case len(view) > 1 && available(n) == 0:
+			// Draining the last node of the group pods can run on would
+			// leave them nowhere: wait until another node of the group is
+			// Ready and schedulable (any node change looks again). A
+			// group's only node is drained: its pods go to other groups'
+			// nodes, or wait for it, as with Deckhouse.
 		case !slot(n):
 			// maxConcurrent nodes are disrupted: wait for one to finish.
 		default:
-			apply(n, (&nodes.Change{}).Set(deckhousev1.DrainingAnnotation, deckhousev1.DrainSourceBashible))
-			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainRequested", "draining before the disruptive update"})
+			c := (&nodes.Change{}).Set(deckhousev1.DrainingAnnotation, deckhousev1.DrainSourceBashible)
+			msg := "draining before the disruptive update"
+			if n.Spec.Unschedulable {
+				// Someone else's cordon: it outlives the update.
+				c.Set(deckhousev1.ForeignCordonAnnotation, "")
+				msg += "; the node was cordoned by someone else and stays cordoned afterwards"
+			}
+			apply(n, c)
+			d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "DrainRequested", msg})
 		}
 	}
 
@@ -313,6 +325,25 @@ func Plan(in Input) Decision {
 		}
 	}
 	return d
+}
+
+// uncordon lifts the node's cordon when it is ours: the node was drained
+// for the update (ours) and it was not already cordoned by someone else
+// when the drain was asked for.
+func uncordon(n *corev1.Node, c *nodes.Change, ours bool) {
+	if ours && n.Spec.Unschedulable && !nodes.Has(n, deckhousev1.ForeignCordonAnnotation) {
+		c.SetUnschedulable(false)
+	}
+}
+
+func ready(view []*corev1.Node) int {
+	r := 0
+	for _, n := range view {
+		if nodes.IsReady(n) {
+			r++
+		}
+	}
+	return r
 }
 
 // Disrupted reports whether the node counts as disrupted for an update: from

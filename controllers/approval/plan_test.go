@@ -204,18 +204,80 @@ func TestAutomaticDrainsThenApprovesInsideItsWindow(t *testing.T) {
 	}
 }
 
-func TestNoDrainForTheOnlyNodeOrWhenTurnedOff(t *testing.T) {
-	cases := map[string]Input{
-		"only master": {Group: group("master"), Nodes: []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")}},
-		"only node":   {Group: group("w"), Nodes: []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")}},
-		"turned off":  {Group: group("w", mode(deckhousev1.ApprovalAutomatic, ptr.To(false))), Nodes: []*corev1.Node{node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""), node("b", true)}},
+// TestDrainIsSkippedOnlyWhereDeckhouseSkipsIt: the only master, the
+// controller's node while it is its group's only Ready node, and groups
+// with drainBeforeApproval off. A one-node worker group is drained.
+func TestDrainIsSkippedOnlyWhereDeckhouseSkipsIt(t *testing.T) {
+	asking := func() *corev1.Node {
+		return node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")
 	}
-	for name, in := range cases {
+	skipped := map[string]Input{
+		"only master":                     {Group: group("master"), Nodes: []*corev1.Node{asking()}},
+		"controller's node, only one":     {Group: group("w"), ControllerNode: "a", Nodes: []*corev1.Node{asking()}},
+		"controller's node, other broken": {Group: group("w"), ControllerNode: "a", Nodes: []*corev1.Node{asking(), node("b", false)}},
+		"turned off":                      {Group: group("w", mode(deckhousev1.ApprovalAutomatic, ptr.To(false))), Nodes: []*corev1.Node{asking(), node("b", true)}},
+	}
+	for name, in := range skipped {
 		in.Checksum, in.Now = sum, noon
 		out := after(in)
 		if a := out["a"]; !nodes.Has(a, deckhousev1.DisruptionApprovedAnnotation) || nodes.Has(a, deckhousev1.DrainingAnnotation) {
 			t.Errorf("%s: want disruption-approved without draining, got %v", name, a.Annotations)
 		}
+	}
+	drained := map[string]Input{
+		"only worker":                       {Group: group("w"), Nodes: []*corev1.Node{asking()}},
+		"only worker, controller elsewhere": {Group: group("w"), ControllerNode: "m", Nodes: []*corev1.Node{asking()}},
+		"controller's node, another Ready":  {Group: group("w"), ControllerNode: "a", Nodes: []*corev1.Node{asking(), node("b", true)}},
+		"one of two masters":                {Group: group("master"), Nodes: []*corev1.Node{asking(), node("b", true)}},
+	}
+	for name, in := range drained {
+		in.Checksum, in.Now = sum, noon
+		out := after(in)
+		if a := out["a"]; nodes.Has(a, deckhousev1.DisruptionApprovedAnnotation) || !nodes.Has(a, deckhousev1.DrainingAnnotation) {
+			t.Errorf("%s: want drained first, got %v", name, a.Annotations)
+		}
+	}
+}
+
+// TestForeignCordonSurvivesTheUpdate: a node someone else cordoned before
+// node-manager asked to drain it stays cordoned once its update is done,
+// and when the window closes; a cordon of ours is lifted.
+func TestForeignCordonSurvivesTheUpdate(t *testing.T) {
+	g := group("w")
+	cordoned := node("a", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "")
+	cordoned.Spec.Unschedulable = true
+	out := after(Input{Group: g, Checksum: sum, Now: noon, Nodes: []*corev1.Node{cordoned, node("b", true)}})
+	a := out["a"]
+	if !nodes.Has(a, deckhousev1.DrainingAnnotation) || !nodes.Has(a, deckhousev1.ForeignCordonAnnotation) {
+		t.Fatalf("drain of a cordoned node: %v; want draining with the foreign-cordon note", a.Annotations)
+	}
+	// Drained, then the update is applied: the cordon stays, the note goes.
+	drain := func(n *corev1.Node) *corev1.Node {
+		n = n.DeepCopy()
+		delete(n.Annotations, deckhousev1.DrainingAnnotation)
+		n.Annotations[deckhousev1.DrainedAnnotation] = deckhousev1.DrainSourceBashible
+		return n
+	}
+	finished := drain(a)
+	delete(finished.Annotations, deckhousev1.DisruptionRequiredAnnotation)
+	finished.Annotations[deckhousev1.DisruptionApprovedAnnotation] = ""
+	finished.Annotations[deckhousev1.ConfigurationChecksumAnnotation] = sum
+	done := after(Input{Group: g, Checksum: sum, Now: noon, Nodes: []*corev1.Node{finished, node("b", true)}})["a"]
+	if !done.Spec.Unschedulable || nodes.HasUpdateAnnotation(done) {
+		t.Errorf("after the update: unschedulable %v, annotations %v; want still cordoned, no update annotation", done.Spec.Unschedulable, done.Annotations)
+	}
+	// The same node without the note (our own cordon) is uncordoned.
+	ours := finished.DeepCopy()
+	delete(ours.Annotations, deckhousev1.ForeignCordonAnnotation)
+	if done := after(Input{Group: g, Checksum: sum, Now: noon, Nodes: []*corev1.Node{ours, node("b", true)}})["a"]; done.Spec.Unschedulable {
+		t.Error("a node node-manager cordoned stayed cordoned after its update")
+	}
+	// The window closes mid-drain: the drain is called off, the cordon stays.
+	later := noon.Add(2 * time.Hour)
+	gw := group("w", mode(deckhousev1.ApprovalAutomatic, nil, deckhousev1.DisruptionWindow{From: "11:00", To: "13:00"}))
+	off := after(Input{Group: gw, Checksum: sum, Now: later, Nodes: []*corev1.Node{drain(a), node("b", true)}})["a"]
+	if !off.Spec.Unschedulable || nodes.Has(off, deckhousev1.DrainedAnnotation) || nodes.Has(off, deckhousev1.ForeignCordonAnnotation) {
+		t.Errorf("window closed: unschedulable %v, annotations %v; want still cordoned, drain and note gone", off.Spec.Unschedulable, off.Annotations)
 	}
 }
 

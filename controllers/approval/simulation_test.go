@@ -49,6 +49,8 @@ type world struct {
 	// everyRun: every node asks for a disruption on every run (a step that
 	// reboots on every boot), and machines reboot often.
 	everyRun bool
+	// controllerNode is where node-manager-controller runs, if in the group.
+	controllerNode string
 }
 
 func (w *world) fail(format string, args ...any) {
@@ -69,7 +71,7 @@ func (w *world) approved() int {
 
 // controller runs one Plan over the current state and checks what it did.
 func (w *world) controller() {
-	in := Input{Group: w.group, Checksum: w.sum, Now: w.now}
+	in := Input{Group: w.group, Checksum: w.sum, Now: w.now, ControllerNode: w.controllerNode}
 	for _, n := range w.nodes {
 		in.Nodes = append(in.Nodes, n.node)
 	}
@@ -106,15 +108,16 @@ func (w *world) controller() {
 			if !InWindow(windows(w.group), w.now) {
 				w.fail("node %s: disruption approved outside the windows at %s", n.node.Name, w.now.Format("Mon 15:04"))
 			}
-			if drainBeforeApproval(w.group) && !nodes.Has(n.node, deckhousev1.DrainedAnnotation) && len(w.nodes) > 1 {
+			if drainBeforeApproval(w.group) && !nodes.Has(n.node, deckhousev1.DrainedAnnotation) && !w.spared(n.node) {
 				w.fail("node %s: disruption approved without a finished drain (annotations %v)", n.node.Name, n.node.Annotations)
 			}
 		}
 		c.ApplyTo(n.node)
 	}
-	// A drain we asked for always leaves another node for the pods.
+	// A drain we asked for always leaves another node of the group for the
+	// pods, unless the node is the group's only one.
 	for _, n := range w.nodes {
-		if c := d.Changes[n.node.Name]; c == nil || c.Annotations[deckhousev1.DrainingAnnotation] == nil {
+		if c := d.Changes[n.node.Name]; c == nil || c.Annotations[deckhousev1.DrainingAnnotation] == nil || len(w.nodes) == 1 {
 			continue
 		}
 		others := 0
@@ -321,10 +324,13 @@ func TestSimulatedRollouts(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 42))
 		w := &world{t: t, rng: rng, group: randomGroup(rng, i), sum: "sum-0", drains: map[string]int{},
 			now: time.Date(2026, 11, 16, rng.IntN(24), 0, 0, 0, time.UTC)}
-		for j := range 2 + rng.IntN(6) {
+		for j := range 1 + rng.IntN(7) {
 			w.nodes = append(w.nodes, &simNode{node: node(fmt.Sprintf("n%d", j), true, deckhousev1.ConfigurationChecksumAnnotation, "initial", deckhousev1.MachineAnnotation, "m")})
 		}
 		w.blocked = rng.IntN(5) == 0
+		if rng.IntN(4) == 0 {
+			w.controllerNode = "n0"
+		}
 		w.everyRun = i%3 == 0
 		for w.step = 0; w.step < 150; w.step++ {
 			w.chaos()
@@ -367,6 +373,22 @@ func TestSimulatedRollouts(t *testing.T) {
 		}
 	}
 	t.Logf("%d randomized rollouts finished with every invariant held", rollouts)
+}
+
+// spared reports whether Deckhouse approves n's disruption without a
+// drain: the only master, or the controller's node while it is its group's
+// only Ready node.
+func (w *world) spared(n *corev1.Node) bool {
+	if w.group.Name == deckhousev1.MasterNodeGroup && len(w.nodes) == 1 {
+		return true
+	}
+	ready := 0
+	for _, o := range w.nodes {
+		if nodes.IsReady(o.node) {
+			ready++
+		}
+	}
+	return n.Name == w.controllerNode && ready < 2
 }
 
 func (w *world) done() bool {

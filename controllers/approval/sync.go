@@ -37,7 +37,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
 		return nil
 	}
-	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
+	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.d.Options.NodeName})
 	if grants(d) {
 		// Approvals and disruptions are what maxConcurrent limits, so they
 		// are decided on the API's own view rather than the informer's, which may lag
@@ -52,7 +52,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		for i := range list.Items {
 			ns = append(ns, &list.Items[i])
 		}
-		d = Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now()})
+		d = Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.d.Options.NodeName})
 	}
 	byName := map[string]*corev1.Node{}
 	for _, n := range ns {

@@ -33,7 +33,7 @@ type harness struct {
 	blocked map[string]bool
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, policy deckhousev1.DrainTimeoutPolicy) *harness {
 	t.Helper()
 	h := &harness{blocked: map[string]bool{}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{deckhousev1.NodeGroupLabel: "w"}}}
@@ -52,7 +52,9 @@ func newHarness(t *testing.T) *harness {
 	})
 	timeout := int32(1)
 	nm := nmfake.NewClientset(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"},
-		Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: &timeout}})
+		Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: &timeout,
+			Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic,
+				Automatic: &deckhousev1.AutomaticDisruptions{DrainTimeoutPolicy: policy}}}})
 	opts := manager.NewOptions()
 	opts.EvictionRetry = 100 * time.Millisecond
 	d := manager.NewDepsForClients(h.kube, nm, opts, clock.RealClock{}, prometheus.NewRegistry())
@@ -110,7 +112,7 @@ func (h *harness) waitNode(t *testing.T, what string, cond func(*corev1.Node) bo
 }
 
 func TestDrainEvictsThenRecordsDrained(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, "")
 	h.annotate(t, deckhousev1.DrainingAnnotation, ptr.To("bashible"))
 	n := h.waitNode(t, "drained", func(n *corev1.Node) bool { return nodes.Has(n, deckhousev1.DrainedAnnotation) })
 	if !n.Spec.Unschedulable || nodes.Has(n, deckhousev1.DrainingAnnotation) || n.Annotations[deckhousev1.DrainedAnnotation] != "bashible" {
@@ -122,7 +124,7 @@ func TestDrainEvictsThenRecordsDrained(t *testing.T) {
 }
 
 func TestBlockedDrainFailsNeverDrainedAndCancels(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, deckhousev1.DrainTimeoutWait)
 	h.blocked["db"] = true
 	h.annotate(t, deckhousev1.DrainingAnnotation, ptr.To("bashible"))
 	n := h.waitNode(t, "drain-failed", func(n *corev1.Node) bool { return nodes.Has(n, deckhousev1.DrainFailedAnnotation) })
@@ -158,5 +160,30 @@ func TestBlockedDrainFailsNeverDrainedAndCancels(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); errors.Is(err, context.Canceled) || apierrors.IsNotFound(err) {
 		t.Fatal("a cancelled drain went on evicting")
+	}
+}
+
+func TestBlockedPodIsDeletedAtTheDeadlineByDefault(t *testing.T) {
+	h := newHarness(t, "")
+	h.blocked["db"] = true
+	h.annotate(t, deckhousev1.DrainingAnnotation, ptr.To("bashible"))
+	n := h.waitNode(t, "drained", func(n *corev1.Node) bool { return nodes.Has(n, deckhousev1.DrainedAnnotation) })
+	if nodes.Has(n, deckhousev1.DrainFailedAnnotation) || nodes.Has(n, deckhousev1.DrainingAnnotation) {
+		t.Errorf("after the deadline's deletion: %v", n.Annotations)
+	}
+	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pod the budget kept is still there: %v", err)
+	}
+	evicted, deleted := 0, 0
+	for _, a := range h.kube.Actions() {
+		switch {
+		case a.GetVerb() == "create" && a.GetSubresource() == "eviction":
+			evicted++
+		case a.GetVerb() == "delete" && a.GetResource().Resource == "pods":
+			deleted++
+		}
+	}
+	if evicted == 0 || deleted != 1 {
+		t.Errorf("%d evictions and %d deletions; want evictions tried first, then one deletion", evicted, deleted)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"slices"
-	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,12 +64,25 @@ func (c *Controller) stop(name, why string) bool {
 	return ok
 }
 
-func (c *Controller) timeout(n *corev1.Node) time.Duration {
-	if g, err := c.groups.Get(nodes.Group(n)); err == nil && g.Spec.NodeDrainTimeoutSecond != nil && *g.Spec.NodeDrainTimeoutSecond > 0 {
-		return time.Duration(*g.Spec.NodeDrainTimeoutSecond) * time.Second
+// timeout is the deadline of the node's drain (the group's
+// nodeDrainTimeoutSecond, else --default-drain-timeout) and policy what
+// happens at it (the group's drainTimeoutPolicy).
+func (c *Controller) timeout(n *corev1.Node) (time.Duration, deckhousev1.DrainTimeoutPolicy) {
+	g, err := c.groups.Get(nodes.Group(n))
+	if err != nil {
+		g = nil
 	}
-	return c.d.Options.DrainTimeout
+	if g != nil && g.Spec.NodeDrainTimeoutSecond != nil && *g.Spec.NodeDrainTimeoutSecond > 0 {
+		return time.Duration(*g.Spec.NodeDrainTimeoutSecond) * time.Second, Policy(g)
+	}
+	return c.d.Options.DrainTimeout, Policy(g)
 }
+
+// heldError is a drain that passed its deadline under Wait with pods a
+// PodDisruptionBudget keeps on the node.
+type heldError struct{ msg string }
+
+func (e *heldError) Error() string { return e.msg }
 
 // errCancelled means the draining annotation went away mid-drain.
 var errCancelled = errors.New("drain cancelled")
@@ -92,6 +103,11 @@ func (c *Controller) drain(ctx context.Context, name string) {
 		c.metrics.Drains.WithLabelValues("failed").Inc()
 		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, deckhousev1.DrainingAnnotation) && ctx.Err() == nil {
 			c.metrics.DrainFailed.WithLabelValues(name).Set(1)
+			if held := (*heldError)(nil); errors.As(err, &held) {
+				c.metrics.HeldByBudget.WithLabelValues(name).Set(1)
+			} else {
+				c.metrics.HeldByBudget.DeleteLabelValues(name)
+			}
 			c.d.Recorder.Eventf(n, nil, corev1.EventTypeWarning, "DrainFailed", "Drain", "%s; retrying", truncate(err.Error(), 900))
 			c.record(ctx, name, func(n *corev1.Node) *nodes.Change { return Failed(n, err.Error()) })
 		}
@@ -121,6 +137,18 @@ func (c *Controller) record(ctx context.Context, name string, change func(*corev
 	return false
 }
 
+// refusal is why a pod's last eviction failed.
+type refusal struct {
+	err string
+	// budget: a PodDisruptionBudget refused it (HTTP 429).
+	budget bool
+}
+
+// attempt cordons the node and evicts its pods, each again every
+// EvictionRetry while it is refused, until none is left or the deadline
+// passes. At the deadline the group's drainTimeoutPolicy decides: Delete
+// deletes the pods left (an Event on the Node for each) and waits for them
+// to go; Wait fails the attempt, naming the budgets that hold the pods.
 func (c *Controller) attempt(ctx context.Context, name string) error {
 	n, err := c.d.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -129,7 +157,7 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 	if !nodes.Has(n, deckhousev1.DrainingAnnotation) {
 		return errCancelled
 	}
-	timeout := c.timeout(n)
+	timeout, policy := c.timeout(n)
 	deadline := c.d.Clock.Now().Add(timeout)
 	if !c.record(ctx, name, Cordon) && !n.Spec.Unschedulable {
 		if ctx.Err() != nil {
@@ -138,7 +166,11 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 		return fmt.Errorf("cordoning node %s failed", name)
 	}
 	lastTry := map[types.UID]time.Time{}
-	blocked := map[types.UID]string{}
+	blocked := map[types.UID]refusal{}
+	deleted := 0
+	// gone is how long pods deleted at the deadline get to leave: their
+	// grace period and one more retry interval.
+	var gone time.Time
 	for {
 		if ctx.Err() != nil {
 			return errCancelled
@@ -156,9 +188,14 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 		}
 		if len(pods) == 0 {
 			if c.record(ctx, name, Succeeded) {
-				c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "DrainSucceeded", "Drain", "every pod has left the node")
+				msg := "every pod has left the node"
+				if deleted > 0 {
+					msg = fmt.Sprintf("every pod has left the node; %d of them deleted at the drain deadline (see the PodDeletedAtDrainDeadline events)", deleted)
+				}
+				c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "DrainSucceeded", "Drain", "%s", msg)
 				c.metrics.Drains.WithLabelValues("succeeded").Inc()
 				c.metrics.DrainFailed.DeleteLabelValues(name)
+				c.metrics.HeldByBudget.DeleteLabelValues(name)
 				c.metrics.Draining.DeleteLabelValues(name)
 				return nil
 			}
@@ -166,29 +203,40 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 		}
 		now := c.d.Clock.Now()
 		if now.After(deadline) {
-			var why []string
-			for _, p := range pods {
-				if r, ok := blocked[p.UID]; ok {
-					why = append(why, fmt.Sprintf("%s/%s: %s", p.Namespace, p.Name, r))
-				} else {
-					why = append(why, fmt.Sprintf("%s/%s: still terminating", p.Namespace, p.Name))
+			left := c.left(ctx, pods, blocked)
+			del := AtDeadline(policy, left)
+			if len(del) == 0 && (policy == deckhousev1.DrainTimeoutWait || now.After(gone)) {
+				msg := fmt.Sprintf("drain of node %s did not finish within %s (drainTimeoutPolicy %s); %d pod(s) left: %s", name, timeout, policy, len(pods), Why(left))
+				if policy == deckhousev1.DrainTimeoutWait && HeldByBudget(left) {
+					return &heldError{msg}
 				}
+				return errors.New(msg)
 			}
-			sort.Strings(why)
-			return fmt.Errorf("drain of node %s did not finish within %s; %d pod(s) left: %s", name, timeout, len(pods), strings.Join(why, "; "))
-		}
-		for _, p := range pods {
-			if p.DeletionTimestamp != nil {
-				continue
+			for i, l := range del {
+				p := podNamed(pods, l.Pod)
+				if err := c.delete(ctx, p); err != nil {
+					return fmt.Errorf("deleting pod %s, left on node %s at the drain deadline: %w", l.Pod, name, err)
+				}
+				deleted++
+				c.metrics.Deleted.Inc()
+				klog.InfoS("Deleted a pod left at the drain deadline", "node", name, "pod", l.Pod, "budgets", l.Budgets, "err", l.Err)
+				c.d.Recorder.Eventf(n, p, corev1.EventTypeWarning, "PodDeletedAtDrainDeadline", "Drain", "%s", DeletedMessage(del[i], timeout))
+				gone = latest(gone, now.Add(grace(p)+c.d.Options.EvictionRetry))
 			}
-			if t, ok := lastTry[p.UID]; ok && now.Sub(t) < c.d.Options.EvictionRetry {
-				continue
-			}
-			lastTry[p.UID] = now
-			if err := c.evict(ctx, p); err != nil {
-				blocked[p.UID] = err.Error()
-			} else {
-				delete(blocked, p.UID)
+		} else {
+			for _, p := range pods {
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				if t, ok := lastTry[p.UID]; ok && now.Sub(t) < c.d.Options.EvictionRetry {
+					continue
+				}
+				lastTry[p.UID] = now
+				if r := c.evict(ctx, p); r != nil {
+					blocked[p.UID] = *r
+				} else {
+					delete(blocked, p.UID)
+				}
 			}
 		}
 		select {
@@ -200,6 +248,69 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 			return errCancelled
 		}
 	}
+}
+
+// left describes the pods still on the node at the deadline, with the
+// budgets that select those whose eviction was refused.
+func (c *Controller) left(ctx context.Context, pods []corev1.Pod, blocked map[types.UID]refusal) []Left {
+	budgets := map[string][]policyv1.PodDisruptionBudget{}
+	out := make([]Left, 0, len(pods))
+	for i := range pods {
+		p := &pods[i]
+		l := Left{Pod: p.Namespace + "/" + p.Name, Terminating: p.DeletionTimestamp != nil}
+		if r, ok := blocked[p.UID]; ok && !l.Terminating {
+			l.Err, l.Refused = r.err, r.budget
+		}
+		if l.Refused {
+			if _, ok := budgets[p.Namespace]; !ok {
+				list, err := c.d.Kube.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					// The API's own refusal still names the budget.
+					klog.ErrorS(err, "Listing PodDisruptionBudgets failed; the drain reports the eviction's refusal only", "namespace", p.Namespace)
+				} else {
+					budgets[p.Namespace] = list.Items
+				}
+			}
+			l.Budgets = Budgets(p, budgets[p.Namespace])
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// delete deletes a pod left at the deadline, with its own grace period.
+func (c *Controller) delete(ctx context.Context, p *corev1.Pod) error {
+	err := c.d.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &p.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone already, or another pod of the same name
+	}
+	return err
+}
+
+func podNamed(pods []corev1.Pod, key string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Namespace+"/"+pods[i].Name == key {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
+// grace is the pod's termination grace period (Kubernetes' default when unset).
+func grace(p *corev1.Pod) time.Duration {
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // podsToEvict lists the node's pods that a drain must move: not mirror
@@ -236,7 +347,9 @@ func skip(p *corev1.Pod) bool {
 	return false
 }
 
-func (c *Controller) evict(ctx context.Context, p corev1.Pod) error {
+// evict asks the Eviction API to evict the pod; nil means it is evicted
+// (or gone), otherwise why not.
+func (c *Controller) evict(ctx context.Context, p corev1.Pod) *refusal {
 	err := c.d.Kube.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{
@@ -247,9 +360,19 @@ func (c *Controller) evict(ctx context.Context, p corev1.Pod) error {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
-		return fmt.Errorf("eviction refused, a PodDisruptionBudget allows no disruption now: %w", err)
+		// The API names the budget in a cause of the refusal.
+		msg := err.Error()
+		var st apierrors.APIStatus
+		if errors.As(err, &st) && st.Status().Details != nil {
+			for _, cause := range st.Status().Details.Causes {
+				if cause.Type == policyv1.DisruptionBudgetCause {
+					msg = cause.Message
+				}
+			}
+		}
+		return &refusal{err: msg, budget: true}
 	}
-	return fmt.Errorf("evicting: %w", err)
+	return &refusal{err: "evicting: " + err.Error()}
 }
 
 func truncate(s string, n int) string {

@@ -18,6 +18,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.stop(name, "the node is gone")
 		c.metrics.Draining.DeleteLabelValues(name)
 		c.metrics.DrainFailed.DeleteLabelValues(name)
+		c.metrics.HeldByBudget.DeleteLabelValues(name)
 		return nil
 	}
 	if err != nil {
@@ -34,6 +35,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	c.metrics.Draining.DeleteLabelValues(name)
 	c.metrics.DrainFailed.DeleteLabelValues(name)
+	c.metrics.HeldByBudget.DeleteLabelValues(name)
 	// Leftovers: a failure note without a drain request, and a user's
 	// drained marker on a node that has been uncordoned since.
 	ch := (&nodes.Change{}).Remove(n, deckhousev1.DrainFailedAnnotation)

@@ -33,6 +33,10 @@ type Options struct {
 	EvictionRetry time.Duration
 	// DrainTimeout applies to groups without nodeDrainTimeoutSecond.
 	DrainTimeout time.Duration
+	// NodeName is the node this process runs on (the Deployment passes
+	// spec.nodeName): while it is its group's only Ready node, it is not
+	// drained for an update, as Deckhouse spares its own node.
+	NodeName string
 }
 
 // NewOptions returns the defaults.
@@ -65,6 +69,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often candidates try to take the Lease")
 	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
 }
 
 // Validate checks the options.

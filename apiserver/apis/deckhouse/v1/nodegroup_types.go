@@ -120,8 +120,9 @@ type NodeGroupSpec struct {
 	// +optional
 	Fencing *FencingSpec `json:"fencing,omitempty"`
 
-	// NodeDrainTimeoutSecond is how long a drain may take before it is
-	// reported as failed. When empty, 600 seconds.
+	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
+	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
+	// the pods left then. When empty, 600 seconds.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	NodeDrainTimeoutSecond *int32 `json:"nodeDrainTimeoutSecond,omitempty"`
@@ -351,7 +352,31 @@ type AutomaticDisruptions struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Windows []DisruptionWindow `json:"windows,omitempty"`
+	// DrainTimeoutPolicy says what happens when a drain of one of the
+	// group's nodes passes its deadline (nodeDrainTimeoutSecond) with pods
+	// it could not evict (usually a PodDisruptionBudget refuses): Delete
+	// (the default, Deckhouse's behaviour) deletes them, records an Event
+	// on the Node for each, and the drain finishes; Wait never bypasses a
+	// PodDisruptionBudget: evictions are retried and the node stays
+	// drain-failed until they succeed. It applies to every drain of the
+	// group's nodes (Manual and RollingUpdate groups, which have no
+	// automatic block, get Delete).
+	// +optional
+	// +kubebuilder:default=Delete
+	DrainTimeoutPolicy DrainTimeoutPolicy `json:"drainTimeoutPolicy,omitempty"`
 }
+
+// DrainTimeoutPolicy says what a drain does with the pods it could not
+// evict by its deadline.
+// +kubebuilder:validation:Enum=Delete;Wait
+type DrainTimeoutPolicy string
+
+const (
+	// DrainTimeoutDelete deletes the pods left at the deadline.
+	DrainTimeoutDelete DrainTimeoutPolicy = "Delete"
+	// DrainTimeoutWait keeps evicting; nothing bypasses a PodDisruptionBudget.
+	DrainTimeoutWait DrainTimeoutPolicy = "Wait"
+)
 
 // RollingUpdateDisruptions tunes RollingUpdate approval.
 type RollingUpdateDisruptions struct {

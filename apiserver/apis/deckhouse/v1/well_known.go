@@ -103,6 +103,11 @@ const (
 	// DrainFailedAnnotation is set by the drain controller, with the reason,
 	// while a drain attempt fails (the drain is retried).
 	DrainFailedAnnotation = "update.node.deckhouse.io/drain-failed"
+	// ForeignCordonAnnotation is update approval's note, written with
+	// DrainingAnnotation, that the node was already cordoned (by a person
+	// or another tool) when node-manager asked to drain it: after the
+	// update the node is left cordoned, and the note removed.
+	ForeignCordonAnnotation = "update.node.deckhouse.io/foreign-cordon"
 	// RollingUpdateAnnotation is set by update approval on a node of a
 	// group whose disruptions say RollingUpdate: a Cluster API machine
 	// controller replaces the node instead of updating it in place.

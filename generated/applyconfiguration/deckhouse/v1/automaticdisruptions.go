@@ -6,6 +6,10 @@ Copyright The node-manager Authors.
 
 package v1
 
+import (
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
 // AutomaticDisruptionsApplyConfiguration represents a declarative configuration of the AutomaticDisruptions type for use
 // with apply.
 //
@@ -15,6 +19,16 @@ type AutomaticDisruptionsApplyConfiguration struct {
 	DrainBeforeApproval *bool `json:"drainBeforeApproval,omitempty"`
 	// Windows limit approvals to these UTC time windows; none means any time.
 	Windows []DisruptionWindowApplyConfiguration `json:"windows,omitempty"`
+	// DrainTimeoutPolicy says what happens when a drain of one of the
+	// group's nodes passes its deadline (nodeDrainTimeoutSecond) with pods
+	// it could not evict (usually a PodDisruptionBudget refuses): Delete
+	// (the default, Deckhouse's behaviour) deletes them, records an Event
+	// on the Node for each, and the drain finishes; Wait never bypasses a
+	// PodDisruptionBudget: evictions are retried and the node stays
+	// drain-failed until they succeed. It applies to every drain of the
+	// group's nodes (Manual and RollingUpdate groups, which have no
+	// automatic block, get Delete).
+	DrainTimeoutPolicy *deckhousev1.DrainTimeoutPolicy `json:"drainTimeoutPolicy,omitempty"`
 }
 
 // AutomaticDisruptionsApplyConfiguration constructs a declarative configuration of the AutomaticDisruptions type for use with
@@ -41,5 +55,13 @@ func (b *AutomaticDisruptionsApplyConfiguration) WithWindows(values ...*Disrupti
 		}
 		b.Windows = append(b.Windows, *values[i])
 	}
+	return b
+}
+
+// WithDrainTimeoutPolicy sets the DrainTimeoutPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DrainTimeoutPolicy field is set to the value of the last call.
+func (b *AutomaticDisruptionsApplyConfiguration) WithDrainTimeoutPolicy(value deckhousev1.DrainTimeoutPolicy) *AutomaticDisruptionsApplyConfiguration {
+	b.DrainTimeoutPolicy = &value
 	return b
 }

@@ -43,8 +43,9 @@ type NodeGroupSpecApplyConfiguration struct {
 	// Fencing enables node fencing: a node that loses the API is reset by its
 	// watchdog and its Node object is removed.
 	Fencing *FencingSpecApplyConfiguration `json:"fencing,omitempty"`
-	// NodeDrainTimeoutSecond is how long a drain may take before it is
-	// reported as failed. When empty, 600 seconds.
+	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
+	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
+	// the pods left then. When empty, 600 seconds.
 	NodeDrainTimeoutSecond *int32 `json:"nodeDrainTimeoutSecond,omitempty"`
 }
 
