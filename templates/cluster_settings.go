@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"net/netip"
@@ -71,6 +72,46 @@ type ClusterSettings struct {
 	Registry      Registry
 	// Versions is the built-in version map with the cluster's entries over it.
 	Versions VersionMap
+	// Static is the StaticClusterConfiguration's part (see
+	// ParseStaticClusterConfiguration), nil when the cluster has none.
+	Static *StaticNodes
+}
+
+// staticClusterConfiguration is the part of Deckhouse's
+// StaticClusterConfiguration (kube-system/d8-static-cluster-configuration,
+// key static-cluster-configuration.yaml) that nodes depend on.
+type staticClusterConfiguration struct {
+	Kind                 string   `json:"kind"`
+	InternalNetworkCIDRs []string `json:"internalNetworkCIDRs"`
+}
+
+// ParseStaticClusterConfiguration reads StaticClusterConfiguration YAML:
+// nil for empty input (the cluster has none), else its internal network
+// CIDRs, each an IPv4 or IPv6 address with a prefix length (192.168.0.0/24,
+// fd00:10::/64), in the order given and in canonical form. Host bits are
+// kept, as Deckhouse keeps them (nodes compare only the network bits). The
+// CIDRs reach a root shell, so anything else is refused, naming the entry;
+// other keys of Deckhouse's schema are ignored.
+func ParseStaticClusterConfiguration(data []byte) (*StaticNodes, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	var sc staticClusterConfiguration
+	if err := yaml.Unmarshal(data, &sc); err != nil {
+		return nil, fmt.Errorf("static-cluster-configuration.yaml: %w", err)
+	}
+	if sc.Kind != "" && sc.Kind != "StaticClusterConfiguration" {
+		return nil, fmt.Errorf("static-cluster-configuration.yaml: kind is %q, want StaticClusterConfiguration", sc.Kind)
+	}
+	out := &StaticNodes{InternalNetworkCIDRs: []string{}}
+	for i, c := range sc.InternalNetworkCIDRs {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil || prefix.Addr().Zone() != "" || prefix.Addr().Is4In6() {
+			return nil, fmt.Errorf("static-cluster-configuration.yaml: internalNetworkCIDRs[%d]: %q is not a CIDR such as 192.168.0.0/24 or fd00:10::/64", i, c)
+		}
+		out.InternalNetworkCIDRs = append(out.InternalNetworkCIDRs, prefix.String())
+	}
+	return out, nil
 }
 
 // ParseClusterConfiguration reads ClusterConfiguration YAML; empty input

@@ -113,6 +113,20 @@ type NodeGroup struct {
 	// CloudInstances is the instance class of a CloudEphemeral group; empty
 	// for other types. Scaling counters and zones are not part of the context.
 	CloudInstances CloudInstances `json:"cloudInstances"`
+	// Static is Deckhouse's .nodeGroup.static: present only for a Static
+	// group in a cluster with a StaticClusterConfiguration
+	// (kube-system/d8-static-cluster-configuration), absent otherwise, as
+	// in Deckhouse (test it with hasKey).
+	Static *StaticNodes `json:"static,omitempty"`
+}
+
+// StaticNodes is what the cluster's StaticClusterConfiguration says about
+// static nodes.
+type StaticNodes struct {
+	// InternalNetworkCIDRs are the networks of the cluster's internal
+	// traffic, in order; the kubelet registers with the node's first address
+	// in the first of them that holds one (--node-ip). May be empty.
+	InternalNetworkCIDRs []string `json:"internalNetworkCIDRs" render:"word"`
 }
 
 // CRI is the container runtime configuration.

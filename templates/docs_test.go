@@ -18,6 +18,10 @@ func contextPaths(t reflect.Type, prefix string) []string {
 		switch {
 		case f.Type.Kind() == reflect.Struct:
 			out = append(out, contextPaths(f.Type, path)...)
+		case f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct:
+			// An optional map: documented itself and field by field.
+			out = append(out, path)
+			out = append(out, contextPaths(f.Type.Elem(), path)...)
 		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
 			out = append(out, contextPaths(f.Type.Elem(), path+"[]")...)
 		default:

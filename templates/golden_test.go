@@ -22,8 +22,10 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 type fixture struct {
 	NodeGroup            deckhousev1.NodeGroup `json:"nodeGroup"`
 	ClusterConfiguration string                `json:"clusterConfiguration"`
-	Endpoints            []string              `json:"endpoints"`
-	CustomSteps          []struct {
+	// StaticClusterConfiguration is Deckhouse's, empty for none.
+	StaticClusterConfiguration string   `json:"staticClusterConfiguration"`
+	Endpoints                  []string `json:"endpoints"`
+	CustomSteps                []struct {
 		Name    string   `json:"name"`
 		Weight  int32    `json:"weight"`
 		Bundles []string `json:"bundles"`
@@ -54,6 +56,9 @@ func loadFixture(t *testing.T, path string) (Context, []CustomStep) {
 	}
 	settings, err := ParseClusterConfiguration([]byte(f.ClusterConfiguration))
 	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if settings.Static, err = ParseStaticClusterConfiguration([]byte(f.StaticClusterConfiguration)); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	var custom []CustomStep

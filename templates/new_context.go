@@ -93,6 +93,11 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 	if ci := spec.CloudInstances; ci != nil {
 		ngc.CloudInstances.ClassReference = ClassReference{Kind: ci.ClassReference.Kind, Name: ci.ClassReference.Name}
 	}
+	// As Deckhouse's get_crds hook does: the StaticClusterConfiguration
+	// reaches Static groups only.
+	if s := settings.Static; s != nil && spec.NodeType == deckhousev1.NodeTypeStatic {
+		ngc.Static = &StaticNodes{InternalNetworkCIDRs: slices.Clone(s.InternalNetworkCIDRs)}
+	}
 
 	if endpoints == nil {
 		endpoints = []string{}

@@ -246,7 +246,7 @@ bb-remove() { if [[ -e "$1" ]]; then rm -f "$1"; calls+=("remove ${1##*/} $2"); 
 // resolv.conf only where /etc/resolv.conf is resolved's stub.
 func TestKubeletResolvConf(t *testing.T) {
 	step := kubeletConfigOf(t, nil)
-	part := excerpt(t, step, "resolv_conf=/etc/resolv.conf", "{")
+	part := excerpt(t, step, "resolv_conf=/etc/resolv.conf", "# The node's IP on a machine")
 	for _, tc := range []struct {
 		etc      string // /etc/resolv.conf, "" for none
 		resolved bool   // /run/systemd/resolve/resolv.conf exists

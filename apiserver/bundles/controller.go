@@ -69,6 +69,7 @@ type Controller struct {
 	nodeGroups     nmlistersv1.NodeGroupLister
 	configs        nmlistersv1alpha1.NodeGroupConfigurationLister
 	secretsKS      corelisters.SecretLister
+	staticConfigKS corelisters.SecretLister
 	configMapsKS   corelisters.ConfigMapLister
 	endpointSlices discoverylisters.EndpointSliceLister
 	published      corelisters.SecretLister
@@ -132,6 +133,7 @@ func NewController(cfg ControllerConfig) *Controller {
 			}))
 	}
 	clusterConfig, rootCA := named(deckhousev1.ClusterConfigurationSecret), named(deckhousev1.RootCAConfigMap)
+	staticConfig := named(deckhousev1.StaticClusterConfigurationSecret)
 	apiEndpoints := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes" }))
 	publishedNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace),
@@ -139,11 +141,12 @@ func NewController(cfg ControllerConfig) *Controller {
 			o.LabelSelector = deckhousev1.PublishedBundleAppLabel + "=" + deckhousev1.BashibleAPIServerName
 		}))
 	nm := nminformers.NewSharedInformerFactory(cfg.NodeMgr, 0)
-	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, rootCA, apiEndpoints, publishedNS, nm}
+	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, staticConfig, rootCA, apiEndpoints, publishedNS, nm}
 
 	ngInf := nm.Deckhouse().V1().NodeGroups()
 	ngcInf := nm.Deckhouse().V1alpha1().NodeGroupConfigurations()
 	secInf := clusterConfig.Core().V1().Secrets()
+	staticInf := staticConfig.Core().V1().Secrets()
 	cmInf := rootCA.Core().V1().ConfigMaps()
 	esInf := apiEndpoints.Discovery().V1().EndpointSlices()
 	pubInf := publishedNS.Core().V1().Secrets()
@@ -163,7 +166,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		UpdateFunc: func(any, any) { c.enqueueAllGroups() },
 		DeleteFunc: func(any) { c.enqueueAllGroups() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{esInf.Informer(), secInf.Informer(), cmInf.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{esInf.Informer(), secInf.Informer(), staticInf.Informer(), cmInf.Informer()} {
 		_, _ = inf.AddEventHandler(everyGroup)
 	}
 	// The Store counts as loaded only once its own handler has received the
@@ -181,9 +184,9 @@ func NewController(cfg ControllerConfig) *Controller {
 		DeleteFunc: func(any) { republish() },
 	})
 
-	c.secretsKS, c.configMapsKS = secInf.Lister(), cmInf.Lister()
+	c.secretsKS, c.staticConfigKS, c.configMapsKS = secInf.Lister(), staticInf.Lister(), cmInf.Lister()
 	c.endpointSlices, c.published = esInf.Lister(), pubInf.Lister()
-	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, secInf.Informer().HasSynced,
+	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, secInf.Informer().HasSynced, staticInf.Informer().HasSynced,
 		cmInf.Informer().HasSynced, esInf.Informer().HasSynced, pubInf.Informer().HasSynced}
 	if err == nil {
 		c.synced = append(c.synced, storeLoaded.HasSynced)

@@ -5,8 +5,9 @@
 //
 //  1. Informers (set up by [NewController]) watch the inputs, each as
 //     narrowly as the API allows: NodeGroups, NodeGroupConfigurations,
-//     kube-system/d8-cluster-configuration, kube-system/kube-root-ca.crt and
-//     the default/kubernetes EndpointSlices. A change puts the node groups
+//     kube-system/d8-cluster-configuration,
+//     kube-system/d8-static-cluster-configuration,
+//     kube-system/kube-root-ca.crt and the default/kubernetes EndpointSlices. A change puts the node groups
 //     it affects on the render queue: a NodeGroup its own group, a
 //     NodeGroupConfiguration the groups it selects before and after the
 //     change, a cluster-wide input every group.

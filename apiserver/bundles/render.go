@@ -100,6 +100,11 @@ func (c *Controller) inputs() (Inputs, error) {
 	} else if !apierrors.IsNotFound(err) {
 		return Inputs{}, err
 	}
+	if s, err := c.staticConfigKS.Secrets(metav1.NamespaceSystem).Get(deckhousev1.StaticClusterConfigurationSecret); err == nil {
+		in.StaticClusterConfiguration = s.Data[deckhousev1.StaticClusterConfigurationKey]
+	} else if !apierrors.IsNotFound(err) {
+		return Inputs{}, err
+	}
 	if cm, err := c.configMapsKS.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap); err == nil {
 		in.CA = cm.Data["ca.crt"]
 	} else if !apierrors.IsNotFound(err) {

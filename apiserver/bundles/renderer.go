@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/templates"
@@ -22,6 +24,9 @@ type Inputs struct {
 	Configs    []*deckhousev1alpha1.NodeGroupConfiguration
 	// ClusterConfiguration is cluster-configuration.yaml, nil when absent.
 	ClusterConfiguration []byte
+	// StaticClusterConfiguration is static-cluster-configuration.yaml, nil
+	// when absent.
+	StaticClusterConfiguration []byte
 	// Endpoints are the API servers' host:port.
 	Endpoints []string
 	// CA is the cluster CA (PEM), empty when unknown.
@@ -62,10 +67,10 @@ type Renderer struct {
 
 // parsedSettings memoizes the last cluster configuration parsed.
 type parsedSettings struct {
-	raw      []byte
-	valid    bool
-	settings templates.ClusterSettings
-	err      error
+	raw, static []byte
+	valid       bool
+	settings    templates.ClusterSettings
+	err         error
 }
 
 // NewRenderer returns a renderer for a template tree. Give it a tree with
@@ -120,10 +125,9 @@ func (r *Renderer) Forget(group string) {
 // once). A cluster configuration that cannot be read fails the group.
 func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	custom, names := customSteps(ng.Name, in.Configs)
-	settings, err := r.clusterSettings(in.ClusterConfiguration)
+	settings, err := r.clusterSettings(in.ClusterConfiguration, in.StaticClusterConfiguration)
 	if err != nil {
-		return &Result{Group: ng.Name, Custom: names,
-			Failures: []templates.Failure{{Err: fmt.Errorf("kube-system/d8-cluster-configuration: %w", err)}}}
+		return &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: err}}}
 	}
 	ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
 	if err != nil {
@@ -157,13 +161,20 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	return res
 }
 
-// clusterSettings parses cluster-configuration.yaml once per content.
-func (r *Renderer) clusterSettings(raw []byte) (templates.ClusterSettings, error) {
+// clusterSettings parses cluster-configuration.yaml and
+// static-cluster-configuration.yaml once per content; an error names the
+// Secret at fault.
+func (r *Renderer) clusterSettings(raw, static []byte) (templates.ClusterSettings, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.settings.valid || !bytes.Equal(r.settings.raw, raw) {
+	if !r.settings.valid || !bytes.Equal(r.settings.raw, raw) || !bytes.Equal(r.settings.static, static) {
 		s, err := templates.ParseClusterConfiguration(raw)
-		r.settings = parsedSettings{raw: bytes.Clone(raw), valid: true, settings: s, err: err}
+		if err != nil {
+			err = fmt.Errorf("%s/%s: %w", metav1.NamespaceSystem, deckhousev1.ClusterConfigurationSecret, err)
+		} else if s.Static, err = templates.ParseStaticClusterConfiguration(static); err != nil {
+			err = fmt.Errorf("%s/%s: %w", metav1.NamespaceSystem, deckhousev1.StaticClusterConfigurationSecret, err)
+		}
+		r.settings = parsedSettings{raw: bytes.Clone(raw), static: bytes.Clone(static), valid: true, settings: s, err: err}
 	}
 	return r.settings.settings, r.settings.err
 }

@@ -1,6 +1,7 @@
 package bundles
 
 import (
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,5 +68,27 @@ func TestRendererFailsEveryGroupOnABadClusterConfiguration(t *testing.T) {
 	res := r.RenderAll(Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a")}, ClusterConfiguration: []byte("serviceSubnetCIDR: nonsense")})
 	if res["a"].Published != nil || len(res["a"].Failures) != 1 {
 		t.Fatalf("%+v", res["a"])
+	}
+}
+
+// TestRendererReadsTheStaticClusterConfiguration: Deckhouse's
+// StaticClusterConfiguration reaches the kubelet step of Static groups (and
+// changes their checksum); a bad one fails every group, naming the Secret.
+func TestRendererReadsTheStaticClusterConfiguration(t *testing.T) {
+	r := newRenderer(t)
+	in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a")}} // a Static group
+	before := r.RenderAll(in)["a"]
+	in.StaticClusterConfiguration = []byte("kind: StaticClusterConfiguration\ninternalNetworkCIDRs: [192.168.10.0/24]\n")
+	after := r.RenderAll(in)["a"]
+	if before.Published == nil || after.Published == nil {
+		t.Fatalf("render failed: %+v %+v", before, after)
+	}
+	if before.Published.Checksum == after.Published.Checksum || !strings.Contains(after.Published.Steps["060_kubelet.sh"], "internal_network_cidrs=('192.168.10.0/24')") {
+		t.Errorf("the internal network should reach the kubelet step:\n%s", after.Published.Steps["060_kubelet.sh"])
+	}
+	in.StaticClusterConfiguration = []byte("internalNetworkCIDRs: ['10.0.0.0/8; reboot']")
+	res := r.RenderAll(in)["a"]
+	if res.Published != nil || len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "kube-system/d8-static-cluster-configuration: static-cluster-configuration.yaml: internalNetworkCIDRs[0]") {
+		t.Fatalf("a bad StaticClusterConfiguration should fail the group naming it: %+v", res)
 	}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian root the rootfs e2e suite runs bundles in, once per
 # package list: a minimal bookworm with what a machine has before bashible
-# (curl, jq, ca-certificates: what the bootstrap script needs), plus the
+# (curl, jq, ca-certificates: what the bootstrap script needs; logrotate,
+# which Debian installs by default and the logging step configures), plus the
 # .deb files of the bundle's base packages downloaded but NOT installed, so
 # the base-packages step really installs them, offline, during the test.
 #
@@ -15,7 +16,7 @@ packages=("$@")
 root=$dir/root
 
 mkdir -p "$dir"
-debootstrap --variant=minbase --include=ca-certificates,curl,jq bookworm "$root" "$mirror"
+debootstrap --variant=minbase --include=ca-certificates,curl,jq,logrotate bookworm "$root" "$mirror"
 
 # apt inside the root, in namespaces of its own: a fresh /proc that goes
 # away with them, the host's resolver for the download.

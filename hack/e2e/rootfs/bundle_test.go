@@ -143,6 +143,8 @@ type node struct {
 	repo   string
 	mirror *mirror
 	cc     string
+	// static is the StaticClusterConfiguration, empty for none.
+	static string
 	// endpoints are the API servers' host:port.
 	endpoints []string
 }
@@ -157,6 +159,9 @@ func (n *node) render(mutate func(*deckhousev1.NodeGroup)) *templates.Bundle {
 	}
 	settings, err := templates.ParseClusterConfiguration([]byte(n.cc))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if settings.Static, err = templates.ParseStaticClusterConfiguration([]byte(n.static)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, err := templates.NewContext(ng, settings, n.endpoints, clusterCA)
@@ -232,9 +237,22 @@ func changes(calls []string) []string {
 	return out
 }
 
+// stubAddresses is `ip -j addr show up` of the test machine: a NIC on the
+// default route and one on the internal network (with IPv6 besides).
+const stubAddresses = `[
+ {"ifindex":1,"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8,"scope":"host"}]},
+ {"ifindex":2,"ifname":"eth0","addr_info":[{"family":"inet","local":"203.0.113.7","prefixlen":24,"scope":"global"}]},
+ {"ifindex":3,"ifname":"eth1","addr_info":[{"family":"inet6","local":"fe80::2","prefixlen":64,"scope":"link"},
+   {"family":"inet","local":"192.168.10.5","prefixlen":24,"scope":"global"},
+   {"family":"inet6","local":"fd00:10::5","prefixlen":64,"scope":"global"}]}
+]`
+
 // TestDebianWorkerBundle runs the Static worker's bundle on Debian
-// bookworm: the first run installs and configures everything, from the
-// package mirror, verified; the second changes nothing; a new maxPods
+// bookworm, on a machine with two networks whose internal one the cluster's
+// StaticClusterConfiguration names: the first run installs and configures
+// everything, from the package mirror, verified, with the journal's limits,
+// bashible's log rotation and the kubelet's node IP; the second changes
+// nothing; a new maxPods
 // rewrites one file and restarts only the kubelet; a new API endpoint
 // rewrites one file and reloads only the API proxy; a newer containerd
 // waits for disruption approval; the cleanup script takes it all away.
@@ -287,7 +305,9 @@ func TestDebianWorkerBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: cc, endpoints: []string{"10.0.0.10:6443", "10.0.0.11:6443"}}
+	n := &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: cc, endpoints: []string{"10.0.0.10:6443", "10.0.0.11:6443"},
+		static: "apiVersion: deckhouse.io/v1\nkind: StaticClusterConfiguration\ninternalNetworkCIDRs: [10.0.0.0/8, 192.168.10.0/24]\n"}
+	writeFile(t, filepath.Join(root, "etc/stub-ip-addr.json"), stubAddresses, 0o644)
 	bundle := n.render(nil)
 	n.install(bundle)
 	bdir := filepath.Join(root, "var/lib/bashible")
@@ -336,7 +356,10 @@ func TestDebianWorkerBundle(t *testing.T) {
 		"etc/kubernetes/kubelet/config.yaml":                        {"maxPods: 120", "clusterDNS:\n  - \"10.222.0.10\"", "cgroupDriver: systemd", "systemReserved:\n  cpu: "},
 		"etc/kubernetes/bootstrap-kubelet.conf":                     {"server: https://127.0.0.1:6445", "token: " + bootstrapToken},
 		"etc/kubernetes/pki/ca.crt":                                 {clusterCA},
-		"etc/systemd/system/kubelet.service.d/10-node-manager.conf": {"--node-labels=node.deckhouse.io/group=worker,node.deckhouse.io/type=Static", "--register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule"},
+		"etc/systemd/system/kubelet.service.d/10-node-manager.conf": {"--node-labels=node.deckhouse.io/group=worker,node.deckhouse.io/type=Static \\\n  --node-ip=192.168.10.5 \\\n  --register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule\n"},
+		"var/lib/bashible/discovered-node-ip":                       {"192.168.10.5\n"},
+		"etc/systemd/journald.conf.d/node-manager.conf":             {"[Journal]\nMaxFileSec=24h\nMaxRetentionSec=14day\n"},
+		"etc/logrotate.d/node-manager":                              {"/var/lib/bashible/step.log /var/lib/bashible/step.failed.log {", "copytruncate"},
 		"etc/node-manager/kubernetes-api-proxy.cfg":                 {"bind 127.0.0.1:6445", "server apiserver-0 10.0.0.10:6443 check", "server apiserver-1 10.0.0.11:6443 check"},
 		"etc/sysctl.d/90-node-manager.conf":                         {"net.ipv4.ip_forward = 1", "net.bridge.bridge-nf-call-iptables = 1"},
 		"etc/modules-load.d/node-manager.conf":                      {"overlay\nbr_netfilter\nnf_conntrack\n"},
@@ -359,7 +382,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 	wantCalls := []string{
 		"modprobe overlay", "modprobe br_netfilter", "modprobe nf_conntrack",
 		"sysctl --quiet --load /etc/sysctl.d/90-node-manager.conf",
-		"systemctl restart bashible.timer", "systemctl restart containerd.service",
+		"systemctl restart bashible.timer", "systemctl restart systemd-journald.service", "systemctl restart containerd.service",
 		"systemctl restart kubernetes-api-proxy.service", "systemctl restart kubelet.service",
 	}
 	for _, c := range wantCalls {
@@ -369,8 +392,9 @@ func TestDebianWorkerBundle(t *testing.T) {
 	}
 
 	// The binaries are real: they run in the root, and containerd takes
-	// the generated configuration.
+	// the generated configuration; so does logrotate.
 	check, err := runInRoot(t, root, nil, `kubelet --version
+logrotate --debug /etc/logrotate.d/node-manager
 containerd --version
 containerd --config /etc/containerd/config.toml config dump > /tmp/dump
 grep -F "max_concurrent_downloads = 3" /tmp/dump
@@ -474,6 +498,16 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	}
 	n.install(moved)
 
+	// logrotate caps a step log that grew: it is copied aside, compressed,
+	// and emptied in place (bashible appends to it while the step runs).
+	writeFile(t, filepath.Join(bdir, "step.log"), strings.Repeat("a step that talks a lot\n", 500000), 0o644)
+	if out, err := runInRoot(t, root, nil, "logrotate --state /tmp/logrotate.state /etc/logrotate.d/node-manager && gzip -t /var/lib/bashible/step.log.1.gz"); err != nil {
+		t.Errorf("logrotate: %v\n%s", err, out)
+	}
+	if info, err := os.Stat(filepath.Join(bdir, "step.log")); err != nil || info.Size() != 0 {
+		t.Errorf("step.log should be emptied by the rotation (%v)", err)
+	}
+
 	// The cleanup script refuses without its flag, and with it takes away
 	// what the bundle installed and reboots.
 	if out, err := runInRoot(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh"); err == nil || !strings.Contains(out, "--yes-i-am-sane") {
@@ -487,7 +521,8 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 		t.Fatalf("cleanup_static_node.sh: %v\n%s", err, out)
 	}
 	for _, gone := range []string{"usr/local/bin/kubelet", "usr/local/bin/containerd", "etc/kubernetes", "etc/containerd", "var/lib/bashible",
-		"etc/systemd/system/kubelet.service", "etc/sysctl.d/90-node-manager.conf", "etc/node-manager"} {
+		"etc/systemd/system/kubelet.service", "etc/sysctl.d/90-node-manager.conf", "etc/node-manager",
+		"etc/systemd/journald.conf.d/node-manager.conf", "etc/logrotate.d/node-manager"} {
 		if _, err := os.Lstat(filepath.Join(root, gone)); err == nil {
 			t.Errorf("/%s is left after the cleanup", gone)
 		}

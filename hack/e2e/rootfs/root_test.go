@@ -8,8 +8,10 @@
 // mount disappears with the namespaces, even when the test dies. What
 // cannot exist there is stubbed, and only that (see stubs): systemd
 // (systemctl, and policy-rc.d so package scripts start no services),
-// and the commands that would change the host's kernel (modprobe, sysctl,
-// swapon, swapoff, hostnamectl). Each stub records its calls.
+// the commands that would change the host's kernel (modprobe, sysctl,
+// swapon, swapoff, hostnamectl), and the machine's addresses (ip -j addr:
+// the root shares the host's network). Each stub that changes something
+// records its calls.
 package rootfs
 
 import (
@@ -192,6 +194,15 @@ esac
 	"usr/local/sbin/swapon":      "#!/bin/sh\necho \"swapon $*\" >> /var/log/stub-calls.log\n",
 	"usr/local/sbin/swapoff":     "#!/bin/sh\necho \"swapoff $*\" >> /var/log/stub-calls.log\n",
 	"usr/local/sbin/hostnamectl": "#!/bin/sh\necho \"hostnamectl $*\" >> /var/log/stub-calls.log\n",
+	// The root shares the host's network: the machine's addresses come
+	// from /etc/stub-ip-addr.json, a machine with several networks (a query,
+	// not recorded); every other use of ip is the real one.
+	"usr/local/sbin/ip": `#!/bin/sh
+if [ "$*" = "-j addr show up" ] && [ -f /etc/stub-ip-addr.json ]; then
+  exec cat /etc/stub-ip-addr.json
+fi
+PATH=/usr/sbin:/usr/bin:/sbin:/bin exec ip "$@"
+`,
 }
 
 func installStubs(t *testing.T, root string) {

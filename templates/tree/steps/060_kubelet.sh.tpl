@@ -116,6 +116,95 @@ if [[ -f /run/systemd/resolve/resolv.conf ]] &&
   resolv_conf=/run/systemd/resolve/resolv.conf
 fi
 
+# The node's IP on a machine with several networks: the kubelet registers
+# with this machine's first address (in `ip addr` order, loopback and
+# link-local ones left out) inside the first of the cluster's internal
+# networks that holds one (StaticClusterConfiguration internalNetworkCIDRs,
+# for Static groups, as in Deckhouse). Found, it is --node-ip and
+# /var/lib/bashible/discovered-node-ip (bb-d8-node-ip); otherwise the
+# kubelet picks the address itself (that of the default route).
+node_ip=""
+{{- if and (hasKey .nodeGroup "static") .nodeGroup.static.internalNetworkCIDRs }}
+# ip_bits ADDRESS prints an IPv4 address as 32 bits, an IPv6 one as 128
+# ("0" and "1"); anything else fails.
+ip_bits() {
+  local addr=$1 out="" part n i missing
+  local -a groups=() left=() right=()
+  if [[ "$addr" =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]]; then
+    for part in "${BASH_REMATCH[@]:1}"; do
+      n=$(( 10#$part ))
+      (( n <= 255 )) || return 1
+      for (( i = 7; i >= 0; i-- )); do out+=$(( (n >> i) & 1 )); done
+    done
+    echo "$out"
+    return 0
+  fi
+  [[ "$addr" == *:* && "$addr" =~ ^[0-9A-Fa-f:.]+$ ]] || return 1
+  # A dotted IPv4 tail (::ffff:192.0.2.1) stands for the last two groups.
+  if [[ "$addr" == *.* ]]; then
+    part=$(ip_bits "${addr##*:}") || return 1
+    addr="${addr%:*}:$(printf '%x:%x' "$(( 2#${part:0:16} ))" "$(( 2#${part:16:16} ))")"
+  fi
+  if [[ "$addr" == *::* ]]; then
+    [[ "${addr#*::}" != *::* ]] || return 1
+    [[ -z "${addr%%::*}" ]] || IFS=: read -r -a left <<< "${addr%%::*}"
+    [[ -z "${addr#*::}" ]] || IFS=: read -r -a right <<< "${addr#*::}"
+    missing=$(( 8 - ${#left[@]} - ${#right[@]} ))
+    (( missing >= 1 )) || return 1
+    groups=("${left[@]}")
+    for (( i = 0; i < missing; i++ )); do groups+=(0); done
+    groups+=("${right[@]}")
+  else
+    IFS=: read -r -a groups <<< "$addr"
+  fi
+  (( ${#groups[@]} == 8 )) || return 1
+  for part in "${groups[@]}"; do
+    [[ "$part" =~ ^[0-9A-Fa-f]{1,4}$ ]] || return 1
+    n=$(( 16#$part ))
+    for (( i = 15; i >= 0; i-- )); do out+=$(( (n >> i) & 1 )); done
+  done
+  echo "$out"
+}
+# ip_in_cidr ADDRESS CIDR: whether ADDRESS is in CIDR (same family, the
+# first prefix-length bits equal; host bits of CIDR are ignored).
+ip_in_cidr() {
+  local addr net len=${2##*/}
+  addr=$(ip_bits "$1") || return 1
+  net=$(ip_bits "${2%/*}") || return 1
+  [[ "$2" == */* && "$len" =~ ^[0-9]{1,3}$ ]] || return 1
+  (( ${#addr} == ${#net} && 10#$len <= ${#net} )) || return 1
+  [[ "${addr:0:10#$len}" == "${net:0:10#$len}" ]]
+}
+# find_node_ip CIDR... prints this machine's first global address (interfaces up,
+# loopback left out) inside the first CIDR that holds one; fails when none
+# does.
+find_node_ip() {
+  local cidr addr addrs
+  addrs=$(ip -j addr show up | jq -r '.[] | select(.ifname != "lo") | .addr_info[]? | select(.scope == "global" and (.dadfailed | not)) | .local')
+  for cidr in "$@"; do
+    for addr in $addrs; do
+      if ip_in_cidr "$addr" "$cidr"; then
+        echo "$addr"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+internal_network_cidrs=({{ range $i, $c := .nodeGroup.static.internalNetworkCIDRs }}{{ if $i }} {{ end }}{{ $c | squote }}{{ end }})
+if ! node_ip=$(find_node_ip "${internal_network_cidrs[@]}"); then
+  node_ip=""
+  bb-log "no address of this machine is in internalNetworkCIDRs (${internal_network_cidrs[*]}); the kubelet picks the node IP itself. Addresses: $(ip -o addr show up scope global | awk '{ print $2 " " $4 }' | paste -sd, -)"
+fi
+{{- else }}
+bb-log "no internal network is configured (StaticClusterConfiguration internalNetworkCIDRs, read for Static groups): the kubelet picks the node IP itself"
+{{- end }}
+if [[ -n "$node_ip" ]]; then
+  echo "$node_ip" | bb-write-if-changed /var/lib/bashible/discovered-node-ip 0644
+else
+  bb-remove /var/lib/bashible/discovered-node-ip
+fi
+
 {
   cat <<'YAML'
 # Managed by node-manager.
@@ -216,7 +305,8 @@ RestartSec=10
 [Install]
 WantedBy=multi-user.target
 UNIT
-bb-write-if-changed /etc/systemd/system/kubelet.service.d/10-node-manager.conf 0644 kubelet <<'UNIT'
+{
+  cat <<'UNIT'
 # Managed by node-manager: the node registers with its group's labels and
 # the uninitialized taint, which node-manager removes once it has applied
 # the group's node template.
@@ -230,6 +320,10 @@ ExecStart=/usr/local/bin/kubelet \
   --root-dir={{ $k.rootDir }} \
   --cert-dir=/var/lib/kubelet/pki \
   --node-labels=node.deckhouse.io/group={{ .nodeGroup.name }},node.deckhouse.io/type={{ .nodeGroup.nodeType }} \
-  --register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule
 UNIT
+  if [[ -n "$node_ip" ]]; then
+    echo "  --node-ip=$node_ip \\"
+  fi
+  echo "  --register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule"
+} | bb-write-if-changed /etc/systemd/system/kubelet.service.d/10-node-manager.conf 0644 kubelet
 bb-unit-converge kubelet.service kubelet

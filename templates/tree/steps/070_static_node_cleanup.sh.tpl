@@ -63,6 +63,8 @@ paths=(
   /etc/node-manager
   /etc/modules-load.d/node-manager.conf
   /etc/sysctl.d/90-node-manager.conf
+  /etc/systemd/journald.conf.d/node-manager.conf
+  /etc/logrotate.d/node-manager
   /var/lib/kubelet
   {{ .nodeGroup.kubelet.rootDir | squote }}
   /var/lib/node-manager

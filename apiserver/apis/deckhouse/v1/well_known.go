@@ -195,6 +195,13 @@ const (
 	ClusterConfigurationSecret = "d8-cluster-configuration"
 	ClusterConfigurationKey    = "cluster-configuration.yaml"
 
+	// StaticClusterConfigurationSecret (kube-system) holds Deckhouse's
+	// StaticClusterConfiguration under StaticClusterConfigurationKey:
+	// internalNetworkCIDRs, the networks whose address the kubelet of a
+	// Static node registers with. Optional, as in Deckhouse.
+	StaticClusterConfigurationSecret = "d8-static-cluster-configuration"
+	StaticClusterConfigurationKey    = "static-cluster-configuration.yaml"
+
 	// RootCAConfigMap (kube-system, key ca.crt) is the cluster CA that
 	// kube-controller-manager publishes in every namespace; it goes into
 	// bundles and manual-bootstrap scripts so a joining node trusts the API.

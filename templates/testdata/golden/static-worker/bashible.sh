@@ -2667,6 +2667,9 @@ run_step() {
     (( attempt >= 3 )) && trace="set -x;"
     start=$SECONDS
     rc=0
+    # Emptied, then appended to: logrotate may copy and truncate it while
+    # the step runs (its configuration comes from the logging step).
+    : > "$BASHIBLE_DIR/step.log"
     (
       if [[ -n "${BASHIBLE_LOCK_FD:-}" ]]; then
         exec {BASHIBLE_LOCK_FD}>&-
@@ -2675,7 +2678,7 @@ run_step() {
       BASHIBLE_STEP=$name exec timeout --kill-after=10 "$timeout" \
         bash --noprofile --norc -c "set -eEo pipefail; $trace source \"\$1\"; cd \"\$2\"; source \"\$3\"" \
         bashible "$BASHIBLE_DIR/lib.sh" "$BASHIBLE_DIR" "$step"
-    ) > "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
+    ) >> "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
     took=$(( SECONDS - start ))
     if (( rc == 0 )); then
       bb-event Normal BashibleStepSucceeded "step $name succeeded in ${took}s (attempt $attempt)"

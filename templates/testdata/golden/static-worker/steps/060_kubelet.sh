@@ -91,6 +91,21 @@ if [[ -f /run/systemd/resolve/resolv.conf ]] &&
   resolv_conf=/run/systemd/resolve/resolv.conf
 fi
 
+# The node's IP on a machine with several networks: the kubelet registers
+# with this machine's first address (in `ip addr` order, loopback and
+# link-local ones left out) inside the first of the cluster's internal
+# networks that holds one (StaticClusterConfiguration internalNetworkCIDRs,
+# for Static groups, as in Deckhouse). Found, it is --node-ip and
+# /var/lib/bashible/discovered-node-ip (bb-d8-node-ip); otherwise the
+# kubelet picks the address itself (that of the default route).
+node_ip=""
+bb-log "no internal network is configured (StaticClusterConfiguration internalNetworkCIDRs, read for Static groups): the kubelet picks the node IP itself"
+if [[ -n "$node_ip" ]]; then
+  echo "$node_ip" | bb-write-if-changed /var/lib/bashible/discovered-node-ip 0644
+else
+  bb-remove /var/lib/bashible/discovered-node-ip
+fi
+
 {
   cat <<'YAML'
 # Managed by node-manager.
@@ -178,7 +193,8 @@ RestartSec=10
 [Install]
 WantedBy=multi-user.target
 UNIT
-bb-write-if-changed /etc/systemd/system/kubelet.service.d/10-node-manager.conf 0644 kubelet <<'UNIT'
+{
+  cat <<'UNIT'
 # Managed by node-manager: the node registers with its group's labels and
 # the uninitialized taint, which node-manager removes once it has applied
 # the group's node template.
@@ -192,6 +208,10 @@ ExecStart=/usr/local/bin/kubelet \
   --root-dir=/var/lib/kubelet \
   --cert-dir=/var/lib/kubelet/pki \
   --node-labels=node.deckhouse.io/group=worker,node.deckhouse.io/type=Static \
-  --register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule
 UNIT
+  if [[ -n "$node_ip" ]]; then
+    echo "  --node-ip=$node_ip \\"
+  fi
+  echo "  --register-with-taints=node.deckhouse.io/uninitialized=:NoSchedule"
+} | bb-write-if-changed /etc/systemd/system/kubelet.service.d/10-node-manager.conf 0644 kubelet
 bb-unit-converge kubelet.service kubelet

@@ -64,6 +64,8 @@ paths=(
   /etc/node-manager
   /etc/modules-load.d/node-manager.conf
   /etc/sysctl.d/90-node-manager.conf
+  /etc/systemd/journald.conf.d/node-manager.conf
+  /etc/logrotate.d/node-manager
   /var/lib/kubelet
   '/var/lib/kubelet'
   /var/lib/node-manager
