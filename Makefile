@@ -115,7 +115,7 @@ lint: $(LINTERS) ## gofmt, go vet, staticcheck, wire names only in well_known.go
 
 .PHONY: test-unit
 test-unit: debian-tools ## unit tests (no control plane), including golden files checked by bash -n and shellcheck
-	go test -count=1 -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
+	go test -count=1 -race -timeout 20m $(GO_TEST_FLAGS) $(UNIT_PKGS)
 
 .PHONY: test-e2e
 test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
