@@ -25,7 +25,12 @@ CTRD_DIR      := $(CURDIR)/hack/tools/containerd
 CTRD_MOD      := $(CTRD_DIR)/go.mod $(CTRD_DIR)/go.sum
 CTRD_VERSION   = $(shell cd $(CTRD_DIR) && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 NODE_BINARIES := $(BIN)/kubelet $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr
-TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES)
+# promtool tests the alerting rules (make test-rules); its own module, as
+# Prometheus's dependencies clash with k8s.io/kubernetes. Only cmd/promtool
+# is built.
+PROM_DIR      := $(CURDIR)/hack/tools/prometheus
+PROM_MOD      := $(PROM_DIR)/go.mod $(PROM_DIR)/go.sum
+TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES) $(BIN)/promtool
 
 # Packages with e2e suites need the local control plane; the rest are unit tests.
 E2E_PKGS   = $(shell go list ./hack/e2e/...)
@@ -55,6 +60,8 @@ $(BIN)/kubelet: $(TOOLS_MOD)
 $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr: $(BIN)/%: $(CTRD_MOD)
 	@TOOLS_MODULE=hack/tools/containerd CGO_ENABLED=0 hack/build-tool.sh $@ github.com/containerd/containerd/v2/cmd/$* \
 		"-X github.com/containerd/containerd/v2/version.Version=$(patsubst v%,%,$(CTRD_VERSION))"
+$(BIN)/promtool: $(PROM_MOD)
+	@TOOLS_MODULE=hack/tools/prometheus hack/build-tool.sh $@ github.com/prometheus/prometheus/cmd/promtool
 $(BIN)/%-gen: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/code-generator/cmd/$*-gen
 $(BIN)/openapi-gen: $(TOOLS_MOD)
@@ -117,6 +124,10 @@ lint: $(LINTERS) ## gofmt, go vet, staticcheck, wire names only in well_known.go
 test-unit: debian-tools ## unit tests (no control plane), including golden files checked by bash -n and shellcheck
 	go test -count=1 -race -timeout 20m $(GO_TEST_FLAGS) $(UNIT_PKGS)
 
+.PHONY: test-rules
+test-rules: $(BIN)/promtool ## promtool test rules: every alert of manifests/monitoring on synthetic series
+	@hack/test-rules.sh
+
 .PHONY: test-e2e
 test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
 	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(E2E_PKGS)
@@ -128,7 +139,7 @@ test-fuzz: ## a short run of every fuzz target (parsers of outside input)
 	go test -run '^$$' -fuzz '^FuzzRenderedScriptsKeepContextValuesInert$$' -fuzztime 10s ./templates
 
 .PHONY: test
-test: verify-generated lint test-unit test-fuzz test-e2e ## everything CI runs
+test: verify-generated lint test-unit test-rules test-fuzz test-e2e ## everything CI runs
 	@echo "test: all checks passed"
 
 .PHONY: bench

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"reflect"
 	"sync"
@@ -272,27 +271,6 @@ func (m *Manager) lead(ctx context.Context) error {
 		return errors.New("lost the leader Lease; exiting so that a restart begins from fresh state")
 	}
 	return nil
-}
-
-// Serve listens on the options' address until ctx ends.
-func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s for metrics and probes: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Metrics and probes server stopped")
-		}
-	}()
-	return ln.Addr(), nil
 }
 
 // NewRegistry is a Prometheus registry with the Go and process collectors.

@@ -18,6 +18,9 @@ type Options struct {
 	Identity      string
 	ListenAddress string
 	Workers       int
+	// Serving: HTTPS and delegated authentication and authorization of
+	// /metrics (see ServingOptions).
+	Serving ServingOptions
 
 	// LeaderElect runs the controllers only while this process holds the
 	// Lease (the default, so that two replicas never act at once). Without
@@ -53,6 +56,7 @@ func NewOptions() *Options {
 		RetryPeriod:   2 * time.Second,
 		EvictionRetry: 20 * time.Second,
 		DrainTimeout:  10 * time.Minute,
+		Serving:       newServingOptions(),
 	}
 }
 
@@ -61,7 +65,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster configuration")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of node-manager's Secrets and Lease")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "leader election identity (defaults to the host name)")
-	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics, /healthz and /readyz")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics (HTTPS; callers authenticated and authorized by the Kubernetes API), /healthz and /readyz (open)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers per controller")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "run the controllers only while holding the Lease; false runs them at once, for a process that is sure to be alone")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "leader Lease duration")
@@ -70,6 +74,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
+	o.Serving.addFlags(fs)
 }
 
 // Validate checks the options.
@@ -88,5 +93,6 @@ func (o *Options) Validate() error {
 	if o.EvictionRetry <= 0 || o.DrainTimeout <= 0 {
 		errs = append(errs, errors.New("--eviction-retry-interval and --default-drain-timeout must be positive"))
 	}
+	errs = append(errs, o.Serving.validate()...)
 	return errors.Join(errs...)
 }

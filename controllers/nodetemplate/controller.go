@@ -82,7 +82,7 @@ func New(d *manager.Deps) *Controller {
 		}, []string{"node"}),
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
-	d.Registry.MustRegister(c.unmanaged)
+	d.Registry.MustRegister(c.unmanaged, newTaintMissing(c.groups))
 
 	_, _ = nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueNode,

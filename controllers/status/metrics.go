@@ -12,9 +12,14 @@ import (
 )
 
 // Metrics: node_group_node_status is one-hot per node over
-// approval.States; waiting counts nodes per group and kind of wait.
+// approval.States; node_manager_node_ready is each grouped node's
+// readiness (the group-availability alerts count it, and
+// D8NodeIsNotUpdating fires only for Ready nodes); waiting counts nodes per
+// group and kind of wait. Labels are node and group names and the fixed
+// state and kind lists: nothing unbounded such as error text.
 type Metrics struct {
 	NodeStatus *prometheus.GaugeVec
+	NodeReady  *prometheus.GaugeVec
 	Waiting    *prometheus.GaugeVec
 	Approved   *prometheus.GaugeVec
 }
@@ -25,6 +30,10 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "node_group_node_status",
 			Help: "The node's update state: 1 for its current status, 0 for the others.",
 		}, []string{"node", "node_group", "status"}),
+		NodeReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "node_manager_node_ready",
+			Help: "1 while the node's Ready condition is True, 0 otherwise; one series per node of a group.",
+		}, []string{"node", "node_group"}),
 		Waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "node_manager_nodes_waiting",
 			Help: "Nodes of a group waiting for an update approval (kind=update), a disruption approval (kind=disruption) or a person's disruption approval (kind=manual_disruption).",
@@ -34,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "node_manager_nodes_approved",
 		Help: "Nodes of a group holding an update approval (whatever step of the update they are at).",
 	}, []string{"node_group"})
-	reg.MustRegister(m.NodeStatus, m.Waiting, m.Approved)
+	reg.MustRegister(m.NodeStatus, m.NodeReady, m.Waiting, m.Approved)
 	return m
 }
 
@@ -51,6 +60,11 @@ func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1
 		if nodes.Has(n, deckhousev1.ApprovedAnnotation) {
 			approved++
 		}
+		ready := 0.0
+		if nodes.IsReady(n) {
+			ready = 1
+		}
+		c.metrics.NodeReady.WithLabelValues(n.Name, group).Set(ready)
 		state := approval.State(n, g, checksum)
 		for _, s := range approval.States {
 			v := 0.0
@@ -73,6 +87,7 @@ func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1
 			for _, s := range approval.States {
 				c.metrics.NodeStatus.DeleteLabelValues(old, group, s)
 			}
+			c.metrics.NodeReady.DeleteLabelValues(old, group)
 		}
 	}
 	if g == nil {

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,8 +41,12 @@ type ControllerOptions struct {
 type Controller struct {
 	*controlplane.Process
 	Identity string
-	// Port serves /metrics, /healthz and /readyz on 127.0.0.1.
+	// Port serves /metrics, /healthz and /readyz on 127.0.0.1, over HTTPS
+	// with a self-signed certificate.
 	Port int
+	// admin is the control plane's admin client certificate, which Get
+	// presents.
+	admin tls.Certificate
 }
 
 // StartController starts node-manager-controller as its ServiceAccount and
@@ -63,12 +68,23 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 	if err := cp.WriteClientKubeconfig(kubeconfig, ControllerUser, cert, key); err != nil {
 		return nil, err
 	}
+	// /metrics accepts the control plane's client certificates as well as
+	// tokens, so that Get can present the admin's.
+	clientCA := filepath.Join(dir, "client-ca.crt")
+	if err := os.WriteFile(clientCA, cp.CACertPEM(), 0o600); err != nil {
+		return nil, err
+	}
+	admin, err := tls.X509KeyPair(cp.AdminConfig().CertData, cp.AdminConfig().KeyData)
+	if err != nil {
+		return nil, fmt.Errorf("reading the admin client certificate: %w", err)
+	}
 	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
+		"--client-ca-file=" + clientCA,
 		"--namespace=" + deckhousev1.Namespace,
 		"--identity=" + opts.Identity,
 		"--listen-address=127.0.0.1:" + strconv.Itoa(port),
@@ -81,7 +97,7 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{Process: proc, Identity: opts.Identity, Port: port}
+	c := &Controller{Process: proc, Identity: opts.Identity, Port: port, admin: admin}
 	if err := c.waitReady(ctx); err != nil {
 		proc.Stop()
 		return nil, err
@@ -90,15 +106,37 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 }
 
 // URL is the base URL of the metrics and probes endpoint.
-func (c *Controller) URL() string { return "http://127.0.0.1:" + strconv.Itoa(c.Port) }
+func (c *Controller) URL() string { return "https://127.0.0.1:" + strconv.Itoa(c.Port) }
 
-// Get fetches a path of the metrics and probes endpoint.
+// Credentials are what a request to the endpoint presents: a client
+// certificate, a bearer token, or (zero) nothing.
+type Credentials struct {
+	Cert  *tls.Certificate
+	Token string
+}
+
+// Get fetches a path of the metrics and probes endpoint as the control
+// plane's admin (system:masters may read /metrics).
 func (c *Controller) Get(ctx context.Context, path string) (int, string, error) {
+	return c.GetAs(ctx, path, Credentials{Cert: &c.admin})
+}
+
+// GetAs fetches a path presenting cred. The serving certificate is
+// self-signed, so it is not verified: what is under test is the caller's
+// authentication and authorization.
+func (c *Controller) GetAs(ctx context.Context, path string, cred Credentials) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL()+path, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if cred.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+cred.Token)
+	}
+	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
+	if cred.Cert != nil {
+		cfg.Certificates = []tls.Certificate{*cred.Cert}
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}).Do(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -113,7 +151,8 @@ func (c *Controller) waitReady(ctx context.Context) error {
 		if c.Exited() {
 			return false, fmt.Errorf("exited before it was ready")
 		}
-		code, body, err := c.Get(ctx, "/readyz")
+		// Without credentials: the probes are open, as the kubelet needs.
+		code, body, err := c.GetAs(ctx, "/readyz", Credentials{})
 		if err != nil {
 			last = err.Error()
 			return false, nil

@@ -55,10 +55,10 @@ func run() error {
 	m := manager.New(deps, opts, controllers.All(deps)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	addr, err := manager.Serve(ctx, opts.ListenAddress, m.Handler(reg))
+	addr, err := manager.Serve(ctx, opts, m.Handler(reg))
 	if err != nil {
 		return err
 	}
-	klog.InfoS("Serving metrics and probes", "address", addr.String())
+	klog.InfoS("Serving metrics (authenticated and authorized) and probes over HTTPS", "address", addr.String())
 	return m.Run(ctx)
 }

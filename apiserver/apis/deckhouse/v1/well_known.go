@@ -36,7 +36,11 @@ const (
 	NodeRoleLabelPrefix = "node-role.kubernetes.io/"
 
 	// ControlPlaneRoleLabel is the role label the node template controller
-	// enforces on the nodes of MasterNodeGroup, as kubeadm does.
+	// enforces on the nodes of MasterNodeGroup, as kubeadm does. It is also
+	// the key of the control-plane taint (effect NoSchedule) that
+	// MasterNodeGroup's nodeTemplate is expected to carry: without it
+	// d8_nodegroup_taint_missing{name="master"} is 1 and the alert
+	// NodeGroupMasterTaintIsAbsent fires, as in Deckhouse.
 	ControlPlaneRoleLabel = "node-role.kubernetes.io/control-plane"
 
 	// ManagedByLabel is Kubernetes' recommended label; node-manager-

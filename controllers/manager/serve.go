@@ -1,0 +1,122 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/pflag"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+)
+
+// ServingOptions say how /metrics and the probes are served: over HTTPS,
+// with the caller authenticated by the Kubernetes API (TokenReview, or a
+// client certificate signed by --client-ca-file) and authorized by it
+// (SubjectAccessReview of get on the non-resource URL, such as /metrics),
+// the way kube-controller-manager serves its own. /healthz and /readyz
+// are open to anyone (the kubelet probes them without credentials).
+type ServingOptions struct {
+	CertFile string
+	KeyFile  string
+	Authn    *genericoptions.DelegatingAuthenticationOptions
+	Authz    *genericoptions.DelegatingAuthorizationOptions
+}
+
+// OpenPaths are served without authorization: the probes.
+var OpenPaths = []string{"/healthz", "/readyz"}
+
+func newServingOptions() ServingOptions {
+	authn := genericoptions.NewDelegatingAuthenticationOptions()
+	// Only bearer tokens (and --client-ca-file when given): reading the
+	// cluster's front-proxy and client CAs would need read access to
+	// kube-system's extension-apiserver-authentication ConfigMap, which
+	// nothing here uses.
+	authn.SkipInClusterLookup = true
+	authz := genericoptions.NewDelegatingAuthorizationOptions()
+	authz.AlwaysAllowPaths = OpenPaths
+	return ServingOptions{Authn: authn, Authz: authz}
+}
+
+func (s *ServingOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&s.CertFile, "tls-cert-file", s.CertFile,
+		"serving certificate (PEM) of --listen-address; without it and --tls-private-key-file a self-signed one is made at start")
+	fs.StringVar(&s.KeyFile, "tls-private-key-file", s.KeyFile, "private key (PEM) of --tls-cert-file")
+	s.Authn.AddFlags(fs)
+	s.Authz.AddFlags(fs)
+}
+
+func (s *ServingOptions) validate() []error {
+	errs := append(s.Authn.Validate(), s.Authz.Validate()...)
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		errs = append(errs, fmt.Errorf("--tls-cert-file and --tls-private-key-file go together; give both or neither"))
+	}
+	return errs
+}
+
+// Serve listens on opts.ListenAddress over HTTPS until ctx ends: h behind
+// delegated authentication and authorization (see ServingOptions). The
+// authentication and authorization clients use --authentication-kubeconfig
+// and --authorization-kubeconfig, or else --kubeconfig, or else the
+// in-cluster configuration.
+func Serve(ctx context.Context, opts *Options, h http.Handler) (net.Addr, error) {
+	ln, err := net.Listen("tcp", opts.ListenAddress)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s for metrics and probes: %w", opts.ListenAddress, err)
+	}
+	handler, serving, err := secureHandler(opts, ln, h)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	if _, _, err := serving.Serve(handler, 5*time.Second, ctx.Done()); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("serving metrics and probes on %s: %w", opts.ListenAddress, err)
+	}
+	return ln.Addr(), nil
+}
+
+// secureHandler builds the TLS serving and wraps h in the delegated
+// authentication and authorization filters.
+func secureHandler(opts *Options, ln net.Listener, h http.Handler) (http.Handler, *server.SecureServingInfo, error) {
+	s := opts.Serving
+	secure := genericoptions.NewSecureServingOptions()
+	secure.Listener = ln
+	secure.MinTLSVersion = "VersionTLS12"
+	// No certificate directory: a self-signed certificate stays in memory.
+	secure.ServerCert.CertDirectory = ""
+	secure.ServerCert.PairName = ""
+	secure.ServerCert.CertKey = genericoptions.CertKey{CertFile: s.CertFile, KeyFile: s.KeyFile}
+	if err := secure.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+		return nil, nil, fmt.Errorf("making a self-signed serving certificate: %w", err)
+	}
+	var serving *server.SecureServingInfo
+	if err := secure.ApplyTo(&serving); err != nil {
+		return nil, nil, fmt.Errorf("setting up TLS serving: %w", err)
+	}
+	if s.Authn.RemoteKubeConfigFile == "" {
+		s.Authn.RemoteKubeConfigFile = opts.Kubeconfig
+	}
+	if s.Authz.RemoteKubeConfigFile == "" {
+		s.Authz.RemoteKubeConfigFile = opts.Kubeconfig
+	}
+	var authn server.AuthenticationInfo
+	if err := s.Authn.ApplyTo(&authn, serving, nil); err != nil {
+		return nil, nil, fmt.Errorf("setting up delegated authentication (TokenReview) for /metrics: %w", err)
+	}
+	var authz server.AuthorizationInfo
+	if err := s.Authz.ApplyTo(&authz); err != nil {
+		return nil, nil, fmt.Errorf("setting up delegated authorization (SubjectAccessReview) for /metrics: %w", err)
+	}
+	klog.V(2).InfoS("Metrics need an identity allowed to get them; probes are open", "open", OpenPaths)
+	handler := genericapifilters.WithAuthorization(h, authz.Authorizer, scheme.Codecs)
+	handler = genericapifilters.WithAuthentication(handler, authn.Authenticator, genericapifilters.Unauthorized(scheme.Codecs), nil, nil)
+	handler = genericapifilters.WithRequestInfo(handler, &request.RequestInfoFactory{})
+	return handler, serving, nil
+}
