@@ -248,6 +248,12 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 		if err := server.Register(context.Background()); err != nil {
 			t.Fatalf("re-register the server: %v", err)
 		}
+		// The garbage stays published until the restored leader publishes
+		// again: the next test must not fetch it.
+		framework.Poll(t, "the real bashible.sh is served again", func(ctx context.Context) (bool, error) {
+			b, err := f.NM.BashibleV1alpha1().Bashibles().Get(ctx, "sim", metav1.GetOptions{})
+			return err == nil && !strings.HasPrefix(b.Data["bashible.sh"], "this is not"), nil
+		})
 	}()
 	if err := garbage.Register(framework.Context(t)); err != nil {
 		t.Fatal(err)
