@@ -197,7 +197,7 @@ esac
 func InstallStubs(t *testing.T, root string) {
 	t.Helper()
 	for path, content := range stubs {
-		writeFile(t, filepath.Join(root, path), content, 0o755)
+		WriteFile(t, filepath.Join(root, path), content, 0o755)
 	}
 }
 
@@ -237,7 +237,8 @@ func RequireRoot(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, path, content string, mode os.FileMode) {
+// WriteFile writes a file into a root (directories created) with mode.
+func WriteFile(t *testing.T, path, content string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
