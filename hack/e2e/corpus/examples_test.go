@@ -277,7 +277,7 @@ var debianOutcomes = map[string]debianOutcome{
 	"node-customization-12-registry-skip-tls-actual.yaml": {Files: []string{"etc/containerd/registry.d/private.registry.example/hosts.toml"}},
 	"node-customization-13-mirror-actual.yaml":            {Files: []string{"etc/containerd/registry.d/docker.io/hosts.toml", "etc/containerd/registry.d/gcr.io/hosts.toml"}},
 	"cloud-node-03-sysctl-tune.yaml":                      {Calls: []string{"sysctl -w vm.max_map_count=262144"}},
-	"cloud-node-06-install-kernel-debian.yaml":            {Calls: []string{"apt-get install linux-image-5.15.0-53-generic"}, Files: []string{"var/lib/bashible/flags/reboot"}},
+	"cloud-node-06-install-kernel-debian.yaml":            {Calls: []string{"-y linux-image-5.15.0-53-generic"}, Files: []string{"var/lib/bashible/flags/reboot"}},
 	"faq-01-profile-proxy.yaml":                           {},
 }
 
@@ -367,7 +367,7 @@ bash --noprofile --norc -c 'set -eEo pipefail; source "$1"; cd "$2"; source "$3"
 			ran++
 		}
 	}
-	t.Logf("Debian steps run as published: %d of %d (%d documented failures)", ran, len(debian), countFailing(debian))
+	t.Logf("Debian steps run as published: %d of %d; %d more fail here as documented", ran, len(debian), countFailing(debian))
 }
 
 func countFailing(steps []rendered) int {
