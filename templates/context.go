@@ -8,9 +8,18 @@ import (
 // Context is everything a template of one node group may read: the built-in
 // templates and users' NodeGroupConfiguration steps see the same values.
 // Templates address fields by their JSON names (`{{ .nodeGroup.name }}`,
-// `{{ .normal.apiserverEndpoints }}`); every field is always present, with
+// `{{ .normal.apiserverEndpoints }}`); every key is always present, with
 // the documented default when the cluster does not say, so a misspelt or
 // unknown name is a render error rather than an empty string.
+//
+// Presence follows Deckhouse's context: a feature that is off there leaves
+// its key out or empty, so a user's `{{ if .proxy }}` is false. Here such a
+// key is present with the value null (a nil pointer or map): `if` and
+// `with` treat it as false, and reading a field of it is a render error
+// naming the key, where Deckhouse would print "<no value>". The keys
+// Deckhouse has and this project never fills (cloudProvider, packagesProxy,
+// clusterBootstrap, images, bundle) are always null; nodeUsers is always an
+// empty list.
 //
 // What a group's nodes receive depends only on this structure and the
 // template tree: fields that must not roll nodes when they change (scaling
@@ -32,8 +41,9 @@ type Context struct {
 	// Normal holds what a node needs to reach and trust the API. The name is
 	// Deckhouse's, kept so existing NodeGroupConfigurations render.
 	Normal Normal `json:"normal"`
-	// Proxy is the HTTP proxy nodes use, empty when there is none.
-	Proxy Proxy `json:"proxy"`
+	// Proxy is the HTTP proxy nodes use; nil (null) when the cluster sets
+	// none, as Deckhouse leaves it out, so `{{ if .proxy }}` is false.
+	Proxy *Proxy `json:"proxy"`
 	// PackageSource is where nodes download Kubernetes and containerd.
 	PackageSource PackageSource `json:"packageSource"`
 	// Versions is what this group's nodes install, from the version map:
@@ -41,6 +51,43 @@ type Context struct {
 	Versions Versions `json:"versions"`
 	// Registry is how containerd reaches container registries.
 	Registry Registry `json:"registry"`
+
+	// The keys below are Deckhouse's and stay null (nodeUsers empty): this
+	// project has no such feature, and a step written for Deckhouse that
+	// tests them (`{{ if .packagesProxy }}`, `{{ range .nodeUsers }}`) renders
+	// as it does there with the feature off.
+
+	// CloudProvider is Deckhouse's cloud provider settings, present there for
+	// groups of a cluster with a cloud provider; node-manager orders no cloud
+	// machines, so it is always nil.
+	CloudProvider map[string]any `json:"cloudProvider"`
+	// PackagesProxy is Deckhouse's registry packages proxy ({addresses,
+	// token}); node-manager downloads from PackageSource instead, so it is
+	// always nil.
+	PackagesProxy map[string]any `json:"packagesProxy"`
+	// ClusterBootstrap is what Deckhouse's installer adds when it renders
+	// the first master (runType ClusterBootstrap); bundles here are always
+	// runType Normal, so it is always nil.
+	ClusterBootstrap map[string]any `json:"clusterBootstrap"`
+	// Images is Deckhouse's map of its modules' image digests; node-manager
+	// ships no images to nodes, so it is always nil.
+	Images map[string]any `json:"images"`
+	// Bundle is the OS bundle in older Deckhouse versions, which rendered a
+	// bundle per OS; one bundle here serves every OS (a step selects its
+	// OS with spec.bundles or BASHIBLE_BUNDLE on the node), so it is always
+	// nil, as in newer Deckhouse versions, which dropped it.
+	Bundle *string `json:"bundle"`
+	// NodeUsers is Deckhouse's list of NodeUser objects bound to the group
+	// ({name, spec}); node-manager has no NodeUser yet, so it is always an
+	// empty list and `{{ range .nodeUsers }}` renders nothing.
+	NodeUsers []NodeUser `json:"nodeUsers"`
+}
+
+// NodeUser is an element of Deckhouse's nodeUsers: a NodeUser's name and
+// spec. node-manager serves none yet; the type fixes the shape a step reads.
+type NodeUser struct {
+	Name string         `json:"name" render:"word"`
+	Spec map[string]any `json:"spec"`
 }
 
 // PackageSource holds base URLs (no trailing slash) under which nodes find
@@ -108,16 +155,18 @@ type NodeGroup struct {
 	Disruptions Disruptions `json:"disruptions"`
 	// NodeTemplate is what the node registers with: labels, annotations, taints.
 	NodeTemplate NodeTemplate `json:"nodeTemplate"`
-	// Fencing says whether the node arms a watchdog.
-	Fencing Fencing `json:"fencing"`
-	// CloudInstances is the instance class of a CloudEphemeral group; empty
-	// for other types. Scaling counters and zones are not part of the context.
-	CloudInstances CloudInstances `json:"cloudInstances"`
-	// Static is Deckhouse's .nodeGroup.static: present only for a Static
-	// group in a cluster with a StaticClusterConfiguration
-	// (kube-system/d8-static-cluster-configuration), absent otherwise, as
-	// in Deckhouse (test it with hasKey).
-	Static *StaticNodes `json:"static,omitempty"`
+	// Fencing says whether the node arms a watchdog; nil (null) when the
+	// group has no spec.fencing, as in Deckhouse.
+	Fencing *Fencing `json:"fencing"`
+	// CloudInstances is the instance class of the group; nil (null) when
+	// the NodeGroup has no spec.cloudInstances (every type but
+	// CloudEphemeral), as in Deckhouse, so `{{ if .nodeGroup.cloudInstances }}`
+	// is false. Scaling counters and zones are not part of the context.
+	CloudInstances *CloudInstances `json:"cloudInstances"`
+	// Static is Deckhouse's .nodeGroup.static: nil (null) unless the group
+	// is Static and the cluster has a StaticClusterConfiguration
+	// (kube-system/d8-static-cluster-configuration), as in Deckhouse.
+	Static *StaticNodes `json:"static"`
 }
 
 // StaticNodes is what the cluster's StaticClusterConfiguration says about
@@ -227,8 +276,9 @@ type Taint struct {
 
 // Fencing says whether the node arms a watchdog.
 type Fencing struct {
+	// Enabled is true: a group without fencing has no Fencing.
 	Enabled bool `json:"enabled"`
-	// WatchdogTimeout such as 60s, empty when fencing is off.
+	// WatchdogTimeout such as 60s.
 	WatchdogTimeout string `json:"watchdogTimeout" render:"word"`
 }
 
@@ -280,7 +330,8 @@ type Normal struct {
 	KubernetesCA string `json:"kubernetesCA" render:"multiline,pem"`
 }
 
-// Proxy is the HTTP proxy for nodes.
+// Proxy is the HTTP proxy for nodes. The context carries one only when the
+// cluster sets httpProxy or httpsProxy.
 type Proxy struct {
 	HTTPProxy  string `json:"httpProxy" render:"secret=url"`
 	HTTPSProxy string `json:"httpsProxy" render:"secret=url"`

@@ -9,13 +9,18 @@ import (
 )
 
 // contextPaths lists the template paths of every leaf field of a type:
-// ".nodeGroup.kubelet.maxPods", ".registry.mirrors[].host", ...
+// ".nodeGroup.kubelet.maxPods", ".registry.mirrors[].host", ... A field
+// that may be null (a pointer to a struct) is listed itself, because its
+// presence is documented, and so are its fields.
 func contextPaths(t reflect.Type, prefix string) []string {
 	var out []string
 	for i := range t.NumField() {
 		f := t.Field(i)
 		path := prefix + "." + strings.Split(f.Tag.Get("json"), ",")[0]
 		switch {
+		case f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct:
+			out = append(out, path)
+			out = append(out, contextPaths(f.Type.Elem(), path)...)
 		case f.Type.Kind() == reflect.Struct:
 			out = append(out, contextPaths(f.Type, path)...)
 		case f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct:

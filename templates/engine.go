@@ -307,6 +307,7 @@ func staticFuncs() template.FuncMap {
 	funcs["toToml"] = toTOML
 	funcs["required"] = required
 	funcs["index"] = strictIndex
+	funcs["hasKey"] = hasKey
 	funcs["squote"] = shellQuote
 	funcs[rangeFunc] = rangeLimit
 	// Bounded replacements for functions whose cost a template chooses.
@@ -570,3 +571,13 @@ func simplify(msg string) string {
 }
 
 var guardRE = regexp.MustCompile(`^error calling (` + tickFunc + `|` + rangeFunc + `): (.*)$`)
+
+// hasKey reports whether m has key k with a value. A key whose value is null
+// is absent here, as Deckhouse leaves a feature's key out of the context
+// where this context keeps it null (so that a misspelt name stays an error):
+// `{{ if hasKey .nodeGroup "static" }}`, Deckhouse's own test, takes the same
+// branch in both.
+func hasKey(m map[string]any, k string) bool {
+	v, ok := m[k]
+	return ok && v != nil
+}

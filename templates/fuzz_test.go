@@ -197,8 +197,8 @@ registry:
 		}
 		ctx.NodeGroup.NodeTemplate.Annotations["note"] = "x"
 		ctx.NodeGroup.NodeTemplate.Taints = []Taint{{Key: "k", Value: "v", Effect: "NoSchedule"}}
-		ctx.NodeGroup.Fencing = Fencing{Enabled: true, WatchdogTimeout: "60s"}
-		ctx.NodeGroup.CloudInstances.ClassReference = ClassReference{Kind: "K", Name: "n"}
+		ctx.NodeGroup.Fencing = &Fencing{Enabled: true, WatchdogTimeout: "60s"}
+		ctx.NodeGroup.CloudInstances = &CloudInstances{ClassReference: ClassReference{Kind: "K", Name: "n"}}
 		out = append(out, ctx)
 	}
 	return out

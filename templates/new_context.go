@@ -85,13 +85,13 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 		}
 	}
 	if f := spec.Fencing; f != nil {
-		ngc.Fencing = Fencing{Enabled: true, WatchdogTimeout: "60s"}
+		ngc.Fencing = &Fencing{Enabled: true, WatchdogTimeout: "60s"}
 		if f.Watchdog != nil && f.Watchdog.Timeout != "" {
 			ngc.Fencing.WatchdogTimeout = f.Watchdog.Timeout
 		}
 	}
 	if ci := spec.CloudInstances; ci != nil {
-		ngc.CloudInstances.ClassReference = ClassReference{Kind: ci.ClassReference.Kind, Name: ci.ClassReference.Name}
+		ngc.CloudInstances = &CloudInstances{ClassReference: ClassReference{Kind: ci.ClassReference.Kind, Name: ci.ClassReference.Name}}
 	}
 	// As Deckhouse's get_crds hook does: the StaticClusterConfiguration
 	// reaches Static groups only.
@@ -123,6 +123,10 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 			return Context{}, fmt.Errorf("cri.type %s has no containerd release in the version map", cri.Type)
 		}
 	}
+	var proxy *Proxy
+	if p := settings.Proxy; p.HTTPProxy != "" || p.HTTPSProxy != "" {
+		proxy = &p
+	}
 	return Context{
 		RunType:           "Normal",
 		NodeGroup:         ngc,
@@ -136,10 +140,11 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 			APIServerEndpoints: endpoints,
 			KubernetesCA:       caPEM,
 		},
-		Proxy:         settings.Proxy,
+		Proxy:         proxy,
 		PackageSource: settings.PackageSource,
 		Versions:      versions,
 		Registry:      settings.Registry,
+		NodeUsers:     []NodeUser{},
 	}, nil
 }
 

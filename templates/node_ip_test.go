@@ -66,8 +66,9 @@ func TestParseStaticClusterConfiguration(t *testing.T) {
 	}
 }
 
-// TestStaticReachesStaticGroupsOnly: .nodeGroup.static is Deckhouse's, there
-// only for a Static group in a cluster with a StaticClusterConfiguration.
+// TestStaticReachesStaticGroupsOnly: .nodeGroup.static is Deckhouse's, set
+// only for a Static group in a cluster with a StaticClusterConfiguration and
+// null otherwise.
 func TestStaticReachesStaticGroupsOnly(t *testing.T) {
 	const static = "internalNetworkCIDRs: [192.168.0.0/24]"
 	has := func(ctx Context) bool {
@@ -75,14 +76,17 @@ func TestStaticReachesStaticGroupsOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, ok := values["nodeGroup"].(map[string]any)["static"]
-		return ok
+		v, ok := values["nodeGroup"].(map[string]any)["static"]
+		if !ok {
+			t.Fatal("the context should always have the key .nodeGroup.static")
+		}
+		return v != nil
 	}
 	if ctx := staticContext(t, deckhousev1.NodeTypeStatic, static); !has(ctx) || ctx.NodeGroup.Static.InternalNetworkCIDRs[0] != "192.168.0.0/24" {
 		t.Errorf("a Static group should see the CIDRs: %+v", ctx.NodeGroup.Static)
 	}
 	if has(staticContext(t, deckhousev1.NodeTypeStatic, "")) {
-		t.Error("without a StaticClusterConfiguration, .nodeGroup.static should be absent")
+		t.Error("without a StaticClusterConfiguration, .nodeGroup.static should be null")
 	}
 	for _, other := range []deckhousev1.NodeType{deckhousev1.NodeTypeCloudStatic, deckhousev1.NodeTypeCloudPermanent} {
 		if has(staticContext(t, other, static)) {

@@ -74,7 +74,7 @@ func TestProxyEnvIsQuoted(t *testing.T) {
 	// fails the render instead of reaching a node.
 	for _, bad := range []string{"http://p:3128/'; reboot; '", "http://p:3128/\\", "http://p:3128/\nreboot"} {
 		ctx := workerContext(t, nil)
-		ctx.Proxy = Proxy{HTTPProxy: bad, NoProxy: []string{"127.0.0.1"}}
+		ctx.Proxy = &Proxy{HTTPProxy: bad, NoProxy: []string{"127.0.0.1"}}
 		if b, failures := tree.Render(&ctx, nil); b != nil || len(failures) == 0 || (!strings.Contains(failures[0].Error(), "HTTP_PROXY") && !strings.Contains(failures[0].Error(), "proxy.httpProxy")) {
 			t.Errorf("%q: the render should fail naming HTTP_PROXY or proxy.httpProxy, got %v", bad, failures)
 		}

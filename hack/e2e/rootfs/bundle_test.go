@@ -22,6 +22,7 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/e2e/framework/debianroot"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -210,7 +211,7 @@ for step in /var/lib/bashible/bundle_steps/*; do
     bashible /var/lib/bashible/lib.sh /var/lib/bashible "$step" || { echo "=== $name failed"; exit 1; }
 done`
 	start := time.Now()
-	out, err := runInRoot(t, n.root, []string{"BASHIBLE_CHECKSUM=" + checksum}, script)
+	out, err := debianroot.Run(t, n.root, []string{"BASHIBLE_CHECKSUM=" + checksum}, script)
 	t.Logf("the bundle ran in %s", time.Since(start).Round(time.Millisecond))
 	var calls []string
 	if data, rerr := os.ReadFile(stubLog); rerr == nil {
@@ -257,15 +258,15 @@ const stubAddresses = `[
 // rewrites one file and reloads only the API proxy; a newer containerd
 // waits for disruption approval; the cleanup script takes it all away.
 func TestDebianWorkerBundle(t *testing.T) {
-	requireRoot(t)
+	debianroot.RequireRoot(t)
 	repo, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	builtin := templates.BuiltinVersions()
 	packages := builtin.BasePackages["debian"]
-	root := freshRoot(t, packages)
-	installStubs(t, root)
+	root := debianroot.Fresh(t, packages)
+	debianroot.InstallStubs(t, root)
 
 	// The package source: binaries built from the pinned modules, at the
 	// versions the version map names, which must be the pinned ones.
@@ -328,7 +329,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 		t.Errorf("the base packages step should have installed the missing packages at once:\n%s", out)
 	}
 
-	status, err := runInRoot(t, root, nil, "dpkg-query -W -f='${Package} ${Status}\\n' "+strings.Join(packages, " "))
+	status, err := debianroot.Run(t, root, nil, "dpkg-query -W -f='${Package} ${Status}\\n' "+strings.Join(packages, " "))
 	if err != nil {
 		t.Fatalf("dpkg-query: %v\n%s", err, status)
 	}
@@ -393,7 +394,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 
 	// The binaries are real: they run in the root, and containerd takes
 	// the generated configuration; so does logrotate.
-	check, err := runInRoot(t, root, nil, `kubelet --version
+	check, err := debianroot.Run(t, root, nil, `kubelet --version
 logrotate --debug /etc/logrotate.d/node-manager
 containerd --version
 containerd --config /etc/containerd/config.toml config dump > /tmp/dump
@@ -501,7 +502,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	// logrotate caps a step log that grew: it is copied aside, compressed,
 	// and emptied in place (bashible appends to it while the step runs).
 	writeFile(t, filepath.Join(bdir, "step.log"), strings.Repeat("a step that talks a lot\n", 500000), 0o644)
-	if out, err := runInRoot(t, root, nil, "logrotate --state /tmp/logrotate.state /etc/logrotate.d/node-manager && gzip -t /var/lib/bashible/step.log.1.gz"); err != nil {
+	if out, err := debianroot.Run(t, root, nil, "logrotate --state /tmp/logrotate.state /etc/logrotate.d/node-manager && gzip -t /var/lib/bashible/step.log.1.gz"); err != nil {
 		t.Errorf("logrotate: %v\n%s", err, out)
 	}
 	if info, err := os.Stat(filepath.Join(bdir, "step.log")); err != nil || info.Size() != 0 {
@@ -510,14 +511,14 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 
 	// The cleanup script refuses without its flag, and with it takes away
 	// what the bundle installed and reboots.
-	if out, err := runInRoot(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh"); err == nil || !strings.Contains(out, "--yes-i-am-sane") {
+	if out, err := debianroot.Run(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh"); err == nil || !strings.Contains(out, "--yes-i-am-sane") {
 		t.Errorf("cleanup_static_node.sh without its flag should refuse (err %v):\n%s", err, out)
 	}
 	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/kubelet")); err != nil {
 		t.Fatal("the refused cleanup removed something")
 	}
 	_ = os.Remove(filepath.Join(root, "var/log/stub-calls.log"))
-	if out, err := runInRoot(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh --yes-i-am-sane-and-i-understand-what-i-am-doing"); err != nil {
+	if out, err := debianroot.Run(t, root, nil, "/var/lib/bashible/cleanup_static_node.sh --yes-i-am-sane-and-i-understand-what-i-am-doing"); err != nil {
 		t.Fatalf("cleanup_static_node.sh: %v\n%s", err, out)
 	}
 	for _, gone := range []string{"usr/local/bin/kubelet", "usr/local/bin/containerd", "etc/kubernetes", "etc/containerd", "var/lib/bashible",

@@ -1,0 +1,270 @@
+// Package debianroot is a Debian bookworm root for e2e suites that run
+// bundles as a machine would: built once by debootstrap (build-root.sh) and
+// cached outside the repository, copied for each test, and entered as root
+// in namespaces of its own (mount, PID, UTS, IPC): its /proc is fresh with
+// /proc/sys read-only, its host name is its own, and every mount disappears
+// with the namespaces, even when the test dies. What cannot exist there is
+// stubbed, and only that: systemd (systemctl, and policy-rc.d so package
+// scripts start no services), the commands that would change the host's
+// kernel (modprobe, sysctl, swapon, swapoff, hostnamectl), and the machine's
+// addresses (ip -j addr: the root shares the host's network). Each stub that
+// changes something records its call in /var/log/stub-calls.log.
+package debianroot
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/node-manager/node-manager/hack/controlplane"
+)
+
+// debianMirror is where debootstrap and apt fetch packages while the root
+// is built (never during a test run, which is offline).
+func debianMirror() string {
+	if m := os.Getenv("ROOTFS_DEBIAN_MIRROR"); m != "" {
+		return m
+	}
+	return "http://deb.debian.org/debian"
+}
+
+// cacheDir is where built roots are kept between runs, outside the repository.
+func cacheDir() (string, error) {
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "node-manager/rootfs"), nil
+}
+
+// cachedRoot returns a built Debian root for these base packages, building
+// it once (under a lock) when the cache has none. The key covers the build
+// script, the mirror and the package list; roots of other keys are removed.
+func cachedRoot(t *testing.T, packages []string) string {
+	t.Helper()
+	repo, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(repo, "hack", "e2e", "framework", "debianroot", "build-root.sh")
+	text, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s", text, debianMirror(), strings.Join(packages, " "))
+	key := "bookworm-" + hex.EncodeToString(h.Sum(nil))[:16]
+
+	base, err := cacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(base, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+
+	dir := filepath.Join(base, key)
+	if _, err := os.Stat(filepath.Join(dir, "root", "etc", "os-release")); err == nil {
+		return filepath.Join(dir, "root")
+	}
+	debootstrap, err := exec.LookPath("debootstrap")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/debootstrap"); serr != nil {
+			t.Fatal("debootstrap is not installed; `make debian-tools` installs it from Debian packages")
+		}
+		debootstrap = "/usr/sbin/debootstrap"
+	}
+	fmt.Fprintf(os.Stderr, "rootfs: building the Debian root %s (cached in %s for later runs)\n", key, base)
+	start := time.Now()
+	building := filepath.Join(base, "building-"+key)
+	if err := os.RemoveAll(building); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", append([]string{script, building, debianMirror()}, packages...)...)
+	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":"+filepath.Dir(debootstrap))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		_ = os.RemoveAll(building)
+		t.Fatalf("build-root.sh: %v\n%s", err, tail(string(out), 40))
+	}
+	if err := os.Rename(building, dir); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "rootfs: built the Debian root in %s\n", time.Since(start).Round(time.Second))
+	entries, _ := os.ReadDir(base)
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != key && strings.HasPrefix(e.Name(), "bookworm-") {
+			_ = os.RemoveAll(filepath.Join(base, e.Name()))
+		}
+	}
+	return filepath.Join(dir, "root")
+}
+
+// Fresh copies the cached root for one test; the copy goes with the test.
+func Fresh(t *testing.T, packages []string) string {
+	t.Helper()
+	cached := cachedRoot(t, packages)
+	root := filepath.Join(t.TempDir(), "root")
+	// Registered after TempDir's removal, so it runs before it.
+	t.Cleanup(func() {
+		mounts, err := os.ReadFile("/proc/self/mounts")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if strings.Contains(string(mounts), " "+root) {
+			t.Errorf("left mounted under %s:\n%s", root, mounts)
+		}
+	})
+	start := time.Now()
+	if out, err := exec.Command("cp", "-a", cached, root).CombinedOutput(); err != nil {
+		t.Fatalf("copy the root: %v\n%s", err, out)
+	}
+	t.Logf("copied the cached root in %s", time.Since(start).Round(time.Millisecond))
+	return root
+}
+
+// stubs stand in for what cannot exist in the root (see the package doc). Every one records its
+// call in /var/log/stub-calls.log.
+var stubs = map[string]string{
+	// No systemd runs in the root: systemctl keeps units' enabled and
+	// active state in files, so queries answer as systemd would.
+	"usr/local/sbin/systemctl": `#!/bin/bash
+echo "systemctl $*" >> /var/log/stub-calls.log
+state=/var/lib/stub-systemd
+mkdir -p "$state/enabled" "$state/active"
+now=no
+args=()
+for a in "$@"; do
+  case "$a" in
+    --now) now=yes ;;
+    -q|--quiet|--no-block) ;;
+    *) args+=("$a") ;;
+  esac
+done
+verb=${args[0]:-}
+units=("${args[@]:1}")
+for u in "${units[@]}"; do
+  case "$verb" in
+    is-enabled) [[ -e "$state/enabled/$u" ]] || exit 1 ;;
+    is-active) [[ -e "$state/active/$u" ]] || exit 3 ;;
+    enable) touch "$state/enabled/$u"; [[ $now == no ]] || touch "$state/active/$u" ;;
+    disable) rm -f "$state/enabled/$u"; [[ $now == no ]] || rm -f "$state/active/$u" ;;
+    start|restart|reload|reload-or-restart) touch "$state/active/$u" ;;
+    stop) rm -f "$state/active/$u" ;;
+    *) echo "systemctl stub: unsupported: $*" >&2; exit 1 ;;
+  esac
+done
+case "$verb" in
+  daemon-reload|reboot) ;;
+  *) [[ ${#units[@]} -gt 0 ]] || { echo "systemctl stub: unsupported: $*" >&2; exit 1; } ;;
+esac
+`,
+	// Debian's way to keep package scripts from starting services in a
+	// root without an init system.
+	"usr/sbin/policy-rc.d": "#!/bin/sh\necho \"policy-rc.d $*\" >> /var/log/stub-calls.log\nexit 101\n",
+	// These would change the host's kernel: recorded, not run. swapon
+	// reports no swap.
+	"usr/local/sbin/modprobe":    "#!/bin/sh\necho \"modprobe $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/sysctl":      "#!/bin/sh\necho \"sysctl $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/swapon":      "#!/bin/sh\necho \"swapon $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/swapoff":     "#!/bin/sh\necho \"swapoff $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/hostnamectl": "#!/bin/sh\necho \"hostnamectl $*\" >> /var/log/stub-calls.log\n",
+	// The root shares the host's network: the machine's addresses come
+	// from /etc/stub-ip-addr.json, a machine with several networks (a query,
+	// not recorded); every other use of ip is the real one.
+	"usr/local/sbin/ip": `#!/bin/sh
+if [ "$*" = "-j addr show up" ] && [ -f /etc/stub-ip-addr.json ]; then
+  exec cat /etc/stub-ip-addr.json
+fi
+PATH=/usr/sbin:/usr/bin:/sbin:/bin exec ip "$@"
+`,
+}
+
+// InstallStubs writes the stubs into root.
+func InstallStubs(t *testing.T, root string) {
+	t.Helper()
+	for path, content := range stubs {
+		WriteFile(t, filepath.Join(root, path), content, 0o755)
+	}
+}
+
+// Run runs a bash script as root inside the root, in namespaces of
+// its own, with a clean environment plus env.
+func Run(t *testing.T, root string, env []string, script string) (string, error) {
+	t.Helper()
+	const enter = `root=$1; shift
+mount -t proc proc "$root/proc"
+mount --bind "$root/proc/sys" "$root/proc/sys"
+mount -o remount,bind,ro "$root/proc/sys"
+hostname e2e-worker
+exec chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C "$@"`
+	args := []string{"--mount", "--uts", "--ipc", "--pid", "--fork", "--propagation", "private",
+		"bash", "-Eeuo", "pipefail", "-c", enter, "enter", root}
+	args = append(args, env...)
+	args = append(args, "bash", "-Eeuo", "pipefail", "-c", script)
+	cmd := exec.Command("unshare", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// RequireRoot skips the test unless it runs as root, and fails it when a
+// tool entering the root is missing.
+func RequireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the rootfs suite builds and enters a Debian root: it runs as root (make test does, as CI does)")
+	}
+	for _, tool := range []string{"unshare", "chroot", "cp"} {
+		if _, err := exec.LookPath(tool); err != nil && !errors.Is(err, exec.ErrDot) {
+			t.Fatalf("%s is needed: %v", tool, err)
+		}
+	}
+}
+
+// WriteFile writes a file into a root (directories created) with mode.
+func WriteFile(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(s string, lines int) string {
+	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
