@@ -85,7 +85,7 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 		}
 	}
 	if f := spec.Fencing; f != nil {
-		ngc.Fencing = &Fencing{Enabled: true, WatchdogTimeout: "60s"}
+		ngc.Fencing = &Fencing{Enabled: true, WatchdogTimeout: deckhousev1.DefaultWatchdogTimeout}
 		if f.Watchdog != nil && f.Watchdog.Timeout != "" {
 			ngc.Fencing.WatchdogTimeout = f.Watchdog.Timeout
 		}

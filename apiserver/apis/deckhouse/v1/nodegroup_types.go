@@ -585,11 +585,26 @@ type StandbyHolderSpec struct {
 	OverprovisioningRate *int32 `json:"overprovisioningRate,omitempty"`
 }
 
+// Fencing modes (FencingSpec.Mode, and the value of FencingModeLabel).
+const (
+	// FencingModeWatchdog: the node's watchdog resets it when it is cut off.
+	FencingModeWatchdog = "Watchdog"
+	// FencingModeNotify: no watchdog; a dead node's pods are freed, its Node kept.
+	FencingModeNotify = "Notify"
+)
+
+// DefaultWatchdogTimeout is spec.fencing.watchdog.timeout when unset.
+const DefaultWatchdogTimeout = "60s"
+
 // FencingSpec enables fencing.
 type FencingSpec struct {
-	// Mode is Watchdog: the node's softdog resets it when it loses the API.
+	// Mode is Watchdog: the node's softdog resets it when it is cut off
+	// from both the API and its group's peers, and its pods are then freed
+	// and its Node deleted (a Static or CloudStatic node keeps its Node);
+	// or Notify: the same detection with no watchdog armed, its pods freed
+	// and its Node kept.
 	// +required
-	// +kubebuilder:validation:Enum=Watchdog
+	// +kubebuilder:validation:Enum=Watchdog;Notify
 	Mode string `json:"mode"`
 	// Watchdog tunes Watchdog mode.
 	// +optional

@@ -53,6 +53,10 @@ const (
 	// while it holds the node's watchdog armed and removes it before it
 	// disarms; the controller watches only Nodes that carry it.
 	FencingEnabledLabel = "node-manager.deckhouse.io/fencing-enabled"
+	// FencingModeLabel is Deckhouse's too: the fencing agent sets it on its
+	// Node to its group's mode (FencingModeWatchdog or FencingModeNotify);
+	// the fencing controller keeps the Node of a Notify node.
+	FencingModeLabel = "node-manager.deckhouse.io/fencing-mode"
 )
 
 // Domains of node-manager's own label, annotation and taint keys (with
@@ -176,6 +180,10 @@ const (
 	// NodeManagerControllerName is node-manager-controller's name: its field
 	// manager, its leader Lease in Namespace, its Event source.
 	NodeManagerControllerName = "node-manager-controller"
+	// FencingAgentName is the fencing agent's name: its field manager on its
+	// own Node, its Event source, its ServiceAccount, and the prefix of its
+	// DaemonSets (fencing-agent-<group>) in Namespace.
+	FencingAgentName = "fencing-agent"
 )
 
 // Namespaces.

@@ -11,7 +11,11 @@ package v1
 //
 // FencingSpec enables fencing.
 type FencingSpecApplyConfiguration struct {
-	// Mode is Watchdog: the node's softdog resets it when it loses the API.
+	// Mode is Watchdog: the node's softdog resets it when it is cut off
+	// from both the API and its group's peers, and its pods are then freed
+	// and its Node deleted (a Static or CloudStatic node keeps its Node);
+	// or Notify: the same detection with no watchdog armed, its pods freed
+	// and its Node kept.
 	Mode *string `json:"mode,omitempty"`
 	// Watchdog tunes Watchdog mode.
 	Watchdog *WatchdogSpecApplyConfiguration `json:"watchdog,omitempty"`
