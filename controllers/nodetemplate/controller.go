@@ -5,6 +5,14 @@
 // applied last, stored on the node itself. Keys node-manager never applied
 // are never touched: a first apply adds and overwrites, it never removes
 // (Deckhouse once wiped the cloud provider's uninitialized taint that way).
+//
+// A node's group is the one its Instance pins (node.deckhouse.io/group on
+// the Instance, written by node-manager-controller from the join it
+// witnessed), never the Node's own label: the kubelet may rewrite its
+// Node's labels, and a node that relabelled itself into another group
+// would otherwise receive that group's labels and taints (control-plane
+// roles, dedicated-node labels) and the workloads they attract. A node
+// without an Instance gets no template until node-manager admits it.
 package nodetemplate
 
 import (
@@ -17,13 +25,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	listers "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
+	instancelisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
 // Name is the controller's name: its queue, its logs and the controller
@@ -50,6 +61,7 @@ const UnmanagedNodesMetric = "d8_unmanaged_nodes_on_cluster"
 type Controller struct {
 	d         *manager.Deps
 	groups    listers.NodeGroupLister
+	instances instancelisters.InstanceLister
 	synced    []cache.InformerSynced
 	queue     *loop.Loop
 	unmanaged *prometheus.GaugeVec
@@ -65,15 +77,17 @@ type Controller struct {
 
 // New builds the controller and registers its informer handlers and its
 // metric; call it before the informer factories start. A node queues its
-// name when its metadata changes; a group queues its nodes when its type
-// or template changes.
+// name when its metadata changes and when its Instance comes, goes or is
+// relabelled; a group queues its nodes when its type or template changes.
 func New(d *manager.Deps) *Controller {
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	groupInformer := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
+	instanceInformer := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
 	c := &Controller{
 		d:             d,
 		groups:        groupInformer.Lister(),
-		synced:        []cache.InformerSynced{nodeInformer.HasSynced, groupInformer.Informer().HasSynced},
+		instances:     instanceInformer.Lister(),
+		synced:        []cache.InformerSynced{nodeInformer.HasSynced, groupInformer.Informer().HasSynced, instanceInformer.Informer().HasSynced},
 		unknownLogged: map[string]bool{},
 		warned:        map[string]int64{},
 		unmanaged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -97,6 +111,19 @@ func New(d *manager.Deps) *Controller {
 			c.enqueueNode(newObj)
 		},
 		DeleteFunc: c.enqueueNode,
+	})
+	// An Instance is named after its node.
+	_, _ = instanceInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueInstance,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*deckhousev1alpha1.Instance)
+			n, ok2 := newObj.(*deckhousev1alpha1.Instance)
+			if ok1 && ok2 && o.Labels[deckhousev1.NodeGroupLabel] == n.Labels[deckhousev1.NodeGroupLabel] {
+				return
+			}
+			c.enqueueInstance(newObj)
+		},
+		DeleteFunc: c.enqueueInstance,
 	})
 	_, _ = groupInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -162,14 +189,25 @@ func (c *Controller) enqueueNode(obj any) {
 	}
 }
 
-func (c *Controller) enqueueGroup(group string) {
-	ns, err := c.d.Nodes.InGroup(group)
-	if err != nil {
-		klog.ErrorS(err, "Listing the nodes of a group", "controller", Name, "nodeGroup", group)
+func (c *Controller) enqueueInstance(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		c.queue.Add(t.Key)
 		return
 	}
-	for _, n := range ns {
-		c.queue.Add(n.Name)
+	if inst, ok := obj.(*deckhousev1alpha1.Instance); ok {
+		c.queue.Add(inst.Name)
+	}
+}
+
+// enqueueGroup queues the nodes the group's Instances pin to it.
+func (c *Controller) enqueueGroup(group string) {
+	insts, err := c.instances.List(labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}))
+	if err != nil {
+		klog.ErrorS(err, "Listing the Instances of a group", "controller", Name, "nodeGroup", group)
+		return
+	}
+	for _, inst := range insts {
+		c.queue.Add(inst.Name)
 	}
 }
 

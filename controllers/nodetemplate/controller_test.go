@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
@@ -42,6 +43,11 @@ func newNodeManagerClientset(objs ...runtime.Object) *nmfake.Clientset {
 	return nmfake.NewSimpleClientset(objs...)
 }
 
+// instance is the Instance that pins node name to group.
+func instance(name, group string) *deckhousev1alpha1.Instance {
+	return &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{deckhousev1.NodeGroupLabel: group}}}
+}
+
 func TestControllerAgainstFakeClients(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -62,8 +68,15 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 		Labels: map[string]string{"tier": "db"},
 		Taints: []deckhousev1.Taint{ngTaint("dedicated", "db", "NoSchedule"), ngTaint(deckhousev1.UninitializedTaint, "", "NoSchedule")},
 	})
-	kube := kubefake.NewClientset(managed, unmanaged, orphan)
-	nm := newNodeManagerClientset(worker)
+	// rogue relabelled itself into group master; unadmitted has no Instance.
+	rogue := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rogue", Labels: map[string]string{deckhousev1.NodeGroupLabel: "master"}}}
+	unadmitted := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "unadmitted", Labels: map[string]string{deckhousev1.NodeGroupLabel: "worker"}}}
+	master := group("master", deckhousev1.NodeTypeCloudPermanent, &deckhousev1.NodeTemplate{
+		Labels: map[string]string{deckhousev1.ControlPlaneRoleLabel: ""},
+	})
+	kube := kubefake.NewClientset(managed, unmanaged, orphan, rogue, unadmitted)
+	nm := newNodeManagerClientset(worker, master, instance("managed", "worker"), instance("orphan", "ghost"),
+		instance("unmanaged", "worker"), instance("rogue", "worker"))
 	reg := prometheus.NewRegistry()
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clock.RealClock{}, reg)
 	recorder := events.NewFakeRecorder(10)
@@ -109,6 +122,17 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 		t.Error("no warning about the template's reserved taint")
 	}
 
+	// A node's group is its Instance's: rogue gets worker's template, not
+	// the control-plane label of the group its own label names.
+	poll("worker's template on node rogue", func() (bool, error) {
+		return getNode("rogue").Labels["tier"] == "db", nil
+	})
+	if r := getNode("rogue"); r.Labels[deckhousev1.NodeTypeLabel] != "Static" {
+		t.Errorf("rogue should be typed by its Instance's group (Static): %v", r.Labels)
+	} else if _, ok := r.Labels[deckhousev1.ControlPlaneRoleLabel]; ok {
+		t.Errorf("rogue got the template of the group its own label names: %v", r.Labels)
+	}
+
 	poll("the unmanaged gauge of node unmanaged", func() (bool, error) {
 		return testutil.CollectAndCount(c.unmanaged) == 1 && testutil.ToFloat64(c.unmanaged.WithLabelValues("unmanaged")) == 1, nil
 	})
@@ -121,7 +145,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 		return err == nil && n.Labels["tier"] == "db", err
 	})
 	patches := countPatches(kube)
-	for _, name := range []string{"managed", "unmanaged", "orphan"} {
+	for _, name := range []string{"managed", "unmanaged", "orphan", "unadmitted"} {
 		if err := c.sync(ctx, name); err != nil {
 			t.Fatalf("sync %s: %v", name, err)
 		}
@@ -132,6 +156,16 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 	if o := getNode("orphan"); len(o.Spec.Taints) != 1 || len(o.Annotations) != 0 {
 		t.Errorf("a node of an unknown group was changed: %+v", o)
 	}
+	if u := getNode("unadmitted"); len(u.Labels) != 1 || len(u.Annotations) != 0 {
+		t.Errorf("a node without an Instance was changed: %+v", u.ObjectMeta)
+	}
+	// Admitted (its Instance created), it gets its group's template.
+	if _, err := nm.DeckhouseV1alpha1().Instances().Create(ctx, instance("unadmitted", "worker"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the template on the admitted node", func() (bool, error) {
+		return getNode("unadmitted").Labels["tier"] == "db", nil
+	})
 
 	// A NodeGroup change reaches its nodes: a label is removed, a taint changed.
 	worker, err := nm.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
@@ -184,7 +218,7 @@ func TestSyncReturnsConflicts(t *testing.T) {
 	kube.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "n1", errors.New("changed meanwhile"))
 	})
-	nm := newNodeManagerClientset(group("worker", deckhousev1.NodeTypeStatic, nil))
+	nm := newNodeManagerClientset(group("worker", deckhousev1.NodeTypeStatic, nil), instance("n1", "worker"))
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clock.RealClock{}, prometheus.NewRegistry())
 	c := New(d)
 	d.Informers.Cluster.Start(ctx.Done())

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
@@ -21,12 +22,29 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	group := nodes.Group(n)
-	if group == "" {
+	if nodes.Group(n) == "" {
 		c.unmanaged.WithLabelValues(name).Set(1)
 		return nil
 	}
 	c.unmanaged.DeleteLabelValues(name)
+
+	// The group is the Instance's: see the package comment.
+	inst, err := c.instances.Get(name)
+	if apierrors.IsNotFound(err) {
+		klog.V(2).InfoS("Node without an Instance left alone until node-manager admits it", "controller", Name, "node", name, "nodeLabel", nodes.Group(n))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	group := inst.Labels[deckhousev1.NodeGroupLabel]
+	if group == "" {
+		klog.V(2).InfoS("Node whose Instance names no group left alone", "controller", Name, "node", name)
+		return nil
+	}
+	if group != nodes.Group(n) {
+		klog.V(2).InfoS("Node's group label differs from its Instance's; applying the Instance's group", "controller", Name, "node", name, "nodeLabel", nodes.Group(n), "nodeGroup", group)
+	}
 
 	ng, err := c.groups.Get(group)
 	if apierrors.IsNotFound(err) {

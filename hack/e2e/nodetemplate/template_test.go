@@ -142,6 +142,17 @@ func registering(name, group string) *corev1.Node {
 	return n
 }
 
+// register creates a registering node of group and, for a group, the
+// Instance node-manager-controller would make when it admits the node:
+// the controller applies the template of the Instance's group only.
+func register(t *testing.T, name, group string) *corev1.Node {
+	t.Helper()
+	if group != "" {
+		f.TestInstance(t, framework.NewInstance(name, group))
+	}
+	return f.TestNode(t, registering(name, group))
+}
+
 // withTemplate is a framework.NewGroup mutation that sets the node template.
 func withTemplate(tmpl *deckhousev1.NodeTemplate) func(*deckhousev1.NodeGroup) {
 	return func(ng *deckhousev1.NodeGroup) { ng.Spec.NodeTemplate = tmpl }
@@ -174,7 +185,7 @@ func roleOf(group string) string { return deckhousev1.NodeRoleLabelPrefix + grou
 func TestTemplateAddChangeRemove(t *testing.T) {
 	// One node exists before its group (reached through the NodeGroup's
 	// event), one registers after it (reached through its own).
-	f.TestNode(t, registering("tmpl-early", "tmpl"))
+	register(t, "tmpl-early", "tmpl")
 	f.TestGroup(t, framework.NewGroup("tmpl", withTemplate(&deckhousev1.NodeTemplate{
 		Labels:      map[string]string{"example.com/tier": "db", "example.com/gone": "soon"},
 		Annotations: map[string]string{"example.com/contact": "team-a"},
@@ -183,7 +194,7 @@ func TestTemplateAddChangeRemove(t *testing.T) {
 			{Key: "example.com/gone", Effect: "PreferNoSchedule"},
 		},
 	})))
-	f.TestNode(t, registering("tmpl-late", "tmpl"))
+	register(t, "tmpl-late", "tmpl")
 
 	applied := foreign.and(expect{
 		labels: map[string]string{
@@ -259,7 +270,7 @@ func countTaints(n *corev1.Node, key string) int {
 // master nodes get the control-plane role.
 func TestFirstApplyKeepsForeignTaintsOnMaster(t *testing.T) {
 	f.TestGroup(t, framework.NewGroup("master", framework.OfType(deckhousev1.NodeTypeCloudPermanent)))
-	f.TestNode(t, registering("master-0", "master"))
+	register(t, "master-0", "master")
 	waitNode(t, "master-0", foreign.and(expect{
 		labels: map[string]string{
 			deckhousev1.NodeTypeLabel: "CloudPermanent", roleOf("master"): "", deckhousev1.ControlPlaneRoleLabel: "",
@@ -275,7 +286,7 @@ func TestCloudEphemeralGetsOnlyTheTaintFixUp(t *testing.T) {
 	f.TestGroup(t, framework.NewGroup("ephemeral", framework.OfType(deckhousev1.NodeTypeCloudEphemeral), withTemplate(&deckhousev1.NodeTemplate{
 		Labels: map[string]string{"example.com/tier": "batch"},
 	})))
-	f.TestNode(t, registering("ephemeral-0", "ephemeral"))
+	register(t, "ephemeral-0", "ephemeral")
 	node := waitNode(t, "ephemeral-0", foreign.and(expect{
 		noLabels:      []string{"example.com/tier", deckhousev1.NodeTypeLabel},
 		noAnnotations: []string{deckhousev1.LastAppliedNodeTemplateAnnotation, deckhousev1.ScaleDownDisabledAnnotation},
@@ -294,7 +305,7 @@ func TestSkippedTemplateKeys(t *testing.T) {
 		Labels: map[string]string{"example.com/ok": "1", "example.com/bad": "not a label value"},
 		Taints: []deckhousev1.Taint{{Key: deckhousev1.UninitializedTaint, Effect: "NoSchedule"}},
 	})))
-	f.TestNode(t, registering("reserved-0", "reserved"))
+	register(t, "reserved-0", "reserved")
 	waitNode(t, "reserved-0", foreign.and(expect{
 		labels:   map[string]string{"example.com/ok": "1"},
 		noLabels: []string{"example.com/bad"},
@@ -319,8 +330,8 @@ func TestSkippedTemplateKeys(t *testing.T) {
 // alone; a node of a group that does not exist is left alone until the
 // group appears; joining a group ends the gauge's series.
 func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
-	f.TestNode(t, registering("ghost-0", "ghost"))
-	f.TestNode(t, registering("stray-0", ""))
+	register(t, "ghost-0", "ghost")
+	register(t, "stray-0", "")
 	framework.Poll(t, "the unmanaged gauge of stray-0", func(context.Context) (bool, error) {
 		v, ok := unmanagedGauge("stray-0")
 		return ok && v == 1, nil
@@ -345,10 +356,12 @@ func TestUnmanagedAndUnknownGroupNodes(t *testing.T) {
 		noTaints: []string{deckhousev1.UninitializedTaint},
 	}))
 
+	// stray-0 is labelled into ghost, and node-manager admits it there.
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"ghost"}}}`, deckhousev1.NodeGroupLabel)
 	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), "stray-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	f.TestInstance(t, framework.NewInstance("stray-0", "ghost"))
 	framework.Poll(t, "the unmanaged series of stray-0 to go", func(context.Context) (bool, error) {
 		_, ok := unmanagedGauge("stray-0")
 		return !ok, nil
@@ -379,4 +392,31 @@ func unmanagedGauge(node string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// A node that relabels itself into another group (the kubelet may write its
+// Node's labels) keeps the template of the group its Instance pins: it never
+// receives the other group's labels, and its own group's changes still
+// reach it.
+func TestRelabelledNodeKeepsItsInstancesTemplate(t *testing.T) {
+	f.TestGroup(t, framework.NewGroup("plain", withTemplate(&deckhousev1.NodeTemplate{
+		Labels: map[string]string{"example.com/plain": "1"},
+	})))
+	f.TestGroup(t, framework.NewGroup("privileged", withTemplate(&deckhousev1.NodeTemplate{
+		Labels: map[string]string{"example.com/privileged": "1"},
+	})))
+	register(t, "turncoat-0", "plain")
+	waitNode(t, "turncoat-0", foreign.and(expect{labels: map[string]string{"example.com/plain": "1"}}))
+
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"privileged"}}}`, deckhousev1.NodeGroupLabel)
+	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), "turncoat-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A change of plain's template, seen on the node, shows the controller
+	// has looked at the node since the relabelling.
+	setTemplate(t, "plain", &deckhousev1.NodeTemplate{Labels: map[string]string{"example.com/plain": "2"}})
+	waitNode(t, "turncoat-0", foreign.and(expect{
+		labels:   map[string]string{"example.com/plain": "2", deckhousev1.NodeGroupLabel: "privileged"},
+		noLabels: []string{"example.com/privileged"},
+	}))
 }
