@@ -26,6 +26,8 @@ type InertField struct {
 const (
 	noMachineController = "node-manager creates no cloud machines (a cloud provider's machine controller does, and none is part of this deployment)"
 	noAutoscaler        = "it is read only by cluster-autoscaler, which is not part of this deployment"
+	noGPUStack          = "node-manager deploys no GPU components (Deckhouse's NVIDIA device plugin, feature discovery, DCGM exporter, MIG manager) " +
+		"and leaves containerd's default runtime alone: install the driver and runtime with a NodeGroupConfiguration"
 )
 
 // InertFields lists, in a fixed order, the fields of a NodeGroup's spec
@@ -73,6 +75,9 @@ func InertFields(spec *deckhousev1.NodeGroupSpec) []InertField {
 	}
 	if spec.Fencing != nil {
 		add("fencing", "no fencing agent or fencing controller runs in this deployment: no node arms a watchdog and none is fenced")
+	}
+	if spec.GPU != nil {
+		add("gpu", noGPUStack)
 	}
 	return out
 }

@@ -46,6 +46,10 @@ var inertCases = []struct {
 		StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 2},
 		Fencing:         &deckhousev1.FencingSpec{Mode: "Watchdog", Watchdog: &deckhousev1.WatchdogSpec{Timeout: "60s"}},
 	}, []string{"spec.chaos.mode", "spec.operatingSystem.manageKernel", "spec.staticInstances", "spec.fencing"}},
+	{"Deckhouse's GPU sharing on a Static group", deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeStatic,
+		GPU:      &deckhousev1.GPUSpec{Sharing: deckhousev1.GPUSharingTimeSlicing, TimeSlicing: &deckhousev1.GPUTimeSlicing{PartitionCount: ptr.To[int32](4)}},
+	}, []string{"spec.gpu"}},
 	{"RollingUpdate on a CloudStatic group", deckhousev1.NodeGroupSpec{
 		NodeType: deckhousev1.NodeTypeCloudStatic, Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalRollingUpdate},
 	}, []string{"spec.disruptions.approvalMode"}},

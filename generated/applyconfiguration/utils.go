@@ -42,6 +42,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1.DisruptionWindowApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("FencingSpec"):
 		return &deckhousev1.FencingSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("GPUMIG"):
+		return &deckhousev1.GPUMIGApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("GPUMIGCustomConfig"):
+		return &deckhousev1.GPUMIGCustomConfigApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("GPUMIGSlice"):
+		return &deckhousev1.GPUMIGSliceApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("GPUSpec"):
+		return &deckhousev1.GPUSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("GPUTimeSlicing"):
+		return &deckhousev1.GPUTimeSlicingApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("KubeletSpec"):
 		return &deckhousev1.KubeletSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("LimitedSwapSpec"):

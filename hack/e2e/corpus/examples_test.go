@@ -1,7 +1,11 @@
 package corpus
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,13 +27,57 @@ import (
 	"github.com/node-manager/node-manager/templates"
 )
 
+// refusal is why Deckhouse's own API refuses a published object too, and
+// what the refusal here must say.
+type refusal struct{ Why, With string }
+
+// refusedAsInDeckhouse are the published objects that no API takes as
+// published, by testdata file: the page shows a fragment to explain one
+// field, or a template for the reader's shell to fill in, and Deckhouse's
+// API refuses it for the same reason as node-manager's. Everything else
+// must be accepted.
+var refusedAsInDeckhouse = map[string]refusal{
+	"node-manager-faq-02-ready-nodegroup.yaml": {
+		Why:  "the FAQ shows the group to explain its Ready condition and leaves out cloudInstances.classReference, which Deckhouse's schema requires too",
+		With: "spec.cloudInstances.classReference: Required value",
+	},
+	"node-manager-faq-03-not-ready-nodegroup.yaml": {
+		Why:  "the FAQ shows the group to explain its Ready condition and leaves out cloudInstances.classReference, which Deckhouse's schema requires too",
+		With: "spec.cloudInstances.classReference: Required value",
+	},
+	"node-management-01-worker-cloud-nodegroup.yaml": {
+		Why: "the page shows the group to explain updates and leaves out cloudInstances.minPerZone and maxPerZone, which Deckhouse's schema requires too " +
+			"(its kind, AnotherCloudInstanceClass, is no class Deckhouse's enum lists either)",
+		With: "spec.cloudInstances.minPerZone: Required value",
+	},
+	"migrating-01-containerdv2-nodegroup.yaml": {
+		Why:  "the page shows spec.cri.type alone and leaves out spec.nodeType, which Deckhouse's schema requires too",
+		With: "spec.nodeType: Required value",
+	},
+	"faq-02-containerd-edition-config.yaml": {
+		Why: "the page's here-document is for the reader's shell, which puts the edition into the name (containerd-$NEW_EDITION-config.sh); " +
+			"as published the name is no valid object name, for Deckhouse's API too",
+		With: "metadata.name: Invalid value",
+	},
+}
+
 // TestEveryPublishedNodeGroupIsAccepted: the API accepts every NodeGroup
-// the documentation publishes, as published; what it warns about is
-// logged.
+// the documentation publishes, as published, but for the ones Deckhouse
+// refuses too (refusedAsInDeckhouse), which must be refused for that
+// reason; what it warns about is logged.
 func TestEveryPublishedNodeGroupIsAccepted(t *testing.T) {
 	groups := ofKind("NodeGroup")
-	accepted := 0
+	accepted, refused := 0, 0
 	for _, e := range groups {
+		if want, ok := refusedAsInDeckhouse[e.File]; ok {
+			if e.CreateErr == nil || !strings.Contains(e.CreateErr.Error(), want.With) {
+				t.Errorf("%s: NodeGroup %s should be refused (%s) saying %q; the API answered %v", e.File, e.Published, want.Why, want.With, e.CreateErr)
+				continue
+			}
+			refused++
+			t.Logf("%s: NodeGroup %s refused, as by Deckhouse: %s", e.File, e.Published, want.Why)
+			continue
+		}
 		if e.CreateErr != nil {
 			t.Errorf("%s: NodeGroup %s (%s) was refused: %v", e.File, e.Published, e.Source, e.CreateErr)
 			continue
@@ -39,7 +87,45 @@ func TestEveryPublishedNodeGroupIsAccepted(t *testing.T) {
 			t.Logf("%s: NodeGroup %s accepted with the warning: %s", e.File, e.Name, w)
 		}
 	}
-	t.Logf("NodeGroups accepted: %d of %d", accepted, len(groups))
+	t.Logf("NodeGroups accepted: %d of %d; %d more refused as Deckhouse refuses them", accepted, len(groups), refused)
+	t.Logf("per page: %s", perPage(groups, func(e *example) bool { return e.CreateErr == nil }))
+}
+
+// page is the documentation page of a testdata file: its name up to the
+// example's number (cloud-node, node-manager-faq...).
+func page(file string) string {
+	parts := strings.Split(file, "-")
+	for i, p := range parts {
+		if len(p) == 2 && p[0] >= '0' && p[0] <= '9' {
+			return strings.Join(parts[:i], "-")
+		}
+	}
+	return file
+}
+
+// perPage counts the examples for which ok holds, by page, in the pages'
+// name order: "cloud-node 8/8, ...".
+func perPage(list []*example, ok func(*example) bool) string {
+	type count struct{ ok, all int }
+	counts := map[string]*count{}
+	var pages []string
+	for _, e := range list {
+		p := page(e.File)
+		if counts[p] == nil {
+			counts[p] = &count{}
+			pages = append(pages, p)
+		}
+		counts[p].all++
+		if ok(e) {
+			counts[p].ok++
+		}
+	}
+	slices.Sort(pages)
+	parts := make([]string, len(pages))
+	for i, p := range pages {
+		parts[i] = fmt.Sprintf("%s %d/%d", p, counts[p].ok, counts[p].all)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // rendered is a configuration's step as the API serves it.
@@ -73,6 +159,14 @@ func waitRendered(t *testing.T) []rendered {
 	t.Helper()
 	var out []rendered
 	for _, e := range ofKind("NodeGroupConfiguration") {
+		if want, ok := refusedAsInDeckhouse[e.File]; ok {
+			if e.CreateErr == nil || !strings.Contains(e.CreateErr.Error(), want.With) {
+				t.Errorf("%s: NodeGroupConfiguration %s should be refused (%s) saying %q; the API answered %v", e.File, e.Published, want.Why, want.With, e.CreateErr)
+			} else {
+				t.Logf("%s: NodeGroupConfiguration %s refused, as by Deckhouse: %s", e.File, e.Published, want.Why)
+			}
+			continue
+		}
 		if e.CreateErr != nil {
 			t.Errorf("%s: NodeGroupConfiguration %s (%s) was refused: %v", e.File, e.Published, e.Source, e.CreateErr)
 			continue
@@ -98,7 +192,12 @@ func waitRendered(t *testing.T) []rendered {
 		step := templates.CustomStep{Name: e.Name, Weight: ngc.Spec.Weight}.FileName()
 		r := rendered{example: e, Spec: ngc.Spec, Step: step}
 		ok := true
-		for _, group := range selectedGroups(ngc.Spec.NodeGroups) {
+		groups := selectedGroups(ngc.Spec.NodeGroups)
+		if len(groups) == 0 {
+			t.Errorf("%s: NodeGroupConfiguration %s selects %v, none of the groups of the corpus or the cluster's own %v", e.File, e.Name, ngc.Spec.NodeGroups, clusterGroups)
+			continue
+		}
+		for _, group := range groups {
 			script, found := f.Bundle(t, group).Data[step]
 			if !found {
 				t.Errorf("%s: step %s is not in the served nodegroupbundles/%s", e.File, step, group)
@@ -116,10 +215,16 @@ func waitRendered(t *testing.T) []rendered {
 	return out
 }
 
-// selectedGroups are the accepted groups of the corpus that nodeGroups
-// selects ("*" all of them), by the names they were created with.
+// selectedGroups are the cluster's own groups and the accepted groups of
+// the corpus that nodeGroups selects ("*" all of them), by the names they
+// were created with.
 func selectedGroups(nodeGroups []string) []string {
 	var out []string
+	for _, name := range clusterGroups {
+		if slices.Contains(nodeGroups, "*") || slices.Contains(nodeGroups, name) {
+			out = append(out, name)
+		}
+	}
 	for _, e := range ofKind("NodeGroup") {
 		if e.CreateErr == nil && (slices.Contains(nodeGroups, "*") || slices.Contains(nodeGroups, e.Name)) {
 			out = append(out, e.Name)
@@ -133,7 +238,17 @@ func selectedGroups(nodeGroups []string) []string {
 // every group it selects.
 func TestEveryPublishedConfigurationRenders(t *testing.T) {
 	steps := renderedSteps(t)
-	t.Logf("NodeGroupConfigurations rendered: %d of %d", len(steps), len(ofKind("NodeGroupConfiguration")))
+	configurations := ofKind("NodeGroupConfiguration")
+	refused := 0
+	for _, e := range configurations {
+		if _, ok := refusedAsInDeckhouse[e.File]; ok {
+			refused++
+		}
+	}
+	t.Logf("NodeGroupConfigurations rendered: %d of %d; %d more refused as Deckhouse refuses them", len(steps), len(configurations), refused)
+	t.Logf("per page: %s", perPage(configurations, func(e *example) bool {
+		return slices.ContainsFunc(steps, func(r rendered) bool { return r.example == e })
+	}))
 }
 
 // tolerated are the shellcheck findings of the published scripts, by
@@ -149,12 +264,25 @@ func TestEveryPublishedConfigurationRenders(t *testing.T) {
 // the environment of the next line's curl (SC2097, SC2098), and the URL
 // that line builds never sees it (SC2154): on a node it fetches
 // .../libnvidia-container//libnvidia-container.repo. The step runs here as
-// it runs under Deckhouse, fault included; the finding is the page's.
+// it runs under Deckhouse, fault included; the finding is the page's. The
+// FAQ's CentOS install-cuda.sh passes kernel-devel-$(uname -r) unquoted
+// (SC2046, warning): uname -r prints one word, so it splits into nothing
+// more. The FAQ's edition and CSE steps are here-documents for the
+// reader's shell, which fills in $NEW_EDITION and $CSE_K8S_API_PROXY
+// before the step exists; kept as published, the first leaves
+// $NEW_EDITION unquoted (SC2086) and the second has it in sed's single
+// quotes (SC2016), both info. The registry FAQ's custom-registry sets
+// REGISTRY_SCHEME and never reads it (SC2034, warning).
 var tolerated = map[string][]string{
 	"cloud-node-04-add-custom-ca.yaml":               {"SC2086"},
 	"cloud-node-05-add-custom-ca-containerd.yaml":    {"SC2086"},
 	"node-customization-03-install-cuda-ubuntu.yaml": {"SC2086", "SC1091"},
 	"node-customization-04-install-cuda-centos.yaml": {"SC2086", "SC1091", "SC2097", "SC2098", "SC2154"},
+	"node-manager-examples-06-add-custom-ca.yaml":    {"SC2086"},
+	"node-manager-faq-07-install-cuda-centos.yaml":   {"SC2046"},
+	"faq-03-del-temp-config-edition.yaml":            {"SC2086"},
+	"faq-05-cse-set-sha-images.yaml":                 {"SC2016"},
+	"registry-faq-01-custom-registry.yaml":           {"SC2034"},
 }
 
 // TestRenderedStepsAreShellClean: every served step parses with bash -n and
@@ -257,6 +385,8 @@ type debianOutcome struct {
 	Files []string
 	// Calls must be among the stubs' calls.
 	Calls []string
+	// Contains maps a file of the root to text it must hold afterwards.
+	Contains map[string]string
 	// Fails, when set, is why the step fails here, and what its output
 	// must say.
 	Fails, FailsWith string
@@ -279,6 +409,54 @@ var debianOutcomes = map[string]debianOutcome{
 	"cloud-node-03-sysctl-tune.yaml":                      {Calls: []string{"sysctl -w vm.max_map_count=262144"}},
 	"cloud-node-06-install-kernel-debian.yaml":            {Calls: []string{"-y linux-image-5.15.0-53-generic"}, Files: []string{"var/lib/bashible/flags/reboot"}},
 	"faq-01-profile-proxy.yaml":                           {},
+	"node-manager-examples-05-add-cert-manager-plugin.yaml": {
+		Calls: []string{"curl -L https://github.com/cert-manager/cert-manager/releases/download/v1.7.1/kubectl-cert_manager-linux-amd64.tar.gz -o -"},
+		Files: []string{"usr/local/bin/kubectl-cert_manager"},
+	},
+	"node-manager-faq-06-install-cuda-debian.yaml": {
+		Calls: []string{
+			"wget https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb",
+			"dpkg -i cuda-keyring_1.1-1_all.deb",
+			"gpg --dearmor -o /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg",
+			"curl -s -L https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-container-toolkit.list",
+			"apt install -y cuda-drivers-575",
+			"apt install -y nvidia-container-toolkit",
+		},
+		Files: []string{"etc/apt/sources.list.d/nvidia-container-toolkit.list"},
+	},
+	"ntp-01-enable-ntp-on-node.yaml": {Calls: []string{"systemctl enable systemd-timesyncd", "systemctl start systemd-timesyncd"}},
+	"sdn-configure-01-hugepages-for-dpdk.yaml": {
+		Calls:    []string{"sysctl -p /etc/sysctl.d/99-hugepages.conf"},
+		Contains: map[string]string{"etc/sysctl.d/99-hugepages.conf": "vm.nr_hugepages = 4096"},
+	},
+	"faq-03-del-temp-config-edition.yaml": {},
+	"faq-04-containerd-cse-config.yaml": {
+		Files:    []string{"var/lib/bashible/flags/containerd-need-restart"},
+		Contains: map[string]string{"etc/containerd/conf.d/cse-registry.toml": `auth = "$AUTH_STRING"`},
+	},
+	"faq-05-cse-set-sha-images.yaml": {
+		Fails: "after writing cse-sandbox.toml it edits Deckhouse's own built-in step 051_pull_and_configure_kubernetes_api_proxy.sh with sed; " +
+			"node-manager's steps have other names, so the file is not there",
+		FailsWith: "051_pull_and_configure_kubernetes_api_proxy.sh: No such file or directory",
+	},
+	"faq-06-del-temp-config-cse.yaml": {},
+	"faq-07-disable-ipv6.yaml": {
+		Calls:    []string{"update-grub"},
+		Contains: map[string]string{"etc/default/grub": `GRUB_CMDLINE_LINUX_DEFAULT="quiet ipv6.disable=1"`},
+	},
+	"registry-faq-01-custom-registry.yaml": {
+		Contains: map[string]string{"etc/containerd/registry.d/registry.io/hosts.toml": `[host."https://registry.deckhouse.ru".auth]`},
+	},
+}
+
+// debianMachine are files a Debian machine has that the minimal root
+// lacks, which published steps edit or write beside: GRUB's defaults, and
+// /etc/sysctl.d (procps ships it with this README; on a node
+// node-manager's 015_kernel step also creates it, before any
+// configuration's step runs).
+var debianMachine = map[string]string{
+	"etc/sysctl.d/README.sysctl": "Kernel system variables configuration files\n",
+	"etc/default/grub":           "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\nGRUB_CMDLINE_LINUX=\"\"\n",
 }
 
 // forOtherOS are published with bundles '*' but written for another OS, by
@@ -287,11 +465,70 @@ var forOtherOS = map[string]string{
 	"cloud-node-07-install-kernel-centos.yaml": "the page's CentOS-based example (bb-dnf-install; Debian has no dnf)",
 }
 
-// debianStubs stand in for package installs, which need the internet: apt
-// records the request and installs nothing.
+// debianStubs stand in for what needs the internet: apt records the
+// request and installs nothing, and so do dpkg -i (of a package file the
+// stubbed download did not bring; other uses of dpkg are the real one) and
+// gpg; curl and wget record the request and serve the file of that name
+// in /var/cache/stub-downloads (downloads), or nothing. update-grub, which
+// would write the boot loader, is recorded. sudo runs its command: steps
+// run as root already.
 var debianStubs = map[string]string{
-	"usr/local/sbin/apt-get":  "#!/bin/sh\necho \"apt-get $*\" >> /var/log/stub-calls.log\n",
-	"usr/local/sbin/apt-mark": "#!/bin/sh\necho \"apt-mark $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/apt-get":     "#!/bin/sh\necho \"apt-get $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/apt-mark":    "#!/bin/sh\necho \"apt-mark $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/apt":         "#!/bin/sh\necho \"apt $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/sudo":        "#!/bin/sh\nexec \"$@\"\n",
+	"usr/local/sbin/update-grub": "#!/bin/sh\necho \"update-grub $*\" >> /var/log/stub-calls.log\n",
+	"usr/local/sbin/dpkg": `#!/bin/sh
+if [ "$1" = -i ]; then echo "dpkg $*" >> /var/log/stub-calls.log; exit 0; fi
+exec /usr/bin/dpkg "$@"
+`,
+	"usr/local/sbin/gpg": `#!/bin/sh
+echo "gpg $*" >> /var/log/stub-calls.log
+cat > /dev/null
+while [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; shift; done
+`,
+	"usr/local/sbin/curl": `#!/bin/sh
+echo "curl $*" >> /var/log/stub-calls.log
+out=-; url=
+while [ $# -gt 0 ]; do
+  case $1 in -o) out=$2; shift ;; http://*|https://*) url=$1 ;; esac
+  shift
+done
+file=/var/cache/stub-downloads/${url##*/}
+[ -f "$file" ] || file=/dev/null
+if [ "$out" = - ]; then cat "$file"; else cat "$file" > "$out"; fi
+`,
+	"usr/local/sbin/wget": `#!/bin/sh
+echo "wget $*" >> /var/log/stub-calls.log
+for url; do case $url in http://*|https://*)
+  file=/var/cache/stub-downloads/${url##*/}; [ -f "$file" ] || file=/dev/null
+  cat "$file" > "${url##*/}" ;;
+esac; done
+`,
+}
+
+// downloads are the files the stubbed curl and wget serve, by name: the
+// cert-manager plugin's release archive, holding a stand-in for the
+// plugin.
+func downloads(t *testing.T) map[string][]byte {
+	t.Helper()
+	var archive bytes.Buffer
+	gz := gzip.NewWriter(&archive)
+	tw := tar.NewWriter(gz)
+	plugin := []byte("#!/bin/sh\necho kubectl-cert_manager stand-in\n")
+	if err := tw.WriteHeader(&tar.Header{Name: "kubectl-cert_manager", Mode: 0o755, Size: int64(len(plugin))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(plugin); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{"kubectl-cert_manager-linux-amd64.tar.gz": archive.Bytes()}
 }
 
 // TestDebianStepsRunInTheDebianRoot: every published step for Debian
@@ -324,6 +561,12 @@ func TestDebianStepsRunInTheDebianRoot(t *testing.T) {
 	for path, content := range debianStubs {
 		debianroot.WriteFile(t, filepath.Join(root, path), content, 0o755)
 	}
+	for path, content := range debianMachine {
+		debianroot.WriteFile(t, filepath.Join(root, path), content, 0o644)
+	}
+	for name, content := range downloads(t) {
+		debianroot.WriteFile(t, filepath.Join(root, "var/cache/stub-downloads", name), string(content), 0o644)
+	}
 	dir := filepath.Join(root, "var/lib/bashible")
 	debianroot.WriteFile(t, filepath.Join(dir, "lib.sh"), library(t, debian[0].Group), 0o600)
 	// A new machine's first run: disruptive steps are approved at once.
@@ -354,6 +597,12 @@ bash --noprofile --norc -c 'set -eEo pipefail; source "$1"; cd "$2"; source "$3"
 		for _, file := range want.Files {
 			if _, err := os.Stat(filepath.Join(root, file)); err != nil {
 				t.Errorf("%s: %s did not write /%s\n%s", r.File, r.Step, file, out)
+				ok = false
+			}
+		}
+		for file, text := range want.Contains {
+			if data, err := os.ReadFile(filepath.Join(root, file)); err != nil || !strings.Contains(string(data), text) {
+				t.Errorf("%s: %s did not leave %q in /%s (err %v):\n%s", r.File, r.Step, text, file, err, data)
 				ok = false
 			}
 		}

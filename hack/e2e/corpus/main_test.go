@@ -13,22 +13,30 @@ import (
 	"os"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
 var (
 	f = framework.New(framework.Options{})
+	// clusterGroups are the NodeGroups every Deckhouse cluster has before a
+	// user writes anything (dhctl creates master at bootstrap), which
+	// published configurations select by name; setUp creates them, outside
+	// the corpus.
+	clusterGroups = []string{deckhousev1.MasterNodeGroup}
 	// examples are the corpus as loaded and applied by setUp.
 	examples []*example
 )
 
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
-// setUp loads the corpus, applies all of it at once (an object the API
-// refuses is recorded on its example, for the tests to report) and starts
-// bashible-apiserver, which returns once every accepted group is published
-// or reports that it failed to render.
+// setUp loads the corpus, creates the cluster's own groups, applies all of
+// the corpus at once (an object the API refuses is recorded on its example,
+// for the tests to report) and starts bashible-apiserver, which returns once
+// every accepted group is published or reports that it failed to render.
 func setUp(ctx context.Context) (func(), error) {
 	var err error
 	if examples, err = loadCorpus("testdata"); err != nil {
@@ -36,6 +44,12 @@ func setUp(ctx context.Context) (func(), error) {
 	}
 	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10"); err != nil {
 		return nil, err
+	}
+	for _, name := range clusterGroups {
+		group := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+		if _, err := f.CreateGroup(ctx, group); err != nil {
+			return nil, fmt.Errorf("create the cluster's own NodeGroup %s: %w", name, err)
+		}
 	}
 	if err := applyCorpus(ctx, examples); err != nil {
 		return nil, err

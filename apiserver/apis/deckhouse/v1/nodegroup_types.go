@@ -120,6 +120,16 @@ type NodeGroupSpec struct {
 	// +optional
 	Fencing *FencingSpec `json:"fencing,omitempty"`
 
+	// GPU describes how the GPUs of the group's nodes are shared, as in
+	// Deckhouse (Enterprise Edition, 1.71 and later), where it deploys
+	// NVIDIA's device plugin, feature discovery, DCGM exporter and MIG
+	// manager and sets containerd's default runtime. Accepted so that
+	// Deckhouse's manifests apply unchanged; nothing in this deployment
+	// acts on it (the admission policy warns and the InertFields
+	// condition says so).
+	// +optional
+	GPU *GPUSpec `json:"gpu,omitempty"`
+
 	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
 	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
 	// the pods left then. When empty, 600 seconds.
@@ -618,6 +628,81 @@ type WatchdogSpec struct {
 	// +kubebuilder:default="60s"
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*[smh]$`
 	Timeout string `json:"timeout,omitempty"`
+}
+
+// GPUSharing is how the pods of a GPU node share its GPUs.
+// +kubebuilder:validation:Enum=Exclusive;TimeSlicing;MIG
+type GPUSharing string
+
+// The GPU sharing modes Deckhouse documents.
+const (
+	// GPUSharingExclusive gives each pod a whole GPU.
+	GPUSharingExclusive GPUSharing = "Exclusive"
+	// GPUSharingTimeSlicing lets up to timeSlicing.partitionCount pods
+	// share a GPU in turn.
+	GPUSharingTimeSlicing GPUSharing = "TimeSlicing"
+	// GPUSharingMIG partitions a GPU into hardware instances.
+	GPUSharingMIG GPUSharing = "MIG"
+)
+
+// GPUSpec is a group's GPU sharing.
+type GPUSpec struct {
+	// Sharing is Exclusive, TimeSlicing or MIG.
+	// +required
+	Sharing GPUSharing `json:"sharing"`
+	// TimeSlicing tunes TimeSlicing.
+	// +optional
+	TimeSlicing *GPUTimeSlicing `json:"timeSlicing,omitempty"`
+	// MIG tunes MIG.
+	// +optional
+	MIG *GPUMIG `json:"mig,omitempty"`
+}
+
+// GPUTimeSlicing tunes time-sliced sharing.
+type GPUTimeSlicing struct {
+	// PartitionCount is how many pods may share one GPU.
+	// +optional
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	PartitionCount *int32 `json:"partitionCount,omitempty"`
+}
+
+// GPUMIG tunes MIG partitioning.
+type GPUMIG struct {
+	// PartedConfig is a profile of the MIG manager's mig-parted-config
+	// (such as all-1g.5gb), or custom for CustomConfigs.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	PartedConfig string `json:"partedConfig,omitempty"`
+	// CustomConfigs partition each GPU by its index, with partedConfig custom.
+	// +optional
+	// +listType=atomic
+	CustomConfigs []GPUMIGCustomConfig `json:"customConfigs,omitempty"`
+}
+
+// GPUMIGCustomConfig partitions one GPU.
+type GPUMIGCustomConfig struct {
+	// Index is the GPU's index on the node.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Index int32 `json:"index"`
+	// Slices are the MIG instances to create on it.
+	// +required
+	// +listType=atomic
+	Slices []GPUMIGSlice `json:"slices"`
+}
+
+// GPUMIGSlice is a number of MIG instances of one profile.
+type GPUMIGSlice struct {
+	// Profile is a MIG profile such as 1g.10gb.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Profile string `json:"profile"`
+	// Count is how many instances of the profile; one when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Count *int32 `json:"count,omitempty"`
 }
 
 // NodeGroupStatus is the observed state of a group.

@@ -43,6 +43,14 @@ type NodeGroupSpecApplyConfiguration struct {
 	// Fencing enables node fencing: a node that loses the API is reset by its
 	// watchdog and its Node object is removed.
 	Fencing *FencingSpecApplyConfiguration `json:"fencing,omitempty"`
+	// GPU describes how the GPUs of the group's nodes are shared, as in
+	// Deckhouse (Enterprise Edition, 1.71 and later), where it deploys
+	// NVIDIA's device plugin, feature discovery, DCGM exporter and MIG
+	// manager and sets containerd's default runtime. Accepted so that
+	// Deckhouse's manifests apply unchanged; nothing in this deployment
+	// acts on it (the admission policy warns and the InertFields
+	// condition says so).
+	GPU *GPUSpecApplyConfiguration `json:"gpu,omitempty"`
 	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
 	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
 	// the pods left then. When empty, 600 seconds.
@@ -148,6 +156,14 @@ func (b *NodeGroupSpecApplyConfiguration) WithCloudInstances(value *CloudInstanc
 // If called multiple times, the Fencing field is set to the value of the last call.
 func (b *NodeGroupSpecApplyConfiguration) WithFencing(value *FencingSpecApplyConfiguration) *NodeGroupSpecApplyConfiguration {
 	b.Fencing = value
+	return b
+}
+
+// WithGPU sets the GPU field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the GPU field is set to the value of the last call.
+func (b *NodeGroupSpecApplyConfiguration) WithGPU(value *GPUSpecApplyConfiguration) *NodeGroupSpecApplyConfiguration {
+	b.GPU = value
 	return b
 }
 
