@@ -155,7 +155,7 @@ func (m *watchdogMachine) run(mutate func(*deckhousev1.NodeGroup)) (string, []st
 	t.Helper()
 	step := mustRender(t, builtinTree(t), workerContext(t, mutate)).Steps["017_fencing_watchdog.sh"]
 	body := step[strings.Index(step, "\nfi\n")+len("\nfi\n"):] // after the machine-step header
-	for _, p := range []string{"/etc/", "/sys/", "/dev/watchdog"} {
+	for _, p := range []string{"/etc/", "/sys/", "/run/", "/dev/watchdog"} {
 		body = strings.ReplaceAll(body, p, m.root+p)
 	}
 	body = strings.ReplaceAll(body, "watchdog_device_wait_seconds=10", "watchdog_device_wait_seconds=1")
@@ -238,8 +238,22 @@ func TestFencingWatchdogStepLoadsSoftdogOnceAndReloadsAStaleOne(t *testing.T) {
 	m.softdog(true, "0")
 	_, calls, ok = m.run(fencedWith("Watchdog", "3m"))
 	wantCalls(t, "a new timeout, free again", calls, "modprobe -r softdog", "modprobe softdog soft_margin=180 soft_panic=1")
-	if !ok {
-		t.Error("the reload once free failed")
+	if !ok || m.exists("run/node-manager/softdog-reload-pending") {
+		t.Errorf("the reload once free failed or is still pending (ok %v)", ok)
+	}
+
+	// A reload that waited is forgotten at a reboot, after which softdog
+	// loaded at boot with the options file: in use again, nothing to say.
+	m.softdog(true, "1")
+	if _, _, ok = m.run(fencedWith("Watchdog", "4m")); !ok || !m.exists("run/node-manager/softdog-reload-pending") {
+		t.Fatalf("a reload of softdog in use should wait, remembered in /run (ok %v)", ok)
+	}
+	if err := os.RemoveAll(filepath.Join(m.root, "run")); err != nil {
+		t.Fatal(err)
+	}
+	out, calls, ok = m.run(fencedWith("Watchdog", "4m"))
+	if !ok || len(calls) > 0 || strings.Contains(out, "warning") {
+		t.Errorf("after a reboot softdog runs with the options file: nothing to do (ok %v, calls %q):\n%s", ok, calls, out)
 	}
 
 	// In use with its device gone: nothing can make it again.

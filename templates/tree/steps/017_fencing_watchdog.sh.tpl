@@ -16,9 +16,12 @@
 # loaded with it. A softdog loaded before (by hand, by another tool, or with
 # other options) is unloaded and loaded again, and so is one whose device is
 # gone (Deckhouse's bug of 2026: modprobe of a loaded module does nothing,
-# and the removed /dev/watchdog never came back).
+# and the removed /dev/watchdog never came back). A softdog in use cannot be
+# unloaded: its reload waits, remembered in /run, which a reboot empties, as
+# softdog then loads with the options file.
 softdog_options=(soft_margin={{ $fencing.watchdogTimeoutSeconds }} soft_panic=1)
 watchdog_device=/dev/watchdog
+reload_pending=/run/node-manager/softdog-reload-pending
 # How long the device may take to appear after the module is loaded.
 watchdog_device_wait_seconds=10
 
@@ -67,9 +70,10 @@ load_softdog() {
 if [[ ! -d /sys/module/softdog ]]; then
   load_softdog
   bb-changed-clear softdog
+  rm -f "$reload_pending"
 else
   reason=
-  if bb-changed softdog; then
+  if bb-changed softdog || [[ -e "$reload_pending" ]]; then
     reason="it may run with other options than ${softdog_options[*]}"
   elif [[ ! -e "$watchdog_device" ]]; then
     reason="$watchdog_device is missing"
@@ -81,8 +85,12 @@ else
       bb-log "unloaded softdog: $reason"
       load_softdog
       bb-changed-clear softdog
+      rm -f "$reload_pending"
     elif [[ -e "$watchdog_device" ]]; then
       bb-log "warning: softdog is loaded and $reason, but it cannot be unloaded now: it is in use (the fencing agent holds $watchdog_device) or built into the kernel. It keeps its options until it is free; a later run reloads it, and a reboot loads it with ${softdog_options[*]}"
+      mkdir -p "${reload_pending%/*}"
+      : > "$reload_pending"
+      bb-changed-clear softdog
     else
       bb-log "softdog is loaded, $watchdog_device is missing, and softdog cannot be unloaded (in use or built into the kernel), so the device cannot be made again: reboot the machine"
       exit 1
@@ -106,6 +114,7 @@ bb-remove /etc/modules-load.d/node-manager-softdog.conf
 bb-remove /etc/modprobe.d/node-manager-softdog.conf softdog-removed
 bb-remove /etc/udev/rules.d/10-node-manager-watchdog.rules
 bb-changed-clear softdog
+rm -f /run/node-manager/softdog-reload-pending
 if bb-changed softdog-removed; then
   if [[ ! -d /sys/module/softdog ]]; then
     bb-changed-clear softdog-removed

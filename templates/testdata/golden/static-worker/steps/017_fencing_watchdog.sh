@@ -14,6 +14,7 @@ bb-remove /etc/modules-load.d/node-manager-softdog.conf
 bb-remove /etc/modprobe.d/node-manager-softdog.conf softdog-removed
 bb-remove /etc/udev/rules.d/10-node-manager-watchdog.rules
 bb-changed-clear softdog
+rm -f /run/node-manager/softdog-reload-pending
 if bb-changed softdog-removed; then
   if [[ ! -d /sys/module/softdog ]]; then
     bb-changed-clear softdog-removed
