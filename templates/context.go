@@ -155,8 +155,8 @@ type NodeGroup struct {
 	Disruptions Disruptions `json:"disruptions"`
 	// NodeTemplate is what the node registers with: labels, annotations, taints.
 	NodeTemplate NodeTemplate `json:"nodeTemplate"`
-	// Fencing says whether the node arms a watchdog; nil (null) when the
-	// group has no spec.fencing, as in Deckhouse.
+	// Fencing is the group's fencing: nil (null) when the group has no
+	// spec.fencing, as in Deckhouse.
 	Fencing *Fencing `json:"fencing"`
 	// CloudInstances is the instance class of the group; nil (null) when
 	// the NodeGroup has no spec.cloudInstances (every type but
@@ -274,12 +274,21 @@ type Taint struct {
 	Effect string `json:"effect"`
 }
 
-// Fencing says whether the node arms a watchdog.
+// Fencing is a fenced group's fencing: the mode says whether its nodes arm
+// a watchdog, the timeout how long a node that stopped feeding it lives.
 type Fencing struct {
 	// Enabled is true: a group without fencing has no Fencing.
 	Enabled bool `json:"enabled"`
-	// WatchdogTimeout such as 60s.
+	// Mode is Watchdog (the node's softdog panics it when the fencing agent
+	// stops feeding it) or Notify (no watchdog: the node is only reported),
+	// deckhousev1.FencingModeWatchdog or FencingModeNotify.
+	Mode string `json:"mode" render:"word"`
+	// WatchdogTimeout is spec.fencing.watchdog.timeout as the group gives
+	// it, such as 60s or 2m; default 60s.
 	WatchdogTimeout string `json:"watchdogTimeout" render:"word"`
+	// WatchdogTimeoutSeconds is WatchdogTimeout in seconds, softdog's
+	// soft_margin.
+	WatchdogTimeoutSeconds int `json:"watchdogTimeoutSeconds"`
 }
 
 // CloudInstances is the instance class of a CloudEphemeral group.

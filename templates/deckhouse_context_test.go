@@ -41,7 +41,9 @@ func TestDeckhouseStepsSeeDeckhousePresence(t *testing.T) {
 	ephemeral.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
 	ephemeral.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{ClassReference: deckhousev1.ClassReference{Kind: "OpenStackInstanceClass", Name: "worker"}}
 	fenced := staticGroup("fenced")
-	fenced.Spec.Fencing = &deckhousev1.FencingSpec{}
+	fenced.Spec.Fencing = &deckhousev1.FencingSpec{Mode: deckhousev1.FencingModeWatchdog, Watchdog: &deckhousev1.WatchdogSpec{Timeout: "2m"}}
+	notified := staticGroup("notified")
+	notified.Spec.Fencing = &deckhousev1.FencingSpec{Mode: deckhousev1.FencingModeNotify}
 	v2 := staticGroup("v2")
 	v2.Spec.CRI = &deckhousev1.CRISpec{Type: deckhousev1.CRIContainerdV2}
 	v2.Spec.KubernetesVersion = "1.35"
@@ -74,7 +76,11 @@ func TestDeckhouseStepsSeeDeckhousePresence(t *testing.T) {
 		{"no cloudInstances on a Static group", "", staticGroup("worker"), `{{ if .nodeGroup.cloudInstances }}cloud{{ else }}static{{ end }}`, "static"},
 		{"cloudInstances on a CloudEphemeral group", "", ephemeral, `{{ if .nodeGroup.cloudInstances }}{{ .nodeGroup.cloudInstances.classReference.kind }}{{ end }}`, "OpenStackInstanceClass"},
 		{"no fencing", "", staticGroup("worker"), `{{ if .nodeGroup.fencing }}fenced{{ else }}none{{ end }}`, "none"},
-		{"fencing", "", fenced, `{{ if .nodeGroup.fencing }}{{ .nodeGroup.fencing.watchdogTimeout }}{{ end }}`, "60s"},
+		{"fencing", "", fenced, `{{ if .nodeGroup.fencing }}{{ .nodeGroup.fencing.watchdogTimeout }}{{ end }}`, "2m"},
+		{"fencing: Deckhouse's mode", "", fenced, `{{ if and .nodeGroup.fencing (eq .nodeGroup.fencing.mode "Watchdog") }}watchdog{{ end }}`, "watchdog"},
+		{"fencing: the timeout in seconds", "", fenced, `{{ .nodeGroup.fencing.watchdogTimeoutSeconds }}`, "120"},
+		{"fencing in Notify mode", "", notified, `{{ .nodeGroup.fencing.mode }} {{ .nodeGroup.fencing.watchdogTimeout }}`, "Notify 60s"},
+		{"no fencing: and stops before the mode", "", staticGroup("worker"), `{{ if and .nodeGroup.fencing (eq .nodeGroup.fencing.mode "Watchdog") }}watchdog{{ else }}none{{ end }}`, "none"},
 		{"no packages proxy", "", staticGroup("worker"), `{{ if .packagesProxy }}{{ .packagesProxy.addresses | join "," }}{{ else }}none{{ end }}`, "none"},
 		{"no cloud provider", "", staticGroup("worker"), `{{ if .cloudProvider }}{{ .cloudProvider.type }}{{ else }}none{{ end }}`, "none"},
 		{"never a cluster bootstrap", "", staticGroup("worker"), `{{ if .clusterBootstrap }}bootstrap{{ else }}none{{ end }}`, "none"},

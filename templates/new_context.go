@@ -3,7 +3,9 @@ package templates
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,10 +87,11 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 		}
 	}
 	if f := spec.Fencing; f != nil {
-		ngc.Fencing = &Fencing{Enabled: true, WatchdogTimeout: deckhousev1.DefaultWatchdogTimeout}
-		if f.Watchdog != nil && f.Watchdog.Timeout != "" {
-			ngc.Fencing.WatchdogTimeout = f.Watchdog.Timeout
+		fencing, err := resolveFencing(f)
+		if err != nil {
+			return Context{}, err
 		}
+		ngc.Fencing = fencing
 	}
 	if ci := spec.CloudInstances; ci != nil {
 		ngc.CloudInstances = &CloudInstances{ClassReference: ClassReference{Kind: ci.ClassReference.Kind, Name: ci.ClassReference.Name}}
@@ -146,6 +149,44 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 		Registry:      settings.Registry,
 		NodeUsers:     []NodeUser{},
 	}, nil
+}
+
+// MaxWatchdogTimeoutSeconds is the longest softdog accepts: a soft_margin
+// outside 1..65535 makes the module refuse to load.
+const MaxWatchdogTimeoutSeconds = 65535
+
+// watchdogTimeoutRE is the CRD's pattern of spec.fencing.watchdog.timeout.
+var watchdogTimeoutRE = regexp.MustCompile(`^([1-9][0-9]*)([smh])$`)
+
+// resolveFencing is a fenced group's fencing with its defaults: mode
+// Watchdog when empty (the CRD requires it; an object made in code may not
+// say), timeout DefaultWatchdogTimeout. The timeout is checked again here,
+// not only by the CRD: a stored object may predate the pattern, and in
+// Watchdog mode it becomes softdog's soft_margin, which the kernel bounds.
+func resolveFencing(f *deckhousev1.FencingSpec) (*Fencing, error) {
+	out := &Fencing{Enabled: true, Mode: or(f.Mode, deckhousev1.FencingModeWatchdog), WatchdogTimeout: deckhousev1.DefaultWatchdogTimeout}
+	if f.Watchdog != nil {
+		out.WatchdogTimeout = or(f.Watchdog.Timeout, out.WatchdogTimeout)
+	}
+	switch out.Mode {
+	case deckhousev1.FencingModeWatchdog, deckhousev1.FencingModeNotify:
+	default:
+		return nil, fmt.Errorf("spec.fencing.mode %q is neither %s nor %s", out.Mode, deckhousev1.FencingModeWatchdog, deckhousev1.FencingModeNotify)
+	}
+	m := watchdogTimeoutRE.FindStringSubmatch(out.WatchdogTimeout)
+	if m == nil {
+		return nil, fmt.Errorf("spec.fencing.watchdog.timeout %q is not a whole number of seconds, minutes or hours such as 60s, 2m or 1h", out.WatchdogTimeout)
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n > math.MaxInt32/3600 {
+		return nil, fmt.Errorf("spec.fencing.watchdog.timeout %q is too long; choose a timeout of minutes, such as 60s or 2m", out.WatchdogTimeout)
+	}
+	out.WatchdogTimeoutSeconds = n * map[string]int{"s": 1, "m": 60, "h": 3600}[m[2]]
+	if out.Mode == deckhousev1.FencingModeWatchdog && out.WatchdogTimeoutSeconds > MaxWatchdogTimeoutSeconds {
+		return nil, fmt.Errorf("spec.fencing.watchdog.timeout %s is %d seconds, longer than the %d seconds (18h12m15s) softdog accepts as soft_margin; choose a shorter timeout",
+			out.WatchdogTimeout, out.WatchdogTimeoutSeconds, MaxWatchdogTimeoutSeconds)
+	}
+	return out, nil
 }
 
 // resolveKubelet is the group's kubelet settings with every default filled

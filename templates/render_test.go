@@ -75,7 +75,7 @@ func TestCustomStepsAreOrderedAmongBuiltins(t *testing.T) {
 	}
 	slices.Sort(names)
 	want := []string{"000_preflight.sh", "005_bashible_units.sh", "005_early.sh", "010_node_identity.sh",
-		"015_kernel.sh", "020_proxy_and_ca.sh", "030_base_packages.sh", "035_logging.sh", "040_containerd.sh", "050_kubernetes_binaries.sh",
+		"015_kernel.sh", "017_fencing_watchdog.sh", "020_proxy_and_ca.sh", "030_base_packages.sh", "035_logging.sh", "040_containerd.sh", "050_kubernetes_binaries.sh",
 		"050_middle.sh", "055_api_proxy.sh", "060_kubelet.sh", "070_static_node_cleanup.sh", "099_reboot.sh", "999_late.sh"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("steps in order: %v, want %v", names, want)
@@ -197,7 +197,7 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"000_preflight.sh", "005_bashible_units.sh", "010_node_identity.sh",
-		"020_proxy_and_ca.sh", "030_base_packages.sh", "035_logging.sh", "040_containerd.sh", "050_kubernetes_binaries.sh", "055_api_proxy.sh",
+		"017_fencing_watchdog.sh", "020_proxy_and_ca.sh", "030_base_packages.sh", "035_logging.sh", "040_containerd.sh", "050_kubernetes_binaries.sh", "055_api_proxy.sh",
 		"060_kubelet.sh", "070_static_node_cleanup.sh", "075_extra.sh", "099_reboot.sh"}
 	if got := tree.StepNames(); !slices.Equal(got, want) {
 		t.Fatalf("overlay steps: %v", got)

@@ -248,6 +248,79 @@ const stubAddresses = `[
    {"family":"inet6","local":"fd00:10::5","prefixlen":64,"scope":"global"}]}
 ]`
 
+// worker is a fresh Debian root, with the stubs and the files a joining
+// machine has, and a package mirror serving the binaries built from the
+// pinned modules, the Static worker group rendered against both.
+type worker struct {
+	*node
+	// packages are the bundle's Debian base packages.
+	packages []string
+	// bin holds the binaries the mirror serves.
+	bin                             string
+	arch, k8sVersion, ctrdVersion   string
+	kubeletSum, kubectlSum, ctrdSum string
+	override                        templates.VersionMap
+	sums                            func(string) templates.ArchSums
+}
+
+func newWorker(t *testing.T) *worker {
+	t.Helper()
+	debianroot.RequireRoot(t)
+	repo, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtin := templates.BuiltinVersions()
+	w := &worker{packages: builtin.BasePackages["debian"], arch: runtime.GOARCH, bin: filepath.Join(repo, "bin")}
+	root := debianroot.Fresh(t, w.packages)
+	debianroot.InstallStubs(t, root)
+
+	// The package source: binaries built from the pinned modules, at the
+	// versions the version map names, which must be the pinned ones.
+	w.k8sVersion = builtin.Kubernetes[templates.DefaultKubernetesVersion].Version
+	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/go.mod"), "k8s.io/kubernetes"); pinned != w.k8sVersion {
+		t.Fatalf("the version map has Kubernetes %s, hack/tools pins %s", w.k8sVersion, pinned)
+	}
+	w.ctrdVersion = builtin.Containerd["ContainerdV2"].Version
+	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/containerd/go.mod"), "github.com/containerd/containerd/v2"); pinned != w.ctrdVersion {
+		t.Fatalf("the version map has containerd %s, hack/tools/containerd pins %s", w.ctrdVersion, pinned)
+	}
+	m := startMirror(t)
+	w.kubeletSum = m.add(t, "kubernetes/v"+w.k8sVersion+"/bin/linux/"+w.arch+"/kubelet", filepath.Join(w.bin, "kubelet"))
+	w.kubectlSum = m.add(t, "kubernetes/v"+w.k8sVersion+"/bin/linux/"+w.arch+"/kubectl", filepath.Join(w.bin, "kubectl"))
+	w.ctrdSum = m.addTarball(t, "containerd/v"+w.ctrdVersion+"/containerd-"+w.ctrdVersion+"-linux-"+w.arch+".tar.gz",
+		[]string{filepath.Join(w.bin, "containerd"), filepath.Join(w.bin, "containerd-shim-runc-v2"), filepath.Join(w.bin, "ctr")})
+
+	// The sums reach the node the way an air-gapped cluster gives them:
+	// ClusterConfiguration packageSource.versions.
+	w.sums = func(s string) templates.ArchSums {
+		if w.arch == "arm64" {
+			return templates.ArchSums{ARM64: s}
+		}
+		return templates.ArchSums{AMD64: s}
+	}
+	w.override = templates.VersionMap{
+		Kubernetes: map[string]templates.KubernetesRelease{templates.DefaultKubernetesVersion: {
+			Version: w.k8sVersion, SHA256: templates.KubernetesSums{Kubelet: w.sums(w.kubeletSum), Kubectl: w.sums(w.kubectlSum)},
+		}},
+		Containerd: map[string]templates.ContainerdRelease{"ContainerdV2": {Version: w.ctrdVersion, SHA256: w.sums(w.ctrdSum)}},
+	}
+
+	tree, err := templates.LoadTree(templates.Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.node = &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: clusterConfiguration(t, m.URL, w.override),
+		endpoints: []string{"10.0.0.10:6443", "10.0.0.11:6443"},
+		static:    "apiVersion: deckhouse.io/v1\nkind: StaticClusterConfiguration\ninternalNetworkCIDRs: [10.0.0.0/8, 192.168.10.0/24]\n"}
+	writeFile(t, filepath.Join(root, "etc/stub-ip-addr.json"), stubAddresses, 0o644)
+	bdir := filepath.Join(root, "var/lib/bashible")
+	writeFile(t, filepath.Join(bdir, "first_run"), "", 0o600)
+	writeFile(t, filepath.Join(bdir, "bootstrap-token"), bootstrapToken+"\n", 0o600)
+	writeFile(t, filepath.Join(bdir, "ca.crt"), clusterCA, 0o600)
+	return w
+}
+
 // TestDebianWorkerBundle runs the Static worker's bundle on Debian
 // bookworm, on a machine with two networks whose internal one the cluster's
 // StaticClusterConfiguration names: the first run installs and configures
@@ -258,63 +331,14 @@ const stubAddresses = `[
 // rewrites one file and reloads only the API proxy; a newer containerd
 // waits for disruption approval; the cleanup script takes it all away.
 func TestDebianWorkerBundle(t *testing.T) {
-	debianroot.RequireRoot(t)
-	repo, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWorker(t)
+	n, m, root, bin, arch := w.node, w.mirror, w.root, w.bin, w.arch
+	packages, k8sVersion, ctrdVersion := w.packages, w.k8sVersion, w.ctrdVersion
+	kubeletSum, kubectlSum, ctrdSum, override, sums := w.kubeletSum, w.kubectlSum, w.ctrdSum, w.override, w.sums
 	builtin := templates.BuiltinVersions()
-	packages := builtin.BasePackages["debian"]
-	root := debianroot.Fresh(t, packages)
-	debianroot.InstallStubs(t, root)
-
-	// The package source: binaries built from the pinned modules, at the
-	// versions the version map names, which must be the pinned ones.
-	k8sVersion := builtin.Kubernetes[templates.DefaultKubernetesVersion].Version
-	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/go.mod"), "k8s.io/kubernetes"); pinned != k8sVersion {
-		t.Fatalf("the version map has Kubernetes %s, hack/tools pins %s", k8sVersion, pinned)
-	}
-	ctrdVersion := builtin.Containerd["ContainerdV2"].Version
-	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/containerd/go.mod"), "github.com/containerd/containerd/v2"); pinned != ctrdVersion {
-		t.Fatalf("the version map has containerd %s, hack/tools/containerd pins %s", ctrdVersion, pinned)
-	}
-	arch := runtime.GOARCH
-	bin := filepath.Join(repo, "bin")
-	m := startMirror(t)
-	kubeletSum := m.add(t, "kubernetes/v"+k8sVersion+"/bin/linux/"+arch+"/kubelet", filepath.Join(bin, "kubelet"))
-	kubectlSum := m.add(t, "kubernetes/v"+k8sVersion+"/bin/linux/"+arch+"/kubectl", filepath.Join(bin, "kubectl"))
-	ctrdSum := m.addTarball(t, "containerd/v"+ctrdVersion+"/containerd-"+ctrdVersion+"-linux-"+arch+".tar.gz",
-		[]string{filepath.Join(bin, "containerd"), filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(bin, "ctr")})
-
-	// The sums reach the node the way an air-gapped cluster gives them:
-	// ClusterConfiguration packageSource.versions.
-	sums := func(s string) templates.ArchSums {
-		if arch == "arm64" {
-			return templates.ArchSums{ARM64: s}
-		}
-		return templates.ArchSums{AMD64: s}
-	}
-	override := templates.VersionMap{
-		Kubernetes: map[string]templates.KubernetesRelease{templates.DefaultKubernetesVersion: {
-			Version: k8sVersion, SHA256: templates.KubernetesSums{Kubelet: sums(kubeletSum), Kubectl: sums(kubectlSum)},
-		}},
-		Containerd: map[string]templates.ContainerdRelease{"ContainerdV2": {Version: ctrdVersion, SHA256: sums(ctrdSum)}},
-	}
-	cc := clusterConfiguration(t, m.URL, override)
-
-	tree, err := templates.LoadTree(templates.Builtin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: cc, endpoints: []string{"10.0.0.10:6443", "10.0.0.11:6443"},
-		static: "apiVersion: deckhouse.io/v1\nkind: StaticClusterConfiguration\ninternalNetworkCIDRs: [10.0.0.0/8, 192.168.10.0/24]\n"}
-	writeFile(t, filepath.Join(root, "etc/stub-ip-addr.json"), stubAddresses, 0o644)
+	bdir := filepath.Join(root, "var/lib/bashible")
 	bundle := n.render(nil)
 	n.install(bundle)
-	bdir := filepath.Join(root, "var/lib/bashible")
-	writeFile(t, filepath.Join(bdir, "first_run"), "", 0o600)
-	writeFile(t, filepath.Join(bdir, "bootstrap-token"), bootstrapToken+"\n", 0o600)
-	writeFile(t, filepath.Join(bdir, "ca.crt"), clusterCA, 0o600)
 
 	// The first run: the machine is configured.
 	out, calls, err := n.runSteps(bundle.Checksum)

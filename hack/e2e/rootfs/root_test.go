@@ -11,7 +11,8 @@
 // the commands that would change the host's kernel (modprobe, sysctl,
 // swapon, swapoff, hostnamectl), and the machine's addresses (ip -j addr:
 // the root shares the host's network). Each stub that changes something
-// records its calls.
+// records its calls; modprobe keeps what is loaded in the root's own /sys,
+// where no sysfs is mounted, and softdog's device as a regular file.
 package rootfs
 
 import (

@@ -1,5 +1,6 @@
 {{ include "machine-step-header" . }}
 {{- $swap := .nodeGroup.kubelet.memorySwap }}
+{{- $watchdog := and .nodeGroup.fencing (eq .nodeGroup.fencing.mode "Watchdog") }}
 # The kernel for Kubernetes: modules loaded now and at every boot, sysctl
 # settings for pod networking and limits, and swap as the group allows
 # (kubelet.memorySwap.swapBehavior: {{ $swap.swapBehavior }}).
@@ -45,7 +46,14 @@ vm.max_map_count = 262144
 kernel.pid_max = 4194304
 # What the kubelet expects of the kernel.
 vm.overcommit_memory = 1
+{{- if $watchdog }}
+# A fenced node (its watchdog panics it when it is cut off) stays down after
+# a panic: its pods have been freed elsewhere, and it must not come back by
+# itself (Deckhouse's rule for fenced groups).
+kernel.panic = 0
+{{- else }}
 kernel.panic = 10
+{{- end }}
 kernel.panic_on_oops = 1
 vm.swappiness = {{ $swap.swappiness }}
 CONF

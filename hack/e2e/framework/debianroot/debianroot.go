@@ -8,7 +8,9 @@
 // scripts start no services), the commands that would change the host's
 // kernel (modprobe, sysctl, swapon, swapoff, hostnamectl), and the machine's
 // addresses (ip -j addr: the root shares the host's network). Each stub that
-// changes something records its call in /var/log/stub-calls.log.
+// changes something records its call in /var/log/stub-calls.log; modprobe
+// also keeps what is loaded in the root's own /sys (no sysfs is mounted
+// there), and softdog's /dev/watchdog as a regular file.
 package debianroot
 
 import (
@@ -185,9 +187,46 @@ esac
 	// Debian's way to keep package scripts from starting services in a
 	// root without an init system.
 	"usr/sbin/policy-rc.d": "#!/bin/sh\necho \"policy-rc.d $*\" >> /var/log/stub-calls.log\nexit 101\n",
-	// These would change the host's kernel: recorded, not run. swapon
+	// modprobe would change the host's kernel: recorded, not run. What is
+	// loaded shows where the kernel shows it, in the root's own /sys (an
+	// empty directory: no sysfs is mounted there): /sys/module/NAME, whose
+	// refcnt a test sets to 1 for a module in use. Loading a loaded module
+	// does nothing, whatever the options, and unloading one in use fails, as
+	// with the real modprobe. softdog makes /dev/watchdog, a regular file
+	// standing for the device, at once (devtmpfs makes it as the module
+	// registers), or after the seconds in /etc/stub-modprobe-device-delay
+	// ("never": no device).
+	"usr/local/sbin/modprobe": `#!/bin/sh
+echo "modprobe $*" >> /var/log/stub-calls.log
+if [ "$1" = -r ]; then
+  module=/sys/module/$2
+  if [ ! -d "$module" ]; then
+    echo "modprobe: FATAL: Module $2 is not currently loaded." >&2
+    exit 1
+  fi
+  if [ "$(cat "$module/refcnt")" != 0 ]; then
+    echo "modprobe: FATAL: Module $2 is in use." >&2
+    exit 1
+  fi
+  rm -rf "$module"
+  if [ "$2" = softdog ]; then rm -f /dev/watchdog; fi
+  exit 0
+fi
+module=/sys/module/$1
+if [ -d "$module" ]; then exit 0; fi
+mkdir -p "$module"
+echo 0 > "$module/refcnt"
+if [ "$1" = softdog ]; then
+  delay=$(cat /etc/stub-modprobe-device-delay 2> /dev/null || echo 0)
+  case "$delay" in
+    never) ;;
+    0) : > /dev/watchdog ;;
+    *) (sleep "$delay"; : > /dev/watchdog) > /dev/null 2>&1 & ;;
+  esac
+fi
+`,
+	// These would change the host's kernel too: recorded, not run. swapon
 	// reports no swap.
-	"usr/local/sbin/modprobe":    "#!/bin/sh\necho \"modprobe $*\" >> /var/log/stub-calls.log\n",
 	"usr/local/sbin/sysctl":      "#!/bin/sh\necho \"sysctl $*\" >> /var/log/stub-calls.log\n",
 	"usr/local/sbin/swapon":      "#!/bin/sh\necho \"swapon $*\" >> /var/log/stub-calls.log\n",
 	"usr/local/sbin/swapoff":     "#!/bin/sh\necho \"swapoff $*\" >> /var/log/stub-calls.log\n",

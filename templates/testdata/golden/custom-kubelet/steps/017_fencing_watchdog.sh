@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Managed by node-manager for node group databases; changes are overwritten.
+set -Eeuo pipefail
+if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
+  echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
+  exit 1
+fi
+# This group arms no watchdog (no fencing): what an earlier
+# configuration in fencing mode Watchdog set up is taken away. softdog is
+# unloaded only when this step had set it up, and only when it is free (an
+# armed watchdog is never unloaded); otherwise it goes at the next reboot,
+# as nothing loads it then.
+bb-remove /etc/modules-load.d/node-manager-softdog.conf
+bb-remove /etc/modprobe.d/node-manager-softdog.conf softdog-removed
+bb-remove /etc/udev/rules.d/10-node-manager-watchdog.rules
+bb-changed-clear softdog
+rm -f /run/node-manager/softdog-reload-pending
+if bb-changed softdog-removed; then
+  if [[ ! -d /sys/module/softdog ]]; then
+    bb-changed-clear softdog-removed
+  elif modprobe -r softdog; then
+    bb-log "unloaded softdog"
+    bb-changed-clear softdog-removed
+  else
+    bb-log "softdog stays loaded until it is free or the machine reboots: it is in use (the fencing agent holds /dev/watchdog until it stops)"
+  fi
+fi
