@@ -62,7 +62,7 @@ func TestRankFollowsTheKubeletsMemoryOrder(t *testing.T) {
 		pod("static", 0, corev1.PodQOSBestEffort, 0, func(p *corev1.Pod) {
 			p.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
 		}),
-		pod("early-oom", 0, corev1.PodQOSBestEffort, 0),
+		pod("agent", 0, corev1.PodQOSBestEffort, 0),
 		pod("terminating", 0, corev1.PodQOSBestEffort, 0, func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }),
 		pod("no-cgroup", 0, corev1.PodQOSBestEffort, 0),
 	}
@@ -71,12 +71,12 @@ func TestRankFollowsTheKubeletsMemoryOrder(t *testing.T) {
 		"guaranteed-within": 500, "burstable-over-small": 150, "besteffort": 120, "burstable-over-big": 700,
 		"burstable-within": 300, "important-over": 2000, "unimportant-within": 800,
 		"node-critical": 9000, "cluster-critical": 9000, "critical-by-class": 9000, "mirror": 9000,
-		"static": 9000, "early-oom": 9000, "terminating": 9000,
+		"static": 9000, "agent": 9000, "terminating": 9000,
 	} {
 		usage[types.UID("uid-"+name)] = mib * mi
 	}
 
-	got := names(Rank(pods, usage, "uid-early-oom"))
+	got := names(Rank(pods, usage, "uid-agent"))
 	want := []string{
 		// over their request, priority 0, by usage above request
 		"burstable-over-big",   // 600 Mi above
