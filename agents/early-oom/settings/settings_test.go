@@ -1,9 +1,15 @@
 package settings
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 const file = `
@@ -64,5 +70,32 @@ func TestInvalidSettingsNameTheLevelAndKeepTheBase(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || s != Default() {
 			t.Errorf("%q resolved to %+v, %v; want the base and an error naming %q", data, s, err, want)
 		}
+	}
+}
+
+// TestTheManifestsExampleIsValid keeps manifests/early-oom/
+// settings-example.yaml true: it parses and resolves for its groups.
+func TestTheManifestsExampleIsValid(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "early-oom", "settings-example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(data, &cm); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Parse([]byte(cm.Data[deckhousev1.EarlyOOMSettingsKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"", "loki", "gpu"} {
+		if _, err := f.Resolve(Default(), g); err != nil {
+			t.Errorf("group %q: %v", g, err)
+		}
+	}
+	if len(f.Groups) != 2 {
+		t.Errorf("the example has groups %v; want loki and gpu", f.Groups)
 	}
 }
