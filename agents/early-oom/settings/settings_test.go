@@ -76,7 +76,7 @@ func TestInvalidSettingsNameTheLevelAndKeepTheBase(t *testing.T) {
 // TestTheManifestsExampleIsValid keeps manifests/early-oom/
 // settings-example.yaml true: it parses and resolves for its groups.
 func TestTheManifestsExampleIsValid(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "early-oom", "settings-example.yaml"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", deckhousev1.EarlyOOMName, "settings-example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
