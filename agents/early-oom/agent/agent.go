@@ -55,6 +55,10 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
+// ReasonPSIUnavailable is the reason of the Event on the node when the
+// kernel offers no memory PSI and the agent idles.
+const ReasonPSIUnavailable = "PSIUnavailable"
+
 // Agent is one node's early-oom.
 type Agent struct {
 	opts     *Options
@@ -73,6 +77,11 @@ type Agent struct {
 	notReady atomic.Pointer[string]
 	// lastSettingsError avoids logging the same bad ConfigMap every sample.
 	lastSettingsError string
+	// parsed (or parseErr) is the ConfigMap's settings.yaml at
+	// parsedVersion, its resourceVersion.
+	parsed        settings.File
+	parseErr      error
+	parsedVersion string
 }
 
 // New is an agent with opts (validated), talking to the API as client and
@@ -109,13 +118,23 @@ func (a *Agent) Handler(gatherer prometheus.Gatherer) http.Handler {
 }
 
 // Run samples until ctx ends. Without memory PSI it idles: not ready,
-// early_oom_psi_unavailable 1, no error (an error would restart the pod
-// into the same kernel, a crash loop).
+// early_oom_psi_unavailable 1, a Warning Event PSIUnavailable on the node,
+// and no error (an error would restart the pod into the same kernel, a
+// crash loop).
 func (a *Agent) Run(ctx context.Context) error {
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: a.client.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(kubescheme.Scheme, deckhousev1.EarlyOOMName)
+
 	if _, err := psi.Read(a.opts.PSIPath); errors.Is(err, psi.ErrUnavailable) {
 		a.m.psiUnavailable.Set(1)
 		a.setNotReady(fmt.Sprintf("idle: %v", err))
 		klog.ErrorS(err, "Idling: without memory pressure information early-oom cannot act on this node", "path", a.opts.PSIPath)
+		if node, nerr := a.getNode(ctx); nerr == nil {
+			recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonPSIUnavailable, "Idle",
+				"early-oom idles on this node and will not act on memory pressure: %v", err)
+		}
 		<-ctx.Done()
 		return nil
 	}
@@ -123,6 +142,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The group is read once: a node does not change groups in its life
+	// (node-manager pins it at join).
 	a.group = node.Labels[deckhousev1.NodeGroupLabel]
 
 	onNode := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -151,12 +172,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: a.client.EventsV1()})
-	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
 	a.evictor = &evict.Evictor{
 		Client:      a.client,
-		Recorder:    broadcaster.NewRecorder(kubescheme.Scheme, deckhousev1.EarlyOOMName),
+		Recorder:    recorder,
 		Node:        node,
 		GracePeriod: a.opts.GracePeriod,
 	}
@@ -261,11 +279,15 @@ func (a *Agent) resolve() (settings.Settings, error) {
 	if !ok {
 		return a.base, nil
 	}
-	f, err := settings.Parse([]byte(data))
-	if err != nil {
-		return a.base, err
+	// Parsed once per version of the ConfigMap, not every sample.
+	if cm.ResourceVersion != a.parsedVersion || a.parsedVersion == "" {
+		a.parsed, a.parseErr = settings.Parse([]byte(data))
+		a.parsedVersion = cm.ResourceVersion
 	}
-	return f.Resolve(a.base, a.group)
+	if a.parseErr != nil {
+		return a.base, a.parseErr
+	}
+	return a.parsed.Resolve(a.base, a.group)
 }
 
 // act chooses the victim and deletes or reports it. A victim that vanished

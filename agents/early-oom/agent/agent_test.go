@@ -50,7 +50,8 @@ func writeFile(t *testing.T, path, data string) {
 func TestWithoutPSIItIdlesNotReadyAndSaysSo(t *testing.T) {
 	o := testOptions(t, t.TempDir())
 	reg := prometheus.NewRegistry()
-	a, err := New(o, fake.NewClientset(), reg)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	a, err := New(o, client, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +74,18 @@ func TestWithoutPSIItIdlesNotReadyAndSaysSo(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != 200 {
 		t.Errorf("/healthz = %d; want 200 (no restart into the same kernel)", rec.Code)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := client.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		for _, e := range list.Items {
+			if e.Reason == ReasonPSIUnavailable && e.Regarding.Name == "node-a" && strings.Contains(e.Note, "will not act") {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Errorf("no PSIUnavailable Event on the node: %v", err)
 	}
 	select {
 	case err := <-done:
