@@ -17,6 +17,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/stack"
 )
 
 // TestSustainedPressureEvictsTheKubeletsChoice: on a node with a
@@ -117,6 +118,13 @@ func TestObserveModeReportsAndDeletesNothing(t *testing.T) {
 			strings.Contains(body, `early_oom_victims_total{mode="Observe",qos="BestEffort"} 1`) &&
 			strings.Contains(body, `early_oom_mode{mode="Observe"} 1`), nil
 	})
+	// The metrics are behind delegated authorization; the probes are open.
+	if code, _, err := a.GetAs(framework.Context(t), "/metrics", stack.Credentials{}); err != nil || code != 403 {
+		t.Errorf("/metrics without credentials answered %d (%v); want 403", code, err)
+	}
+	if code, _, err := a.GetAs(framework.Context(t), "/readyz", stack.Credentials{}); err != nil || code != 200 {
+		t.Errorf("/readyz without credentials answered %d (%v); want 200", code, err)
+	}
 	if evs := f.EventNotes(t, n.name, "Evicted"); len(evs) > 0 {
 		t.Errorf("observe mode recorded Evicted events: %v", evs)
 	}
