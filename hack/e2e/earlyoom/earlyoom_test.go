@@ -2,6 +2,7 @@ package earlyoom
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +195,18 @@ func watchDeletion(t *testing.T, p *corev1.Pod) <-chan time.Time {
 		}
 	}()
 	return at
+}
+
+// TestManifestsAreAccepted: the DaemonSet and the settings example pass the
+// API's validation (a server-side dry run), and the kustomizations that
+// list early-oom's files build.
+func TestManifestsAreAccepted(t *testing.T) {
+	dir := filepath.Join(f.Root, "manifests", deckhousev1.EarlyOOMName)
+	f.Kubectl(t, "apply", "--dry-run=server", "-f", filepath.Join(dir, "daemonset.yaml"), "-f", filepath.Join(dir, "settings-example.yaml"))
+	for _, k := range []string{dir, filepath.Join(f.Root, "manifests"), filepath.Join(f.Root, "manifests", "monitoring")} {
+		out := f.Kubectl(t, "kustomize", k)
+		if !strings.Contains(out, "name: "+deckhousev1.EarlyOOMName) {
+			t.Errorf("kubectl kustomize %s has no early-oom object", k)
+		}
+	}
 }
