@@ -32,12 +32,10 @@ func TestRandomPressureNeverActsEarlyOrDuringAPause(t *testing.T) {
 				(th.SomeAvg10 > 0 && s.Pressure.Some.Avg10 > th.SomeAvg10) ||
 				(th.MinAvailable > 0 && s.Available >= 0 && s.Available < th.MinAvailable)
 		}
-		var samples []Sample
 		pausedUntil := time.Time{}
 		streak := 0 // consecutive over samples outside a pause
 		for i := 0; i < 60; i++ {
 			s := at(i, float64(rng.IntN(100)), float64(rng.IntN(100)), int64(rng.IntN(200))-10)
-			samples = append(samples, s)
 			_, act := d.Observe(s)
 			paused := s.Time.Before(pausedUntil)
 			switch {
