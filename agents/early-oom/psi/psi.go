@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -126,7 +127,7 @@ func parsePercent(s string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if v < 0 || v > 100 || v != v {
+	if math.IsNaN(v) || v < 0 || v > 100 {
 		return 0, fmt.Errorf("%s is not a percentage", s)
 	}
 	return v, nil
