@@ -99,9 +99,9 @@ verify-generated: $(GENERATORS) ## fail if generated code differs from what the 
 ##@ build, run, test
 
 .PHONY: build
-build: ## compile every package, bashible-apiserver, node-manager-controller and the local stack
+build: ## compile every package, bashible-apiserver, node-manager-controller, early-oom and the local stack
 	go build ./...
-	go build -o $(BIN)/ ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller ./hack/cmd/localstack
+	go build -o $(BIN)/ ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller ./agents/cmd/early-oom ./hack/cmd/localstack
 
 .PHONY: run
 run: $(CONTROL_PLANE) build ## start the local control plane and the stack; Ctrl-C stops it
@@ -137,6 +137,7 @@ test-fuzz: ## a short run of every fuzz target (parsers of outside input)
 	go test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime 5s ./registry
 	go test -run '^$$' -fuzz '^FuzzRenderCustomStep$$' -fuzztime 10s ./templates
 	go test -run '^$$' -fuzz '^FuzzRenderedScriptsKeepContextValuesInert$$' -fuzztime 10s ./templates
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5s ./agents/early-oom/psi
 
 .PHONY: test
 test: verify-generated lint test-unit test-rules test-fuzz test-e2e ## everything CI runs

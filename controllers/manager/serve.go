@@ -32,7 +32,10 @@ type ServingOptions struct {
 // OpenPaths are served without authorization: the probes.
 var OpenPaths = []string{"/healthz", "/readyz"}
 
-func newServingOptions() ServingOptions {
+// NewServingOptions are the defaults: bearer tokens checked by TokenReview,
+// SubjectAccessReview for everything but OpenPaths. node-manager-controller
+// and the node agents (agents/) serve the same way.
+func NewServingOptions() ServingOptions {
 	authn := genericoptions.NewDelegatingAuthenticationOptions()
 	// Only bearer tokens (and --client-ca-file when given): reading the
 	// cluster's front-proxy and client CAs would need read access to
@@ -44,7 +47,9 @@ func newServingOptions() ServingOptions {
 	return ServingOptions{Authn: authn, Authz: authz}
 }
 
-func (s *ServingOptions) addFlags(fs *pflag.FlagSet) {
+// AddFlags registers the TLS and delegated authentication and
+// authorization flags.
+func (s *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.CertFile, "tls-cert-file", s.CertFile,
 		"serving certificate (PEM) of --listen-address; without it and --tls-private-key-file a self-signed one is made at start")
 	fs.StringVar(&s.KeyFile, "tls-private-key-file", s.KeyFile, "private key (PEM) of --tls-cert-file")
@@ -52,7 +57,8 @@ func (s *ServingOptions) addFlags(fs *pflag.FlagSet) {
 	s.Authz.AddFlags(fs)
 }
 
-func (s *ServingOptions) validate() []error {
+// Validate checks the options.
+func (s *ServingOptions) Validate() []error {
 	errs := append(s.Authn.Validate(), s.Authz.Validate()...)
 	if (s.CertFile == "") != (s.KeyFile == "") {
 		errs = append(errs, fmt.Errorf("--tls-cert-file and --tls-private-key-file go together; give both or neither"))
@@ -61,31 +67,37 @@ func (s *ServingOptions) validate() []error {
 }
 
 // Serve listens on opts.ListenAddress over HTTPS until ctx ends: h behind
-// delegated authentication and authorization (see ServingOptions). The
-// authentication and authorization clients use --authentication-kubeconfig
-// and --authorization-kubeconfig, or else --kubeconfig, or else the
-// in-cluster configuration.
+// delegated authentication and authorization (see ServingOptions and
+// ServeSecurely).
 func Serve(ctx context.Context, opts *Options, h http.Handler) (net.Addr, error) {
-	ln, err := net.Listen("tcp", opts.ListenAddress)
+	return ServeSecurely(ctx, opts.ListenAddress, opts.Kubeconfig, &opts.Serving, h)
+}
+
+// ServeSecurely listens on address over HTTPS until ctx ends: h behind
+// delegated authentication and authorization as s says. The
+// authentication and authorization clients use --authentication-kubeconfig
+// and --authorization-kubeconfig, or else kubeconfig, or else the
+// in-cluster configuration. The node agents (agents/) serve through it too.
+func ServeSecurely(ctx context.Context, address, kubeconfig string, s *ServingOptions, h http.Handler) (net.Addr, error) {
+	ln, err := net.Listen("tcp", address)
 	if err != nil {
-		return nil, fmt.Errorf("listening on %s for metrics and probes: %w", opts.ListenAddress, err)
+		return nil, fmt.Errorf("listening on %s for metrics and probes: %w", address, err)
 	}
-	handler, serving, err := secureHandler(opts, ln, h)
+	handler, serving, err := secureHandler(s, kubeconfig, ln, h)
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
 	if _, _, err := serving.Serve(handler, 5*time.Second, ctx.Done()); err != nil {
 		_ = ln.Close()
-		return nil, fmt.Errorf("serving metrics and probes on %s: %w", opts.ListenAddress, err)
+		return nil, fmt.Errorf("serving metrics and probes on %s: %w", address, err)
 	}
 	return ln.Addr(), nil
 }
 
 // secureHandler builds the TLS serving and wraps h in the delegated
 // authentication and authorization filters.
-func secureHandler(opts *Options, ln net.Listener, h http.Handler) (http.Handler, *server.SecureServingInfo, error) {
-	s := opts.Serving
+func secureHandler(s *ServingOptions, kubeconfig string, ln net.Listener, h http.Handler) (http.Handler, *server.SecureServingInfo, error) {
 	secure := genericoptions.NewSecureServingOptions()
 	secure.Listener = ln
 	secure.MinTLSVersion = "VersionTLS12"
@@ -101,10 +113,10 @@ func secureHandler(opts *Options, ln net.Listener, h http.Handler) (http.Handler
 		return nil, nil, fmt.Errorf("setting up TLS serving: %w", err)
 	}
 	if s.Authn.RemoteKubeConfigFile == "" {
-		s.Authn.RemoteKubeConfigFile = opts.Kubeconfig
+		s.Authn.RemoteKubeConfigFile = kubeconfig
 	}
 	if s.Authz.RemoteKubeConfigFile == "" {
-		s.Authz.RemoteKubeConfigFile = opts.Kubeconfig
+		s.Authz.RemoteKubeConfigFile = kubeconfig
 	}
 	var authn server.AuthenticationInfo
 	if err := s.Authn.ApplyTo(&authn, serving, nil); err != nil {

@@ -184,6 +184,10 @@ const (
 	// own Node, its Event source, its ServiceAccount, and the prefix of its
 	// DaemonSets (fencing-agent-<group>) in Namespace.
 	FencingAgentName = "fencing-agent"
+	// EarlyOOMName is the early-oom agent's name (agents/early-oom): its
+	// DaemonSet, ServiceAccount and Event source in Namespace, and the name
+	// of its settings ConfigMap there (EarlyOOMSettingsKey).
+	EarlyOOMName = "early-oom"
 )
 
 // Namespaces.
@@ -281,4 +285,12 @@ const (
 	// PublishedBundleAppLabel (value BashibleAPIServerName) marks the
 	// Secrets bashible-apiserver publishes; replicas watch only those.
 	PublishedBundleAppLabel = "app"
+)
+
+// The early-oom agent's settings: the ConfigMap EarlyOOMName in Namespace.
+const (
+	// EarlyOOMSettingsKey is the key of that ConfigMap holding the
+	// thresholds and the mode, for the cluster and per node group
+	// (agents/early-oom/settings).
+	EarlyOOMSettingsKey = "settings.yaml"
 )

@@ -1,0 +1,141 @@
+// Package detect decides when memory pressure has lasted long enough to
+// act. It is a pure function of the samples it is shown and the
+// thresholds: no clock, no files, so that every rule is a table test.
+//
+// A sample is over the thresholds when the full avg10 (the share of the
+// last ten seconds in which every non-idle task was stalled on memory) is
+// above FullAvg10, or, when SomeAvg10 is set, the some avg10 (at least one
+// task stalled) is above it, or, when MinAvailable is set, MemAvailable is
+// below it. The detector acts only after Samples consecutive samples over
+// the thresholds, so that a short spike (Deckhouse's fixed single-sample
+// threshold killed Loki ingesters during spikes) is ridden out; after each
+// action it pauses for Pause and starts counting afresh, so that the
+// averages, which decay over ten seconds, can show the action's effect
+// before another victim is chosen.
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/node-manager/node-manager/agents/early-oom/psi"
+)
+
+// Thresholds say when to act.
+type Thresholds struct {
+	// FullAvg10 is the full avg10 percentage above which a sample counts.
+	FullAvg10 float64
+	// SomeAvg10, when above zero, also counts a sample whose some avg10
+	// is above it.
+	SomeAvg10 float64
+	// MinAvailable, when above zero, also counts a sample whose
+	// MemAvailable (bytes) is below it.
+	MinAvailable int64
+	// Samples is how many consecutive samples must count before acting.
+	Samples int
+	// Pause is how long to wait after an action before counting again.
+	Pause time.Duration
+}
+
+// Validate says what is wrong with t, naming the setting.
+func (t Thresholds) Validate() error {
+	var errs []error
+	if t.FullAvg10 <= 0 || t.FullAvg10 >= 100 {
+		errs = append(errs, fmt.Errorf("fullAvg10 %v: want a percentage above 0 and below 100", t.FullAvg10))
+	}
+	if t.SomeAvg10 < 0 || t.SomeAvg10 >= 100 {
+		errs = append(errs, fmt.Errorf("someAvg10 %v: want 0 (off) or a percentage below 100", t.SomeAvg10))
+	}
+	if t.MinAvailable < 0 {
+		errs = append(errs, fmt.Errorf("memAvailableFloor %d: want 0 (off) or a size", t.MinAvailable))
+	}
+	if t.Samples < 1 {
+		errs = append(errs, fmt.Errorf("samples %d: want at least 1", t.Samples))
+	}
+	if t.Pause < 0 {
+		errs = append(errs, fmt.Errorf("recoveryPause %s: want 0 or more", t.Pause))
+	}
+	return errors.Join(errs...)
+}
+
+// Reason is why a sample counts, the first that holds in this order.
+type Reason string
+
+const (
+	FullPressure Reason = "FullPressure"
+	SomePressure Reason = "SomePressure"
+	LowMemory    Reason = "LowMemory"
+)
+
+// Reasons are all the reasons, for metrics that show every label.
+var Reasons = []Reason{FullPressure, SomePressure, LowMemory}
+
+// Sample is one reading of the node.
+type Sample struct {
+	Time     time.Time
+	Pressure psi.Pressure
+	// Available is MemAvailable in bytes; negative when it could not be
+	// read (the floor is then not checked).
+	Available int64
+}
+
+// Detector counts consecutive samples over the thresholds. The zero value
+// is not usable; make one with New.
+type Detector struct {
+	t           Thresholds
+	over        int
+	pausedUntil time.Time
+}
+
+// New is a detector for t.
+func New(t Thresholds) *Detector { return &Detector{t: t} }
+
+// SetThresholds changes the thresholds (the settings were edited) keeping
+// the count and the pause.
+func (d *Detector) SetThresholds(t Thresholds) { d.t = t }
+
+// Over says whether s counts, and why.
+func (d *Detector) Over(s Sample) (Reason, bool) {
+	switch {
+	case s.Pressure.Full.Avg10 > d.t.FullAvg10:
+		return FullPressure, true
+	case d.t.SomeAvg10 > 0 && s.Pressure.Some.Avg10 > d.t.SomeAvg10:
+		return SomePressure, true
+	case d.t.MinAvailable > 0 && s.Available >= 0 && s.Available < d.t.MinAvailable:
+		return LowMemory, true
+	}
+	return "", false
+}
+
+// Observe takes the next sample and says whether to act now, and why.
+// Samples during a pause are ignored; a sample under the thresholds resets
+// the count. After acting, call Acted.
+func (d *Detector) Observe(s Sample) (Reason, bool) {
+	if s.Time.Before(d.pausedUntil) {
+		d.over = 0
+		return "", false
+	}
+	reason, over := d.Over(s)
+	if !over {
+		d.over = 0
+		return "", false
+	}
+	d.over++
+	if d.over < d.t.Samples {
+		return reason, false
+	}
+	return reason, true
+}
+
+// Acted starts the recovery pause at now and resets the count. It is
+// called after every decision to act, whether a pod was evicted, only
+// reported (observe mode) or none could be chosen, so that the agent does
+// not repeat itself every sample.
+func (d *Detector) Acted(now time.Time) {
+	d.over = 0
+	d.pausedUntil = now.Add(d.t.Pause)
+}
+
+// Paused says whether the detector is in its recovery pause at now.
+func (d *Detector) Paused(now time.Time) bool { return now.Before(d.pausedUntil) }

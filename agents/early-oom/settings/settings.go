@@ -1,0 +1,157 @@
+// Package settings resolves what the early-oom agent on one node does: its
+// mode (Evict, Observe, Disabled) and its thresholds. The flags of the
+// DaemonSet give the built-in baseline; the ConfigMap early-oom in
+// d8-cloud-instance-manager (key settings.yaml), when it exists, overrides
+// it for the whole cluster and then per node group:
+//
+//	mode: Evict            # Evict, Observe (report only) or Disabled
+//	fullAvg10: 40          # percent
+//	someAvg10: 0           # percent, 0: not a trigger
+//	memAvailableFloor: 0   # a size such as 200Mi, 0: not a trigger
+//	samples: 5             # consecutive samples over the thresholds
+//	recoveryPause: 30s
+//	groups:
+//	  loki:                # a NodeGroup's name
+//	    fullAvg10: 70
+//	    samples: 10
+//	  gpu:
+//	    mode: Disabled
+//
+// A ConfigMap rather than flags rendered into one DaemonSet per group: one
+// DaemonSet (one set of pods to monitor and one PodMonitor) serves every
+// group, an edit takes effect at the agents' next sample without rolling a
+// pod on every node, and nothing has to render or garbage-collect
+// per-group DaemonSets. The agent watches only this one ConfigMap.
+package settings
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/node-manager/node-manager/agents/early-oom/detect"
+)
+
+// Mode is what the agent does when the detector says to act.
+type Mode string
+
+const (
+	// Evict deletes the chosen pod (the default).
+	Evict Mode = "Evict"
+	// Observe reports the pod it would delete (a log line, an Event of
+	// reason WouldEvict, a metric) and deletes nothing.
+	Observe Mode = "Observe"
+	// Disabled neither acts nor reports; the agent only serves its
+	// metrics. (Not "Off": YAML reads an unquoted Off as false.)
+	Disabled Mode = "Disabled"
+)
+
+// Modes are the valid modes.
+var Modes = []Mode{Evict, Observe, Disabled}
+
+// Settings are what one agent does.
+type Settings struct {
+	Mode       Mode
+	Thresholds detect.Thresholds
+}
+
+// Validate names what is wrong.
+func (s Settings) Validate() error {
+	var errs []error
+	if !slices.Contains(Modes, s.Mode) {
+		errs = append(errs, fmt.Errorf("mode %q: want one of %v", s.Mode, Modes))
+	}
+	if err := s.Thresholds.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Overrides are the settings a level (the cluster, a group) changes;
+// unset fields keep the level below.
+type Overrides struct {
+	Mode              *Mode              `json:"mode,omitempty"`
+	FullAvg10         *float64           `json:"fullAvg10,omitempty"`
+	SomeAvg10         *float64           `json:"someAvg10,omitempty"`
+	MemAvailableFloor *resource.Quantity `json:"memAvailableFloor,omitempty"`
+	Samples           *int               `json:"samples,omitempty"`
+	RecoveryPause     *metav1.Duration   `json:"recoveryPause,omitempty"`
+}
+
+// File is the ConfigMap's settings.yaml: cluster-wide overrides and
+// per-group ones.
+type File struct {
+	Overrides `json:",inline"`
+	// Groups are overrides by NodeGroup name, over the cluster's.
+	Groups map[string]Overrides `json:"groups,omitempty"`
+}
+
+// Parse reads settings.yaml strictly: an unknown, misspelt or miscased
+// key, or one given twice, is an error, never silently ignored.
+func Parse(data []byte) (File, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return File{}, fmt.Errorf("settings.yaml: %w", err)
+	}
+	var f File
+	strict, err := kjson.UnmarshalStrict(js, &f)
+	if err != nil {
+		return File{}, fmt.Errorf("settings.yaml: %w", err)
+	}
+	if len(strict) > 0 {
+		return File{}, fmt.Errorf("settings.yaml: %w", errors.Join(strict...))
+	}
+	return f, nil
+}
+
+// Resolve applies the cluster's overrides and then group's over base and
+// validates the result, naming the level at fault.
+func (f File) Resolve(base Settings, group string) (Settings, error) {
+	s := f.Overrides.apply(base)
+	if err := s.Validate(); err != nil {
+		return base, fmt.Errorf("the cluster-wide settings: %w", err)
+	}
+	if g, ok := f.Groups[group]; ok && group != "" {
+		s = g.apply(s)
+		if err := s.Validate(); err != nil {
+			return base, fmt.Errorf("the settings of group %s: %w", group, err)
+		}
+	}
+	return s, nil
+}
+
+func (o Overrides) apply(s Settings) Settings {
+	if o.Mode != nil {
+		s.Mode = *o.Mode
+	}
+	if o.FullAvg10 != nil {
+		s.Thresholds.FullAvg10 = *o.FullAvg10
+	}
+	if o.SomeAvg10 != nil {
+		s.Thresholds.SomeAvg10 = *o.SomeAvg10
+	}
+	if o.MemAvailableFloor != nil {
+		s.Thresholds.MinAvailable = o.MemAvailableFloor.Value()
+	}
+	if o.Samples != nil {
+		s.Thresholds.Samples = *o.Samples
+	}
+	if o.RecoveryPause != nil {
+		s.Thresholds.Pause = o.RecoveryPause.Duration
+	}
+	return s
+}
+
+// Default are the built-in settings: act when full avg10 stays above 40 %
+// for five samples (ten seconds at the default two-second interval), then
+// wait 30 s. Deckhouse acted on a single sample above 30 %, which killed
+// pods during short spikes.
+func Default() Settings {
+	return Settings{Mode: Evict, Thresholds: detect.Thresholds{FullAvg10: 40, Samples: 5, Pause: 30 * time.Second}}
+}
