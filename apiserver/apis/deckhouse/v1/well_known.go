@@ -145,6 +145,14 @@ const (
 	// and the fencing controller never fences a node that carries it,
 	// ApprovedAnnotation or DisruptionApprovedAnnotation.
 	FencingDisableAnnotation = "node-manager.deckhouse.io/fencing-disable"
+
+	// FencedAnnotation is set by the fencing controller on a fenced Node it
+	// keeps (a Static or CloudStatic node, or one in Notify mode) to the
+	// spec.renewTime (RFC 3339, microseconds) of the node's Lease when it was
+	// fenced, so that the node is fenced once, not on every look. The
+	// controller reads it back and removes it once the Lease has been
+	// renewed since (the node is back).
+	FencedAnnotation = "node-manager.deckhouse.io/fenced"
 )
 
 // Annotations of other components that node-manager reads or writes.
@@ -184,6 +192,13 @@ const (
 	// own Node, its Event source, its ServiceAccount, and the prefix of its
 	// DaemonSets (fencing-agent-<group>) in Namespace.
 	FencingAgentName = "fencing-agent"
+	// FencingControllerFieldManager is the field manager of the NodeGroup
+	// status conditions the fencing controller (controllers/fencing, inside
+	// node-manager-controller) applies. It differs from
+	// NodeManagerControllerName because the nodegroup-status controller
+	// applies the rest of the status with server-side apply and Force: with
+	// one manager, each apply would remove the other's conditions.
+	FencingControllerFieldManager = "node-manager-controller-fencing"
 )
 
 // Namespaces.
