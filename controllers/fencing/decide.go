@@ -31,9 +31,9 @@ type Limits struct {
 	MaxPercent int
 	// OutagePercent and OutageMinNodes: when at least OutageMinNodes of the
 	// candidates (labelled nodes of fenced groups, not in maintenance, not
-	// fenced already) are dead, and they are more than OutagePercent of
-	// them, nobody is fenced: so many nodes do not die at once; the control
-	// plane, or the network to it, failed.
+	// fenced already) are silent (have missed two Lease renewals), and they
+	// are more than OutagePercent of them, nobody is fenced: so many nodes
+	// do not die at once; the control plane, or the network to it, failed.
 	OutagePercent  int
 	OutageMinNodes int
 	// APIViewTimeout: when the controller has not seen any node's Lease
@@ -229,7 +229,13 @@ func Decide(f Facts) Plan {
 		n   Node
 		age time.Duration
 	}
-	var candidates int
+	// silentAfter: a candidate that has missed two renewals is silent. The
+	// guard counts silent nodes, not dead ones: the nodes cut off by one
+	// outage stopped renewing within one renew interval of each other, so
+	// when the first of them turns dead the others are silent but not yet
+	// dead, and counting the dead alone would let the first be fenced.
+	silentAfter := 2 * f.Timing.LeaseRenewInterval
+	var candidates, silent int
 	var deadOnes []dead
 	for _, n := range f.Nodes {
 		g, fenced := f.Groups[n.Group]
@@ -256,6 +262,9 @@ func Decide(f Facts) Plan {
 		}
 		candidates++
 		age := f.Now.Sub(n.LastRenewal)
+		if age > min(silentAfter, delay) {
+			silent++
+		}
 		if age <= delay {
 			next(n.LastRenewal.Add(delay + time.Millisecond))
 			continue
@@ -278,10 +287,10 @@ func Decide(f Facts) Plan {
 		if f.LastRenewalSeen.IsZero() {
 			p.GuardMessage = "node-manager-controller has seen no node's Lease: it fences nobody until it sees renewals"
 		}
-	case len(deadOnes) >= f.Limits.OutageMinNodes && len(deadOnes)*100 > f.Limits.OutagePercent*candidates:
+	case len(deadOnes) > 0 && silent >= f.Limits.OutageMinNodes && silent*100 > f.Limits.OutagePercent*candidates:
 		p.Guard = ReasonClusterOutage
-		p.GuardMessage = fmt.Sprintf("%d of %d fenced nodes have stopped renewing their Leases at once (more than %d%%, at least %d): the control plane or the network to it failed rather than the nodes, so node-manager fences nobody until fewer are dead",
-			len(deadOnes), candidates, f.Limits.OutagePercent, f.Limits.OutageMinNodes)
+		p.GuardMessage = fmt.Sprintf("%d of %d fenced nodes have stopped renewing their Leases at once (more than %d%%, at least %d): the control plane or the network to it failed rather than the nodes, so node-manager fences nobody until fewer are silent",
+			silent, candidates, f.Limits.OutagePercent, f.Limits.OutageMinNodes)
 	default:
 		next(f.LastRenewalSeen.Add(f.Limits.APIViewTimeout + time.Millisecond))
 	}

@@ -65,8 +65,8 @@ type FencingOptions struct {
 	MaxNodes   int
 	MaxPercent int
 	// OutagePercent and OutageMinNodes are the outage guard: when more than
-	// OutagePercent of the fenced nodes, and at least OutageMinNodes, are
-	// dead at once, nobody is fenced. APIViewTimeout: when no node's Lease
+	// OutagePercent of the fenced nodes, and at least OutageMinNodes, have
+	// stopped renewing their Leases at once, nobody is fenced. APIViewTimeout: when no node's Lease
 	// renewal has been seen for longer, nobody is fenced either.
 	OutagePercent  int
 	OutageMinNodes int
@@ -96,8 +96,8 @@ func (o *FencingOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "fencing-interval", o.Interval, "the window of the fencing blast-radius cap")
 	fs.IntVar(&o.MaxNodes, "fencing-max-nodes-per-interval", o.MaxNodes, "at most this many nodes of a group are fenced per --fencing-interval (or --fencing-max-percent-per-interval of the group, if that is more)")
 	fs.IntVar(&o.MaxPercent, "fencing-max-percent-per-interval", o.MaxPercent, "at most this percentage of a group's nodes is fenced per --fencing-interval (or --fencing-max-nodes-per-interval, if that is more)")
-	fs.IntVar(&o.OutagePercent, "fencing-outage-percent", o.OutagePercent, "when more than this percentage of the fenced nodes is dead at once (and at least --fencing-outage-min-nodes), nobody is fenced")
-	fs.IntVar(&o.OutageMinNodes, "fencing-outage-min-nodes", o.OutageMinNodes, "the outage guard holds only when at least this many fenced nodes are dead")
+	fs.IntVar(&o.OutagePercent, "fencing-outage-percent", o.OutagePercent, "when more than this percentage of the fenced nodes has stopped renewing their Leases at once (and at least --fencing-outage-min-nodes), nobody is fenced")
+	fs.IntVar(&o.OutageMinNodes, "fencing-outage-min-nodes", o.OutageMinNodes, "the outage guard holds only when at least this many fenced nodes have stopped renewing their Leases")
 	fs.DurationVar(&o.APIViewTimeout, "fencing-api-view-timeout", o.APIViewTimeout, "when no node's Lease renewal has been seen for longer than this, the controller's view of the API is stale and nobody is fenced")
 }
 
