@@ -32,8 +32,9 @@ import "time"
 // of its nodes.
 const (
 	// DefaultFencingAgentAPITimeout bounds one API check of the fencing
-	// agent (its --api-timeout), as Deckhouse's KUBERNETES_API_TIMEOUT.
-	DefaultFencingAgentAPITimeout = 10 * time.Second
+	// agent (its --api-timeout); shorter than the feed interval, so a check
+	// never delays the next feed (Deckhouse's KUBERNETES_API_TIMEOUT was 10 s).
+	DefaultFencingAgentAPITimeout = 3 * time.Second
 	// DefaultFencingAgentFeedInterval is how often the fencing agent checks
 	// the API and its peers and feeds the watchdog while healthy (its
 	// --feed-interval), as Deckhouse's KUBERNETES_API_CHECK_INTERVAL.
@@ -44,7 +45,7 @@ const (
 	KubeletLeaseRenewInterval = 10 * time.Second
 	// DefaultFencingMargin is what the fencing controller waits beyond a
 	// group's watchdog timeout before it calls a node dead (its
-	// --fencing-margin): more than the 25 s the three intervals above add
+	// --fencing-margin): more than the 18 s the three intervals above add
 	// up to, so a node with the default 60 s watchdog is fenced 90 s after
 	// its last Lease renewal.
 	DefaultFencingMargin = 30 * time.Second
