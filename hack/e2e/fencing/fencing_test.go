@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -140,7 +141,7 @@ func TestFiveDeadNodesAreFencedOnePerInterval(t *testing.T) {
 		last = hb.Pause()
 	}
 	gone := map[string]time.Time{}
-	sawHeld := false
+	sawHeld, sawCondition := false, false
 	framework.Poll(t, "the five dead nodes fenced", func(ctx context.Context) (bool, error) {
 		for i := range 5 {
 			name := fmt.Sprintf("capped-%d", i)
@@ -153,17 +154,30 @@ func TestFiveDeadNodesAreFencedOnePerInterval(t *testing.T) {
 				gone[name] = time.Now()
 			}
 		}
-		if !sawHeld && len(gone) > 0 && len(gone) < 4 {
-			v, ok, err := ctrl.Metric(ctx, `node_manager_fencing_held{node_group="capped",reason="BlastRadiusCap"}`)
-			if err != nil {
-				return false, err
+		if len(gone) > 0 && len(gone) < 4 {
+			if !sawHeld {
+				v, ok, err := ctrl.Metric(ctx, `node_manager_fencing_held{node_group="capped",reason="BlastRadiusCap"}`)
+				if err != nil {
+					return false, err
+				}
+				sawHeld = ok && v == "1"
 			}
-			sawHeld = ok && v == "1"
+			if !sawCondition {
+				ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "capped", metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				c := meta.FindStatusCondition(ng.Status.Conditions, fencing.ConditionFencingHeld)
+				sawCondition = c != nil && c.Status == metav1.ConditionTrue && c.Reason == fencing.ReasonBlastRadiusCap
+			}
 		}
 		return len(gone) == 5, nil
 	})
 	if !sawHeld {
 		t.Error("node_manager_fencing_held{reason=BlastRadiusCap} was never 1 while the cap held dead nodes")
+	}
+	if !sawCondition {
+		t.Errorf("the group's %s condition never said %s while the cap held dead nodes", fencing.ConditionFencingHeld, fencing.ReasonBlastRadiusCap)
 	}
 	var times []time.Time
 	for _, at := range gone {
@@ -257,4 +271,47 @@ func TestNobodyIsFencedWhileTheControllersViewIsStale(t *testing.T) {
 	framework.Poll(t, "the dead node fenced once renewals are seen again", func(ctx context.Context) (bool, error) {
 		return nodeGone(ctx, "view-0")
 	})
+}
+
+// The fencing controller applies FencingHeld with its own field manager,
+// so the nodegroup-status controller's conditions (applied with Force by
+// node-manager-controller's) and FencingHeld survive each other's writes:
+// after a spec change both are rewritten for the new generation, and
+// both are there.
+func TestFencingHeldLivesBesideTheStatusConditions(t *testing.T) {
+	fencedGroup(t, "both", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog)
+	fencedNode(t, "both-0", "both", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog, nil)
+	waitBoth := func(generation int64) {
+		t.Helper()
+		framework.Poll(t, fmt.Sprintf("group both: Ready and %s at generation %d", fencing.ConditionFencingHeld, generation), func(ctx context.Context) (bool, error) {
+			ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "both", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			ready := meta.FindStatusCondition(ng.Status.Conditions, "Ready")
+			held := meta.FindStatusCondition(ng.Status.Conditions, fencing.ConditionFencingHeld)
+			return ng.Generation == generation && ready != nil && held != nil &&
+				ready.ObservedGeneration == generation && held.ObservedGeneration == generation, nil
+		})
+	}
+	ng, err := f.NM.DeckhouseV1().NodeGroups().Get(framework.Context(t), "both", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBoth(ng.Generation)
+
+	framework.Poll(t, "a longer watchdog timeout for group both", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "both", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ng.Spec.Fencing.Watchdog.Timeout = "3s"
+		_, err = f.NM.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	waitBoth(ng.Generation + 1)
+	c := waitHeld(t, "both", metav1.ConditionFalse, fencing.ReasonNotHeld)
+	if !strings.Contains(c.Message, "5s") {
+		t.Errorf("FencingHeld says %q; with a 3 s watchdog and a 2 s margin the delay is 5s", c.Message)
+	}
 }

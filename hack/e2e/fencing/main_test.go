@@ -7,7 +7,8 @@
 // the node's Lease with the node's own identity; pausing it is the node
 // dying. A control-plane node keeps renewing throughout, as in a real
 // cluster, so the controller's view of the API stays fresh unless a test
-// pauses it too.
+// pauses it too. bashible-apiserver runs, so the nodegroup-status
+// controller writes the groups' other conditions.
 package fencing
 
 import (
@@ -54,6 +55,12 @@ var (
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
 func setUp(ctx context.Context) (func(), error) {
+	// bashible-apiserver serves the groups' bundles, so the nodegroup-status
+	// controller writes its conditions beside FencingHeld (the agent
+	// suite's overlay: steps harmless on a simulated node).
+	if _, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{TemplatesDir: f.OverlayDir()}); err != nil {
+		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
+	}
 	if _, err := f.Kube.CoreV1().Nodes().Create(ctx, framework.NewNode("control-plane-0", ""), metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create the control-plane node: %w", err)
 	}
