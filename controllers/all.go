@@ -11,7 +11,8 @@
 //     a CSR), and its helpers.
 //   - pure decisions in files of their own, tested without a cluster:
 //     approval/plan.go, csrapproval/decide.go, nodetemplate/template.go,
-//     drain/outcome.go, status/status.go, instances/instance.go.
+//     drain/outcome.go, status/status.go, instances/instance.go,
+//     fencing/decide.go.
 //
 // A controller keyed by node group that looks at the group, its nodes and
 // its checksum gets its events from manager.WatchGroups; the others say in
@@ -27,6 +28,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/checksums"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/drain"
+	"github.com/node-manager/node-manager/controllers/fencing"
 	"github.com/node-manager/node-manager/controllers/instances"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
@@ -54,5 +56,7 @@ func All(d *manager.Deps) []manager.Controller {
 		nodetemplate.New(d),
 		// Bootstrap tokens and manual-bootstrap Secrets (group).
 		bootstraptokens.New(d),
+		// Frees the pods of dead fenced nodes (one key: the cluster).
+		fencing.New(d),
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -48,6 +49,9 @@ type Informers struct {
 	Namespace   informers.SharedInformerFactory // node-manager's Secrets
 	Default     informers.SharedInformerFactory // the kubernetes EndpointSlice
 	NodeManager nminformers.SharedInformerFactory
+	// NodeLeases sees the Leases of kube-node-lease, the kubelets'
+	// heartbeats (the fencing controller).
+	NodeLeases informers.SharedInformerFactory
 	// Bundles watches the aggregated nodegroupbundles. It is started but
 	// not waited for: while bashible-apiserver is unavailable, the
 	// controllers that need checksums wait, and the others (drains, node
@@ -64,7 +68,7 @@ type factory interface {
 // waited are the factories the manager waits for before campaigning;
 // Bundles is started but not waited for (see its comment).
 func (i *Informers) waited() []factory {
-	return []factory{i.Cluster, i.KubeSystem, i.Tokens, i.Namespace, i.Default, i.NodeManager}
+	return []factory{i.Cluster, i.KubeSystem, i.Tokens, i.Namespace, i.Default, i.NodeManager, i.NodeLeases}
 }
 
 func (i *Informers) start(stop <-chan struct{}) {
@@ -131,6 +135,7 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(opts.Namespace)),
 		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceDefault)),
 		NodeManager: nminformers.NewSharedInformerFactory(nm, resync),
+		NodeLeases:  informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(corev1.NamespaceNodeLease)),
 		Bundles:     nminformers.NewSharedInformerFactory(nm, resync),
 	}
 	nodeInformer := inf.Cluster.Core().V1().Nodes()

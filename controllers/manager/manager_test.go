@@ -38,6 +38,29 @@ func TestValidateExplains(t *testing.T) {
 	}
 }
 
+// TestFencingFlagsAreValidated: a fencing flag that would fence nobody, or
+// is not a percentage, is refused at start, naming the flag. (A margin too
+// short for the agents is not: that is refused per group, on the group.)
+func TestFencingFlagsAreValidated(t *testing.T) {
+	o := NewOptions()
+	o.Identity = "x"
+	o.Fencing.MaxNodes, o.Fencing.OutagePercent, o.Fencing.Interval = 0, 150, 0
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("invalid fencing options passed")
+	}
+	for _, want := range []string{"--fencing-max-nodes-per-interval=0", "--fencing-outage-percent", "--fencing-interval=0s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	o = NewOptions()
+	o.Identity, o.Fencing.Margin = "x", time.Second
+	if err := o.Validate(); err != nil {
+		t.Errorf("a short margin is refused at start (%v); it must be shown on the groups instead", err)
+	}
+}
+
 type recordingController struct{ ran chan struct{} }
 
 func (r *recordingController) Name() string { return "recording" }

@@ -34,9 +34,10 @@ const (
 // that are set and that no component of this deployment acts on. Every
 // other field is acted on: rendered into the group's bundle (nodeType,
 // kubernetesVersion, cri, kubelet, nodeTemplate, disruptions.approvalMode),
-// kept on its nodes (nodeTemplate), or used by update approval, the drain
-// or this controller (disruptions, update, nodeDrainTimeoutSecond,
-// cloudInstances.minPerZone, maxPerZone and zones). A field left at the
+// kept on its nodes (nodeTemplate), or used by update approval, the drain,
+// the fencing controller and agents (fencing) or this controller
+// (disruptions, update, nodeDrainTimeoutSecond, cloudInstances.minPerZone,
+// maxPerZone and zones). A field left at the
 // value the API defaults it to is not listed: the user did not ask for it.
 func InertFields(spec *deckhousev1.NodeGroupSpec) []InertField {
 	var out []InertField
@@ -72,9 +73,6 @@ func InertFields(spec *deckhousev1.NodeGroupSpec) []InertField {
 		if ci.Priority != nil {
 			add("cloudInstances.priority", noAutoscaler)
 		}
-	}
-	if spec.Fencing != nil {
-		add("fencing", "no fencing agent or fencing controller runs in this deployment: no node arms a watchdog and none is fenced")
 	}
 	if spec.GPU != nil {
 		add("gpu", noGPUStack)

@@ -39,13 +39,13 @@ var inertCases = []struct {
 		Chaos:                  &deckhousev1.ChaosSpec{Mode: "Disabled", Period: "6h"},
 		NodeDrainTimeoutSecond: ptr.To[int32](600),
 	}, nil},
-	{"chaos, manageKernel, staticInstances and fencing on a Static group", deckhousev1.NodeGroupSpec{
+	{"chaos, manageKernel and staticInstances on a Static group; fencing is acted on", deckhousev1.NodeGroupSpec{
 		NodeType:        deckhousev1.NodeTypeStatic,
 		Chaos:           &deckhousev1.ChaosSpec{Mode: "DrainAndDelete", Period: "6h"},
 		OperatingSystem: &deckhousev1.OperatingSystemSpec{ManageKernel: ptr.To(false)},
 		StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 2},
 		Fencing:         &deckhousev1.FencingSpec{Mode: "Watchdog", Watchdog: &deckhousev1.WatchdogSpec{Timeout: "60s"}},
-	}, []string{"spec.chaos.mode", "spec.operatingSystem.manageKernel", "spec.staticInstances", "spec.fencing"}},
+	}, []string{"spec.chaos.mode", "spec.operatingSystem.manageKernel", "spec.staticInstances"}},
 	{"Deckhouse's GPU sharing on a Static group", deckhousev1.NodeGroupSpec{
 		NodeType: deckhousev1.NodeTypeStatic,
 		GPU:      &deckhousev1.GPUSpec{Sharing: deckhousev1.GPUSharingTimeSlicing, TimeSlicing: &deckhousev1.GPUTimeSlicing{PartitionCount: ptr.To[int32](4)}},
@@ -88,19 +88,19 @@ func TestInertFieldsNameTheFieldsNothingActsOn(t *testing.T) {
 
 func TestInertFieldsConditionListsEachFieldAndWhy(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w", Generation: 3}, Spec: deckhousev1.NodeGroupSpec{
-		NodeType: deckhousev1.NodeTypeStatic, Chaos: &deckhousev1.ChaosSpec{Mode: "DrainAndDelete"}, Fencing: &deckhousev1.FencingSpec{Mode: "Watchdog"},
+		NodeType: deckhousev1.NodeTypeStatic, Chaos: &deckhousev1.ChaosSpec{Mode: "DrainAndDelete"}, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 1},
 	}}
 	c := meta.FindStatusCondition(Compute(g, "", nil, t0).Conditions, ConditionInertFields)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "FieldsHaveNoEffect" || c.ObservedGeneration != 3 {
 		t.Fatalf("InertFields condition = %+v, want True, FieldsHaveNoEffect, generation 3", c)
 	}
-	for _, want := range []string{"spec.chaos.mode (node-manager has no chaos monkey", "spec.fencing (no fencing agent"} {
+	for _, want := range []string{"spec.chaos.mode (node-manager has no chaos monkey", "spec.staticInstances (no Cluster API Provider Static"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q should contain %q", c.Message, want)
 		}
 	}
 
-	g.Spec.Chaos, g.Spec.Fencing = nil, nil
+	g.Spec.Chaos, g.Spec.StaticInstances = nil, nil
 	c = meta.FindStatusCondition(Compute(g, "", nil, t0).Conditions, ConditionInertFields)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "AllFieldsActedOn" {
 		t.Fatalf("with no inert field the condition = %+v, want False, AllFieldsActedOn", c)

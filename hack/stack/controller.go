@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -164,4 +165,23 @@ func (c *Controller) waitReady(ctx context.Context) error {
 		return c.Failure(fmt.Errorf("not ready at %s/readyz (last: %s): %w", c.URL(), last, err))
 	}
 	return nil
+}
+
+// Metric is the value of one series of the controller's /metrics, named
+// as the text format writes it (name{label="value",...}, labels sorted);
+// ok is false while the controller does not export it.
+func (c *Controller) Metric(ctx context.Context, series string) (value string, ok bool, err error) {
+	code, body, err := c.Get(ctx, "/metrics")
+	if err != nil {
+		return "", false, err
+	}
+	if code != http.StatusOK {
+		return "", false, fmt.Errorf("GET %s/metrics: %d %s", c.URL(), code, body)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, found := strings.CutPrefix(line, series+" "); found {
+			return v, true, nil
+		}
+	}
+	return "", false, nil
 }

@@ -56,19 +56,19 @@ spec:
   nodeType: Static
   chaos:
     mode: DrainAndDelete
-  fencing:
-    mode: Watchdog
+  operatingSystem:
+    manageKernel: false
 `)
 	for _, want := range []string{
 		"Warning:",
 		"spec.chaos.mode: node-manager has no chaos monkey",
-		"spec.fencing: no fencing agent or fencing controller runs in this deployment",
+		"spec.operatingSystem.manageKernel: it is deprecated and has no effect",
 	} {
 		if !strings.Contains(warnings, want) {
 			t.Errorf("kubectl apply should print %q; it printed:\n%s", want, warnings)
 		}
 	}
-	c := waitInertFields(t, "inert", metav1.ConditionTrue, "spec.chaos.mode", "spec.fencing")
+	c := waitInertFields(t, "inert", metav1.ConditionTrue, "spec.chaos.mode", "spec.operatingSystem.manageKernel")
 	if c.Reason != "FieldsHaveNoEffect" {
 		t.Errorf("reason %q, want FieldsHaveNoEffect", c.Reason)
 	}

@@ -10,7 +10,8 @@
 // everything. The tests reach the cluster through f and use the helpers
 // here instead of writing their own: Context and Poll for
 // time, NewGroup/TestGroup, NewNode/TestNode, TestInstance and
-// TestConfiguration for objects that live as long as one test, Bundle,
+// TestConfiguration for objects that live as long as one test,
+// TestHeartbeat for a node's Lease renewed as the node's kubelet would, Bundle,
 // Checksum and WaitChecksum for what bashible-apiserver serves, Kubectl,
 // EventNotes and ReadFile.
 //

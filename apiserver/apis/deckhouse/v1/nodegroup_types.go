@@ -746,8 +746,9 @@ type NodeGroupStatus struct {
 	// +optional
 	Error string `json:"error,omitempty"`
 	// Conditions are Ready, Updating, WaitingForDisruptiveApproval, Error,
-	// InertFields (fields that are set but have no effect in this deployment)
-	// and Rendered.
+	// InertFields (fields that are set but have no effect in this deployment),
+	// Rendered, and FencingHeld on a group with spec.fencing (True while the
+	// fencing controller holds back fencing of its dead nodes, and why).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -145,6 +145,14 @@ const (
 	// and the fencing controller never fences a node that carries it,
 	// ApprovedAnnotation or DisruptionApprovedAnnotation.
 	FencingDisableAnnotation = "node-manager.deckhouse.io/fencing-disable"
+
+	// FencedAnnotation is set by the fencing controller on a fenced Node it
+	// keeps (a Static or CloudStatic node, or one in Notify mode) to the
+	// spec.renewTime (RFC 3339, microseconds) of the node's Lease when it was
+	// fenced, so that the node is fenced once, not on every look. The
+	// controller reads it back and removes it once the Lease has been
+	// renewed since (the node is back).
+	FencedAnnotation = "node-manager.deckhouse.io/fenced"
 )
 
 // Annotations of other components that node-manager reads or writes.
@@ -188,6 +196,13 @@ const (
 	// DaemonSet, ServiceAccount and Event source in Namespace, and the name
 	// of its settings ConfigMap there (EarlyOOMSettingsKey).
 	EarlyOOMName = "early-oom"
+	// FencingControllerFieldManager is the field manager of the NodeGroup
+	// status conditions the fencing controller (controllers/fencing, inside
+	// node-manager-controller) applies. It differs from
+	// NodeManagerControllerName because the nodegroup-status controller
+	// applies the rest of the status with server-side apply and Force: with
+	// one manager, each apply would remove the other's conditions.
+	FencingControllerFieldManager = "node-manager-controller-fencing"
 )
 
 // Namespaces.

@@ -44,8 +44,9 @@ type NodeGroupStatusApplyConfiguration struct {
 	// Error is the latest error, empty when there is none.
 	Error *string `json:"error,omitempty"`
 	// Conditions are Ready, Updating, WaitingForDisruptiveApproval, Error,
-	// InertFields (fields that are set but have no effect in this deployment)
-	// and Rendered.
+	// InertFields (fields that are set but have no effect in this deployment),
+	// Rendered, and FencingHeld on a group with spec.fencing (True while the
+	// fencing controller holds back fencing of its dead nodes, and why).
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// ConditionSummary is a short form of the conditions for printer columns.
 	ConditionSummary *ConditionSummaryApplyConfiguration `json:"conditionSummary,omitempty"`
