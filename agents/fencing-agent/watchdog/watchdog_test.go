@@ -171,5 +171,3 @@ func TestFeedsAndTheMagicCloseReachAFIFOReader(t *testing.T) {
 		t.Fatalf("the FIFO reader got %q, want 11V", got)
 	}
 }
-
-
