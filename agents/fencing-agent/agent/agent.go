@@ -37,8 +37,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/agents/fencing-agent/membership"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // Config is what the agent is told.

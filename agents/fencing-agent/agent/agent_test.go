@@ -32,8 +32,13 @@ type fakeGossip struct {
 	alive  []string
 }
 
-func (g *fakeGossip) Join([]string) int { g.mu.Lock(); defer g.mu.Unlock(); g.joined = true; return len(g.alive) }
-func (g *fakeGossip) Joined() bool      { g.mu.Lock(); defer g.mu.Unlock(); return g.joined }
+func (g *fakeGossip) Join([]string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.joined = true
+	return len(g.alive)
+}
+func (g *fakeGossip) Joined() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.joined }
 func (g *fakeGossip) Alive() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
