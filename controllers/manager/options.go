@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/serving"
 )
 
 // Options are the command-line settings.
@@ -19,8 +20,8 @@ type Options struct {
 	ListenAddress string
 	Workers       int
 	// Serving: HTTPS and delegated authentication and authorization of
-	// /metrics (see ServingOptions).
-	Serving ServingOptions
+	// /metrics (see serving.Options).
+	Serving serving.Options
 
 	// LeaderElect runs the controllers only while this process holds the
 	// Lease (the default, so that two replicas never act at once). Without
@@ -56,7 +57,7 @@ func NewOptions() *Options {
 		RetryPeriod:   2 * time.Second,
 		EvictionRetry: 20 * time.Second,
 		DrainTimeout:  10 * time.Minute,
-		Serving:       newServingOptions(),
+		Serving:       serving.NewOptions(),
 	}
 }
 
@@ -74,7 +75,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
-	o.Serving.addFlags(fs)
+	o.Serving.AddFlags(fs)
 }
 
 // Validate checks the options.
@@ -93,6 +94,6 @@ func (o *Options) Validate() error {
 	if o.EvictionRetry <= 0 || o.DrainTimeout <= 0 {
 		errs = append(errs, errors.New("--eviction-retry-interval and --default-drain-timeout must be positive"))
 	}
-	errs = append(errs, o.Serving.validate()...)
+	errs = append(errs, o.Serving.Validate()...)
 	return errors.Join(errs...)
 }
