@@ -95,4 +95,3 @@ func run() error {
 		"gossip", gossip.Address(), "serving", addr.String())
 	return a.Run(ctx)
 }
-
