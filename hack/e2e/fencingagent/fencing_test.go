@@ -174,4 +174,3 @@ func annotate(t *testing.T, node, key string, value *string) {
 		t.Fatal(err)
 	}
 }
-
