@@ -27,6 +27,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/checksums"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/drain"
+	"github.com/node-manager/node-manager/controllers/fencingagents"
 	"github.com/node-manager/node-manager/controllers/instances"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
@@ -54,5 +55,7 @@ func All(d *manager.Deps) []manager.Controller {
 		nodetemplate.New(d),
 		// Bootstrap tokens and manual-bootstrap Secrets (group).
 		bootstraptokens.New(d),
+		// The fencing agents' DaemonSet of each fenced group (group).
+		fencingagents.New(d),
 	}
 }

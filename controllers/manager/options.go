@@ -37,6 +37,9 @@ type Options struct {
 	EvictionRetry time.Duration
 	// DrainTimeout applies to groups without nodeDrainTimeoutSecond.
 	DrainTimeout time.Duration
+	// FencingAgentImage is the image of the fencing agents' DaemonSets
+	// (controllers/fencingagents).
+	FencingAgentImage string
 	// NodeName is the node this process runs on (the Deployment passes
 	// spec.nodeName): while it is its group's only Ready node, it is not
 	// drained for an update, as Deckhouse spares its own node.
@@ -57,7 +60,10 @@ func NewOptions() *Options {
 		RetryPeriod:   2 * time.Second,
 		EvictionRetry: 20 * time.Second,
 		DrainTimeout:  10 * time.Minute,
-		Serving:       serving.NewOptions(),
+		// The image's name as the manifests' kustomization names it (a
+		// kustomize images transformer, or the flag, sets the real one).
+		FencingAgentImage: deckhousev1.FencingAgentName,
+		Serving:           serving.NewOptions(),
 	}
 }
 
@@ -74,6 +80,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often candidates try to take the Lease")
 	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
+	fs.StringVar(&o.FencingAgentImage, "fencing-agent-image", o.FencingAgentImage, "image of the fencing agents' DaemonSets, one per group with spec.fencing")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
 	o.Serving.AddFlags(fs)
 }
