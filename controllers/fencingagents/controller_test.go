@@ -67,7 +67,7 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 }
 
 func TestANotifyGroupsAgentsHaveNoDeviceAndNoPrivilege(t *testing.T) {
-	ds := DaemonSet(fenced("workers", deckhousev1.FencingModeNotify), deckhousev1.Namespace, "fencing-agent")
+	ds := DaemonSet(fenced("workers", deckhousev1.FencingModeNotify), deckhousev1.Namespace, deckhousev1.FencingAgentName)
 	pod := ds.Spec.Template.Spec
 	if len(pod.Volumes) != 0 || len(pod.Containers[0].VolumeMounts) != 0 {
 		t.Errorf("a Notify agent mounts %+v; it never opens the device", pod.Volumes)
@@ -81,7 +81,7 @@ func TestANotifyGroupsAgentsHaveNoDeviceAndNoPrivilege(t *testing.T) {
 }
 
 func TestAGroupWithoutFencingHasNoAgents(t *testing.T) {
-	if ds := DaemonSet(fenced("workers", ""), deckhousev1.Namespace, "fencing-agent"); ds != nil {
+	if ds := DaemonSet(fenced("workers", ""), deckhousev1.Namespace, deckhousev1.FencingAgentName); ds != nil {
 		t.Fatalf("DaemonSet %s for a group without spec.fencing", ds.Name)
 	}
 }

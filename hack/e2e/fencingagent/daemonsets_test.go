@@ -104,7 +104,7 @@ func TestTheControllerMayWriteOnlyFencingAgentDaemonSets(t *testing.T) {
 	asController := kubernetes.NewForConfigOrDie(cfg).AppsV1().DaemonSets(deckhousev1.Namespace)
 	legit := fencingagents.DaemonSet(framework.NewGroup("fa-vap", func(ng *deckhousev1.NodeGroup) {
 		ng.Spec.Fencing = &deckhousev1.FencingSpec{Mode: deckhousev1.FencingModeWatchdog}
-	}), deckhousev1.Namespace, "fencing-agent")
+	}), deckhousev1.Namespace, deckhousev1.FencingAgentName)
 
 	other := legit.DeepCopy()
 	other.Name = "node-exporter"
