@@ -5,8 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -101,6 +99,7 @@ type FencingAgent struct {
 	Port       int
 	GossipPort int
 	Device     *WatchdogRecorder
+	admin      tls.Certificate
 }
 
 // FencingAgentTimings are the e2e agents' timings: a loop turn every
@@ -130,6 +129,16 @@ func (e *Environment) StartFencingAgent(ctx context.Context, opts FencingAgentOp
 	}, kubeconfig); err != nil {
 		return nil, err
 	}
+	// /metrics accepts the control plane's client certificates as well as
+	// tokens, so that Metrics can present the admin's.
+	clientCA := filepath.Join(dir, "client-ca.crt")
+	if err := os.WriteFile(clientCA, cp.CACertPEM(), 0o600); err != nil {
+		return nil, err
+	}
+	admin, err := tls.X509KeyPair(cp.AdminConfig().CertData, cp.AdminConfig().KeyData)
+	if err != nil {
+		return nil, fmt.Errorf("reading the admin client certificate: %w", err)
+	}
 	device, err := NewWatchdogRecorder(filepath.Join(dir, "watchdog"))
 	if err != nil {
 		return nil, err
@@ -147,6 +156,7 @@ func (e *Environment) StartFencingAgent(ctx context.Context, opts FencingAgentOp
 	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
+		"--client-ca-file=" + clientCA,
 		"--node-name=" + opts.Node,
 		"--node-group=" + opts.Group,
 		"--mode=" + opts.Mode,
@@ -164,7 +174,7 @@ func (e *Environment) StartFencingAgent(ctx context.Context, opts FencingAgentOp
 		device.Close()
 		return nil, err
 	}
-	return &FencingAgent{Process: proc, Node: opts.Node, Port: port, GossipPort: opts.GossipPort, Device: device}, nil
+	return &FencingAgent{Process: proc, Node: opts.Node, Port: port, GossipPort: opts.GossipPort, Device: device, admin: admin}, nil
 }
 
 // GossipAddress is where the agent's peers reach it.
@@ -175,19 +185,19 @@ func (a *FencingAgent) GossipAddress() string { return "127.0.0.1:" + strconv.It
 func (a *FencingAgent) Readyz(ctx context.Context) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(a.Port)+"/readyz", nil)
-	if err != nil {
-		return 0, "", err
-	}
-	// Self-signed serving certificate: what is under test is the body.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(body)), err
+	code, body, err := a.GetAs(ctx, "/readyz", Credentials{})
+	return code, strings.TrimSpace(body), err
+}
+
+// GetAs fetches a path of the agent's metrics and probes endpoint
+// presenting cred; Metrics fetches /metrics as the control plane's admin.
+func (a *FencingAgent) GetAs(ctx context.Context, path string, cred Credentials) (int, string, error) {
+	return getAs(ctx, "https://127.0.0.1:"+strconv.Itoa(a.Port)+path, cred)
+}
+
+// Metrics fetches /metrics as the control plane's admin.
+func (a *FencingAgent) Metrics(ctx context.Context) (int, string, error) {
+	return a.GetAs(ctx, "/metrics", Credentials{Cert: &a.admin})
 }
 
 // Signal sends sig to the agent's process (SIGSTOP freezes it, gossip

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/stack"
 )
 
 func TestAgentsArmLabelTheirNodesAndRecordIt(t *testing.T) {
@@ -29,6 +32,24 @@ func TestAgentsArmLabelTheirNodesAndRecordIt(t *testing.T) {
 		framework.Poll(t, "a FencingArmed Event about "+node, func(context.Context) (bool, error) {
 			return len(f.EventNotes(t, node, "FencingArmed")) > 0, nil
 		})
+	}
+
+	// /metrics is for callers the API authenticates and authorizes; the
+	// admin may read it.
+	a := g.agents[0]
+	if code, _, err := a.GetAs(framework.Context(t), "/metrics", stack.Credentials{}); err != nil || code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Errorf("/metrics without credentials: %d %v, want 401 or 403", code, err)
+	}
+	code, body, err := a.Metrics(framework.Context(t))
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("/metrics as the admin: %d %v", code, err)
+	}
+	for _, want := range []string{"fencing_agent_armed 1", "fencing_agent_api_reachable 1", "fencing_agent_maintenance 0",
+		"fencing_agent_members_alive 3", "fencing_agent_members_expected 3", `fencing_agent_quorum{state="held"} 1`,
+		"fencing_agent_feeding 1", "fencing_agent_seconds_since_last_feed "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
 
