@@ -305,3 +305,47 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestRunFeedsOncePerFeedInterval(t *testing.T) {
+	h := newHarness(t, deckhousev1.FencingModeWatchdog, nil)
+	clk := h.a.clock.(*clocktesting.FakeClock)
+	done := make(chan struct{})
+	go func() { _ = h.a.Run(h.ctx); close(done) }()
+	waitFor(t, func() bool { return h.written() == "1" }) // armed and fed at once
+	for i := 2; i <= 4; i++ {
+		waitFor(t, clk.HasWaiters) // the loop waits on its ticker
+		clk.Step(h.a.cfg.FeedInterval / 2)
+		clk.Step(h.a.cfg.FeedInterval / 2)
+		want := strings.Repeat("1", i)
+		waitFor(t, func() bool { return len(h.written()) >= i })
+		if got := h.written(); got != want {
+			t.Fatalf("after %d feed intervals the device got %q, want %q: one feed per interval", i-1, got, want)
+		}
+	}
+}
+
+func TestTheLoopIsUnhealthyWhenItStopsTurning(t *testing.T) {
+	h := newHarness(t, deckhousev1.FencingModeWatchdog, nil)
+	clk := h.a.clock.(*clocktesting.FakeClock)
+	h.a.Tick(h.ctx)
+	if err := h.a.Healthy(); err != nil {
+		t.Fatalf("unhealthy right after a turn: %v", err)
+	}
+	clk.Step(3*h.a.cfg.FeedInterval + h.a.cfg.APITimeout + time.Second)
+	if err := h.a.Healthy(); err == nil {
+		t.Fatal("healthy although the loop has not turned for more than three feed intervals")
+	}
+}
+
+func TestALabelLeftByADeadAgentIsRemovedWhileInMaintenance(t *testing.T) {
+	h := newHarness(t, deckhousev1.FencingModeWatchdog, map[string]string{deckhousev1.FencingDisableAnnotation: ""})
+	n := h.node()
+	n.Labels[deckhousev1.FencingEnabledLabel] = ""
+	if _, err := h.kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Tick(h.ctx)
+	if h.labelled() {
+		t.Fatal("a disarmed agent left the fencing label on its Node: the controller would trust a promise nobody keeps")
+	}
+}
