@@ -90,7 +90,7 @@ func TestTheAgentMayChangeOnlyItsOwnNodesFencingLabels(t *testing.T) {
 
 	// kube-apiserver enforces a policy about a second after it is created:
 	// wait for the first refusal.
-	framework.Poll(t, "the admission policy enforced", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "the admission policy refusing "+own+"'s agent a write to "+other, func(ctx context.Context) (bool, error) {
 		return apierrors.IsForbidden(patchLabels(ctx, agent, other, fencing, nil)), nil
 	})
 	refused(t, "another node's fencing label", patchLabels(ctx, agent, other, fencing, nil),
