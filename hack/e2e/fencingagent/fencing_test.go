@@ -183,6 +183,41 @@ func TestSIGTERMRemovesTheLabelAndDisarms(t *testing.T) {
 	}
 }
 
+// In Notify mode the agents detect and label alike, say so in the mode
+// label, and never touch the device: nothing would reset the node.
+func TestNotifyModeLabelsAndNeverOpensTheDevice(t *testing.T) {
+	g := startGroupIn(t, "fa-notify", deckhousev1.FencingModeNotify)
+	for i, node := range g.nodes {
+		n, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Labels[deckhousev1.FencingModeLabel]; got != deckhousev1.FencingModeNotify {
+			t.Errorf("%s: %s=%q, want Notify", node, deckhousev1.FencingModeLabel, got)
+		}
+		g.readyzSays(t, i, "armed (mode Notify), feed: the API answers")
+	}
+	// Cut off, a Notify agent only reports it.
+	g.proxies[0].Cut()
+	for _, peer := range g.agents[1:] {
+		if err := peer.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.readyzSays(t, 0, "starve: the API does not answer")
+	for _, peer := range g.agents[1:] {
+		if err := peer.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.agents[0].Process.Stop()
+	for _, a := range g.agents {
+		if w := a.Device.Writes(); w.Feeds != 0 || w.MagicCloses != 0 {
+			t.Errorf("the Notify agent on %s wrote to its device: %+v", a.Node, w)
+		}
+	}
+}
+
 // annotate sets (value non-nil) or removes an annotation of node as the
 // cluster administrator.
 func annotate(t *testing.T, node, key string, value *string) {

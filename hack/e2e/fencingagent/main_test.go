@@ -32,6 +32,7 @@ func TestMain(m *testing.M) { os.Exit(f.Run(m, nil)) }
 // group is a fenced NodeGroup of three Nodes, each with its agent.
 type group struct {
 	name    string
+	mode    string
 	nodes   []string
 	proxies []*framework.TCPProxy
 	agents  []*stack.FencingAgent
@@ -43,11 +44,18 @@ type group struct {
 // all three are armed: Node labelled, watchdog fed, ready.
 func startGroup(t *testing.T, name string) *group {
 	t.Helper()
+	return startGroupIn(t, name, deckhousev1.FencingModeWatchdog)
+}
+
+// startGroupIn is startGroup in the given fencing mode; in Notify mode
+// "armed" means labelled and ready, with nothing written to the device.
+func startGroupIn(t *testing.T, name, mode string) *group {
+	t.Helper()
 	ctx := framework.Context(t)
 	f.TestGroup(t, framework.NewGroup(name, func(ng *deckhousev1.NodeGroup) {
-		ng.Spec.Fencing = &deckhousev1.FencingSpec{Mode: deckhousev1.FencingModeWatchdog}
+		ng.Spec.Fencing = &deckhousev1.FencingSpec{Mode: mode}
 	}))
-	g := &group{name: name}
+	g := &group{name: name, mode: mode}
 	var gossipPorts []int
 	for i := range 3 {
 		node := fmt.Sprintf("%s-%d", name, i)
@@ -75,7 +83,7 @@ func startGroup(t *testing.T, name string) *group {
 			}
 		}
 		a, err := f.Env.StartFencingAgent(ctx, stack.FencingAgentOptions{
-			Node: node, Group: name, Token: token, APIServer: g.proxies[i].Addr(), GossipPort: gossipPorts[i], Peers: peers,
+			Node: node, Group: name, Mode: mode, Token: token, APIServer: g.proxies[i].Addr(), GossipPort: gossipPorts[i], Peers: peers,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -106,6 +114,9 @@ func (g *group) waitArmed(t *testing.T, i int) {
 			return false, nil
 		}
 		w := a.Device.Writes()
+		if g.mode == deckhousev1.FencingModeNotify {
+			return g.labelled(ctx, i), nil
+		}
 		return g.labelled(ctx, i) && w.Feeds > 0 && w.Last != 'V', nil
 	})
 }
