@@ -29,6 +29,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/drain"
 	"github.com/node-manager/node-manager/controllers/fencing"
+	"github.com/node-manager/node-manager/controllers/fencingagents"
 	"github.com/node-manager/node-manager/controllers/instances"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
@@ -58,5 +59,7 @@ func All(d *manager.Deps) []manager.Controller {
 		bootstraptokens.New(d),
 		// Frees the pods of dead fenced nodes (one key: the cluster).
 		fencing.New(d),
+		// The fencing agents' DaemonSet of each fenced group (group).
+		fencingagents.New(d),
 	}
 }

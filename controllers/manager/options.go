@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/serving"
 )
 
 // Options are the command-line settings.
@@ -19,8 +20,8 @@ type Options struct {
 	ListenAddress string
 	Workers       int
 	// Serving: HTTPS and delegated authentication and authorization of
-	// /metrics (see ServingOptions).
-	Serving ServingOptions
+	// /metrics (see serving.Options).
+	Serving serving.Options
 
 	// LeaderElect runs the controllers only while this process holds the
 	// Lease (the default, so that two replicas never act at once). Without
@@ -36,6 +37,9 @@ type Options struct {
 	EvictionRetry time.Duration
 	// DrainTimeout applies to groups without nodeDrainTimeoutSecond.
 	DrainTimeout time.Duration
+	// FencingAgentImage is the image of the fencing agents' DaemonSets
+	// (controllers/fencingagents).
+	FencingAgentImage string
 	// NodeName is the node this process runs on (the Deployment passes
 	// spec.nodeName): while it is its group's only Ready node, it is not
 	// drained for an update, as Deckhouse spares its own node.
@@ -136,8 +140,11 @@ func NewOptions() *Options {
 		RetryPeriod:   2 * time.Second,
 		EvictionRetry: 20 * time.Second,
 		DrainTimeout:  10 * time.Minute,
-		Serving:       NewServingOptions(),
-		Fencing:       newFencingOptions(),
+		// The image's name as the manifests' kustomization names it (a
+		// kustomize images transformer, or the flag, sets the real one).
+		FencingAgentImage: deckhousev1.FencingAgentName,
+		Serving:           serving.NewOptions(),
+		Fencing:           newFencingOptions(),
 	}
 }
 
@@ -154,6 +161,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often candidates try to take the Lease")
 	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
+	fs.StringVar(&o.FencingAgentImage, "fencing-agent-image", o.FencingAgentImage, "image of the fencing agents' DaemonSets, one per group with spec.fencing")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
 	o.Serving.AddFlags(fs)
 	o.Fencing.addFlags(fs)

@@ -42,10 +42,10 @@ const (
 // BuildBinaries builds node-manager's binaries into <root>/bin.
 func BuildBinaries(root string) error {
 	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/",
-		"./apiserver/cmd/bashible-apiserver", "./controllers/cmd/node-manager-controller")
+		"./apiserver/cmd/bashible-apiserver", "./controllers/cmd/node-manager-controller", "./agents/cmd/fencing-agent")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build bashible-apiserver and node-manager-controller: %w\n%s", err, out)
+		return fmt.Errorf("build bashible-apiserver, node-manager-controller and fencing-agent: %w\n%s", err, out)
 	}
 	return nil
 }

@@ -122,11 +122,17 @@ func (c *Controller) Get(ctx context.Context, path string) (int, string, error) 
 	return c.GetAs(ctx, path, Credentials{Cert: &c.admin})
 }
 
-// GetAs fetches a path presenting cred. The serving certificate is
-// self-signed, so it is not verified: what is under test is the caller's
-// authentication and authorization.
+// GetAs fetches a path presenting cred.
 func (c *Controller) GetAs(ctx context.Context, path string, cred Credentials) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL()+path, nil)
+	return getAs(ctx, c.URL()+path, cred)
+}
+
+// getAs fetches url presenting cred. The serving certificates of the
+// components' metrics endpoints are self-signed, so they are not
+// verified: what is under test is the caller's authentication and
+// authorization.
+func getAs(ctx context.Context, url string, cred Credentials) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}

@@ -56,7 +56,7 @@ type EarlyOOMOptions struct {
 }
 
 // EarlyOOM is a running early-oom agent. It serves its probes and metrics
-// as node-manager-controller does (manager.ServeSecurely), so Controller's
+// as node-manager-controller does (serving.Serve), so Controller's
 // Get and GetAs apply.
 type EarlyOOM struct {
 	*Controller

@@ -17,7 +17,7 @@ import (
 
 // Environment is a local control plane with node-manager's binaries built,
 // its CRDs installed and the namespaces, RBAC and admission policies of
-// bashible-apiserver and node-manager-controller applied:
+// bashible-apiserver, node-manager-controller and fencing-agent applied:
 // the starting point of the e2e suites and the benchmark.
 type Environment struct {
 	CP      *controlplane.ControlPlane
@@ -54,6 +54,9 @@ func NewEnvironment(ctx context.Context) (_ *Environment, err error) {
 		return nil, err
 	}
 	if err := InstallController(ctx, root, applier); err != nil {
+		return nil, err
+	}
+	if err := InstallFencingAgent(ctx, root, applier); err != nil {
 		return nil, err
 	}
 	if err := InstallPolicies(ctx, root, applier); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/node-manager/node-manager/agents/early-oom/agent"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/serving"
 )
 
 func main() {
@@ -59,7 +60,7 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	addr, err := manager.ServeSecurely(ctx, opts.ListenAddress, opts.Kubeconfig, &opts.Serving, a.Handler(reg))
+	addr, err := serving.Serve(ctx, opts.ListenAddress, opts.Kubeconfig, &opts.Serving, a.Handler(reg))
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/node-manager/node-manager/agents/early-oom/psi"
 	"github.com/node-manager/node-manager/agents/early-oom/settings"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/serving"
 )
 
 // Options are the command-line settings. Mode and the thresholds are the
@@ -49,7 +49,7 @@ type Options struct {
 	RecoveryPause     time.Duration
 
 	ListenAddress string
-	Serving       manager.ServingOptions
+	Serving       serving.Options
 }
 
 // NewOptions returns the defaults (settings.Default for the thresholds).
@@ -70,7 +70,7 @@ func NewOptions() *Options {
 		Samples:           d.Thresholds.Samples,
 		RecoveryPause:     d.Thresholds.Pause,
 		ListenAddress:     ":9681",
-		Serving:           manager.NewServingOptions(),
+		Serving:           serving.NewOptions(),
 	}
 }
 

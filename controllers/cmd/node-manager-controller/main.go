@@ -20,6 +20,7 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers"
 	"github.com/node-manager/node-manager/controllers/manager"
+	"github.com/node-manager/node-manager/controllers/serving"
 )
 
 func main() {
@@ -55,7 +56,7 @@ func run() error {
 	m := manager.New(deps, opts, controllers.All(deps)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	addr, err := manager.Serve(ctx, opts, m.Handler(reg))
+	addr, err := serving.Serve(ctx, opts.ListenAddress, opts.Kubeconfig, &opts.Serving, m.Handler(reg))
 	if err != nil {
 		return err
 	}

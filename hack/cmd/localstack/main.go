@@ -94,6 +94,10 @@ func run() error {
 	if err := stack.InstallController(ctx, root, applier); err != nil {
 		return err
 	}
+	// The identity of the fencing agents the controller runs per fenced group.
+	if err := stack.InstallFencingAgent(ctx, root, applier); err != nil {
+		return err
+	}
 	if err := stack.InstallPolicies(ctx, root, applier); err != nil {
 		return err
 	}

@@ -48,6 +48,12 @@ const (
 	// makes (and deletes only those) and on configuration-checksums.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 
+	// AppNameLabel is Kubernetes' recommended label: node-manager-controller
+	// sets it to FencingAgentName on the fencing agents' DaemonSets and
+	// their pods (with NodeGroupLabel, it is their selector), and watches
+	// only DaemonSets that carry it.
+	AppNameLabel = "app.kubernetes.io/name"
+
 	// FencingEnabledLabel is Deckhouse's fencing protocol, for the fencing
 	// agent and fencing controller (agents/): the agent sets it on its Node
 	// while it holds the node's watchdog armed and removes it before it

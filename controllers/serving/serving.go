@@ -1,4 +1,9 @@
-package manager
+// Package serving serves a component's /metrics and probes the way
+// kube-controller-manager serves its own: over HTTPS, /metrics only to a
+// caller the Kubernetes API authenticates and authorizes (delegated
+// authentication and authorization), the probes to anyone. node-manager-
+// controller and the fencing agent (agents/fencing-agent) serve through it.
+package serving
 
 import (
 	"context"
@@ -16,13 +21,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ServingOptions say how /metrics and the probes are served: over HTTPS,
+// Options say how /metrics and the probes are served: over HTTPS,
 // with the caller authenticated by the Kubernetes API (TokenReview, or a
 // client certificate signed by --client-ca-file) and authorized by it
 // (SubjectAccessReview of get on the non-resource URL, such as /metrics),
 // the way kube-controller-manager serves its own. /healthz and /readyz
 // are open to anyone (the kubelet probes them without credentials).
-type ServingOptions struct {
+type Options struct {
 	CertFile string
 	KeyFile  string
 	Authn    *genericoptions.DelegatingAuthenticationOptions
@@ -32,10 +37,8 @@ type ServingOptions struct {
 // OpenPaths are served without authorization: the probes.
 var OpenPaths = []string{"/healthz", "/readyz"}
 
-// NewServingOptions are the defaults: bearer tokens checked by TokenReview,
-// SubjectAccessReview for everything but OpenPaths. node-manager-controller
-// and the node agents (agents/) serve the same way.
-func NewServingOptions() ServingOptions {
+// NewOptions are the defaults.
+func NewOptions() Options {
 	authn := genericoptions.NewDelegatingAuthenticationOptions()
 	// Only bearer tokens (and --client-ca-file when given): reading the
 	// cluster's front-proxy and client CAs would need read access to
@@ -44,21 +47,21 @@ func NewServingOptions() ServingOptions {
 	authn.SkipInClusterLookup = true
 	authz := genericoptions.NewDelegatingAuthorizationOptions()
 	authz.AlwaysAllowPaths = OpenPaths
-	return ServingOptions{Authn: authn, Authz: authz}
+	return Options{Authn: authn, Authz: authz}
 }
 
-// AddFlags registers the TLS and delegated authentication and
-// authorization flags.
-func (s *ServingOptions) AddFlags(fs *pflag.FlagSet) {
+// AddFlags registers the options; the listen address is the component's
+// own flag.
+func (s *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.CertFile, "tls-cert-file", s.CertFile,
-		"serving certificate (PEM) of --listen-address; without it and --tls-private-key-file a self-signed one is made at start")
+		"serving certificate (PEM) of the listen address; without it and --tls-private-key-file a self-signed one is made at start")
 	fs.StringVar(&s.KeyFile, "tls-private-key-file", s.KeyFile, "private key (PEM) of --tls-cert-file")
 	s.Authn.AddFlags(fs)
 	s.Authz.AddFlags(fs)
 }
 
 // Validate checks the options.
-func (s *ServingOptions) Validate() []error {
+func (s *Options) Validate() []error {
 	errs := append(s.Authn.Validate(), s.Authz.Validate()...)
 	if (s.CertFile == "") != (s.KeyFile == "") {
 		errs = append(errs, fmt.Errorf("--tls-cert-file and --tls-private-key-file go together; give both or neither"))
@@ -66,19 +69,12 @@ func (s *ServingOptions) Validate() []error {
 	return errs
 }
 
-// Serve listens on opts.ListenAddress over HTTPS until ctx ends: h behind
-// delegated authentication and authorization (see ServingOptions and
-// ServeSecurely).
-func Serve(ctx context.Context, opts *Options, h http.Handler) (net.Addr, error) {
-	return ServeSecurely(ctx, opts.ListenAddress, opts.Kubeconfig, &opts.Serving, h)
-}
-
-// ServeSecurely listens on address over HTTPS until ctx ends: h behind
-// delegated authentication and authorization as s says. The
-// authentication and authorization clients use --authentication-kubeconfig
-// and --authorization-kubeconfig, or else kubeconfig, or else the
-// in-cluster configuration. The node agents (agents/) serve through it too.
-func ServeSecurely(ctx context.Context, address, kubeconfig string, s *ServingOptions, h http.Handler) (net.Addr, error) {
+// Serve listens on address over HTTPS until ctx ends: h behind delegated
+// authentication and authorization (see Options). The authentication and
+// authorization clients use --authentication-kubeconfig and
+// --authorization-kubeconfig, or else kubeconfig (the component's
+// --kubeconfig), or else the in-cluster configuration.
+func Serve(ctx context.Context, address, kubeconfig string, s *Options, h http.Handler) (net.Addr, error) {
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s for metrics and probes: %w", address, err)
@@ -97,7 +93,7 @@ func ServeSecurely(ctx context.Context, address, kubeconfig string, s *ServingOp
 
 // secureHandler builds the TLS serving and wraps h in the delegated
 // authentication and authorization filters.
-func secureHandler(s *ServingOptions, kubeconfig string, ln net.Listener, h http.Handler) (http.Handler, *server.SecureServingInfo, error) {
+func secureHandler(s *Options, kubeconfig string, ln net.Listener, h http.Handler) (http.Handler, *server.SecureServingInfo, error) {
 	secure := genericoptions.NewSecureServingOptions()
 	secure.Listener = ln
 	secure.MinTLSVersion = "VersionTLS12"

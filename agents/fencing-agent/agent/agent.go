@@ -1,0 +1,432 @@
+// Package agent is the fencing agent's loop. Every feed interval it
+// looks at its own Node (maintenance), asks the API for it (does the API
+// answer?), counts the members of its group it sees over gossip (quorum),
+// and acts on Decide: arm, feed, stop feeding, or disarm.
+//
+// The label node-manager.deckhouse.io/fencing-enabled on the Node is the
+// agent's promise to the fencing controller that the watchdog is armed:
+// it is set only after the device is open (if it cannot be set, the
+// device is closed again), and removed before the device is closed.
+//
+// The group's expected membership N, which the quorum is a majority of,
+// is the number of Nodes labelled with the group in the agent's view of
+// the API. The view is an informer cache, so while the API is down N is
+// what it last was: a partition cannot shrink it.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/node-manager/node-manager/agents/fencing-agent/membership"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+// Config is what the agent is told.
+type Config struct {
+	// NodeName and Group are the node the agent runs on and its group.
+	NodeName, Group string
+	// Mode is deckhousev1.FencingModeWatchdog or FencingModeNotify.
+	Mode string
+	// FeedInterval is the loop's period: each tick checks the API and
+	// feeds. It must be well inside the watchdog's timeout.
+	FeedInterval time.Duration
+	// APITimeout bounds each check of the API; shorter than FeedInterval.
+	APITimeout time.Duration
+	// RejoinInterval is how often peers the gossip lost are contacted again.
+	RejoinInterval time.Duration
+	// Peers are gossip addresses (host:port) given on the command line;
+	// the InternalIP of each of the group's Nodes at GossipPort is added.
+	Peers      []string
+	GossipPort int
+}
+
+// Device is the watchdog (watchdog.Device, or in Notify mode NoDevice).
+type Device interface {
+	Arm() error
+	Feed() error
+	Disarm() error
+	Armed() bool
+}
+
+// Gossip is the group's membership (membership.Gossip).
+type Gossip interface {
+	Join(peers []string) int
+	Joined() bool
+	Alive() []string
+	Leave(timeout time.Duration)
+}
+
+// Agent is one node's fencing agent.
+type Agent struct {
+	cfg      Config
+	kube     kubernetes.Interface
+	dev      Device
+	gossip   Gossip
+	recorder events.EventRecorder
+	clock    clock.WithTicker
+	metrics  *metrics
+
+	own, group         informers.SharedInformerFactory
+	ownNodes, grpNodes corelisters.NodeLister
+	synced             []cache.InformerSynced
+
+	mu       sync.Mutex
+	status   Status
+	lastFeed time.Time
+	lastTick time.Time
+}
+
+// Status is what /readyz and the logs report.
+type Status struct {
+	State
+	Decision
+	Synced        bool
+	Joined        bool
+	MembersAlive  int
+	MembersWanted int
+	// Maintenance names the annotation that put the node in maintenance.
+	MaintenanceAnnotation string
+}
+
+// New wires the agent: its own Node is watched by name (field selector),
+// the group's Nodes by the group label.
+func New(cfg Config, kube kubernetes.Interface, dev Device, gossip Gossip, recorder events.EventRecorder, clk clock.WithTicker) *Agent {
+	own := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+	}))
+	group := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.Set{deckhousev1.NodeGroupLabel: cfg.Group}.String()
+	}))
+	ownInf, grpInf := own.Core().V1().Nodes(), group.Core().V1().Nodes()
+	a := &Agent{
+		cfg: cfg, kube: kube, dev: dev, gossip: gossip, recorder: recorder, clock: clk,
+		own: own, group: group, ownNodes: ownInf.Lister(), grpNodes: grpInf.Lister(),
+		synced: []cache.InformerSynced{ownInf.Informer().HasSynced, grpInf.Informer().HasSynced},
+	}
+	a.metrics = newMetrics(a.LastFeed, clk.Now)
+	return a
+}
+
+// Collectors are the agent's metrics.
+func (a *Agent) Collectors() []prometheus.Collector { return a.metrics.Collectors() }
+
+// LastFeed is when the watchdog was last fed (zero before the first feed).
+func (a *Agent) LastFeed() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastFeed
+}
+
+// Status is the state of the last tick.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// Run runs the loop until ctx ends, then removes the label and disarms
+// (the DaemonSet's pod is going away: a SIGTERM, a rollout, a drain).
+func (a *Agent) Run(ctx context.Context) error {
+	a.own.Start(ctx.Done())
+	a.group.Start(ctx.Done())
+	go a.rejoin(ctx)
+
+	ticker := a.clock.NewTicker(a.cfg.FeedInterval)
+	defer ticker.Stop()
+	for {
+		a.Tick(ctx)
+		select {
+		case <-ctx.Done():
+			a.shutdown()
+			return nil
+		case <-ticker.C():
+		}
+	}
+}
+
+// rejoin joins the group's gossip at once (the first join makes the agent
+// ready), then again every RejoinInterval: memberlist never contacts a
+// member it declared dead again, so after a partition heals the agents
+// must find each other. It runs beside the loop, since a join to peers
+// that do not answer can take seconds and must never delay a feed.
+func (a *Agent) rejoin(ctx context.Context) {
+	for {
+		if cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+			a.gossip.Join(a.peers())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.clock.After(a.cfg.RejoinInterval):
+		}
+	}
+}
+
+// peers are the command line's peers and the InternalIP of each of the
+// group's Nodes at the gossip port.
+func (a *Agent) peers() []string {
+	peers := append([]string{}, a.cfg.Peers...)
+	nodes, _ := a.grpNodes.List(labels.Everything())
+	for _, n := range nodes {
+		if n.Name == a.cfg.NodeName {
+			continue
+		}
+		for _, addr := range n.Status.Addresses {
+			if addr.Type == corev1.NodeInternalIP {
+				peers = append(peers, net.JoinHostPort(addr.Address, strconv.Itoa(a.cfg.GossipPort)))
+				break
+			}
+		}
+	}
+	return peers
+}
+
+// Tick is one turn of the loop; Run calls it every FeedInterval.
+func (a *Agent) Tick(ctx context.Context) {
+	synced := true
+	for _, s := range a.synced {
+		synced = synced && s()
+	}
+	node, answered := a.checkAPI(ctx)
+	if node == nil {
+		node, _ = a.ownNodes.Get(a.cfg.NodeName)
+	}
+	expected := map[string]bool{}
+	nodes, _ := a.grpNodes.List(labels.Everything())
+	for _, n := range nodes {
+		expected[n.Name] = true
+	}
+	alive := membership.CountAlive(a.cfg.NodeName, a.gossip.Alive(), expected)
+	maint := InMaintenance(node)
+	s := State{
+		Ready:       synced && a.gossip.Joined(),
+		Armed:       a.dev.Armed(),
+		Maintenance: maint != "",
+		APIAnswered: answered,
+		Quorum:      membership.QuorumOf(alive, len(expected)),
+	}
+	d := Decide(s)
+	a.act(ctx, d, node)
+
+	a.mu.Lock()
+	prev := a.status
+	a.status = Status{State: s, Decision: d, Synced: synced, Joined: a.gossip.Joined(),
+		MembersAlive: alive, MembersWanted: len(expected), MaintenanceAnnotation: maint}
+	a.status.Armed = a.dev.Armed()
+	a.lastTick = a.clock.Now()
+	a.mu.Unlock()
+	a.logTransition(prev, a.Status())
+
+	a.metrics.armed.Set(boolGauge(a.dev.Armed()))
+	a.metrics.apiReachable.Set(boolGauge(answered))
+	a.metrics.maintenance.Set(boolGauge(maint != ""))
+	a.metrics.membersAlive.Set(float64(alive))
+	a.metrics.membersWant.Set(float64(len(expected)))
+	a.metrics.setQuorum(s.Quorum)
+}
+
+// checkAPI GETs the agent's own Node within APITimeout: the cheapest
+// authenticated request that proves this node reaches the API. The Node
+// is returned when it came back.
+func (a *Agent) checkAPI(ctx context.Context) (*corev1.Node, bool) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
+	defer cancel()
+	node, err := a.kube.CoreV1().Nodes().Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		klog.V(2).InfoS("API check", "node", a.cfg.NodeName, "answered", Answered(err), "err", err)
+		return nil, Answered(err)
+	}
+	return node, true
+}
+
+// act carries a decision out.
+func (a *Agent) act(ctx context.Context, d Decision, node *corev1.Node) {
+	switch d.Action {
+	case Arm:
+		if err := a.dev.Arm(); err != nil {
+			klog.ErrorS(err, "Cannot arm the watchdog", "node", a.cfg.NodeName)
+			return
+		}
+		if err := a.patchLabels(ctx, true); err != nil {
+			// The promise cannot be made, so nothing may be armed.
+			klog.ErrorS(err, "Armed the watchdog but cannot label the Node; disarming", "node", a.cfg.NodeName)
+			if derr := a.dev.Disarm(); derr != nil {
+				klog.ErrorS(derr, "Cannot disarm the watchdog", "node", a.cfg.NodeName)
+			}
+			return
+		}
+		klog.InfoS("Armed the watchdog and labelled the Node", "node", a.cfg.NodeName, "mode", a.cfg.Mode, "label", deckhousev1.FencingEnabledLabel)
+		a.event(corev1.EventTypeNormal, "FencingArmed", "Arm",
+			fmt.Sprintf("fencing-agent armed the node's watchdog (mode %s); it is fed while the API answers or a majority of group %s is seen", a.cfg.Mode, a.cfg.Group))
+		a.feed()
+	case Feed:
+		a.feed()
+	case Starve:
+		a.metrics.feeding.Set(0)
+	case Disarm:
+		if err := a.patchLabels(ctx, false); err != nil {
+			// The label must go first; until it does, the promise stands
+			// and the watchdog is fed.
+			klog.ErrorS(err, "Cannot remove the fencing label before disarming; feeding and retrying", "node", a.cfg.NodeName)
+			a.feed()
+			return
+		}
+		if err := a.dev.Disarm(); err != nil {
+			klog.ErrorS(err, "Cannot disarm the watchdog", "node", a.cfg.NodeName)
+		}
+		a.metrics.feeding.Set(0)
+		klog.InfoS("Disarmed the watchdog", "node", a.cfg.NodeName, "reason", d.Reason, "annotation", InMaintenance(node))
+		a.event(corev1.EventTypeNormal, "FencingDisarmed", "Disarm",
+			fmt.Sprintf("fencing-agent disarmed the node's watchdog: maintenance (%s)", InMaintenance(node)))
+	case Wait:
+		a.metrics.feeding.Set(0)
+		// A label left by an agent that died armed is a promise nobody
+		// keeps: remove it while the API answers.
+		if node != nil && !a.dev.Armed() {
+			if _, ok := node.Labels[deckhousev1.FencingEnabledLabel]; ok {
+				if err := a.patchLabels(ctx, false); err != nil {
+					klog.V(2).InfoS("Cannot remove a stale fencing label", "node", a.cfg.NodeName, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (a *Agent) feed() {
+	if err := a.dev.Feed(); err != nil {
+		klog.ErrorS(err, "Cannot feed the watchdog", "node", a.cfg.NodeName)
+		a.metrics.feeding.Set(0)
+		return
+	}
+	a.mu.Lock()
+	a.lastFeed = a.clock.Now()
+	a.mu.Unlock()
+	a.metrics.feeds.Inc()
+	a.metrics.feeding.Set(1)
+}
+
+// patchLabels sets (armed) or removes the fencing-enabled label; setting
+// it also sets the mode label. Only these two labels change: the
+// admission policy d8-node-manager-fencing-agent-own-node refuses the
+// agent anything else.
+func (a *Agent) patchLabels(ctx context.Context, armed bool) error {
+	set := map[string]any{deckhousev1.FencingEnabledLabel: nil}
+	if armed {
+		set = map[string]any{deckhousev1.FencingEnabledLabel: "", deckhousev1.FencingModeLabel: a.cfg.Mode}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": set}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
+	defer cancel()
+	_, err = a.kube.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: deckhousev1.FencingAgentName})
+	if err != nil {
+		return fmt.Errorf("patching the fencing labels of Node %s: %w", a.cfg.NodeName, err)
+	}
+	return nil
+}
+
+// shutdown removes the label, then disarms, and leaves the gossip.
+func (a *Agent) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*a.cfg.APITimeout)
+	defer cancel()
+	if a.dev.Armed() {
+		if err := a.patchLabels(ctx, false); err != nil {
+			klog.ErrorS(err, "Stopping: cannot remove the fencing label; disarming anyway", "node", a.cfg.NodeName)
+		}
+		if err := a.dev.Disarm(); err != nil {
+			klog.ErrorS(err, "Stopping: cannot disarm the watchdog", "node", a.cfg.NodeName)
+		} else {
+			klog.InfoS("Stopping: disarmed the watchdog", "node", a.cfg.NodeName)
+			a.event(corev1.EventTypeNormal, "FencingDisarmed", "Disarm", "fencing-agent disarmed the node's watchdog: the agent is stopping")
+		}
+	}
+	a.gossip.Leave(time.Second)
+}
+
+func (a *Agent) event(eventtype, reason, action, note string) {
+	if a.recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: a.cfg.NodeName}
+	if n, err := a.ownNodes.Get(a.cfg.NodeName); err == nil {
+		ref.UID = n.UID
+	}
+	a.recorder.Eventf(ref, nil, eventtype, reason, action, "%s", note)
+}
+
+// logTransition logs when the decision's action or the quorum changes,
+// not every tick.
+func (a *Agent) logTransition(prev, cur Status) {
+	if prev.Action == cur.Action && prev.Quorum == cur.Quorum && prev.APIAnswered == cur.APIAnswered && prev.Reason == cur.Reason {
+		return
+	}
+	kv := []any{"node", a.cfg.NodeName, "group", a.cfg.Group, "action", cur.Action.String(), "reason", cur.Reason,
+		"apiAnswered", cur.APIAnswered, "quorum", cur.Quorum.String(), "membersAlive", cur.MembersAlive, "membersExpected", cur.MembersWanted}
+	if cur.Action == Starve {
+		klog.ErrorS(nil, "Stopped feeding the watchdog: this node is cut off; it will be reset when the watchdog expires", kv...)
+		return
+	}
+	klog.InfoS("Fencing state changed", kv...)
+}
+
+// Healthy reports whether the loop has turned lately (within three feed
+// intervals and an API timeout).
+func (a *Agent) Healthy() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastTick.IsZero() {
+		return nil
+	}
+	if late := a.clock.Since(a.lastTick); late > 3*a.cfg.FeedInterval+a.cfg.APITimeout {
+		return fmt.Errorf("the loop last turned %s ago", late.Round(time.Second))
+	}
+	return nil
+}
+
+// Ready reports whether the agent is where it should be: joined, synced,
+// and armed or deliberately disarmed (maintenance). The message says the
+// quorum mode, so a group too small for one says so.
+func (a *Agent) Ready() (bool, string) {
+	s := a.Status()
+	var quorum string
+	if s.Quorum == membership.QuorumTooSmall {
+		quorum = fmt.Sprintf("; group %s expects %d members, too few for a quorum (%d): API check only", a.cfg.Group, s.MembersWanted, membership.MinQuorumGroup)
+	} else {
+		quorum = fmt.Sprintf("; %d of %d members of group %s alive (quorum %s)", s.MembersAlive, s.MembersWanted, a.cfg.Group, s.Quorum)
+	}
+	switch {
+	case !s.Synced:
+		return false, "the Node caches have not synced" + quorum
+	case !s.Joined:
+		return false, "not joined to the group's gossip yet" + quorum
+	case s.Armed:
+		return true, fmt.Sprintf("armed (mode %s), %s: %s", a.cfg.Mode, s.Action, s.Reason) + quorum
+	case s.Maintenance:
+		return true, fmt.Sprintf("disarmed: maintenance (%s)", s.MaintenanceAnnotation) + quorum
+	default:
+		return false, "not armed: " + s.Reason + quorum
+	}
+}

@@ -1,0 +1,85 @@
+package agent
+
+import "github.com/node-manager/node-manager/agents/fencing-agent/membership"
+
+// State is what the agent knows at one tick of its loop.
+type State struct {
+	// Ready: joined the group's gossip and the Node caches synced. Nothing
+	// is armed before (Deckhouse's third generation learned that arming
+	// before it knew its peers reset nodes at start).
+	Ready bool
+	// Armed: the watchdog is open (in Notify mode: the agent has promised,
+	// by the label, that it watches).
+	Armed bool
+	// Maintenance: the Node carries one of the maintenance annotations.
+	Maintenance bool
+	// APIAnswered: the check of this tick got an answer from the API.
+	APIAnswered bool
+	// Quorum is what gossip says (membership.QuorumOf).
+	Quorum membership.Quorum
+}
+
+// Action is what the agent does about it.
+type Action int
+
+const (
+	// Wait: do nothing this tick (not ready, or disarmed and unable to arm).
+	Wait Action = iota
+	// Arm: open the device, then label the Node.
+	Arm
+	// Feed: write to the device.
+	Feed
+	// Starve: armed but cut off; do not feed, so the watchdog resets the
+	// node before the fencing controller frees its pods.
+	Starve
+	// Disarm: remove the label, then the magic close.
+	Disarm
+)
+
+func (a Action) String() string {
+	return [...]string{"wait", "arm", "feed", "starve", "disarm"}[a]
+}
+
+// Decision is an Action and why, in words for logs and /readyz.
+type Decision struct {
+	Action Action
+	Reason string
+}
+
+// Decide is the agent's rule, a pure function of the State:
+//   - in maintenance it is disarmed, and never arms (Deckhouse crashed on
+//     nodes in maintenance because it armed unconditionally at start);
+//   - it arms only once ready, and only while the API answers: arming
+//     ends with labelling the Node, which needs the API;
+//   - armed, it feeds while EITHER the API answers OR it sees a majority
+//     of its group, and stops feeding only when it has lost both: a node
+//     that sees its majority is not the one cut off, however slow or down
+//     the control plane is. A group too small for a quorum has only the
+//     API check.
+//
+// The mode does not appear: Notify decides the same and only never opens
+// the device.
+func Decide(s State) Decision {
+	switch {
+	case s.Maintenance && s.Armed:
+		return Decision{Disarm, "the node is in maintenance"}
+	case s.Maintenance:
+		return Decision{Wait, "the node is in maintenance: staying disarmed"}
+	case !s.Ready && !s.Armed:
+		return Decision{Wait, "not joined to the group's gossip or the Node caches not synced yet"}
+	case !s.Armed && s.APIAnswered:
+		return Decision{Arm, "ready and the API answers"}
+	case !s.Armed:
+		return Decision{Wait, "the API does not answer, so the Node cannot be labelled: not arming yet"}
+	case s.APIAnswered && s.Quorum == membership.QuorumTooSmall:
+		return Decision{Feed, "the API answers (the group is too small for a quorum: API check only)"}
+	case s.APIAnswered:
+		return Decision{Feed, "the API answers"}
+	case s.Quorum == membership.QuorumHeld:
+		return Decision{Feed, "the API does not answer, but this node sees a majority of its group: the control plane is down, not this node"}
+	case s.Quorum == membership.QuorumTooSmall:
+		return Decision{Starve, "the API does not answer and the group is too small for a quorum: cut off"}
+	default:
+		return Decision{Starve, "the API does not answer and this node sees less than a majority of its group: cut off"}
+	}
+}

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/node-manager/node-manager/agents/fencing-agent/membership"
+)
+
+// TestDecideTable covers every combination of API × quorum × maintenance ×
+// armed × ready. The mode is not an input: Notify decides alike and only
+// never opens the device (TestNotifyModeNeverOpensTheDevice).
+func TestDecideTable(t *testing.T) {
+	quorums := []membership.Quorum{membership.QuorumHeld, membership.QuorumLost, membership.QuorumTooSmall}
+	for _, ready := range []bool{true, false} {
+		for _, armed := range []bool{true, false} {
+			for _, maint := range []bool{true, false} {
+				for _, api := range []bool{true, false} {
+					for _, q := range quorums {
+						s := State{Ready: ready, Armed: armed, Maintenance: maint, APIAnswered: api, Quorum: q}
+						t.Run(fmt.Sprintf("ready=%v/armed=%v/maintenance=%v/api=%v/quorum=%v", ready, armed, maint, api, q), func(t *testing.T) {
+							want := expected(s)
+							if got := Decide(s); got.Action != want {
+								t.Fatalf("Decide(%+v) = %v (%s), want %v", s, got.Action, got.Reason, want)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// expected spells the rule out case by case, independently of Decide's
+// switch.
+func expected(s State) Action {
+	if s.Maintenance {
+		if s.Armed {
+			return Disarm
+		}
+		return Wait
+	}
+	if !s.Armed {
+		if s.Ready && s.APIAnswered {
+			return Arm
+		}
+		return Wait
+	}
+	if s.APIAnswered || s.Quorum == membership.QuorumHeld {
+		return Feed
+	}
+	return Starve
+}
+
+func TestTheKeyCases(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    State
+		want Action
+	}{
+		{"control plane down, group alive: keep feeding",
+			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumHeld}, Feed},
+		{"cut off from both: stop feeding",
+			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumLost}, Starve},
+		{"API up, peers gone: keep feeding",
+			State{Ready: true, Armed: true, APIAnswered: true, Quorum: membership.QuorumLost}, Feed},
+		{"small group, API down: stop feeding",
+			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumTooSmall}, Starve},
+		{"maintenance while armed: disarm even when cut off",
+			State{Ready: true, Armed: true, Maintenance: true, Quorum: membership.QuorumLost}, Disarm},
+		{"never arm in maintenance",
+			State{Ready: true, Maintenance: true, APIAnswered: true, Quorum: membership.QuorumHeld}, Wait},
+		{"never arm before ready",
+			State{APIAnswered: true, Quorum: membership.QuorumHeld}, Wait},
+	} {
+		if got := Decide(tc.s); got.Action != tc.want {
+			t.Errorf("%s: got %v (%s), want %v", tc.name, got.Action, got.Reason, tc.want)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/serving"
+)
+
+// Options are the fencing agent's command-line settings. The DaemonSet
+// passes the node and group through the environment (NODE_NAME from
+// spec.nodeName, NODE_GROUP from the group it was made for), which are
+// the flags' defaults.
+type Options struct {
+	Config
+	// DevicePath is the watchdog device; never opened in Notify mode.
+	DevicePath string
+	Kubeconfig string
+	// ListenAddress serves /metrics (authenticated and authorized) and the
+	// probes (open), over HTTPS.
+	ListenAddress string
+	Serving       serving.Options
+	// GossipBindAddress and AdvertiseAddress are where the gossip listens
+	// and where peers reach it (the DaemonSet runs on the host network,
+	// so the node's address).
+	GossipBindAddress string
+	AdvertiseAddress  string
+	// ProbeInterval tunes how fast gossip notices a member gone.
+	ProbeInterval time.Duration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		Config: Config{
+			NodeName:       os.Getenv("NODE_NAME"),
+			Group:          os.Getenv("NODE_GROUP"),
+			Mode:           deckhousev1.FencingModeWatchdog,
+			FeedInterval:   deckhousev1.DefaultFencingAgentFeedInterval,
+			APITimeout:     deckhousev1.DefaultFencingAgentAPITimeout,
+			RejoinInterval: 10 * time.Second,
+			GossipPort:     9682,
+		},
+		DevicePath:        "/dev/watchdog",
+		ListenAddress:     ":9681",
+		Serving:           serving.NewOptions(),
+		GossipBindAddress: "0.0.0.0",
+		AdvertiseAddress:  os.Getenv("POD_IP"),
+		ProbeInterval:     time.Second,
+	}
+}
+
+// AddFlags registers the options.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the Node this agent runs on (default $NODE_NAME)")
+	fs.StringVar(&o.Group, "node-group", o.Group, "the node's NodeGroup (default $NODE_GROUP)")
+	fs.StringVar(&o.Mode, "mode", o.Mode, "the group's spec.fencing.mode: Watchdog (arm the device) or Notify (detect and label only; the device is never opened)")
+	fs.StringVar(&o.DevicePath, "watchdog-device", o.DevicePath, "the watchdog device (softdog's, made by the node step)")
+	fs.DurationVar(&o.FeedInterval, "feed-interval", o.FeedInterval, "how often the API is checked and the watchdog fed; keep it well inside the watchdog timeout")
+	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound of each check of the API (a GET of the agent's own Node); shorter than --feed-interval")
+	fs.DurationVar(&o.RejoinInterval, "rejoin-interval", o.RejoinInterval, "how often gossip peers that were lost are contacted again")
+	fs.StringSliceVar(&o.Peers, "peers", o.Peers, "gossip peers (host:port) to join besides the InternalIP of each of the group's Nodes at --gossip-port")
+	fs.IntVar(&o.GossipPort, "gossip-port", o.GossipPort, "gossip port (TCP and UDP), the same on every node of the group")
+	fs.StringVar(&o.GossipBindAddress, "gossip-bind-address", o.GossipBindAddress, "address the gossip listens on")
+	fs.StringVar(&o.AdvertiseAddress, "gossip-advertise-address", o.AdvertiseAddress, "address peers reach this agent at (default $POD_IP; the DaemonSet runs on the host network)")
+	fs.DurationVar(&o.ProbeInterval, "gossip-probe-interval", o.ProbeInterval, "how often gossip probes a member; a silent member is declared dead a few intervals later")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster configuration (the pod's bound ServiceAccount token)")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics (HTTPS; callers authenticated and authorized by the Kubernetes API), /healthz and /readyz (open)")
+	o.Serving.AddFlags(fs)
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name is empty (and NODE_NAME unset); the DaemonSet passes spec.nodeName"))
+	}
+	if o.Group == "" {
+		errs = append(errs, errors.New("--node-group is empty (and NODE_GROUP unset)"))
+	}
+	if o.Mode != deckhousev1.FencingModeWatchdog && o.Mode != deckhousev1.FencingModeNotify {
+		errs = append(errs, fmt.Errorf("--mode=%q: want %s or %s", o.Mode, deckhousev1.FencingModeWatchdog, deckhousev1.FencingModeNotify))
+	}
+	if o.FeedInterval <= 0 || o.APITimeout <= 0 || o.RejoinInterval <= 0 || o.ProbeInterval <= 0 {
+		errs = append(errs, errors.New("--feed-interval, --api-timeout, --rejoin-interval and --gossip-probe-interval must be positive"))
+	}
+	if o.APITimeout >= o.FeedInterval {
+		errs = append(errs, fmt.Errorf("--api-timeout (%s) must be shorter than --feed-interval (%s), or a slow API delays the feeds", o.APITimeout, o.FeedInterval))
+	}
+	if o.GossipPort <= 0 || o.GossipPort > 65535 {
+		errs = append(errs, fmt.Errorf("--gossip-port=%d is not a port", o.GossipPort))
+	}
+	for _, p := range o.Peers {
+		if !strings.Contains(p, ":") {
+			errs = append(errs, fmt.Errorf("--peers: %q is not host:port", p))
+		}
+	}
+	errs = append(errs, o.Serving.Validate()...)
+	return errors.Join(errs...)
+}

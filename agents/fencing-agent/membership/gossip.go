@@ -1,0 +1,157 @@
+// Package membership is how the fencing agents of one node group see each
+// other without the Kubernetes API: a gossip membership (HashiCorp
+// memberlist, SWIM with Lifeguard, as Deckhouse's second generation chose)
+// per group, and the quorum rule that turns "how many of my group do I see
+// alive" into "am I the one cut off" (QuorumOf).
+//
+// Why it exists: an agent that only checks the API cannot tell "I am cut
+// off" from "the control plane is down", and with the control plane down
+// every node of the cluster would stop feeding its watchdog and reset.
+// With gossip, nodes that still see a majority of their group keep
+// feeding; only a minority, cut off from the API as well, stops.
+package membership
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"k8s.io/klog/v2"
+)
+
+// Config says where this agent gossips.
+type Config struct {
+	// Name is the member's name: its Node's name.
+	Name string
+	// Group is the node group; it is the memberlist label, so agents of
+	// another group that reach this port are refused.
+	Group string
+	// BindAddr and Port are where it listens (TCP and UDP).
+	BindAddr string
+	Port     int
+	// AdvertiseAddr is the address peers reach it at; empty means the
+	// address memberlist picks from BindAddr.
+	AdvertiseAddr string
+	// ProbeInterval is how often a random member is probed; a member that
+	// stops answering is suspected after a probe and declared dead after
+	// the suspicion timeout (a few probe intervals).
+	ProbeInterval time.Duration
+}
+
+// Gossip is this agent's membership in its group's gossip.
+type Gossip struct {
+	cfg    Config
+	ml     *memberlist.Memberlist
+	joined atomic.Bool
+}
+
+// Start listens for gossip; Join then contacts the peers.
+func Start(cfg Config) (*Gossip, error) {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.Label = cfg.Group
+	mc.BindAddr = cfg.BindAddr
+	mc.BindPort = cfg.Port
+	mc.AdvertisePort = cfg.Port
+	if cfg.AdvertiseAddr != "" {
+		mc.AdvertiseAddr = cfg.AdvertiseAddr
+	}
+	if cfg.ProbeInterval > 0 {
+		mc.ProbeInterval = cfg.ProbeInterval
+		mc.ProbeTimeout = cfg.ProbeInterval / 2
+		mc.GossipInterval = cfg.ProbeInterval / 5
+	}
+	mc.Logger = log.New(klogWriter{}, "", 0)
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("starting gossip for group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
+	}
+	return &Gossip{cfg: cfg, ml: ml}, nil
+}
+
+// Join contacts every peer (host:port) that is not an alive member yet.
+// The first call marks the agent joined whatever it reached: the first
+// agent of a group finds nobody, and the others join it later. Later
+// calls re-join peers the gossip lost (memberlist never contacts a member
+// it declared dead again, so after a partition heals someone must).
+func (g *Gossip) Join(peers []string) int {
+	alive := map[string]bool{}
+	for _, m := range g.ml.Members() {
+		if m.State == memberlist.StateAlive {
+			alive[m.Address()] = true
+		}
+	}
+	self := g.ml.LocalNode().Address()
+	var todo []string
+	for _, p := range peers {
+		if p != self && !alive[p] {
+			todo = append(todo, p)
+		}
+	}
+	n := 0
+	if len(todo) > 0 {
+		var err error
+		n, err = g.ml.Join(todo)
+		if err != nil {
+			klog.V(2).InfoS("Some gossip peers did not answer", "group", g.cfg.Group, "contacted", n, "tried", len(todo), "err", err)
+		}
+	}
+	if !g.joined.Swap(true) {
+		klog.InfoS("Joined the group's gossip", "group", g.cfg.Group, "address", self, "peersContacted", n, "peersKnown", len(peers))
+	}
+	return n
+}
+
+// Joined reports whether the first Join has run.
+func (g *Gossip) Joined() bool { return g.joined.Load() }
+
+// Alive is the names of the members this agent sees alive, itself
+// included (suspected members are not).
+func (g *Gossip) Alive() []string {
+	var names []string
+	for _, m := range g.ml.Members() {
+		if m.State == memberlist.StateAlive {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
+// Address is where peers reach this agent (host:port).
+func (g *Gossip) Address() string { return g.ml.LocalNode().Address() }
+
+// Leave tells the peers this agent is going (so they do not wait for a
+// suspicion to expire) and stops gossiping.
+func (g *Gossip) Leave(timeout time.Duration) {
+	if err := g.ml.Leave(timeout); err != nil {
+		klog.V(2).InfoS("Leaving the gossip", "group", g.cfg.Group, "err", err)
+	}
+	if err := g.ml.Shutdown(); err != nil {
+		klog.V(2).InfoS("Stopping the gossip", "group", g.cfg.Group, "err", err)
+	}
+}
+
+// klogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
+// klog lines: errors and warnings always, the rest at -v=4.
+type klogWriter struct{}
+
+func (klogWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimSpace(p))
+	switch {
+	case bytes.Contains(p, []byte("[ERR]")):
+		klog.ErrorS(nil, "Gossip", "message", line)
+	case bytes.Contains(p, []byte("[WARN]")):
+		klog.InfoS("Gossip", "message", line)
+	default:
+		klog.V(4).InfoS("Gossip", "message", line)
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = klogWriter{}

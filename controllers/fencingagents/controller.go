@@ -1,0 +1,71 @@
+// Package fencingagents runs the fencing agents: for every NodeGroup with
+// spec.fencing it keeps a DaemonSet fencing-agent-<group> in node-manager's
+// namespace (DaemonSet in daemonset.go), and deletes it when the group
+// drops fencing or is deleted. The agent itself is agents/fencing-agent.
+//
+// The DaemonSets are made here rather than shipped in manifests/ because
+// the fenced groups are known only at run time, one DaemonSet per group
+// as Deckhouse renders them, each selecting its group's nodes and telling
+// its agents their group and mode.
+package fencingagents
+
+import (
+	"context"
+
+	"k8s.io/client-go/tools/cache"
+
+	appslisters "k8s.io/client-go/listers/apps/v1"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/loop"
+	"github.com/node-manager/node-manager/controllers/manager"
+	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
+)
+
+// Name is the controller's name: its queue, its logs and the controller
+// label of the loop metrics.
+const Name = "fencing-agents"
+
+// Controller keeps one DaemonSet per fenced group.
+type Controller struct {
+	d          *manager.Deps
+	groups     nmlisters.NodeGroupLister
+	daemonSets appslisters.DaemonSetLister
+	synced     []cache.InformerSynced
+	queue      *loop.Loop
+}
+
+// New wires the controller: a NodeGroup's change queues it, and so does a
+// change of a DaemonSet labelled as a fencing agent's (by its group
+// label), so a DaemonSet deleted or edited by hand is put back.
+func New(d *manager.Deps) *Controller {
+	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
+	daemonSets := d.Informers.Namespace.Apps().V1().DaemonSets()
+	c := &Controller{
+		d:          d,
+		groups:     groups.Lister(),
+		daemonSets: daemonSets.Lister(),
+		synced:     []cache.InformerSynced{groups.Informer().HasSynced, daemonSets.Informer().HasSynced},
+	}
+	c.queue = loop.New(Name, d.Loops, c.sync)
+	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(loop.ByName))
+	_, _ = daemonSets.Informer().AddEventHandler(c.queue.Handler(func(obj any) string {
+		key := loop.ByLabel(deckhousev1.NodeGroupLabel)(obj)
+		if loop.ByLabel(deckhousev1.AppNameLabel)(obj) != deckhousev1.FencingAgentName {
+			return ""
+		}
+		return key
+	}))
+	return c
+}
+
+// Name implements manager.Controller.
+func (c *Controller) Name() string { return Name }
+
+// Run implements manager.Controller.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	if !manager.HasSynced(ctx, Name, c.synced...) {
+		return
+	}
+	c.queue.Run(ctx, workers)
+}

@@ -1,0 +1,194 @@
+package fencingagents
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/manager"
+	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
+)
+
+func fenced(name, mode string) *deckhousev1.NodeGroup {
+	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+	if mode != "" {
+		ng.Spec.Fencing = &deckhousev1.FencingSpec{Mode: mode}
+	}
+	return ng
+}
+
+func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
+	ds := DaemonSet(fenced("workers", deckhousev1.FencingModeWatchdog), deckhousev1.Namespace, "registry/fencing-agent:v1")
+	if ds.Name != "fencing-agent-workers" || ds.Namespace != deckhousev1.Namespace {
+		t.Fatalf("DaemonSet %s/%s", ds.Namespace, ds.Name)
+	}
+	pod := ds.Spec.Template.Spec
+	if pod.NodeSelector[deckhousev1.NodeGroupLabel] != "workers" || len(pod.NodeSelector) != 1 {
+		t.Errorf("node selector %v, want only the group's nodes", pod.NodeSelector)
+	}
+	if pod.ServiceAccountName != deckhousev1.FencingAgentName || !pod.HostNetwork {
+		t.Errorf("service account %q, host network %v", pod.ServiceAccountName, pod.HostNetwork)
+	}
+	if len(pod.Volumes) != 1 || pod.Volumes[0].HostPath == nil || pod.Volumes[0].HostPath.Path != WatchdogDevice ||
+		*pod.Volumes[0].HostPath.Type != "CharDevice" {
+		t.Errorf("volumes %+v, want the host's watchdog as a CharDevice", pod.Volumes)
+	}
+	c := pod.Containers[0]
+	if c.Image != "registry/fencing-agent:v1" || !*c.SecurityContext.Privileged {
+		t.Errorf("image %q, privileged %v", c.Image, *c.SecurityContext.Privileged)
+	}
+	for _, arg := range []string{"--mode=Watchdog", "--feed-interval=5s", "--api-timeout=3s", "--watchdog-device=/dev/watchdog"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %v lack %s", c.Args, arg)
+		}
+	}
+	env := map[string]bool{}
+	for _, e := range c.Env {
+		env[e.Name] = true
+	}
+	if !env["NODE_NAME"] || !env["NODE_GROUP"] || !env["POD_IP"] {
+		t.Errorf("env %+v", c.Env)
+	}
+	sel := ds.Spec.Selector.MatchLabels
+	for k, v := range sel {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("the selector %v does not select the pod template's labels %v", sel, ds.Spec.Template.Labels)
+		}
+	}
+}
+
+func TestANotifyGroupsAgentsHaveNoDeviceAndNoPrivilege(t *testing.T) {
+	ds := DaemonSet(fenced("workers", deckhousev1.FencingModeNotify), deckhousev1.Namespace, deckhousev1.FencingAgentName)
+	pod := ds.Spec.Template.Spec
+	if len(pod.Volumes) != 0 || len(pod.Containers[0].VolumeMounts) != 0 {
+		t.Errorf("a Notify agent mounts %+v; it never opens the device", pod.Volumes)
+	}
+	if *pod.Containers[0].SecurityContext.Privileged {
+		t.Error("a Notify agent is privileged")
+	}
+	if !slices.Contains(pod.Containers[0].Args, "--mode=Notify") {
+		t.Errorf("args %v", pod.Containers[0].Args)
+	}
+}
+
+func TestAGroupWithoutFencingHasNoAgents(t *testing.T) {
+	if ds := DaemonSet(fenced("workers", ""), deckhousev1.Namespace, deckhousev1.FencingAgentName); ds != nil {
+		t.Fatalf("DaemonSet %s for a group without spec.fencing", ds.Name)
+	}
+}
+
+// controllerWith runs the controller's informers over fake clients.
+func controllerWith(t *testing.T, groups ...*deckhousev1.NodeGroup) (*Controller, *kubefake.Clientset, *nmfake.Clientset) {
+	t.Helper()
+	kube := kubefake.NewClientset()
+	nm := nmfake.NewSimpleClientset()
+	for _, g := range groups {
+		if err := nm.Tracker().Add(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(time.Now()), prometheus.NewRegistry())
+	c := New(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	d.Informers.Namespace.Start(ctx.Done())
+	d.Informers.NodeManager.Start(ctx.Done())
+	if !manager.HasSynced(ctx, "test", c.synced...) {
+		t.Fatal("informers did not sync")
+	}
+	return c, kube, nm
+}
+
+func (c *Controller) get(t *testing.T, kube *kubefake.Clientset, group string) *appsv1.DaemonSet {
+	t.Helper()
+	ds, err := kube.AppsV1().DaemonSets(deckhousev1.Namespace).Get(context.Background(), DaemonSetName(group), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+func TestTheDaemonSetFollowsTheGroupsFencing(t *testing.T) {
+	c, kube, nm := controllerWith(t, fenced("workers", deckhousev1.FencingModeWatchdog))
+	ctx := context.Background()
+	if err := c.sync(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if ds := c.get(t, kube, "workers"); ds == nil || !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--mode=Watchdog") {
+		t.Fatalf("DaemonSet after the first sync: %+v", ds)
+	}
+
+	ng, _ := nm.DeckhouseV1().NodeGroups().Get(ctx, "workers", metav1.GetOptions{})
+	ng.Spec.Fencing.Mode = deckhousev1.FencingModeNotify
+	if _, err := nm.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCached(t, func() bool {
+		g, _ := c.groups.Get("workers")
+		return g.Spec.Fencing.Mode == deckhousev1.FencingModeNotify
+	})
+	waitCached(t, func() bool {
+		_, err := c.daemonSets.DaemonSets(deckhousev1.Namespace).Get(DaemonSetName("workers"))
+		return err == nil
+	})
+	if err := c.sync(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if ds := c.get(t, kube, "workers"); ds == nil || !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--mode=Notify") {
+		t.Fatalf("DaemonSet after the group switched to Notify: %+v", ds.Spec.Template.Spec.Containers[0].Args)
+	}
+
+	ng, _ = nm.DeckhouseV1().NodeGroups().Get(ctx, "workers", metav1.GetOptions{})
+	ng.Spec.Fencing = nil
+	if _, err := nm.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCached(t, func() bool { g, _ := c.groups.Get("workers"); return g.Spec.Fencing == nil })
+	if err := c.sync(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if ds := c.get(t, kube, "workers"); ds != nil {
+		t.Fatal("the DaemonSet stays after the group dropped fencing")
+	}
+}
+
+func TestADaemonSetNotOursIsLeftAlone(t *testing.T) {
+	c, kube, _ := controllerWith(t, fenced("workers", ""))
+	mine := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName("workers"), Namespace: deckhousev1.Namespace}}
+	if _, err := kube.AppsV1().DaemonSets(deckhousev1.Namespace).Create(context.Background(), mine, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCached(t, func() bool {
+		_, err := c.daemonSets.DaemonSets(deckhousev1.Namespace).Get(mine.Name)
+		return err == nil
+	})
+	if err := c.sync(context.Background(), "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if c.get(t, kube, "workers") == nil {
+		t.Fatal("deleted a DaemonSet node-manager did not make")
+	}
+}
+
+func waitCached(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("the informer cache did not catch up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

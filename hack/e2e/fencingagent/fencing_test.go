@@ -1,0 +1,232 @@
+package fencingagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+func TestAgentsArmLabelTheirNodesAndRecordIt(t *testing.T) {
+	g := startGroup(t, "fa-arm")
+	for i, node := range g.nodes {
+		n, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Labels[deckhousev1.FencingModeLabel]; got != deckhousev1.FencingModeWatchdog {
+			t.Errorf("%s: %s=%q, want %s", node, deckhousev1.FencingModeLabel, got, deckhousev1.FencingModeWatchdog)
+		}
+		g.readyzSays(t, i, "3 of 3 members of group fa-arm alive (quorum held)")
+		framework.Poll(t, "a FencingArmed Event about "+node, func(context.Context) (bool, error) {
+			return len(f.EventNotes(t, node, "FencingArmed")) > 0, nil
+		})
+	}
+
+	// /metrics is for callers the API authenticates and authorizes; the
+	// admin may read it.
+	a := g.agents[0]
+	if code, _, err := a.GetAs(framework.Context(t), "/metrics", stack.Credentials{}); err != nil || code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Errorf("/metrics without credentials: %d %v, want 401 or 403", code, err)
+	}
+	code, body, err := a.Metrics(framework.Context(t))
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("/metrics as the admin: %d %v", code, err)
+	}
+	for _, want := range []string{"fencing_agent_armed 1", "fencing_agent_api_reachable 1", "fencing_agent_maintenance 0",
+		"fencing_agent_members_alive 3", "fencing_agent_members_expected 3", `fencing_agent_quorum{state="held"} 1`,
+		"fencing_agent_feeding 1", "fencing_agent_seconds_since_last_feed "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// feedsGrow waits until agent i's watchdog has been fed n more times,
+// without a magic close in between.
+func (g *group) feedsGrow(t *testing.T, i, n int) {
+	t.Helper()
+	a := g.agents[i]
+	before := a.Device.Writes()
+	framework.Poll(t, fmt.Sprintf("%d more feeds on %s", n, a.Node), func(context.Context) (bool, error) {
+		w := a.Device.Writes()
+		if w.MagicCloses != before.MagicCloses {
+			return false, fmt.Errorf("%s was disarmed (%d magic closes, %d before)", a.Node, w.MagicCloses, before.MagicCloses)
+		}
+		return w.Feeds >= before.Feeds+n, nil
+	})
+}
+
+// The control plane is unreachable for every agent (each one's proxy to
+// kube-apiserver is cut) while they still see each other: each sees a
+// majority of its group, so it knows it is not the one cut off, and keeps
+// feeding. An agent of Deckhouse's first generation stops here, and every
+// node of the cluster resets.
+func TestControlPlaneUnreachableForAllWhileTheySeeEachOtherEveryoneKeepsFeeding(t *testing.T) {
+	g := startGroup(t, "fa-cp-down")
+	for _, p := range g.proxies {
+		p.Cut()
+	}
+	for i := range g.agents {
+		g.readyzSays(t, i, "the API does not answer, but this node sees a majority of its group")
+	}
+	// Ten turns of each agent's loop with the API gone.
+	for i := range g.agents {
+		g.feedsGrow(t, i, 10)
+	}
+	for i := range g.agents {
+		g.readyzSays(t, i, "sees a majority")
+	}
+	for _, p := range g.proxies {
+		p.Restore()
+	}
+	for i := range g.agents {
+		g.readyzSays(t, i, "feed: the API answers")
+	}
+}
+
+// One agent is cut off from both the API and its peers: its proxy to
+// kube-apiserver is cut, and its two peers are frozen with SIGSTOP. The
+// freeze is an honest partition from the cut-off agent's side: a stopped
+// process answers no gossip probe, over UDP or TCP, exactly as a peer
+// behind a broken link does, and the agent under test runs unchanged — it
+// has only its own view, which is what it decides on. (A relay per agent
+// would cut the links rather than the peers, but memberlist advertises
+// and probes each member at its own address, so relays would have to
+// rewrite addresses; freezing needs no such machinery.) The frozen peers'
+// own decisions are not judged here: the previous test covers a majority.
+// It stops feeding and stays armed, so the watchdog would reset the node;
+// once the API and the peers are back it feeds again.
+func TestAnAgentCutOffFromTheAPIAndItsPeersStopsFeeding(t *testing.T) {
+	g := startGroup(t, "fa-cut-off")
+	a := g.agents[0]
+	for _, peer := range g.agents[1:] {
+		if err := peer.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.proxies[0].Cut()
+	g.readyzSays(t, 0, "this node sees less than a majority of its group: cut off")
+	// Stopped feeding: the device stays silent for ten loop turns while
+	// the loop keeps turning (/readyz answers with the same state).
+	cutOff := a.Device.Writes()
+	framework.Poll(t, "the watchdog of "+a.Node+" unfed for 3 s", func(ctx context.Context) (bool, error) {
+		w := a.Device.Writes()
+		if w.Feeds != cutOff.Feeds || w.MagicCloses != cutOff.MagicCloses {
+			return false, fmt.Errorf("the cut-off agent wrote to its watchdog: %+v, then %+v", cutOff, w)
+		}
+		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
+	})
+	g.readyzSays(t, 0, "starve: the API does not answer")
+	if w := a.Device.Writes(); w.Last == 'V' {
+		t.Fatal("the cut-off agent disarmed its watchdog; it must stay armed so the watchdog resets the node")
+	}
+
+	for _, peer := range g.agents[1:] {
+		if err := peer.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.proxies[0].Restore()
+	g.feedsGrow(t, 0, 3)
+	g.readyzSays(t, 0, "3 of 3 members")
+}
+
+// Each maintenance annotation disarms the agent — label removed, then the
+// magic close on the device — and it stays disarmed; once the annotation
+// is gone it arms again.
+func TestMaintenanceAnnotationsDisarmAndTheAgentRearmsAfterwards(t *testing.T) {
+	g := startGroup(t, "fa-maint")
+	a := g.agents[0]
+	for _, annotation := range []string{deckhousev1.ApprovedAnnotation, deckhousev1.DisruptionApprovedAnnotation, deckhousev1.FencingDisableAnnotation} {
+		closes := a.Device.Writes().MagicCloses
+		annotate(t, g.nodes[0], annotation, new(""))
+		framework.Poll(t, a.Node+" disarmed for "+annotation, func(ctx context.Context) (bool, error) {
+			w := a.Device.Writes()
+			return w.MagicCloses == closes+1 && w.Last == 'V' && !g.labelled(ctx, 0), nil
+		})
+		g.readyzSays(t, 0, "disarmed: maintenance ("+annotation+")")
+		if w := a.Device.Writes(); w.Last != 'V' {
+			t.Fatalf("%s: the agent wrote to its watchdog after the magic close (last %q)", annotation, w.Last)
+		}
+		annotate(t, g.nodes[0], annotation, nil)
+		g.waitArmed(t, 0)
+		g.feedsGrow(t, 0, 2)
+	}
+	framework.Poll(t, "FencingDisarmed Events about "+a.Node, func(context.Context) (bool, error) {
+		return len(f.EventNotes(t, a.Node, "FencingDisarmed")) > 0, nil
+	})
+}
+
+// SIGTERM, as the kubelet sends when the pod goes: the label goes, then
+// the magic close.
+func TestSIGTERMRemovesTheLabelAndDisarms(t *testing.T) {
+	g := startGroup(t, "fa-sigterm")
+	a := g.agents[0]
+	a.Process.Stop() // SIGTERM; waits for the exit
+	framework.Poll(t, "the magic close on "+a.Node, func(context.Context) (bool, error) {
+		return a.Device.Writes().Last == 'V', nil
+	})
+	if g.labelled(framework.Context(t), 0) {
+		t.Fatalf("%s still carries %s after its agent stopped", a.Node, deckhousev1.FencingEnabledLabel)
+	}
+}
+
+// In Notify mode the agents detect and label alike, say so in the mode
+// label, and never touch the device: nothing would reset the node.
+func TestNotifyModeLabelsAndNeverOpensTheDevice(t *testing.T) {
+	g := startGroupIn(t, "fa-notify", deckhousev1.FencingModeNotify)
+	for i, node := range g.nodes {
+		n, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Labels[deckhousev1.FencingModeLabel]; got != deckhousev1.FencingModeNotify {
+			t.Errorf("%s: %s=%q, want Notify", node, deckhousev1.FencingModeLabel, got)
+		}
+		g.readyzSays(t, i, "armed (mode Notify), feed: the API answers")
+	}
+	// Cut off, a Notify agent only reports it.
+	g.proxies[0].Cut()
+	for _, peer := range g.agents[1:] {
+		if err := peer.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.readyzSays(t, 0, "starve: the API does not answer")
+	for _, peer := range g.agents[1:] {
+		if err := peer.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.agents[0].Process.Stop()
+	for _, a := range g.agents {
+		if w := a.Device.Writes(); w.Feeds != 0 || w.MagicCloses != 0 {
+			t.Errorf("the Notify agent on %s wrote to its device: %+v", a.Node, w)
+		}
+	}
+}
+
+// annotate sets (value non-nil) or removes an annotation of node as the
+// cluster administrator.
+func annotate(t *testing.T, node, key string, value *string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{key: value}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
