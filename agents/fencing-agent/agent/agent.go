@@ -73,6 +73,8 @@ type Gossip interface {
 	Join(peers []string) int
 	Joined() bool
 	Alive() []string
+	AliveWithoutAPI() []string
+	SetAPIReached(reached bool)
 	Leave(timeout time.Duration)
 }
 
@@ -216,14 +218,17 @@ func (a *Agent) Tick(ctx context.Context) {
 	for _, n := range nodes {
 		expected[n.Name] = true
 	}
+	a.gossip.SetAPIReached(answered)
 	alive := membership.CountAlive(a.cfg.NodeName, a.gossip.Alive(), expected)
+	cutOff := membership.CountAlive(a.cfg.NodeName, a.gossip.AliveWithoutAPI(), expected)
 	maint := InMaintenance(node)
 	s := State{
-		Ready:       synced && a.gossip.Joined(),
-		Armed:       a.dev.Armed(),
-		Maintenance: maint != "",
-		APIAnswered: answered,
-		Quorum:      membership.QuorumOf(alive, len(expected)),
+		Ready:        synced && a.gossip.Joined(),
+		Armed:        a.dev.Armed(),
+		Maintenance:  maint != "",
+		APIAnswered:  answered,
+		Quorum:       membership.QuorumOf(alive, len(expected)),
+		OutageQuorum: membership.QuorumOf(cutOff, len(expected)),
 	}
 	d := Decide(s)
 	a.act(ctx, d, node)

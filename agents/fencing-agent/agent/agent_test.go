@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,10 @@ type fakeGossip struct {
 	mu     sync.Mutex
 	joined bool
 	alive  []string
+	// withoutAPI are the alive peers that report no API; reached is what
+	// this agent published.
+	withoutAPI []string
+	reached    bool
 }
 
 func (g *fakeGossip) Join([]string) int {
@@ -44,8 +49,23 @@ func (g *fakeGossip) Alive() []string {
 	defer g.mu.Unlock()
 	return append([]string{}, g.alive...)
 }
-func (g *fakeGossip) Leave(time.Duration) {}
-func (g *fakeGossip) see(names ...string) { g.mu.Lock(); defer g.mu.Unlock(); g.alive = names }
+func (g *fakeGossip) AliveWithoutAPI() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, n := range g.withoutAPI {
+		if slices.Contains(g.alive, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+func (g *fakeGossip) SetAPIReached(r bool) { g.mu.Lock(); defer g.mu.Unlock(); g.reached = r }
+func (g *fakeGossip) Leave(time.Duration)  {}
+
+// cutOff says which alive peers report that they cannot reach the API.
+func (g *fakeGossip) cutOff(names ...string) { g.mu.Lock(); defer g.mu.Unlock(); g.withoutAPI = names }
+func (g *fakeGossip) see(names ...string)    { g.mu.Lock(); defer g.mu.Unlock(); g.alive = names }
 
 // harness is an agent on node n1 of group workers (n1, n2, n3), with a
 // regular file as its watchdog and an API the test can cut.
@@ -171,20 +191,36 @@ func TestNeverArmsBeforeJoinedAndSynced(t *testing.T) {
 	}
 }
 
-func TestKeepsFeedingWithoutTheAPIWhileItSeesAMajority(t *testing.T) {
+func TestKeepsFeedingWithoutTheAPIWhileAMajorityHasLostItToo(t *testing.T) {
 	h := newHarness(t, deckhousev1.FencingModeWatchdog, nil)
 	h.a.Tick(h.ctx)
 	h.apiCut.Store(true)
 	h.gossip.see("n1", "n2") // 2 of 3
+	h.gossip.cutOff("n2")    // and n2 has lost the API too
 	h.a.Tick(h.ctx)
 	h.a.Tick(h.ctx)
 	if got := h.written(); got != "111" {
-		t.Fatalf("device got %q: with the API down and a majority seen the agent must keep feeding", got)
+		t.Fatalf("device got %q: with the API down for a majority seen, the agent must keep feeding", got)
+	}
+	if h.gossip.reached {
+		t.Fatal("the agent did not publish that it lost the API")
+	}
+	// n2 reaches the API again, this node does not: it is the one cut
+	// off, and its Lease alone goes stale; it must stop feeding.
+	h.gossip.cutOff()
+	h.a.Tick(h.ctx)
+	if got := h.written(); got != "111" {
+		t.Fatalf("device got %q: its peers reach the API and it does not, so the agent must stop feeding", got)
+	}
+	h.gossip.cutOff("n2")
+	h.a.Tick(h.ctx)
+	if got := h.written(); got != "1111" {
+		t.Fatalf("device got %q: the majority without the API again, the agent must feed", got)
 	}
 	h.gossip.see("n1") // 1 of 3: cut off
 	h.a.Tick(h.ctx)
 	h.a.Tick(h.ctx)
-	if got := h.written(); got != "111" {
+	if got := h.written(); got != "1111" {
 		t.Fatalf("device got %q: cut off from the API and the majority, the agent must stop feeding", got)
 	}
 	if !h.a.dev.Armed() {
@@ -192,7 +228,10 @@ func TestKeepsFeedingWithoutTheAPIWhileItSeesAMajority(t *testing.T) {
 	}
 	h.apiCut.Store(false)
 	h.a.Tick(h.ctx)
-	if got := h.written(); got != "1111" {
+	if !h.gossip.reached {
+		t.Fatal("the agent did not publish that it reaches the API again")
+	}
+	if got := h.written(); got != "11111" {
 		t.Fatalf("device got %q: with the API back the agent must feed again", got)
 	}
 }

@@ -15,8 +15,13 @@ type State struct {
 	Maintenance bool
 	// APIAnswered: the check of this tick got an answer from the API.
 	APIAnswered bool
-	// Quorum is what gossip says (membership.QuorumOf).
+	// Quorum is what gossip says (membership.QuorumOf) of the members this
+	// node sees alive.
 	Quorum membership.Quorum
+	// OutageQuorum is the same rule over the members this node sees alive
+	// that cannot reach the API either (itself included): held, a majority
+	// of the group is together and cut off from the control plane.
+	OutageQuorum membership.Quorum
 }
 
 // Action is what the agent does about it.
@@ -52,10 +57,15 @@ type Decision struct {
 //   - it arms only once ready, and only while the API answers: arming
 //     ends with labelling the Node, which needs the API;
 //   - armed, it feeds while EITHER the API answers OR it sees a majority
-//     of its group, and stops feeding only when it has lost both: a node
-//     that sees its majority is not the one cut off, however slow or down
-//     the control plane is. A group too small for a quorum has only the
-//     API check.
+//     of its group that cannot reach the API either, and stops feeding
+//     only when it has lost both. Such a majority means the control plane
+//     is down (or cut off) for the group, not this node: the fencing
+//     controller holds a group whose majority stops renewing at once, so
+//     nobody frees their pods while they run. A node that sees its
+//     majority but whose peers still reach the API is the one cut off: its
+//     Lease goes stale while theirs do not, the controller will free its
+//     pods, so it must not keep feeding. A group too small for a quorum has
+//     only the API check.
 //
 // The mode does not appear: Notify decides the same and only never opens
 // the device.
@@ -75,8 +85,10 @@ func Decide(s State) Decision {
 		return Decision{Feed, "the API answers (the group is too small for a quorum: API check only)"}
 	case s.APIAnswered:
 		return Decision{Feed, "the API answers"}
+	case s.OutageQuorum == membership.QuorumHeld:
+		return Decision{Feed, "the API does not answer, and this node sees a majority of its group without the API too: the control plane is down, not this node"}
 	case s.Quorum == membership.QuorumHeld:
-		return Decision{Feed, "the API does not answer, but this node sees a majority of its group: the control plane is down, not this node"}
+		return Decision{Starve, "the API does not answer while the members this node sees still reach it: this node is the one cut off"}
 	case s.Quorum == membership.QuorumTooSmall:
 		return Decision{Starve, "the API does not answer and the group is too small for a quorum: cut off"}
 	default:

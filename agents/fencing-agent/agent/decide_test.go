@@ -7,8 +7,8 @@ import (
 	"github.com/node-manager/node-manager/agents/fencing-agent/membership"
 )
 
-// TestDecideTable covers every combination of API × quorum × maintenance ×
-// armed × ready. The mode is not an input: Notify decides alike and only
+// TestDecideTable covers every combination of API × quorum × outage quorum
+// × maintenance × armed × ready. The mode is not an input: Notify decides alike and only
 // never opens the device (TestNotifyModeNeverOpensTheDevice).
 func TestDecideTable(t *testing.T) {
 	quorums := []membership.Quorum{membership.QuorumHeld, membership.QuorumLost, membership.QuorumTooSmall}
@@ -17,13 +17,15 @@ func TestDecideTable(t *testing.T) {
 			for _, maint := range []bool{true, false} {
 				for _, api := range []bool{true, false} {
 					for _, q := range quorums {
-						s := State{Ready: ready, Armed: armed, Maintenance: maint, APIAnswered: api, Quorum: q}
-						t.Run(fmt.Sprintf("ready=%v/armed=%v/maintenance=%v/api=%v/quorum=%v", ready, armed, maint, api, q), func(t *testing.T) {
-							want := expected(s)
-							if got := Decide(s); got.Action != want {
-								t.Fatalf("Decide(%+v) = %v (%s), want %v", s, got.Action, got.Reason, want)
-							}
-						})
+						for _, oq := range quorums {
+							s := State{Ready: ready, Armed: armed, Maintenance: maint, APIAnswered: api, Quorum: q, OutageQuorum: oq}
+							t.Run(fmt.Sprintf("ready=%v/armed=%v/maintenance=%v/api=%v/quorum=%v/outage=%v", ready, armed, maint, api, q, oq), func(t *testing.T) {
+								want := expected(s)
+								if got := Decide(s); got.Action != want {
+									t.Fatalf("Decide(%+v) = %v (%s), want %v", s, got.Action, got.Reason, want)
+								}
+							})
+						}
 					}
 				}
 			}
@@ -46,7 +48,7 @@ func expected(s State) Action {
 		}
 		return Wait
 	}
-	if s.APIAnswered || s.Quorum == membership.QuorumHeld {
+	if s.APIAnswered || s.OutageQuorum == membership.QuorumHeld {
 		return Feed
 	}
 	return Starve
@@ -58,8 +60,10 @@ func TestTheKeyCases(t *testing.T) {
 		s    State
 		want Action
 	}{
-		{"control plane down, group alive: keep feeding",
-			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumHeld}, Feed},
+		{"control plane down, a majority of the group alive without it: keep feeding",
+			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumHeld, OutageQuorum: membership.QuorumHeld}, Feed},
+		{"API lost while the peers seen still reach it: this node is cut off, stop feeding",
+			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumHeld, OutageQuorum: membership.QuorumLost}, Starve},
 		{"cut off from both: stop feeding",
 			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumLost}, Starve},
 		{"API up, peers gone: keep feeding",

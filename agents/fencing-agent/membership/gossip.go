@@ -44,12 +44,39 @@ type Config struct {
 	ProbeInterval time.Duration
 }
 
-// Gossip is this agent's membership in its group's gossip.
+// Gossip is this agent's membership in its group's gossip. Each member
+// also publishes one fact in its memberlist metadata: whether its own last
+// check reached the API. A member without the API keeps its watchdog fed
+// only while a majority of its group is alive AND without the API too
+// (the control plane is down for all of them); a member whose peers still
+// reach the API is the one cut off (CutOffFromAPI).
 type Gossip struct {
 	cfg    Config
 	ml     *memberlist.Memberlist
 	joined atomic.Bool
+	meta   *apiMeta
 }
+
+// Metadata values: one byte, so it never nears memberlist's meta limit.
+const (
+	metaAPIReached   = 'A'
+	metaAPIUnreached = 'C'
+)
+
+// apiMeta is the memberlist Delegate that publishes this member's API
+// state; the other Delegate hooks carry nothing.
+type apiMeta struct{ reached atomic.Bool }
+
+func (d *apiMeta) NodeMeta(int) []byte {
+	if d.reached.Load() {
+		return []byte{metaAPIReached}
+	}
+	return []byte{metaAPIUnreached}
+}
+func (*apiMeta) NotifyMsg([]byte)                {}
+func (*apiMeta) GetBroadcasts(int, int) [][]byte { return nil }
+func (*apiMeta) LocalState(bool) []byte          { return nil }
+func (*apiMeta) MergeRemoteState([]byte, bool)   {}
 
 // Start listens for gossip; Join then contacts the peers.
 func Start(cfg Config) (*Gossip, error) {
@@ -68,11 +95,38 @@ func Start(cfg Config) (*Gossip, error) {
 		mc.GossipInterval = cfg.ProbeInterval / 5
 	}
 	mc.Logger = log.New(klogWriter{}, "", 0)
+	// A member starts as reaching the API: it arms only after it did.
+	meta := &apiMeta{}
+	meta.reached.Store(true)
+	mc.Delegate = meta
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("starting gossip for group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
 	}
-	return &Gossip{cfg: cfg, ml: ml}, nil
+	return &Gossip{cfg: cfg, ml: ml, meta: meta}, nil
+}
+
+// SetAPIReached publishes whether this member's last check reached the
+// API; a change is gossiped to the group at once.
+func (g *Gossip) SetAPIReached(reached bool) {
+	if g.meta.reached.Swap(reached) == reached {
+		return
+	}
+	if err := g.ml.UpdateNode(g.cfg.ProbeInterval + time.Second); err != nil {
+		klog.V(2).InfoS("Publishing the API state to the group's gossip", "group", g.cfg.Group, "apiReached", reached, "err", err)
+	}
+}
+
+// AliveWithoutAPI is the names of the alive members whose last published
+// check did not reach the API, this member included when its own did not.
+func (g *Gossip) AliveWithoutAPI() []string {
+	var names []string
+	for _, m := range g.ml.Members() {
+		if m.State == memberlist.StateAlive && len(m.Meta) == 1 && m.Meta[0] == metaAPIUnreached {
+			names = append(names, m.Name)
+		}
+	}
+	return names
 }
 
 // Join contacts every peer (host:port) that is not an alive member yet.

@@ -59,6 +59,23 @@ func TestAgentsOfAGroupSeeEachOtherAndNoticeOneGone(t *testing.T) {
 	for _, g := range gs {
 		waitFor(t, "every agent sees three alive", func() bool { return len(g.Alive()) == 3 })
 	}
+	// The API state each member publishes reaches the others, both ways.
+	if got := gs[0].AliveWithoutAPI(); len(got) != 0 {
+		t.Fatalf("no member lost the API, yet %v are reported without it", got)
+	}
+	gs[1].SetAPIReached(false)
+	gs[0].SetAPIReached(false)
+	waitFor(t, "c sees a and b without the API", func() bool {
+		got := gs[2].AliveWithoutAPI()
+		slices.Sort(got)
+		return slices.Equal(got, []string{"a", "b"})
+	})
+	gs[1].SetAPIReached(true)
+	waitFor(t, "c sees b reach the API again", func() bool {
+		return slices.Equal(gs[2].AliveWithoutAPI(), []string{"a"})
+	})
+	gs[0].SetAPIReached(true)
+
 	gs[2].Leave(time.Second)
 	waitFor(t, "a sees c gone", func() bool {
 		alive := gs[0].Alive()

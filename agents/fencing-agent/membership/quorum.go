@@ -10,12 +10,14 @@ const MinQuorumGroup = 3
 // Quorum is what the group's gossip says about this node.
 type Quorum int
 
+// The zero value is QuorumLost, so a Quorum nobody computed never keeps a
+// watchdog fed.
 const (
-	// QuorumHeld: this node sees a majority of its group alive, itself
-	// included, so it is not the one cut off.
-	QuorumHeld Quorum = iota
 	// QuorumLost: it sees fewer than a majority.
-	QuorumLost
+	QuorumLost Quorum = iota
+	// QuorumHeld: this node sees a majority of its group alive, itself
+	// included.
+	QuorumHeld
 	// QuorumTooSmall: the group expects fewer than MinQuorumGroup members;
 	// gossip proves nothing and only the API check counts.
 	QuorumTooSmall

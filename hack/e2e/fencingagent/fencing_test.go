@@ -70,7 +70,8 @@ func (g *group) feedsGrow(t *testing.T, i, n int) {
 
 // The control plane is unreachable for every agent (each one's proxy to
 // kube-apiserver is cut) while they still see each other: each sees a
-// majority of its group, so it knows it is not the one cut off, and keeps
+// majority of its group that has lost the API too (each publishes its API
+// state in the gossip), so it knows it is not the one cut off, and keeps
 // feeding. An agent of Deckhouse's first generation stops here, and every
 // node of the cluster resets.
 func TestControlPlaneUnreachableForAllWhileTheySeeEachOtherEveryoneKeepsFeeding(t *testing.T) {
@@ -79,14 +80,14 @@ func TestControlPlaneUnreachableForAllWhileTheySeeEachOtherEveryoneKeepsFeeding(
 		p.Cut()
 	}
 	for i := range g.agents {
-		g.readyzSays(t, i, "the API does not answer, but this node sees a majority of its group")
+		g.readyzSays(t, i, "the API does not answer, and this node sees a majority of its group without the API too")
 	}
 	// Ten turns of each agent's loop with the API gone.
 	for i := range g.agents {
 		g.feedsGrow(t, i, 10)
 	}
 	for i := range g.agents {
-		g.readyzSays(t, i, "sees a majority")
+		g.readyzSays(t, i, "sees a majority of its group without the API too")
 	}
 	for _, p := range g.proxies {
 		p.Restore()
@@ -141,6 +142,31 @@ func TestAnAgentCutOffFromTheAPIAndItsPeersStopsFeeding(t *testing.T) {
 	g.proxies[0].Restore()
 	g.feedsGrow(t, 0, 3)
 	g.readyzSays(t, 0, "3 of 3 members")
+}
+
+// One agent loses the API while its peers, which it still sees, reach it:
+// that agent is the one cut off (its Lease alone goes stale, and the
+// fencing controller will free its pods), so seeing a majority does not
+// keep it feeding. Its peers keep feeding; when its API is back, so does it.
+func TestAnAgentThatAloneLostTheAPIStopsFeedingThoughItSeesItsPeers(t *testing.T) {
+	g := startGroup(t, "fa-alone")
+	a := g.agents[0]
+	g.proxies[0].Cut()
+	g.readyzSays(t, 0, "starve: the API does not answer while the members this node sees still reach it")
+	cutOff := a.Device.Writes()
+	framework.Poll(t, "the watchdog of "+a.Node+" unfed for 3 s", func(ctx context.Context) (bool, error) {
+		w := a.Device.Writes()
+		if w.Feeds != cutOff.Feeds || w.MagicCloses != cutOff.MagicCloses {
+			return false, fmt.Errorf("the agent cut off alone wrote to its watchdog: %+v, then %+v", cutOff, w)
+		}
+		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
+	})
+	g.readyzSays(t, 0, "3 of 3 members")
+	g.feedsGrow(t, 1, 3)
+	g.feedsGrow(t, 2, 3)
+	g.proxies[0].Restore()
+	g.feedsGrow(t, 0, 3)
+	g.readyzSays(t, 0, "feed: the API answers")
 }
 
 // Each maintenance annotation disarms the agent — label removed, then the
