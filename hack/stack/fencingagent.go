@@ -103,8 +103,9 @@ type FencingAgent struct {
 }
 
 // FencingAgentTimings are the e2e agents' timings: a loop turn every
-// 300 ms, each API check bounded at 200 ms, gossip probes every 200 ms.
-var FencingAgentTimings = []string{"--feed-interval=300ms", "--api-timeout=200ms", "--rejoin-interval=1s", "--gossip-probe-interval=200ms"}
+// 300 ms, each API check bounded at 200 ms, gossip probes every 200 ms, a
+// node's Lease stale for the agent after 2 s.
+var FencingAgentTimings = []string{"--feed-interval=300ms", "--api-timeout=200ms", "--rejoin-interval=1s", "--gossip-probe-interval=200ms", "--lease-stale-after=2s"}
 
 // StartFencingAgent starts fencing-agent for opts.Node with a FIFO as its
 // watchdog, reaching the API with opts.Token through opts.APIServer.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -52,6 +53,12 @@ type Config struct {
 	FeedInterval time.Duration
 	// APITimeout bounds each check of the API; shorter than FeedInterval.
 	APITimeout time.Duration
+	// LeaseStaleAfter is the age of the node's kube-node-lease Lease
+	// beyond which the agent stops feeding though the API answers: the
+	// kubelet is not renewing it, so the fencing controller will free the
+	// node's pods, and the watchdog must have fired by then
+	// (deckhousev1.DefaultFencingAgentLeaseStaleAfter).
+	LeaseStaleAfter time.Duration
 	// RejoinInterval is how often peers the gossip lost are contacted again.
 	RejoinInterval time.Duration
 	// Peers are gossip addresses (host:port) given on the command line;
@@ -209,7 +216,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	for _, s := range a.synced {
 		synced = synced && s()
 	}
-	node, answered := a.checkAPI(ctx)
+	node, answered, leaseAge := a.checkAPI(ctx)
 	if node == nil {
 		node, _ = a.ownNodes.Get(a.cfg.NodeName)
 	}
@@ -227,6 +234,8 @@ func (a *Agent) Tick(ctx context.Context) {
 		Armed:        a.dev.Armed(),
 		Maintenance:  maint != "",
 		APIAnswered:  answered,
+		LeaseStale:   answered && leaseAge > a.cfg.LeaseStaleAfter,
+		LeaseAge:     leaseAge,
 		Quorum:       membership.QuorumOf(alive, len(expected)),
 		OutageQuorum: membership.QuorumOf(cutOff, len(expected)),
 	}
@@ -253,15 +262,31 @@ func (a *Agent) Tick(ctx context.Context) {
 // checkAPI GETs the agent's own Node within APITimeout: the cheapest
 // authenticated request that proves this node reaches the API. The Node
 // is returned when it came back.
-func (a *Agent) checkAPI(ctx context.Context) (*corev1.Node, bool) {
+// checkAPI GETs the agent's own Node and, when that answers, its node's
+// Lease: the Node (nil when the API did not give it), whether the API
+// answered, and how long ago the kubelet last renewed the Lease (0 when
+// there is no Lease or it could not be read: the fencing controller never
+// fences a node without one).
+func (a *Agent) checkAPI(ctx context.Context) (*corev1.Node, bool, time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
 	defer cancel()
 	node, err := a.kube.CoreV1().Nodes().Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		klog.V(2).InfoS("API check", "node", a.cfg.NodeName, "answered", Answered(err), "err", err)
-		return nil, Answered(err)
+		return nil, Answered(err), 0
 	}
-	return node, true
+	lease, err := a.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return node, true, 0
+	case err != nil:
+		klog.ErrorS(err, "Cannot read the node's Lease; a kubelet that stopped renewing it goes unnoticed until this is fixed",
+			"node", a.cfg.NodeName, "namespace", corev1.NamespaceNodeLease)
+		return node, true, 0
+	case lease.Spec.RenewTime == nil:
+		return node, true, 0
+	}
+	return node, true, max(a.clock.Since(lease.Spec.RenewTime.Time), 0)
 }
 
 // act carries a decision out.

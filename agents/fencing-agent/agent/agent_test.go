@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"net"
 	"os"
 	"path/filepath"
@@ -109,7 +110,7 @@ func newHarness(t *testing.T, mode string, annotations map[string]string) *harne
 		}
 		return false, nil, nil
 	})
-	cfg := Config{NodeName: "n1", Group: "workers", Mode: mode, FeedInterval: 5 * time.Second, APITimeout: time.Second, RejoinInterval: 10 * time.Second}
+	cfg := Config{NodeName: "n1", Group: "workers", Mode: mode, FeedInterval: 5 * time.Second, APITimeout: time.Second, RejoinInterval: 10 * time.Second, LeaseStaleAfter: 20 * time.Second}
 	h.a = New(cfg, h.kube, NewDevice(mode, h.dev), h.gossip, nil, clocktesting.NewFakeClock(time.Now()))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -386,5 +387,49 @@ func TestALabelLeftByADeadAgentIsRemovedWhileInMaintenance(t *testing.T) {
 	h.a.Tick(h.ctx)
 	if h.labelled() {
 		t.Fatal("a disarmed agent left the fencing label on its Node: the controller would trust a promise nobody keeps")
+	}
+}
+
+// A node whose kubelet stopped renewing its Lease is fenced like one cut
+// off, though its agent still reaches the API, and its containers may
+// still run: the agent stops feeding once the Lease is older than
+// LeaseStaleAfter, and feeds again once the kubelet renews it.
+func TestAStaleLeaseStopsTheFeedingThoughTheAPIAnswers(t *testing.T) {
+	h := newHarness(t, deckhousev1.FencingModeWatchdog, nil)
+	now := h.a.clock.Now()
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+		Spec:       coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: now.Add(-5 * time.Second)}},
+	}
+	leases := h.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	if _, err := leases.Create(h.ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Tick(h.ctx)
+	h.a.Tick(h.ctx)
+	if got := h.written(); got != "11" {
+		t.Fatalf("device got %q: with a fresh Lease the agent must arm and feed", got)
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now.Add(-25 * time.Second)}
+	if _, err := leases.Update(h.ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Tick(h.ctx)
+	if got := h.written(); got != "11" {
+		t.Fatalf("device got %q: with the Lease 25 s old the agent must stop feeding", got)
+	}
+	if _, msg := h.a.Ready(); !strings.Contains(msg, "Lease was last renewed 25s ago") {
+		t.Errorf("readiness does not say why it starves: %s", msg)
+	}
+	if !h.a.dev.Armed() {
+		t.Fatal("the agent disarmed; it must stay armed so the watchdog resets the node")
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if _, err := leases.Update(h.ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Tick(h.ctx)
+	if got := h.written(); got != "111" {
+		t.Fatalf("device got %q: with the Lease renewed the agent must feed again", got)
 	}
 }

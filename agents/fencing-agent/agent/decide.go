@@ -1,6 +1,11 @@
 package agent
 
-import "github.com/node-manager/node-manager/agents/fencing-agent/membership"
+import (
+	"fmt"
+	"time"
+
+	"github.com/node-manager/node-manager/agents/fencing-agent/membership"
+)
 
 // State is what the agent knows at one tick of its loop.
 type State struct {
@@ -15,6 +20,11 @@ type State struct {
 	Maintenance bool
 	// APIAnswered: the check of this tick got an answer from the API.
 	APIAnswered bool
+	// LeaseStale: the API answered, but the node's Lease was last renewed
+	// more than LeaseStaleAfter ago (LeaseAge): the kubelet is down or
+	// stuck, and the fencing controller will free the node's pods.
+	LeaseStale bool
+	LeaseAge   time.Duration
 	// Quorum is what gossip says (membership.QuorumOf) of the members this
 	// node sees alive.
 	Quorum membership.Quorum
@@ -56,6 +66,10 @@ type Decision struct {
 //     nodes in maintenance because it armed unconditionally at start);
 //   - it arms only once ready, and only while the API answers: arming
 //     ends with labelling the Node, which needs the API;
+//   - armed, it stops feeding while its node's Lease is stale though the
+//     API answers: the controller fences on the Lease, and a node whose
+//     kubelet died still runs its containers, so the watchdog must reset
+//     it first;
 //   - armed, it feeds while EITHER the API answers OR it sees a majority
 //     of its group that cannot reach the API either, and stops feeding
 //     only when it has lost both. Such a majority means the control plane
@@ -77,10 +91,14 @@ func Decide(s State) Decision {
 		return Decision{Wait, "the node is in maintenance: staying disarmed"}
 	case !s.Ready && !s.Armed:
 		return Decision{Wait, "not joined to the group's gossip or the Node caches not synced yet"}
+	case !s.Armed && s.APIAnswered && s.LeaseStale:
+		return Decision{Wait, fmt.Sprintf("the node's Lease was last renewed %s ago: not arming while the kubelet does not renew it", s.LeaseAge.Round(time.Second))}
 	case !s.Armed && s.APIAnswered:
 		return Decision{Arm, "ready and the API answers"}
 	case !s.Armed:
 		return Decision{Wait, "the API does not answer, so the Node cannot be labelled: not arming yet"}
+	case s.APIAnswered && s.LeaseStale:
+		return Decision{Starve, fmt.Sprintf("the API answers, but the node's Lease was last renewed %s ago: the kubelet is not renewing it, and the fencing controller will free this node's pods", s.LeaseAge.Round(time.Second))}
 	case s.APIAnswered && s.Quorum == membership.QuorumTooSmall:
 		return Decision{Feed, "the API answers (the group is too small for a quorum: API check only)"}
 	case s.APIAnswered:

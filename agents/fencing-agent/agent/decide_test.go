@@ -18,13 +18,15 @@ func TestDecideTable(t *testing.T) {
 				for _, api := range []bool{true, false} {
 					for _, q := range quorums {
 						for _, oq := range quorums {
-							s := State{Ready: ready, Armed: armed, Maintenance: maint, APIAnswered: api, Quorum: q, OutageQuorum: oq}
-							t.Run(fmt.Sprintf("ready=%v/armed=%v/maintenance=%v/api=%v/quorum=%v/outage=%v", ready, armed, maint, api, q, oq), func(t *testing.T) {
-								want := expected(s)
-								if got := Decide(s); got.Action != want {
-									t.Fatalf("Decide(%+v) = %v (%s), want %v", s, got.Action, got.Reason, want)
-								}
-							})
+							for _, stale := range []bool{false, true} {
+								s := State{Ready: ready, Armed: armed, Maintenance: maint, APIAnswered: api, Quorum: q, OutageQuorum: oq, LeaseStale: stale && api}
+								t.Run(fmt.Sprintf("ready=%v/armed=%v/maintenance=%v/api=%v/quorum=%v/outage=%v/leaseStale=%v", ready, armed, maint, api, q, oq, s.LeaseStale), func(t *testing.T) {
+									want := expected(s)
+									if got := Decide(s); got.Action != want {
+										t.Fatalf("Decide(%+v) = %v (%s), want %v", s, got.Action, got.Reason, want)
+									}
+								})
+							}
 						}
 					}
 				}
@@ -43,10 +45,13 @@ func expected(s State) Action {
 		return Wait
 	}
 	if !s.Armed {
-		if s.Ready && s.APIAnswered {
+		if s.Ready && s.APIAnswered && !s.LeaseStale {
 			return Arm
 		}
 		return Wait
+	}
+	if s.LeaseStale {
+		return Starve
 	}
 	if s.APIAnswered || s.OutageQuorum == membership.QuorumHeld {
 		return Feed
@@ -68,6 +73,8 @@ func TestTheKeyCases(t *testing.T) {
 			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumLost}, Starve},
 		{"API up, peers gone: keep feeding",
 			State{Ready: true, Armed: true, APIAnswered: true, Quorum: membership.QuorumLost}, Feed},
+		{"API up but the kubelet's Lease stale: stop feeding",
+			State{Ready: true, Armed: true, APIAnswered: true, LeaseStale: true, Quorum: membership.QuorumHeld}, Starve},
 		{"small group, API down: stop feeding",
 			State{Ready: true, Armed: true, APIAnswered: false, Quorum: membership.QuorumTooSmall}, Starve},
 		{"maintenance while armed: disarm even when cut off",

@@ -39,13 +39,14 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		Config: Config{
-			NodeName:       os.Getenv("NODE_NAME"),
-			Group:          os.Getenv("NODE_GROUP"),
-			Mode:           deckhousev1.FencingModeWatchdog,
-			FeedInterval:   deckhousev1.DefaultFencingAgentFeedInterval,
-			APITimeout:     deckhousev1.DefaultFencingAgentAPITimeout,
-			RejoinInterval: 10 * time.Second,
-			GossipPort:     9682,
+			NodeName:        os.Getenv("NODE_NAME"),
+			Group:           os.Getenv("NODE_GROUP"),
+			Mode:            deckhousev1.FencingModeWatchdog,
+			FeedInterval:    deckhousev1.DefaultFencingAgentFeedInterval,
+			APITimeout:      deckhousev1.DefaultFencingAgentAPITimeout,
+			LeaseStaleAfter: deckhousev1.DefaultFencingAgentLeaseStaleAfter,
+			RejoinInterval:  10 * time.Second,
+			GossipPort:      9682,
 		},
 		DevicePath:        "/dev/watchdog",
 		ListenAddress:     ":9681",
@@ -63,7 +64,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Mode, "mode", o.Mode, "the group's spec.fencing.mode: Watchdog (arm the device) or Notify (detect and label only; the device is never opened)")
 	fs.StringVar(&o.DevicePath, "watchdog-device", o.DevicePath, "the watchdog device (softdog's, made by the node step)")
 	fs.DurationVar(&o.FeedInterval, "feed-interval", o.FeedInterval, "how often the API is checked and the watchdog fed; keep it well inside the watchdog timeout")
-	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound of each check of the API (a GET of the agent's own Node); shorter than --feed-interval")
+	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound of each check of the API (a GET of the agent's own Node and its Lease); shorter than --feed-interval")
+	fs.DurationVar(&o.LeaseStaleAfter, "lease-stale-after", o.LeaseStaleAfter, "stop feeding, though the API answers, once the node's kube-node-lease Lease is older than this (the kubelet is not renewing it); keep it below node-manager-controller's --fencing-margin")
 	fs.DurationVar(&o.RejoinInterval, "rejoin-interval", o.RejoinInterval, "how often gossip peers that were lost are contacted again")
 	fs.StringSliceVar(&o.Peers, "peers", o.Peers, "gossip peers (host:port) to join besides the InternalIP of each of the group's Nodes at --gossip-port")
 	fs.IntVar(&o.GossipPort, "gossip-port", o.GossipPort, "gossip port (TCP and UDP), the same on every node of the group")
@@ -87,8 +89,8 @@ func (o *Options) Validate() error {
 	if o.Mode != deckhousev1.FencingModeWatchdog && o.Mode != deckhousev1.FencingModeNotify {
 		errs = append(errs, fmt.Errorf("--mode=%q: want %s or %s", o.Mode, deckhousev1.FencingModeWatchdog, deckhousev1.FencingModeNotify))
 	}
-	if o.FeedInterval <= 0 || o.APITimeout <= 0 || o.RejoinInterval <= 0 || o.ProbeInterval <= 0 {
-		errs = append(errs, errors.New("--feed-interval, --api-timeout, --rejoin-interval and --gossip-probe-interval must be positive"))
+	if o.FeedInterval <= 0 || o.APITimeout <= 0 || o.RejoinInterval <= 0 || o.ProbeInterval <= 0 || o.LeaseStaleAfter <= 0 {
+		errs = append(errs, errors.New("--feed-interval, --api-timeout, --rejoin-interval, --gossip-probe-interval and --lease-stale-after must be positive"))
 	}
 	if o.APITimeout >= o.FeedInterval {
 		errs = append(errs, fmt.Errorf("--api-timeout (%s) must be shorter than --feed-interval (%s), or a slow API delays the feeds", o.APITimeout, o.FeedInterval))

@@ -169,6 +169,35 @@ func TestAnAgentThatAloneLostTheAPIStopsFeedingThoughItSeesItsPeers(t *testing.T
 	g.readyzSays(t, 0, "feed: the API answers")
 }
 
+// A node whose kubelet stops renewing its Lease (framework.Heartbeat plays
+// the kubelet) is fenced by the controller though its agent reaches the
+// API, and its containers may still run: the agent stops feeding once the
+// Lease is older than --lease-stale-after (2 s here), so the watchdog
+// resets the node first; when the kubelet renews again, it feeds again.
+func TestAnAgentWhoseKubeletStopsRenewingStopsFeeding(t *testing.T) {
+	g := startGroup(t, "fa-kubelet")
+	a := g.agents[0]
+	hb, err := framework.StartHeartbeat(framework.Context(t), f.CP, a.Node, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hb.Stop)
+	g.feedsGrow(t, 0, 3)
+	hb.Pause()
+	g.readyzSays(t, 0, "starve: the API answers, but the node's Lease was last renewed")
+	stale := a.Device.Writes()
+	framework.Poll(t, "the watchdog of "+a.Node+" unfed for 3 s", func(ctx context.Context) (bool, error) {
+		w := a.Device.Writes()
+		if w.Feeds != stale.Feeds || w.MagicCloses != stale.MagicCloses {
+			return false, fmt.Errorf("the agent of a node whose Lease is stale wrote to its watchdog: %+v, then %+v", stale, w)
+		}
+		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
+	})
+	hb.Resume()
+	g.feedsGrow(t, 0, 3)
+	g.readyzSays(t, 0, "feed: the API answers")
+}
+
 // Each maintenance annotation disarms the agent — label removed, then the
 // magic close on the device — and it stays disarmed; once the annotation
 // is gone it arms again.

@@ -43,6 +43,17 @@ const (
 	// Lease: a quarter of its nodeLeaseDurationSeconds, 40 s by default
 	// (bashible does not change it).
 	KubeletLeaseRenewInterval = 10 * time.Second
+	// DefaultFencingAgentLeaseStaleAfter is how old its node's Lease may be
+	// while the fencing agent keeps feeding though the API answers (its
+	// --lease-stale-after): a node whose kubelet stopped renewing is fenced
+	// like one cut off, and its containers may still run, so the watchdog
+	// must fire first. The agent's last feed is then at most this long
+	// after the last renewal and the watchdog fires one watchdog timeout
+	// later, before the evacuation delay (watchdog timeout + margin) as
+	// long as this is below the margin; it equals the least margin the
+	// controller accepts (lease renew interval + agent API timeout + agent
+	// feed interval), so it holds for every accepted margin.
+	DefaultFencingAgentLeaseStaleAfter = KubeletLeaseRenewInterval + DefaultFencingAgentAPITimeout + DefaultFencingAgentFeedInterval
 	// DefaultFencingMargin is what the fencing controller waits beyond a
 	// group's watchdog timeout before it calls a node dead (its
 	// --fencing-margin): more than the 18 s the three intervals above add
