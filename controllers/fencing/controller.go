@@ -1,5 +1,5 @@
 // Package fencing frees the pods of dead fenced nodes: Deckhouse's fencing
-// controller, with the blast-radius cap and outage guard Deckhouse lacks.
+// controller, with the blast-radius cap and the guards Deckhouse lacks.
 //
 // A fencing agent (agents/fencing-agent) on every node of a group with
 // spec.fencing arms the node's watchdog and labels its Node
@@ -21,7 +21,10 @@
 // of a group) are fenced per group per --fencing-interval; when more than
 // --fencing-outage-percent of all fenced nodes are dead at once, or the
 // controller has seen no node renew its Lease for --fencing-api-view-timeout
-// (its own view is stale), nobody is fenced. Every fenced group carries the
+// (its own view is stale), nobody is fenced; when a majority of a group of
+// three or more has stopped renewing at once (it may be alive and cut off,
+// its agents feeding their watchdogs on their quorum), none of that group
+// is fenced. Every fenced group carries the
 // condition FencingHeld, applied with its own field manager
 // (FencingControllerFieldManager) beside the nodegroup-status controller's
 // conditions; every decision about a dead node is an Event on the Node and

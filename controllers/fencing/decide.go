@@ -114,6 +114,10 @@ const (
 	ReasonStaleAPIView = "StaleAPIView"
 	// ReasonClusterOutage: too many nodes are dead at once.
 	ReasonClusterOutage = "ClusterOutage"
+	// ReasonGroupQuorumLost: a majority of the group stopped renewing at
+	// once: it may be alive and cut off from the control plane, where its
+	// agents keep their watchdogs fed.
+	ReasonGroupQuorumLost = "GroupQuorumLost"
 	// ReasonBlastRadiusCap: the group fenced its share for this interval.
 	ReasonBlastRadiusCap = "BlastRadiusCap"
 	// ReasonNotHeld: the condition's reason while nothing is held.
@@ -123,7 +127,14 @@ const (
 // Reasons are the reasons a dead node is skipped or a group held, in the
 // order they are checked.
 var Reasons = []string{ReasonMaintenance, ReasonNoLease, ReasonGroupNotFenced, ReasonUnsafeTiming,
-	ReasonStaleAPIView, ReasonClusterOutage, ReasonBlastRadiusCap}
+	ReasonStaleAPIView, ReasonClusterOutage, ReasonGroupQuorumLost, ReasonBlastRadiusCap}
+
+// MinQuorumGroup is the smallest group the group quorum guard applies to,
+// the fencing agents' own rule (membership.MinQuorumGroup): with fewer
+// than three nodes a majority is all of them, or one node alone, and the
+// agents fall back to the API check alone, so a group that small cannot
+// keep running cut off from the control plane.
+const MinQuorumGroup = 3
 
 // Decision is the verdict on one dead node.
 type Decision struct {
@@ -199,9 +210,22 @@ func (t Timing) Delay(f *deckhousev1.FencingSpec) (time.Duration, error) {
 // group's evacuation delay. A dead node is skipped, in this order, when it
 // is in maintenance, has no Lease, its group has no fencing, its group's
 // timing is unsafe, the outage guard holds (the controller's view is
-// stale, or too many candidates are dead at once), or its group has fenced
-// its share of the interval (the blast-radius cap). A node fenced already
-// (its Node kept) is not fenced again until its Lease is renewed.
+// stale, or too many candidates are dead at once), the group quorum guard
+// holds its group, or its group has fenced its share of the interval (the
+// blast-radius cap). A node fenced already (its Node kept) is not fenced
+// again until its Lease is renewed.
+//
+// The group quorum guard mirrors the fencing agents' quorum: without the
+// API an agent keeps feeding its watchdog while it sees a majority of its
+// group, ⌊N/2⌋+1, that cannot reach the API either, in groups of at least
+// MinQuorumGroup. Such a majority keeps running its pods, so freeing them
+// would run them twice. Here N is the group's nodes in Facts (its Nodes
+// labelled fencing-enabled, whatever their state), and when at least
+// ⌊N/2⌋+1 of them are silent at once (missed two renewals, as the outage
+// guard counts; a node fenced already at its renewal is not counted, as
+// its watchdog has fired), none of the group's dead nodes is fenced. A
+// silent minority lost both the API and the quorum, stopped feeding, and
+// is fenced as before.
 func Decide(f Facts) Plan {
 	p := Plan{Groups: map[string]Held{}}
 	next := func(at time.Time) {
@@ -236,6 +260,9 @@ func Decide(f Facts) Plan {
 	// dead, and counting the dead alone would let the first be fenced.
 	silentAfter := 2 * f.Timing.LeaseRenewInterval
 	var candidates, silent int
+	// members and silentIn are the group quorum guard's N and the silent
+	// among them, per group.
+	members, silentIn := map[string]int{}, map[string]int{}
 	var deadOnes []dead
 	for _, n := range f.Nodes {
 		g, fenced := f.Groups[n.Group]
@@ -244,6 +271,10 @@ func Decide(f Facts) Plan {
 		if !fenced {
 			// Judged by the default timeout, only to tell whether to say so.
 			delay, _ = f.Timing.Delay(nil)
+		}
+		members[n.Group]++
+		if n.HasLease && !n.Fenced && f.Now.Sub(n.LastRenewal) > min(silentAfter, delay) {
+			silentIn[n.Group]++
 		}
 		if n.Maintenance != "" || n.Fenced || !fenced {
 			if n.HasLease && f.Now.Sub(n.LastRenewal) > delay && !n.Fenced {
@@ -295,6 +326,20 @@ func Decide(f Facts) Plan {
 		next(f.LastRenewalSeen.Add(f.Limits.APIViewTimeout + time.Millisecond))
 	}
 
+	// The group quorum guard: the groups whose majority is silent.
+	quorumLost := map[string]string{}
+	for _, d := range deadOnes {
+		name := d.n.Group
+		n, quorum := members[name], members[name]/2+1
+		if _, done := quorumLost[name]; done || n < MinQuorumGroup || silentIn[name] < quorum {
+			continue
+		}
+		quorumLost[name] = fmt.Sprintf("%d of the %d fenced nodes of group %s have stopped renewing their Leases at once, a majority (at least %d): "+
+			"they may be alive and cut off from the control plane together, where their fencing agents keep their watchdogs fed, "+
+			"so node-manager fences none of the group's nodes until fewer than %d are silent",
+			silentIn[name], n, name, quorum, quorum)
+	}
+
 	// Each dead node, oldest first, within its group's cap.
 	fencedNow := map[string]int{}
 	for _, d := range deadOnes {
@@ -307,6 +352,8 @@ func Decide(f Facts) Plan {
 			p.Decisions = append(p.Decisions, skip(n, f.Now, delay, ReasonUnsafeTiming, "its group's fencing timing is unsafe: "+unsafe[n.Group].Error()))
 		case p.Guard != "":
 			p.Decisions = append(p.Decisions, skip(n, f.Now, delay, p.Guard, p.GuardMessage))
+		case quorumLost[n.Group] != "":
+			p.Decisions = append(p.Decisions, skip(n, f.Now, delay, ReasonGroupQuorumLost, quorumLost[n.Group]))
 		default:
 			limit := capOf(f.Limits, g.Size)
 			_, retry := g.Recent[n.Name]
@@ -357,6 +404,8 @@ func Decide(f Facts) Plan {
 			h.Held, h.Reason, h.Message = true, ReasonUnsafeTiming, "node-manager fences no node of this group: "+unsafe[name].Error()
 		case p.Guard != "":
 			h.Held, h.Reason, h.Message = true, p.Guard, p.GuardMessage
+		case quorumLost[name] != "":
+			h.Held, h.Reason, h.Message = true, ReasonGroupQuorumLost, quorumLost[name]
 		case h.Held:
 			h.Message = fmt.Sprintf("%d dead node(s) wait for the blast-radius cap: at most %d node(s), or %d%% of the group's %d nodes if that is more, are fenced per %s",
 				h.Dead, f.Limits.MaxNodes, f.Limits.MaxPercent, f.Groups[name].Size, f.Limits.Interval)

@@ -74,6 +74,9 @@ func TestDecideFencesOnlyDeadNodesItMay(t *testing.T) {
 	notify.Notify = true
 	inMaintenance := node("m", "w", stale)
 	inMaintenance.Maintenance = deckhousev1.DisruptionApprovedAnnotation
+	// Alone in group s, too small for the group quorum guard.
+	inMaintenanceS := node("m", "s", stale)
+	inMaintenanceS.Maintenance = deckhousev1.DisruptionApprovedAnnotation
 	cloudStatic := node("cs", "w", stale)
 	cloudStatic.Type = deckhousev1.NodeTypeCloudStatic
 	noLease := Node{Name: "nl", Group: "w", Type: deckhousev1.NodeTypeCloudEphemeral}
@@ -126,8 +129,25 @@ func TestDecideFencesOnlyDeadNodesItMay(t *testing.T) {
 			cluster(3, node("a", "w", stale), node("b", "w", t0.Add(-19*time.Second)), node("c", "w", fresh)),
 			[]string{"a:Fence"}, ""},
 		{"maintenance nodes are not counted by the guard",
-			cluster(3, node("a", "w", stale), inMaintenance, node("c", "w", fresh)),
+			cluster(3, node("a", "w", stale), inMaintenanceS, node("c", "w", fresh)),
 			[]string{"a:Fence", "m:Skip/Maintenance"}, ""},
+		{"the group quorum guard: 3 of 5 silent at once, none of the group fenced",
+			cluster(5, append(healthy(2), node("a", "w", stale), node("b", "w", stale), node("c", "w", t0.Add(-25*time.Second)),
+				node("s1", "s", fresh), node("s2", "s", fresh))...),
+			[]string{"a:Skip/GroupQuorumLost", "b:Skip/GroupQuorumLost"}, ""},
+		{"2 of 5 silent: a minority, fenced within the cap",
+			cluster(5, append(healthy(3), node("a", "w", stale), node("b", "w", stale.Add(time.Second)), node("s1", "s", fresh), node("s2", "s", fresh))...),
+			[]string{"a:Fence", "b:Skip/BlastRadiusCap"}, ""},
+		{"a node that missed one renewal does not make a majority",
+			cluster(5, append(healthy(2), node("a", "w", stale), node("b", "w", stale), node("c", "w", t0.Add(-19*time.Second)),
+				node("s1", "s", fresh), node("s2", "s", fresh))...),
+			[]string{"a:Fence", "b:Skip/BlastRadiusCap"}, ""},
+		{"a node fenced already does not make a majority",
+			cluster(3, node("a", "s", stale), fencedAlready, node("ok", "s", fresh), node("w1", "w", fresh), node("w2", "w", fresh), node("w3", "w", fresh)),
+			[]string{"a:Fence(keep)"}, ""},
+		{"a group of 2 both silent is not held by the group quorum guard",
+			cluster(2, node("a", "s", stale), node("b", "s", stale), node("w1", "w", fresh), node("w2", "w", fresh), node("w3", "w", fresh)),
+			[]string{"a:Fence(keep)", "b:Skip/BlastRadiusCap"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,6 +226,24 @@ func TestDecideRefusesAGroupWhoseTimingBreaksTheInequality(t *testing.T) {
 			t.Errorf("Delay = %v, want safe", err)
 		}
 	})
+}
+
+func TestDecideHoldsAGroupWhoseMajorityStoppedRenewing(t *testing.T) {
+	f := cluster(5, append(healthy(2), node("a", "w", stale), node("b", "w", stale), node("c", "w", t0.Add(-25*time.Second)),
+		node("s1", "s", fresh), node("s2", "s", fresh))...)
+	p := Decide(f)
+	h := p.Groups["w"]
+	if !h.Held || h.Reason != ReasonGroupQuorumLost || h.Dead != 2 || !strings.Contains(h.Message, "3 of the 5 fenced nodes of group w") {
+		t.Errorf("group w = %+v, want held by GroupQuorumLost with 2 dead nodes, saying 3 of the 5 are silent", h)
+	}
+	if s := p.Groups["s"]; s.Held {
+		t.Errorf("group s = %+v, want not held: the guard is per group", s)
+	}
+	// The majority comes back but for the dead ones: a minority, fenced.
+	f.Nodes[4].LastRenewal = fresh
+	if got := verdicts(Decide(f)); !slices.Equal(got, []string{"a:Fence", "b:Skip/BlastRadiusCap"}) {
+		t.Errorf("with c renewing again, decisions = %v, want a:Fence, b:Skip/BlastRadiusCap", got)
+	}
 }
 
 func TestDecideHoldsAGroupAtItsCapAndSaysWhenToLookAgain(t *testing.T) {

@@ -26,7 +26,7 @@ type Metrics struct {
 var guardStates = []string{"ok", ReasonStaleAPIView, ReasonClusterOutage}
 
 // heldReasons are the values of the held metric's reason label.
-var heldReasons = []string{ReasonUnsafeTiming, ReasonStaleAPIView, ReasonClusterOutage, ReasonBlastRadiusCap}
+var heldReasons = []string{ReasonUnsafeTiming, ReasonStaleAPIView, ReasonClusterOutage, ReasonGroupQuorumLost, ReasonBlastRadiusCap}
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -36,11 +36,11 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"node_group"}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "node_manager_fencing_skipped_total",
-			Help: "Dead nodes left alone, by group and reason (Maintenance, NoLease, GroupNotFenced, UnsafeTiming, StaleAPIView, ClusterOutage, BlastRadiusCap); once per node and reason.",
+			Help: "Dead nodes left alone, by group and reason (Maintenance, NoLease, GroupNotFenced, UnsafeTiming, StaleAPIView, ClusterOutage, GroupQuorumLost, BlastRadiusCap); once per node and reason.",
 		}, []string{"node_group", "reason"}),
 		Held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "node_manager_fencing_held",
-			Help: "1 while fencing in a group is held back for the reason (UnsafeTiming, StaleAPIView, ClusterOutage, BlastRadiusCap), 0 otherwise; the group's FencingHeld condition says more.",
+			Help: "1 while fencing in a group is held back for the reason (UnsafeTiming, StaleAPIView, ClusterOutage, GroupQuorumLost, BlastRadiusCap), 0 otherwise; the group's FencingHeld condition says more.",
 		}, []string{"node_group", "reason"}),
 		Dead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "node_manager_fencing_dead_nodes",

@@ -23,7 +23,8 @@ import (
 
 // ConditionFencingHeld is the NodeGroup condition of a fenced group: True
 // while fencing of its dead nodes is held back (the reason says why:
-// UnsafeTiming, StaleAPIView, ClusterOutage, BlastRadiusCap), False
+// UnsafeTiming, StaleAPIView, ClusterOutage, GroupQuorumLost,
+// BlastRadiusCap), False
 // (FencingActive) while dead nodes are fenced as they come.
 const ConditionFencingHeld = "FencingHeld"
 

@@ -121,14 +121,15 @@ func TestANodeInMaintenanceIsNotFenced(t *testing.T) {
 	}
 }
 
-// Five nodes of a group of nine die at once (a minority, so the outage
-// guard does not hold): the cap of one node per interval fences them one
+// Five nodes of a group of eleven die at once (a minority of the group,
+// so its quorum guard does not hold, and of all fenced nodes, so the
+// outage guard does not): the cap of one node per interval fences them one
 // interval apart, oldest first, while the group's FencingHeld condition
 // and metric say the cap holds the rest.
 func TestFiveDeadNodesAreFencedOnePerInterval(t *testing.T) {
 	fencedGroup(t, "capped", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog)
 	var dying []*framework.Heartbeat
-	for i := range 9 {
+	for i := range 11 {
 		hb := fencedNode(t, fmt.Sprintf("capped-%d", i), "capped", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog, nil)
 		if i < 5 {
 			dying = append(dying, hb)
@@ -245,6 +246,71 @@ func TestNobodyIsFencedWhenAllLeasesGoStaleAtOnce(t *testing.T) {
 	for _, name := range []string{"outage-0", "outage-1"} {
 		if gone, err := nodeGone(framework.Context(t), name); gone || err != nil {
 			t.Errorf("node %s, alive again, was deleted (%v)", name, err)
+		}
+	}
+}
+
+// Three nodes of a group of five stop renewing at once: a majority of the
+// group, which may be alive and cut off from the control plane together,
+// its agents feeding their watchdogs as long as they see each other, so
+// none of the group is fenced; the group's condition, an Event per node
+// and the held metric say so. Two bystander nodes of another group keep
+// the three a minority of all fenced nodes, so the outage guard does not
+// hold. When two of the three renew again, the one still silent is a
+// minority of one and is fenced.
+func TestAGroupWhoseMajorityStopsRenewingIsNotFenced(t *testing.T) {
+	fencedGroup(t, "quorum", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog)
+	fencedGroup(t, "bystanders", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog)
+	for i := range 2 {
+		fencedNode(t, fmt.Sprintf("bystander-%d", i), "bystanders", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog, nil)
+	}
+	var hbs []*framework.Heartbeat
+	for i := range 5 {
+		name := fmt.Sprintf("quorum-%d", i)
+		hbs = append(hbs, fencedNode(t, name, "quorum", deckhousev1.NodeTypeCloudPermanent, deckhousev1.FencingModeWatchdog, nil))
+		podOn(t, name, name+"-app")
+	}
+	waitHeld(t, "quorum", metav1.ConditionFalse, fencing.ReasonNotHeld)
+
+	var last time.Time
+	for _, hb := range hbs[:3] {
+		last = hb.Pause()
+	}
+	c := waitHeld(t, "quorum", metav1.ConditionTrue, fencing.ReasonGroupQuorumLost)
+	if !strings.Contains(c.Message, "3 of the 5 fenced nodes of group quorum") {
+		t.Errorf("condition message %q should count the silent nodes of the group", c.Message)
+	}
+	waitMetric(t, `node_manager_fencing_held{node_group="quorum",reason="GroupQuorumLost"}`, "1")
+	waitMetric(t, `node_manager_fencing_outage_guard{state="ok"}`, "1")
+	for i := range 3 {
+		waitEvent(t, fmt.Sprintf("quorum-%d", i), fencing.ReasonSkipped, "("+fencing.ReasonGroupQuorumLost+")")
+	}
+	waitHeld(t, "bystanders", metav1.ConditionFalse, fencing.ReasonNotHeld)
+	// Past the delay and a cap interval more, nothing of the group is freed.
+	time.Sleep(time.Until(last.Add(delay + interval)))
+	for i := range 5 {
+		name := fmt.Sprintf("quorum-%d", i)
+		if gone, err := podGone(framework.Context(t), name+"-app"); gone || err != nil {
+			t.Errorf("pod %s-app was deleted while a majority of its group was silent (%v)", name, err)
+		}
+		if gone, err := nodeGone(framework.Context(t), name); gone || err != nil {
+			t.Errorf("node %s was deleted while a majority of its group was silent (%v)", name, err)
+		}
+	}
+
+	// Two come back: one silent node of five is a minority, cut off alone.
+	hbs[0].Resume()
+	hbs[1].Resume()
+	framework.Poll(t, "the node still silent fenced once it is a minority", func(ctx context.Context) (bool, error) {
+		return nodeGone(ctx, "quorum-2")
+	})
+	if gone, err := podGone(framework.Context(t), "quorum-2-app"); !gone || err != nil {
+		t.Errorf("the fenced node's pod is still there (%v)", err)
+	}
+	waitHeld(t, "quorum", metav1.ConditionFalse, fencing.ReasonNotHeld)
+	for _, name := range []string{"quorum-0", "quorum-1", "quorum-3", "quorum-4"} {
+		if gone, err := nodeGone(framework.Context(t), name); gone || err != nil {
+			t.Errorf("node %s, alive, was deleted (%v)", name, err)
 		}
 	}
 }
