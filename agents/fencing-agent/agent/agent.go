@@ -210,6 +210,24 @@ func (a *Agent) peers() []string {
 	return peers
 }
 
+// expectedMembers is the group's expected membership N: its Nodes that
+// carry the fencing-enabled label (their agents are armed), and this node.
+// The fencing controller counts the same Nodes when it decides whether a
+// majority of the group went silent together, so the two sides agree on
+// what a majority is: a node disarmed for maintenance counts on neither.
+// While the API is down the cache keeps its last view, so a partition
+// cannot shrink N.
+func (a *Agent) expectedMembers() map[string]bool {
+	expected := map[string]bool{a.cfg.NodeName: true}
+	nodes, _ := a.grpNodes.List(labels.Everything())
+	for _, n := range nodes {
+		if _, armed := n.Labels[deckhousev1.FencingEnabledLabel]; armed {
+			expected[n.Name] = true
+		}
+	}
+	return expected
+}
+
 // Tick is one turn of the loop; Run calls it every FeedInterval.
 func (a *Agent) Tick(ctx context.Context) {
 	synced := true
@@ -220,11 +238,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	if node == nil {
 		node, _ = a.ownNodes.Get(a.cfg.NodeName)
 	}
-	expected := map[string]bool{}
-	nodes, _ := a.grpNodes.List(labels.Everything())
-	for _, n := range nodes {
-		expected[n.Name] = true
-	}
+	expected := a.expectedMembers()
 	a.gossip.SetAPIReached(answered)
 	alive := membership.CountAlive(a.cfg.NodeName, a.gossip.Alive(), expected)
 	cutOff := membership.CountAlive(a.cfg.NodeName, a.gossip.AliveWithoutAPI(), expected)

@@ -89,6 +89,9 @@ func newHarness(t *testing.T, mode string, annotations map[string]string) *harne
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{deckhousev1.NodeGroupLabel: "workers"}}}
 		if n == "n1" {
 			node.Annotations = annotations
+		} else {
+			// The peers' agents are armed: they count in the quorum.
+			node.Labels[deckhousev1.FencingEnabledLabel] = ""
 		}
 		objs = append(objs, node)
 	}
@@ -431,5 +434,32 @@ func TestAStaleLeaseStopsTheFeedingThoughTheAPIAnswers(t *testing.T) {
 	h.a.Tick(h.ctx)
 	if got := h.written(); got != "111" {
 		t.Fatalf("device got %q: with the Lease renewed the agent must feed again", got)
+	}
+}
+
+// The expected membership is the group's armed Nodes (and this node), the
+// ones the fencing controller counts too: a peer disarmed for maintenance
+// no longer makes a majority possible, so with one of three disarmed the
+// group is too small for a quorum and feeds on the API alone.
+func TestOnlyArmedPeersCountInTheQuorum(t *testing.T) {
+	h := newHarness(t, deckhousev1.FencingModeWatchdog, nil)
+	h.a.Tick(h.ctx)
+	if got := len(h.a.expectedMembers()); got != 3 {
+		t.Fatalf("expected membership %d, want 3 (two armed peers and this node)", got)
+	}
+	n2, err := h.kube.CoreV1().Nodes().Get(h.ctx, "n2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(n2.Labels, deckhousev1.FencingEnabledLabel)
+	if _, err := h.kube.CoreV1().Nodes().Update(h.ctx, n2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(h.a.expectedMembers()) == 2 })
+	h.apiCut.Store(true)
+	h.gossip.cutOff("n2", "n3")
+	h.a.Tick(h.ctx)
+	if got := h.written(); got != "1" {
+		t.Fatalf("device got %q: a group of two armed members has no quorum, and without the API the agent must stop feeding", got)
 	}
 }
