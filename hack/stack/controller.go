@@ -69,15 +69,9 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 	if err := cp.WriteClientKubeconfig(kubeconfig, ControllerUser, cert, key); err != nil {
 		return nil, err
 	}
-	// /metrics accepts the control plane's client certificates as well as
-	// tokens, so that Get can present the admin's.
-	clientCA := filepath.Join(dir, "client-ca.crt")
-	if err := os.WriteFile(clientCA, cp.CACertPEM(), 0o600); err != nil {
-		return nil, err
-	}
-	admin, err := tls.X509KeyPair(cp.AdminConfig().CertData, cp.AdminConfig().KeyData)
+	clientCA, admin, err := metricsClients(cp, dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading the admin client certificate: %w", err)
+		return nil, err
 	}
 	port, err := controlplane.FreePort()
 	if err != nil {
@@ -190,4 +184,20 @@ func (c *Controller) Metric(ctx context.Context, series string) (value string, o
 		}
 	}
 	return "", false, nil
+}
+
+// metricsClients lets the control plane's admin read a component's
+// /metrics, which accepts the control plane's client certificates as well
+// as tokens: it writes the cluster CA into dir for the component's
+// --client-ca-file and returns that file and the admin's certificate.
+func metricsClients(cp *controlplane.ControlPlane, dir string) (string, tls.Certificate, error) {
+	clientCA := filepath.Join(dir, "client-ca.crt")
+	if err := os.WriteFile(clientCA, cp.CACertPEM(), 0o600); err != nil {
+		return "", tls.Certificate{}, err
+	}
+	admin, err := tls.X509KeyPair(cp.AdminConfig().CertData, cp.AdminConfig().KeyData)
+	if err != nil {
+		return "", tls.Certificate{}, fmt.Errorf("reading the admin client certificate: %w", err)
+	}
+	return clientCA, admin, nil
 }

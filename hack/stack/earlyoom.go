@@ -2,7 +2,6 @@ package stack
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,15 +80,9 @@ func (e *Environment) StartEarlyOOM(ctx context.Context, opts EarlyOOMOptions) (
 	if err := clientcmd.WriteToFile(cfg, kubeconfig); err != nil {
 		return nil, fmt.Errorf("write early-oom's kubeconfig: %w", err)
 	}
-	// /metrics accepts the control plane's client certificates as well as
-	// tokens, so that Get can present the admin's.
-	clientCA := filepath.Join(dir, "client-ca.crt")
-	if err := os.WriteFile(clientCA, cp.CACertPEM(), 0o600); err != nil {
-		return nil, err
-	}
-	admin, err := tls.X509KeyPair(cp.AdminConfig().CertData, cp.AdminConfig().KeyData)
+	clientCA, admin, err := metricsClients(cp, dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading the admin client certificate: %w", err)
+		return nil, err
 	}
 	port, err := controlplane.FreePort()
 	if err != nil {

@@ -130,15 +130,9 @@ func (e *Environment) StartFencingAgent(ctx context.Context, opts FencingAgentOp
 	}, kubeconfig); err != nil {
 		return nil, err
 	}
-	// /metrics accepts the control plane's client certificates as well as
-	// tokens, so that Metrics can present the admin's.
-	clientCA := filepath.Join(dir, "client-ca.crt")
-	if err := os.WriteFile(clientCA, cp.CACertPEM(), 0o600); err != nil {
-		return nil, err
-	}
-	admin, err := tls.X509KeyPair(cp.AdminConfig().CertData, cp.AdminConfig().KeyData)
+	clientCA, admin, err := metricsClients(cp, dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading the admin client certificate: %w", err)
+		return nil, err
 	}
 	device, err := NewWatchdogRecorder(filepath.Join(dir, "watchdog"))
 	if err != nil {
