@@ -17,7 +17,9 @@ import (
 	"io"
 	"log"
 	"net"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,10 +53,51 @@ type Config struct {
 // (the control plane is down for all of them); a member whose peers still
 // reach the API is the one cut off (CutOffFromAPI).
 type Gossip struct {
-	cfg    Config
-	ml     *memberlist.Memberlist
-	joined atomic.Bool
-	meta   *apiMeta
+	cfg     Config
+	ml      *memberlist.Memberlist
+	joined  atomic.Bool
+	meta    *apiMeta
+	members *members
+}
+
+// members is this agent's copy of the group's membership, kept by
+// memberlist's event callbacks: memberlist calls them under its own lock,
+// while the *Node values Members returns are its live state, which it
+// rewrites as gossip arrives (reading their fields would race).
+type members struct {
+	mu sync.Mutex
+	// apiReached holds the members not known to be dead or gone, each
+	// with the API state it last published.
+	apiReached map[string]bool
+}
+
+func (s *members) set(n *memberlist.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apiReached[n.Name] = !(len(n.Meta) == 1 && n.Meta[0] == metaAPIUnreached)
+}
+
+func (s *members) NotifyJoin(n *memberlist.Node)   { s.set(n) }
+func (s *members) NotifyUpdate(n *memberlist.Node) { s.set(n) }
+func (s *members) NotifyLeave(n *memberlist.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.apiReached, n.Name)
+}
+
+// names lists the members, or only those whose last published check did
+// not reach the API.
+func (s *members) names(withoutAPIOnly bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for name, reached := range s.apiReached {
+		if !withoutAPIOnly || !reached {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Metadata values: one byte, so it never nears memberlist's meta limit.
@@ -99,11 +142,13 @@ func Start(cfg Config) (*Gossip, error) {
 	meta := &apiMeta{}
 	meta.reached.Store(true)
 	mc.Delegate = meta
+	ms := &members{apiReached: map[string]bool{}}
+	mc.Events = ms
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("starting gossip for group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
 	}
-	return &Gossip{cfg: cfg, ml: ml, meta: meta}, nil
+	return &Gossip{cfg: cfg, ml: ml, meta: meta, members: ms}, nil
 }
 
 // SetAPIReached publishes whether this member's last check reached the
@@ -119,15 +164,7 @@ func (g *Gossip) SetAPIReached(reached bool) {
 
 // AliveWithoutAPI is the names of the alive members whose last published
 // check did not reach the API, this member included when its own did not.
-func (g *Gossip) AliveWithoutAPI() []string {
-	var names []string
-	for _, m := range g.ml.Members() {
-		if m.State == memberlist.StateAlive && len(m.Meta) == 1 && m.Meta[0] == metaAPIUnreached {
-			names = append(names, m.Name)
-		}
-	}
-	return names
-}
+func (g *Gossip) AliveWithoutAPI() []string { return g.members.names(true) }
 
 // Join contacts every peer (host:port) that is not an alive member yet.
 // The first call marks the agent joined whatever it reached: the first
@@ -166,16 +203,12 @@ func (g *Gossip) Join(peers []string) int {
 func (g *Gossip) Joined() bool { return g.joined.Load() }
 
 // Alive is the names of the members this agent sees alive, itself
-// included (suspected members are not).
-func (g *Gossip) Alive() []string {
-	var names []string
-	for _, m := range g.ml.Members() {
-		if m.State == memberlist.StateAlive {
-			names = append(names, m.Name)
-		}
-	}
-	return names
-}
+// included: every member memberlist has not declared dead or gone (a
+// suspected member counts until its suspicion expires, a few probe
+// intervals). Keeping a watchdog fed without the API needs more than this:
+// a majority that has lost the API too (AliveWithoutAPI), which a node cut
+// off alone never sees, whatever it still believes of its peers.
+func (g *Gossip) Alive() []string { return g.members.names(false) }
 
 // Address is where peers reach this agent (host:port).
 func (g *Gossip) Address() string { return g.ml.LocalNode().Address() }
