@@ -20,7 +20,7 @@ import (
 
 func TestAgentsArmLabelTheirNodesAndRecordIt(t *testing.T) {
 	g := startGroup(t, "fa-arm")
-	for i, node := range g.nodes {
+	for i, node := range g.Nodes {
 		n, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), node, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -28,7 +28,7 @@ func TestAgentsArmLabelTheirNodesAndRecordIt(t *testing.T) {
 		if got := n.Labels[deckhousev1.FencingModeLabel]; got != deckhousev1.FencingModeWatchdog {
 			t.Errorf("%s: %s=%q, want %s", node, deckhousev1.FencingModeLabel, got, deckhousev1.FencingModeWatchdog)
 		}
-		g.readyzSays(t, i, "3 of 3 members of group fa-arm alive (quorum held)")
+		g.ReadyzSays(t, i, "3 of 3 members of group fa-arm alive (quorum held)")
 		framework.Poll(t, "a FencingArmed Event about "+node, func(context.Context) (bool, error) {
 			return len(f.EventNotes(t, node, "FencingArmed")) > 0, nil
 		})
@@ -36,7 +36,7 @@ func TestAgentsArmLabelTheirNodesAndRecordIt(t *testing.T) {
 
 	// /metrics is for callers the API authenticates and authorizes; the
 	// admin may read it.
-	a := g.agents[0]
+	a := g.Agents[0]
 	if code, _, err := a.GetAs(framework.Context(t), "/metrics", stack.Credentials{}); err != nil || code != http.StatusUnauthorized && code != http.StatusForbidden {
 		t.Errorf("/metrics without credentials: %d %v, want 401 or 403", code, err)
 	}
@@ -53,21 +53,6 @@ func TestAgentsArmLabelTheirNodesAndRecordIt(t *testing.T) {
 	}
 }
 
-// feedsGrow waits until agent i's watchdog has been fed n more times,
-// without a magic close in between.
-func (g *group) feedsGrow(t *testing.T, i, n int) {
-	t.Helper()
-	a := g.agents[i]
-	before := a.Device.Writes()
-	framework.Poll(t, fmt.Sprintf("%d more feeds on %s", n, a.Node), func(context.Context) (bool, error) {
-		w := a.Device.Writes()
-		if w.MagicCloses != before.MagicCloses {
-			return false, fmt.Errorf("%s was disarmed (%d magic closes, %d before)", a.Node, w.MagicCloses, before.MagicCloses)
-		}
-		return w.Feeds >= before.Feeds+n, nil
-	})
-}
-
 // The control plane is unreachable for every agent (each one's proxy to
 // kube-apiserver is cut) while they still see each other: each sees a
 // majority of its group that has lost the API too (each publishes its API
@@ -76,24 +61,24 @@ func (g *group) feedsGrow(t *testing.T, i, n int) {
 // node of the cluster resets.
 func TestControlPlaneUnreachableForAllWhileTheySeeEachOtherEveryoneKeepsFeeding(t *testing.T) {
 	g := startGroup(t, "fa-cp-down")
-	for _, p := range g.proxies {
+	for _, p := range g.Proxies {
 		p.Cut()
 	}
-	for i := range g.agents {
-		g.readyzSays(t, i, "the API does not answer, and this node sees a majority of its group without the API too")
+	for i := range g.Agents {
+		g.ReadyzSays(t, i, "the API does not answer, and this node sees a majority of its group without the API too")
 	}
 	// Ten turns of each agent's loop with the API gone.
-	for i := range g.agents {
-		g.feedsGrow(t, i, 10)
+	for i := range g.Agents {
+		g.FeedsGrow(t, i, 10)
 	}
-	for i := range g.agents {
-		g.readyzSays(t, i, "sees a majority of its group without the API too")
+	for i := range g.Agents {
+		g.ReadyzSays(t, i, "sees a majority of its group without the API too")
 	}
-	for _, p := range g.proxies {
+	for _, p := range g.Proxies {
 		p.Restore()
 	}
-	for i := range g.agents {
-		g.readyzSays(t, i, "feed: the API answers")
+	for i := range g.Agents {
+		g.ReadyzSays(t, i, "feed: the API answers")
 	}
 }
 
@@ -111,14 +96,14 @@ func TestControlPlaneUnreachableForAllWhileTheySeeEachOtherEveryoneKeepsFeeding(
 // once the API and the peers are back it feeds again.
 func TestAnAgentCutOffFromTheAPIAndItsPeersStopsFeeding(t *testing.T) {
 	g := startGroup(t, "fa-cut-off")
-	a := g.agents[0]
-	for _, peer := range g.agents[1:] {
+	a := g.Agents[0]
+	for _, peer := range g.Agents[1:] {
 		if err := peer.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g.proxies[0].Cut()
-	g.readyzSays(t, 0, "this node sees less than a majority of its group: cut off")
+	g.Proxies[0].Cut()
+	g.ReadyzSays(t, 0, "this node sees less than a majority of its group: cut off")
 	// Stopped feeding: the device stays silent for ten loop turns while
 	// the loop keeps turning (/readyz answers with the same state).
 	cutOff := a.Device.Writes()
@@ -129,19 +114,19 @@ func TestAnAgentCutOffFromTheAPIAndItsPeersStopsFeeding(t *testing.T) {
 		}
 		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
 	})
-	g.readyzSays(t, 0, "starve: the API does not answer")
+	g.ReadyzSays(t, 0, "starve: the API does not answer")
 	if w := a.Device.Writes(); w.Last == 'V' {
 		t.Fatal("the cut-off agent disarmed its watchdog; it must stay armed so the watchdog resets the node")
 	}
 
-	for _, peer := range g.agents[1:] {
+	for _, peer := range g.Agents[1:] {
 		if err := peer.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g.proxies[0].Restore()
-	g.feedsGrow(t, 0, 3)
-	g.readyzSays(t, 0, "3 of 3 members")
+	g.Proxies[0].Restore()
+	g.FeedsGrow(t, 0, 3)
+	g.ReadyzSays(t, 0, "3 of 3 members")
 }
 
 // One agent loses the API while its peers, which it still sees, reach it:
@@ -150,9 +135,9 @@ func TestAnAgentCutOffFromTheAPIAndItsPeersStopsFeeding(t *testing.T) {
 // keep it feeding. Its peers keep feeding; when its API is back, so does it.
 func TestAnAgentThatAloneLostTheAPIStopsFeedingThoughItSeesItsPeers(t *testing.T) {
 	g := startGroup(t, "fa-alone")
-	a := g.agents[0]
-	g.proxies[0].Cut()
-	g.readyzSays(t, 0, "starve: the API does not answer while the members this node sees still reach it")
+	a := g.Agents[0]
+	g.Proxies[0].Cut()
+	g.ReadyzSays(t, 0, "starve: the API does not answer while the members this node sees still reach it")
 	cutOff := a.Device.Writes()
 	framework.Poll(t, "the watchdog of "+a.Node+" unfed for 3 s", func(ctx context.Context) (bool, error) {
 		w := a.Device.Writes()
@@ -161,12 +146,12 @@ func TestAnAgentThatAloneLostTheAPIStopsFeedingThoughItSeesItsPeers(t *testing.T
 		}
 		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
 	})
-	g.readyzSays(t, 0, "3 of 3 members")
-	g.feedsGrow(t, 1, 3)
-	g.feedsGrow(t, 2, 3)
-	g.proxies[0].Restore()
-	g.feedsGrow(t, 0, 3)
-	g.readyzSays(t, 0, "feed: the API answers")
+	g.ReadyzSays(t, 0, "3 of 3 members")
+	g.FeedsGrow(t, 1, 3)
+	g.FeedsGrow(t, 2, 3)
+	g.Proxies[0].Restore()
+	g.FeedsGrow(t, 0, 3)
+	g.ReadyzSays(t, 0, "feed: the API answers")
 }
 
 // A node whose kubelet stops renewing its Lease (framework.Heartbeat plays
@@ -176,15 +161,15 @@ func TestAnAgentThatAloneLostTheAPIStopsFeedingThoughItSeesItsPeers(t *testing.T
 // resets the node first; when the kubelet renews again, it feeds again.
 func TestAnAgentWhoseKubeletStopsRenewingStopsFeeding(t *testing.T) {
 	g := startGroup(t, "fa-kubelet")
-	a := g.agents[0]
+	a := g.Agents[0]
 	hb, err := framework.StartHeartbeat(framework.Context(t), f.CP, a.Node, 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(hb.Stop)
-	g.feedsGrow(t, 0, 3)
+	g.FeedsGrow(t, 0, 3)
 	hb.Pause()
-	g.readyzSays(t, 0, "starve: the API answers, but the node's Lease was last renewed")
+	g.ReadyzSays(t, 0, "starve: the API answers, but the node's Lease was last renewed")
 	stale := a.Device.Writes()
 	framework.Poll(t, "the watchdog of "+a.Node+" unfed for 3 s", func(ctx context.Context) (bool, error) {
 		w := a.Device.Writes()
@@ -194,8 +179,8 @@ func TestAnAgentWhoseKubeletStopsRenewingStopsFeeding(t *testing.T) {
 		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
 	})
 	hb.Resume()
-	g.feedsGrow(t, 0, 3)
-	g.readyzSays(t, 0, "feed: the API answers")
+	g.FeedsGrow(t, 0, 3)
+	g.ReadyzSays(t, 0, "feed: the API answers")
 }
 
 // Each maintenance annotation disarms the agent — label removed, then the
@@ -203,21 +188,21 @@ func TestAnAgentWhoseKubeletStopsRenewingStopsFeeding(t *testing.T) {
 // is gone it arms again.
 func TestMaintenanceAnnotationsDisarmAndTheAgentRearmsAfterwards(t *testing.T) {
 	g := startGroup(t, "fa-maint")
-	a := g.agents[0]
+	a := g.Agents[0]
 	for _, annotation := range []string{deckhousev1.ApprovedAnnotation, deckhousev1.DisruptionApprovedAnnotation, deckhousev1.FencingDisableAnnotation} {
 		closes := a.Device.Writes().MagicCloses
-		annotate(t, g.nodes[0], annotation, new(""))
+		annotate(t, g.Nodes[0], annotation, new(""))
 		framework.Poll(t, a.Node+" disarmed for "+annotation, func(ctx context.Context) (bool, error) {
 			w := a.Device.Writes()
-			return w.MagicCloses == closes+1 && w.Last == 'V' && !g.labelled(ctx, 0), nil
+			return w.MagicCloses == closes+1 && w.Last == 'V' && !f.Labelled(ctx, g, 0), nil
 		})
-		g.readyzSays(t, 0, "disarmed: maintenance ("+annotation+")")
+		g.ReadyzSays(t, 0, "disarmed: maintenance ("+annotation+")")
 		if w := a.Device.Writes(); w.Last != 'V' {
 			t.Fatalf("%s: the agent wrote to its watchdog after the magic close (last %q)", annotation, w.Last)
 		}
-		annotate(t, g.nodes[0], annotation, nil)
-		g.waitArmed(t, 0)
-		g.feedsGrow(t, 0, 2)
+		annotate(t, g.Nodes[0], annotation, nil)
+		f.WaitArmed(t, g, 0)
+		g.FeedsGrow(t, 0, 2)
 	}
 	framework.Poll(t, "FencingDisarmed Events about "+a.Node, func(context.Context) (bool, error) {
 		return len(f.EventNotes(t, a.Node, "FencingDisarmed")) > 0, nil
@@ -228,12 +213,12 @@ func TestMaintenanceAnnotationsDisarmAndTheAgentRearmsAfterwards(t *testing.T) {
 // the magic close.
 func TestSIGTERMRemovesTheLabelAndDisarms(t *testing.T) {
 	g := startGroup(t, "fa-sigterm")
-	a := g.agents[0]
+	a := g.Agents[0]
 	a.Process.Stop() // SIGTERM; waits for the exit
 	framework.Poll(t, "the magic close on "+a.Node, func(context.Context) (bool, error) {
 		return a.Device.Writes().Last == 'V', nil
 	})
-	if g.labelled(framework.Context(t), 0) {
+	if f.Labelled(framework.Context(t), g, 0) {
 		t.Fatalf("%s still carries %s after its agent stopped", a.Node, deckhousev1.FencingEnabledLabel)
 	}
 }
@@ -242,7 +227,7 @@ func TestSIGTERMRemovesTheLabelAndDisarms(t *testing.T) {
 // label, and never touch the device: nothing would reset the node.
 func TestNotifyModeLabelsAndNeverOpensTheDevice(t *testing.T) {
 	g := startGroupIn(t, "fa-notify", deckhousev1.FencingModeNotify)
-	for i, node := range g.nodes {
+	for i, node := range g.Nodes {
 		n, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), node, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -250,23 +235,23 @@ func TestNotifyModeLabelsAndNeverOpensTheDevice(t *testing.T) {
 		if got := n.Labels[deckhousev1.FencingModeLabel]; got != deckhousev1.FencingModeNotify {
 			t.Errorf("%s: %s=%q, want Notify", node, deckhousev1.FencingModeLabel, got)
 		}
-		g.readyzSays(t, i, "armed (mode Notify), feed: the API answers")
+		g.ReadyzSays(t, i, "armed (mode Notify), feed: the API answers")
 	}
 	// Cut off, a Notify agent only reports it.
-	g.proxies[0].Cut()
-	for _, peer := range g.agents[1:] {
+	g.Proxies[0].Cut()
+	for _, peer := range g.Agents[1:] {
 		if err := peer.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g.readyzSays(t, 0, "starve: the API does not answer")
-	for _, peer := range g.agents[1:] {
+	g.ReadyzSays(t, 0, "starve: the API does not answer")
+	for _, peer := range g.Agents[1:] {
 		if err := peer.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g.agents[0].Process.Stop()
-	for _, a := range g.agents {
+	g.Agents[0].Process.Stop()
+	for _, a := range g.Agents {
 		if w := a.Device.Writes(); w.Feeds != 0 || w.MagicCloses != 0 {
 			t.Errorf("the Notify agent on %s wrote to its device: %+v", a.Node, w)
 		}
