@@ -87,6 +87,9 @@ type Controller struct {
 	reported map[string]string
 	// held is the FencingHeld state last applied to each group.
 	held map[string]Held
+	// heldAt is when each node was last held by a guard under which its
+	// agent may keep feeding (Node.HeldUntil).
+	heldAt map[string]time.Time
 }
 
 // renewal is one observed Lease renewal.
@@ -113,6 +116,7 @@ func New(d *manager.Deps) *Controller {
 		fenced:   map[string]string{},
 		reported: map[string]string{},
 		held:     map[string]Held{},
+		heldAt:   map[string]time.Time{},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	all := func(any) { c.queue.Add(key) }

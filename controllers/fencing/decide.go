@@ -58,6 +58,13 @@ type Node struct {
 	LastRenewal time.Time
 	// Fenced: the node was fenced already at this renewal, and its Node kept.
 	Fenced bool
+	// HeldUntil is the last time a guard under which the node's agent may
+	// have kept feeding its watchdog held the node (the group's majority
+	// silent, or the cluster's): its watchdog can only have started when
+	// the hold ended, so the node is dead only a full evacuation delay
+	// after that, whatever its Lease says. A partition that heals node by
+	// node would otherwise free the pods of a node still feeding.
+	HeldUntil time.Time
 }
 
 // Group is what the decision knows of one NodeGroup.
@@ -292,10 +299,10 @@ func Decide(f Facts) Plan {
 			continue
 		}
 		candidates++
-		age := f.Now.Sub(n.LastRenewal)
-		if age > min(silentAfter, delay) {
+		if f.Now.Sub(n.LastRenewal) > min(silentAfter, delay) {
 			silent++
 		}
+		age := f.Now.Sub(n.LastRenewal)
 		if age <= delay {
 			next(n.LastRenewal.Add(delay + time.Millisecond))
 			continue
@@ -318,7 +325,7 @@ func Decide(f Facts) Plan {
 		if f.LastRenewalSeen.IsZero() {
 			p.GuardMessage = "node-manager-controller has seen no node's Lease: it fences nobody until it sees renewals"
 		}
-	case len(deadOnes) > 0 && silent >= f.Limits.OutageMinNodes && silent*100 > f.Limits.OutagePercent*candidates:
+	case silent >= f.Limits.OutageMinNodes && silent*100 > f.Limits.OutagePercent*candidates:
 		p.Guard = ReasonClusterOutage
 		p.GuardMessage = fmt.Sprintf("%d of %d fenced nodes have stopped renewing their Leases at once (more than %d%%, at least %d): the control plane or the network to it failed rather than the nodes, so node-manager fences nobody until fewer are silent",
 			silent, candidates, f.Limits.OutagePercent, f.Limits.OutageMinNodes)
@@ -326,12 +333,13 @@ func Decide(f Facts) Plan {
 		next(f.LastRenewalSeen.Add(f.Limits.APIViewTimeout + time.Millisecond))
 	}
 
-	// The group quorum guard: the groups whose majority is silent.
+	// The group quorum guard: the fenced groups whose majority is silent,
+	// held as soon as it is (before any of them is dead), so that the hold
+	// lasts as long as the silence and HeldUntil keeps up with it.
 	quorumLost := map[string]string{}
-	for _, d := range deadOnes {
-		name := d.n.Group
-		n, quorum := members[name], members[name]/2+1
-		if _, done := quorumLost[name]; done || n < MinQuorumGroup || silentIn[name] < quorum {
+	for name, n := range members {
+		quorum := n/2 + 1
+		if g, ok := f.Groups[name]; !ok || g.Fencing == nil || n < MinQuorumGroup || silentIn[name] < quorum {
 			continue
 		}
 		quorumLost[name] = fmt.Sprintf("%d of the %d fenced nodes of group %s have stopped renewing their Leases at once, a majority (at least %d): "+
@@ -354,6 +362,10 @@ func Decide(f Facts) Plan {
 			p.Decisions = append(p.Decisions, skip(n, f.Now, delay, p.Guard, p.GuardMessage))
 		case quorumLost[n.Group] != "":
 			p.Decisions = append(p.Decisions, skip(n, f.Now, delay, ReasonGroupQuorumLost, quorumLost[n.Group]))
+		case n.HeldUntil.After(n.LastRenewal) && f.Now.Sub(n.HeldUntil) <= delay:
+			// Held until a moment ago: its watchdog may have been fed until
+			// then, so it is dead a full delay after the hold.
+			next(n.HeldUntil.Add(delay + time.Millisecond))
 		default:
 			limit := capOf(f.Limits, g.Size)
 			_, retry := g.Recent[n.Name]

@@ -246,6 +246,31 @@ func TestDecideHoldsAGroupWhoseMajorityStoppedRenewing(t *testing.T) {
 	}
 }
 
+// A group's majority silent is held before any of it is dead, and a node
+// held so is dead only a full evacuation delay after its last hold, since
+// its agent may have kept feeding until then: when a partition heals node
+// by node, the majority dissolves while some of it is still cut off, and
+// those nodes' watchdogs start only then.
+func TestDecideCountsTheDelayFromTheEndOfAHold(t *testing.T) {
+	silentNotDead := t0.Add(-25 * time.Second)
+	f := cluster(5, node("s1", "s", fresh), node("s2", "s", fresh), node("s3", "s", fresh), node("s4", "s", fresh),
+		node("a", "w", silentNotDead), node("b", "w", silentNotDead), node("c", "w", silentNotDead))
+	if h := Decide(f).Groups["w"]; !h.Held || h.Reason != ReasonGroupQuorumLost || h.Dead != 0 {
+		t.Errorf("group w = %+v, want held by GroupQuorumLost as soon as its majority is silent, none dead yet", h)
+	}
+	// Long after, a and b come back; c, silent for ten minutes, was held
+	// until a moment ago: not dead yet.
+	f.Nodes[4].LastRenewal, f.Nodes[5].LastRenewal, f.Nodes[6].LastRenewal = fresh, fresh, t0.Add(-10*time.Minute)
+	f.Nodes[6].HeldUntil = t0.Add(-time.Second)
+	if got := verdicts(Decide(f)); len(got) != 0 {
+		t.Errorf("decisions = %v, want none: c was held a second ago, its watchdog may have been fed until then", got)
+	}
+	f.Nodes[6].HeldUntil = t0.Add(-91 * time.Second)
+	if got := verdicts(Decide(f)); !slices.Equal(got, []string{"c:Fence"}) {
+		t.Errorf("a delay after the hold, decisions = %v, want c:Fence", got)
+	}
+}
+
 func TestDecideHoldsAGroupAtItsCapAndSaysWhenToLookAgain(t *testing.T) {
 	f := cluster(5, append(healthy(2), node("a", "w", stale), node("b", "w", stale.Add(time.Second)), node("c", "w", fresh))...)
 	p := Decide(f)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 		return err
 	}
 	plan := Decide(facts)
+	c.rememberHolds(facts, plan)
 	var errs []error
 	for _, n := range revived {
 		// The Lease was renewed since the node was fenced: it is back.
@@ -73,6 +75,28 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	}
 	c.queue.AddAfter(key, next)
 	return errors.Join(errs...)
+}
+
+// feedingHolds are the reasons a group is held while its nodes' agents
+// may keep their watchdogs fed: a majority of the group, or of the
+// cluster, silent together, or a controller that cannot see renewals.
+var feedingHolds = []string{ReasonGroupQuorumLost, ReasonClusterOutage, ReasonStaleAPIView}
+
+// rememberHolds records, for every node of a group the plan holds for a
+// feeding reason, that it was held now (Node.HeldUntil), and forgets the
+// nodes that are gone.
+func (c *Controller) rememberHolds(f Facts, p Plan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	heldAt := map[string]time.Time{}
+	for _, n := range f.Nodes {
+		if h := p.Groups[n.Group]; h.Held && slices.Contains(feedingHolds, h.Reason) {
+			heldAt[n.Name] = f.Now
+		} else if at, ok := c.heldAt[n.Name]; ok {
+			heldAt[n.Name] = at
+		}
+	}
+	c.heldAt = heldAt
 }
 
 // facts gathers what Decide needs from the caches, and the kept nodes
@@ -149,6 +173,7 @@ func (c *Controller) facts() (Facts, []*corev1.Node, error) {
 				fn.LastRenewal = s.at
 			}
 		}
+		fn.HeldUntil = c.heldAt[n.Name]
 		if v, ok := n.Annotations[deckhousev1.FencedAnnotation]; ok {
 			if v == renewTime {
 				fn.Fenced = true
