@@ -4,7 +4,7 @@
 # Fencing, mode Watchdog: the fencing agent (a DaemonSet, running as root)
 # arms the kernel's software watchdog, softdog, and feeds it while the node
 # is healthy. A node cut off from the API and from its group stops feeding
-# it, and {{ $fencing.watchdogTimeoutSeconds }} seconds later (spec.fencing.watchdog.timeout {{ $fencing.watchdogTimeout }})
+# it, and the group's spec.fencing.watchdog.timeout later (soft_margin below)
 # softdog panics it (soft_panic=1); with kernel.panic = 0 (015_kernel) it
 # stays down, and the fencing controller frees its pods.
 #
@@ -105,7 +105,7 @@ if [[ -r "$identity" && "$(< "$identity")" != "Software Watchdog" ]]; then
   bb-log "warning: $watchdog_device is the watchdog '$(< "$identity")', not softdog: the fencing agent arms that one, with its own timeout and action"
 fi
 {{- else }}
-# This group arms no watchdog ({{ if $fencing }}fencing mode {{ $fencing.mode }}{{ else }}no fencing{{ end }}): what an earlier
+# This group arms no watchdog (no fencing, or fencing mode Notify): what an earlier
 # configuration in fencing mode Watchdog set up is taken away. softdog is
 # unloaded only when this step had set it up, and only when it is free (an
 # armed watchdog is never unloaded); otherwise it goes at the next reboot,

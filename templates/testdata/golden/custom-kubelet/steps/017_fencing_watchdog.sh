@@ -5,7 +5,7 @@ if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
   echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
   exit 1
 fi
-# This group arms no watchdog (no fencing): what an earlier
+# This group arms no watchdog (no fencing, or fencing mode Notify): what an earlier
 # configuration in fencing mode Watchdog set up is taken away. softdog is
 # unloaded only when this step had set it up, and only when it is free (an
 # armed watchdog is never unloaded); otherwise it goes at the next reboot,

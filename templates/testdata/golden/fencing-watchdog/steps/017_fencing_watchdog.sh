@@ -8,7 +8,7 @@ fi
 # Fencing, mode Watchdog: the fencing agent (a DaemonSet, running as root)
 # arms the kernel's software watchdog, softdog, and feeds it while the node
 # is healthy. A node cut off from the API and from its group stops feeding
-# it, and 120 seconds later (spec.fencing.watchdog.timeout 2m)
+# it, and the group's spec.fencing.watchdog.timeout later (soft_margin below)
 # softdog panics it (soft_panic=1); with kernel.panic = 0 (015_kernel) it
 # stays down, and the fencing controller frees its pods.
 #
