@@ -82,9 +82,10 @@ func TestOneNodeWorkerGroupIsDrained(t *testing.T) {
 		return false, nil
 	})
 	waitRolledOut(t, group, sum, 1)
-	if notes := f.EventNotes(t, n.name, "DrainSucceeded"); len(notes) == 0 {
-		t.Error("no DrainSucceeded event: the group's only node was not drained")
-	}
+	// The event recorder writes Events asynchronously: wait for it.
+	framework.Poll(t, "a DrainSucceeded event: the group's only node drained", func(context.Context) (bool, error) {
+		return len(f.EventNotes(t, n.name, "DrainSucceeded")) > 0, nil
+	})
 }
 
 // TestForeignCordonSurvivesTheUpdate: a node someone cordoned before the
