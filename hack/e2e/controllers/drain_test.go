@@ -82,10 +82,7 @@ func TestOneNodeWorkerGroupIsDrained(t *testing.T) {
 		return false, nil
 	})
 	waitRolledOut(t, group, sum, 1)
-	// The event recorder writes Events asynchronously: wait for it.
-	framework.Poll(t, "a DrainSucceeded event: the group's only node drained", func(context.Context) (bool, error) {
-		return len(f.EventNotes(t, n.name, "DrainSucceeded")) > 0, nil
-	})
+	f.WaitEventNote(t, n.name, "DrainSucceeded", "")
 }
 
 // TestForeignCordonSurvivesTheUpdate: a node someone cordoned before the
@@ -123,9 +120,7 @@ func TestForeignCordonSurvivesTheUpdate(t *testing.T) {
 	if podExists(framework.Context(t), pod) {
 		t.Error("the cordoned node was not drained before its disruption")
 	}
-	if notes := f.EventNotes(t, n.name, "DrainRequested"); len(notes) == 0 || !strings.Contains(notes[len(notes)-1], "stays cordoned") {
-		t.Errorf("DrainRequested events %q; want the foreign cordon noted", notes)
-	}
+	f.WaitEventNote(t, n.name, "DrainRequested", "stays cordoned")
 }
 
 // nodeEvents lists the Events about a node with the reason.

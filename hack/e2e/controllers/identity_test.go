@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,13 +38,6 @@ func pinInstance(t *testing.T, node, group string) *deckhousev1alpha1.Instance {
 		t.Fatal(err)
 	}
 	return f.TestInstance(t, instances.ForNode(node, g))
-}
-
-// hasEvent reports whether an Event about node with reason exists whose
-// note contains text.
-func hasEvent(t *testing.T, node, reason, text string) bool {
-	t.Helper()
-	return slices.ContainsFunc(f.EventNotes(t, node, reason), func(note string) bool { return strings.Contains(note, text) })
 }
 
 // neverReads checks for two seconds that cfg is refused group's bundle.
@@ -110,7 +102,7 @@ func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
 			if err != nil || inst.UID != original.UID || inst.Labels[deckhousev1.NodeGroupLabel] != "move-a" {
 				return true, nil
 			}
-			return hasEvent(t, name, instances.ReasonGroupMismatch, fmt.Sprintf("%q", target)), nil
+			return f.HasEventNote(t, name, instances.ReasonGroupMismatch, fmt.Sprintf("%q", target)), nil
 		})
 		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
 		switch {
@@ -306,7 +298,7 @@ func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
 	newGroup(t, "late", nil)
 	newAgent(t, "late-node", "late")
 	framework.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
-		return hasEvent(t, "late-node", instances.ReasonNoInstance, "has no Instance"), nil
+		return f.HasEventNote(t, "late-node", instances.ReasonNoInstance, "has no Instance"), nil
 	})
 	if _, err := f.NM.DeckhouseV1alpha1().Instances().Get(framework.Context(t), "late-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Instance of a node node-manager never approved: want none, got %v", err)
@@ -365,7 +357,7 @@ func TestNodeWhoseInstanceWasLostGetsTheGroupOfItsJoin(t *testing.T) {
 		return true, nil
 	})
 	framework.Poll(t, "an "+instances.ReasonJoinedInstance+" Event naming the CSR", func(ctx context.Context) (bool, error) {
-		return hasEvent(t, name, instances.ReasonJoinedInstance, csrName), nil
+		return f.HasEventNote(t, name, instances.ReasonJoinedInstance, csrName), nil
 	})
 	reads(t, cfg, group, "after its Instance came back from its join")
 	neverReads(t, cfg, decoy, "after its Instance came back from its join")

@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -184,21 +183,4 @@ func waitMetric(t *testing.T, series, value string) {
 		v, ok, err := ctrl.Metric(ctx, series)
 		return ok && v == value, err
 	})
-}
-
-// waitEvent waits for an Event with reason about the object named
-// regarding whose note contains want, and returns its note.
-func waitEvent(t *testing.T, regarding, reason, want string) string {
-	t.Helper()
-	var note string
-	framework.Poll(t, fmt.Sprintf("a %s Event about %s saying %q", reason, regarding, want), func(context.Context) (bool, error) {
-		for _, n := range f.EventNotes(t, regarding, reason) {
-			if strings.Contains(n, want) {
-				note = n
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return note
 }

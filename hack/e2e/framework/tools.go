@@ -3,9 +3,11 @@ package framework
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,6 +72,32 @@ func (f *Framework) EventNotes(t testing.TB, regarding, reason string) []string 
 		notes = append(notes, e.Note)
 	}
 	return notes
+}
+
+// HasEventNote reports whether an Event about the object named regarding,
+// with reason, has a note containing want (any note when want is empty).
+func (f *Framework) HasEventNote(t testing.TB, regarding, reason, want string) bool {
+	t.Helper()
+	return slices.ContainsFunc(f.EventNotes(t, regarding, reason), func(note string) bool { return strings.Contains(note, want) })
+}
+
+// WaitEventNote waits for an Event about the object named regarding, with
+// reason, whose note contains want (any note when want is empty), and
+// returns that note. Controllers' event recorders write asynchronously, so a
+// test that expects an Event waits for it instead of listing once.
+func (f *Framework) WaitEventNote(t testing.TB, regarding, reason, want string) string {
+	t.Helper()
+	var found string
+	Poll(t, fmt.Sprintf("a %s Event about %s saying %q", reason, regarding, want), func(context.Context) (bool, error) {
+		for _, note := range f.EventNotes(t, regarding, reason) {
+			if strings.Contains(note, want) {
+				found = note
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
 }
 
 // ReadFile is a file's content; the test fails when it cannot be read.
