@@ -18,7 +18,7 @@ header=$root/hack/boilerplate.go.txt
 
 # API packages with CRD types (deckhouse.io) and of the aggregated API
 # (bashible.deckhouse.io). Add a package here when a new version or group appears.
-crd_pkgs=(apiserver/apis/deckhouse/v1 apiserver/apis/deckhouse/v1alpha1)
+crd_pkgs=(apiserver/apis/deckhouse/v1 apiserver/apis/deckhouse/v1alpha1 apiserver/apis/deckhouse/v1alpha2)
 aggregated_pkgs=(apiserver/apis/bashible/v1alpha1)
 api_pkgs=("${crd_pkgs[@]}" "${aggregated_pkgs[@]}")
 

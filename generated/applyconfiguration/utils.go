@@ -9,8 +9,10 @@ package applyconfiguration
 import (
 	v1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	v1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	v1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
 	deckhousev1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1alpha1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1alpha2"
 	internal "github.com/node-manager/node-manager/generated/applyconfiguration/internal"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -112,6 +114,20 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1alpha1.NodeGroupConfigurationStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeRef"):
 		return &deckhousev1alpha1.NodeRefApplyConfiguration{}
+
+		// Group=deckhouse.io, Version=v1alpha2
+	case v1alpha2.SchemeGroupVersion.WithKind("SSHCredentials"):
+		return &deckhousev1alpha2.SSHCredentialsApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("SSHCredentialsSpec"):
+		return &deckhousev1alpha2.SSHCredentialsSpecApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstance"):
+		return &deckhousev1alpha2.StaticInstanceApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstanceCurrentStatus"):
+		return &deckhousev1alpha2.StaticInstanceCurrentStatusApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstanceSpec"):
+		return &deckhousev1alpha2.StaticInstanceSpecApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstanceStatus"):
+		return &deckhousev1alpha2.StaticInstanceStatusApplyConfiguration{}
 
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha2"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
 	flowcontrol "k8s.io/client-go/util/flowcontrol"
@@ -23,6 +24,7 @@ type Interface interface {
 	BashibleV1alpha1() bashiblev1alpha1.BashibleV1alpha1Interface
 	DeckhouseV1() deckhousev1.DeckhouseV1Interface
 	DeckhouseV1alpha1() deckhousev1alpha1.DeckhouseV1alpha1Interface
+	DeckhouseV1alpha2() deckhousev1alpha2.DeckhouseV1alpha2Interface
 }
 
 // Clientset contains the clients for groups.
@@ -31,6 +33,7 @@ type Clientset struct {
 	bashibleV1alpha1  *bashiblev1alpha1.BashibleV1alpha1Client
 	deckhouseV1       *deckhousev1.DeckhouseV1Client
 	deckhouseV1alpha1 *deckhousev1alpha1.DeckhouseV1alpha1Client
+	deckhouseV1alpha2 *deckhousev1alpha2.DeckhouseV1alpha2Client
 }
 
 // BashibleV1alpha1 retrieves the BashibleV1alpha1Client
@@ -46,6 +49,11 @@ func (c *Clientset) DeckhouseV1() deckhousev1.DeckhouseV1Interface {
 // DeckhouseV1alpha1 retrieves the DeckhouseV1alpha1Client
 func (c *Clientset) DeckhouseV1alpha1() deckhousev1alpha1.DeckhouseV1alpha1Interface {
 	return c.deckhouseV1alpha1
+}
+
+// DeckhouseV1alpha2 retrieves the DeckhouseV1alpha2Client
+func (c *Clientset) DeckhouseV1alpha2() deckhousev1alpha2.DeckhouseV1alpha2Interface {
+	return c.deckhouseV1alpha2
 }
 
 // Discovery retrieves the DiscoveryClient
@@ -104,6 +112,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.deckhouseV1alpha2, err = deckhousev1alpha2.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 
 	cs.DiscoveryClient, err = discovery.NewDiscoveryClientForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
@@ -128,6 +140,7 @@ func New(c rest.Interface) *Clientset {
 	cs.bashibleV1alpha1 = bashiblev1alpha1.New(c)
 	cs.deckhouseV1 = deckhousev1.New(c)
 	cs.deckhouseV1alpha1 = deckhousev1alpha1.New(c)
+	cs.deckhouseV1alpha2 = deckhousev1alpha2.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)
 	return &cs

@@ -15,6 +15,8 @@ import (
 	fakedeckhousev1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1/fake"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1"
 	fakedeckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1/fake"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha2"
+	fakedeckhousev1alpha2 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha2/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -141,4 +143,9 @@ func (c *Clientset) DeckhouseV1() deckhousev1.DeckhouseV1Interface {
 // DeckhouseV1alpha1 retrieves the DeckhouseV1alpha1Client
 func (c *Clientset) DeckhouseV1alpha1() deckhousev1alpha1.DeckhouseV1alpha1Interface {
 	return &fakedeckhousev1alpha1.FakeDeckhouseV1alpha1{Fake: &c.Fake}
+}
+
+// DeckhouseV1alpha2 retrieves the DeckhouseV1alpha2Client
+func (c *Clientset) DeckhouseV1alpha2() deckhousev1alpha2.DeckhouseV1alpha2Interface {
+	return &fakedeckhousev1alpha2.FakeDeckhouseV1alpha2{Fake: &c.Fake}
 }
