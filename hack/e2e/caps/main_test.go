@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -28,12 +29,12 @@ func setUp(ctx context.Context) (func(), error) {
 	}
 	m := filepath.Join(f.Root, "manifests")
 	if err := applier.ApplyFiles(ctx,
-		filepath.Join(m, "bashible-apiserver", "namespace.yaml"),
-		filepath.Join(m, "bashible-apiserver", "rbac.yaml"),
-		filepath.Join(m, "node-manager-controller", "rbac.yaml"),
-		filepath.Join(m, "fencing-agent", "rbac.yaml"),
-		filepath.Join(m, "early-oom", "rbac.yaml"),
-		filepath.Join(m, "caps-controller-manager", "rbac.yaml"),
+		filepath.Join(m, deckhousev1.BashibleAPIServerName, "namespace.yaml"),
+		filepath.Join(m, deckhousev1.BashibleAPIServerName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.NodeManagerControllerName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.FencingAgentName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.EarlyOOMName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.CAPSControllerManagerName, "rbac.yaml"),
 	); err != nil {
 		return nil, err
 	}
