@@ -16,9 +16,10 @@ bin=${BIN_DIR:-$root/bin}
 module=$(cd "$root" && go list -m)
 header=$root/hack/boilerplate.go.txt
 
-# API packages with CRD types (deckhouse.io) and of the aggregated API
+# API packages with CRD types (deckhouse.io, and Cluster API Provider Static's
+# infrastructure.cluster.x-k8s.io) and of the aggregated API
 # (bashible.deckhouse.io). Add a package here when a new version or group appears.
-crd_pkgs=(apiserver/apis/deckhouse/v1 apiserver/apis/deckhouse/v1alpha1)
+crd_pkgs=(apiserver/apis/deckhouse/v1 apiserver/apis/deckhouse/v1alpha1 apiserver/apis/deckhouse/v1alpha2 apiserver/apis/infrastructure/v1alpha1)
 aggregated_pkgs=(apiserver/apis/bashible/v1alpha1)
 api_pkgs=("${crd_pkgs[@]}" "${aggregated_pkgs[@]}")
 
@@ -77,8 +78,9 @@ generate() { # generate <tree>: regenerate everything inside tree (a copy of the
 		--output-dir generated/informers --output-pkg "$module/generated/informers" "${full[@]}"
 
 	echo "codegen: CRDs"
-	rm -f manifests/crds/deckhouse.io_*.yaml
-	"$bin/controller-gen" crd:crdVersions=v1 paths=./apiserver/apis/deckhouse/... output:crd:dir=manifests/crds
+	rm -f manifests/crds/deckhouse.io_*.yaml manifests/crds/infrastructure.cluster.x-k8s.io_*.yaml
+	"$bin/controller-gen" crd:crdVersions=v1 paths=./apiserver/apis/deckhouse/... paths=./apiserver/apis/infrastructure/... \
+		output:crd:dir=manifests/crds
 }
 
 case "$mode" in

@@ -111,7 +111,7 @@ type Controller interface {
 // NewDeps builds clients, informers and the event recorder.
 func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Registerer) (*Deps, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = deckhousev1.NodeManagerControllerName
+	cfg.UserAgent = opts.Component
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
@@ -147,7 +147,7 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 		NodeManager: nm,
 		Informers:   inf,
 		Nodes:       cache,
-		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), deckhousev1.NodeManagerControllerName), broadcaster: broadcaster},
+		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), opts.Component), broadcaster: broadcaster},
 		Clock:       clk,
 		Registry:    reg,
 		Loops:       loop.NewMetrics(reg),
@@ -226,7 +226,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		wg.Wait()
 		return nil
 	}
-	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+deckhousev1.NodeManagerControllerName, "identity", m.opts.Identity)
+	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+m.opts.Component, "identity", m.opts.Identity)
 	return m.lead(ctx)
 }
 
@@ -240,7 +240,7 @@ func (m *Manager) start(ctx context.Context, wg *sync.WaitGroup) {
 // lead runs the controllers while this process holds the Lease.
 func (m *Manager) lead(ctx context.Context) error {
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: deckhousev1.NodeManagerControllerName},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: m.opts.Component},
 		Client:     m.deps.Kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: m.opts.Identity},
 	}
@@ -253,7 +253,7 @@ func (m *Manager) lead(ctx context.Context) error {
 		RenewDeadline:   m.opts.RenewDeadline,
 		RetryPeriod:     m.opts.RetryPeriod,
 		ReleaseOnCancel: true,
-		Name:            deckhousev1.NodeManagerControllerName,
+		Name:            m.opts.Component,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)

@@ -14,6 +14,10 @@ import (
 
 // Options are the command-line settings.
 type Options struct {
+	// Component is the process's name: its user agent, Event source and
+	// leader Lease. node-manager-controller by default; caps-controller-
+	// manager runs the same manager under its own name (and identity).
+	Component     string
 	Kubeconfig    string
 	Namespace     string
 	Identity      string
@@ -130,6 +134,7 @@ func (o *FencingOptions) validate() []error {
 func NewOptions() *Options {
 	host, _ := os.Hostname()
 	return &Options{
+		Component:     deckhousev1.NodeManagerControllerName,
 		Namespace:     deckhousev1.Namespace,
 		Identity:      host,
 		ListenAddress: ":9680",

@@ -9,8 +9,12 @@ package applyconfiguration
 import (
 	v1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	v1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	v1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrastructurev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1alpha1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1alpha2"
+	applyconfigurationinfrastructurev1alpha1 "github.com/node-manager/node-manager/generated/applyconfiguration/infrastructure/v1alpha1"
 	internal "github.com/node-manager/node-manager/generated/applyconfiguration/internal"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -112,6 +116,58 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1alpha1.NodeGroupConfigurationStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeRef"):
 		return &deckhousev1alpha1.NodeRefApplyConfiguration{}
+
+		// Group=deckhouse.io, Version=v1alpha2
+	case v1alpha2.SchemeGroupVersion.WithKind("SSHCredentials"):
+		return &deckhousev1alpha2.SSHCredentialsApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("SSHCredentialsSpec"):
+		return &deckhousev1alpha2.SSHCredentialsSpecApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstance"):
+		return &deckhousev1alpha2.StaticInstanceApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstanceCurrentStatus"):
+		return &deckhousev1alpha2.StaticInstanceCurrentStatusApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstanceSpec"):
+		return &deckhousev1alpha2.StaticInstanceSpecApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstanceStatus"):
+		return &deckhousev1alpha2.StaticInstanceStatusApplyConfiguration{}
+
+		// Group=infrastructure.cluster.x-k8s.io, Version=v1alpha1
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("APIEndpoint"):
+		return &applyconfigurationinfrastructurev1alpha1.APIEndpointApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("MachineAddress"):
+		return &applyconfigurationinfrastructurev1alpha1.MachineAddressApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticCluster"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticClusterApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticClusterInitializationStatus"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticClusterInitializationStatusApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticClusterSpec"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticClusterSpecApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticClusterStatus"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticClusterStatusApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticControlPlane"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticControlPlaneApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticControlPlaneInitializationStatus"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticControlPlaneInitializationStatusApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticControlPlaneStatus"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticControlPlaneStatusApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachine"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachineInitializationStatus"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineInitializationStatusApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachineSpec"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineSpecApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachineStatus"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineStatusApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachineTemplate"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineTemplateApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachineTemplateResource"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineTemplateResourceApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachineTemplateResourceSpec"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineTemplateResourceSpecApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("StaticMachineTemplateSpec"):
+		return &applyconfigurationinfrastructurev1alpha1.StaticMachineTemplateSpecApplyConfiguration{}
+	case infrastructurev1alpha1.SchemeGroupVersion.WithKind("TemplateObjectMeta"):
+		return &applyconfigurationinfrastructurev1alpha1.TemplateObjectMetaApplyConfiguration{}
 
 	}
 	return nil

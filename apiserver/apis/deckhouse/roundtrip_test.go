@@ -13,6 +13,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
 )
 
 // TestRoundTrip fills every deckhouse.io type with random values and checks
@@ -21,6 +22,7 @@ func TestRoundTrip(t *testing.T) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(deckhousev1.AddToScheme(scheme))
 	utilruntime.Must(deckhousev1alpha1.AddToScheme(scheme))
+	utilruntime.Must(deckhousev1alpha2.AddToScheme(scheme))
 	codecs := serializer.NewCodecFactory(scheme)
 	for seed := int64(1); seed <= 20; seed++ {
 		f := fuzzer.FuzzerFor(metafuzzer.Funcs, rand.NewSource(seed), codecs)

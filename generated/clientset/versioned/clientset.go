@@ -13,6 +13,8 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha2"
+	infrastructurev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/infrastructure/v1alpha1"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
 	flowcontrol "k8s.io/client-go/util/flowcontrol"
@@ -23,14 +25,18 @@ type Interface interface {
 	BashibleV1alpha1() bashiblev1alpha1.BashibleV1alpha1Interface
 	DeckhouseV1() deckhousev1.DeckhouseV1Interface
 	DeckhouseV1alpha1() deckhousev1alpha1.DeckhouseV1alpha1Interface
+	DeckhouseV1alpha2() deckhousev1alpha2.DeckhouseV1alpha2Interface
+	InfrastructureV1alpha1() infrastructurev1alpha1.InfrastructureV1alpha1Interface
 }
 
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	bashibleV1alpha1  *bashiblev1alpha1.BashibleV1alpha1Client
-	deckhouseV1       *deckhousev1.DeckhouseV1Client
-	deckhouseV1alpha1 *deckhousev1alpha1.DeckhouseV1alpha1Client
+	bashibleV1alpha1       *bashiblev1alpha1.BashibleV1alpha1Client
+	deckhouseV1            *deckhousev1.DeckhouseV1Client
+	deckhouseV1alpha1      *deckhousev1alpha1.DeckhouseV1alpha1Client
+	deckhouseV1alpha2      *deckhousev1alpha2.DeckhouseV1alpha2Client
+	infrastructureV1alpha1 *infrastructurev1alpha1.InfrastructureV1alpha1Client
 }
 
 // BashibleV1alpha1 retrieves the BashibleV1alpha1Client
@@ -46,6 +52,16 @@ func (c *Clientset) DeckhouseV1() deckhousev1.DeckhouseV1Interface {
 // DeckhouseV1alpha1 retrieves the DeckhouseV1alpha1Client
 func (c *Clientset) DeckhouseV1alpha1() deckhousev1alpha1.DeckhouseV1alpha1Interface {
 	return c.deckhouseV1alpha1
+}
+
+// DeckhouseV1alpha2 retrieves the DeckhouseV1alpha2Client
+func (c *Clientset) DeckhouseV1alpha2() deckhousev1alpha2.DeckhouseV1alpha2Interface {
+	return c.deckhouseV1alpha2
+}
+
+// InfrastructureV1alpha1 retrieves the InfrastructureV1alpha1Client
+func (c *Clientset) InfrastructureV1alpha1() infrastructurev1alpha1.InfrastructureV1alpha1Interface {
+	return c.infrastructureV1alpha1
 }
 
 // Discovery retrieves the DiscoveryClient
@@ -104,6 +120,14 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.deckhouseV1alpha2, err = deckhousev1alpha2.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	cs.infrastructureV1alpha1, err = infrastructurev1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 
 	cs.DiscoveryClient, err = discovery.NewDiscoveryClientForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
@@ -128,6 +152,8 @@ func New(c rest.Interface) *Clientset {
 	cs.bashibleV1alpha1 = bashiblev1alpha1.New(c)
 	cs.deckhouseV1 = deckhousev1.New(c)
 	cs.deckhouseV1alpha1 = deckhousev1alpha1.New(c)
+	cs.deckhouseV1alpha2 = deckhousev1alpha2.New(c)
+	cs.infrastructureV1alpha1 = infrastructurev1alpha1.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)
 	return &cs

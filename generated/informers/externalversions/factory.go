@@ -15,6 +15,7 @@ import (
 	versioned "github.com/node-manager/node-manager/generated/clientset/versioned"
 	bashible "github.com/node-manager/node-manager/generated/informers/externalversions/bashible"
 	deckhouse "github.com/node-manager/node-manager/generated/informers/externalversions/deckhouse"
+	infrastructure "github.com/node-manager/node-manager/generated/informers/externalversions/infrastructure"
 	internalinterfaces "github.com/node-manager/node-manager/generated/informers/externalversions/internalinterfaces"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -316,6 +317,7 @@ type SharedInformerFactory interface {
 
 	Bashible() bashible.Interface
 	Deckhouse() deckhouse.Interface
+	Infrastructure() infrastructure.Interface
 }
 
 func (f *sharedInformerFactory) Bashible() bashible.Interface {
@@ -324,4 +326,8 @@ func (f *sharedInformerFactory) Bashible() bashible.Interface {
 
 func (f *sharedInformerFactory) Deckhouse() deckhouse.Interface {
 	return deckhouse.New(f, f.namespace, f.tweakListOptions)
+}
+
+func (f *sharedInformerFactory) Infrastructure() infrastructure.Interface {
+	return infrastructure.New(f, f.namespace, f.tweakListOptions)
 }

@@ -12,6 +12,8 @@ import (
 	v1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	v1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	v1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrastructurev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -59,6 +61,22 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1alpha1().Instances().Informer()}, nil
 	case deckhousev1alpha1.SchemeGroupVersion.WithResource("nodegroupconfigurations"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1alpha1().NodeGroupConfigurations().Informer()}, nil
+
+		// Group=deckhouse.io, Version=v1alpha2
+	case v1alpha2.SchemeGroupVersion.WithResource("sshcredentials"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1alpha2().SSHCredentialses().Informer()}, nil
+	case v1alpha2.SchemeGroupVersion.WithResource("staticinstances"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1alpha2().StaticInstances().Informer()}, nil
+
+		// Group=infrastructure.cluster.x-k8s.io, Version=v1alpha1
+	case infrastructurev1alpha1.SchemeGroupVersion.WithResource("staticclusters"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().StaticClusters().Informer()}, nil
+	case infrastructurev1alpha1.SchemeGroupVersion.WithResource("staticcontrolplanes"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().StaticControlPlanes().Informer()}, nil
+	case infrastructurev1alpha1.SchemeGroupVersion.WithResource("staticmachines"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().StaticMachines().Informer()}, nil
+	case infrastructurev1alpha1.SchemeGroupVersion.WithResource("staticmachinetemplates"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Infrastructure().V1alpha1().StaticMachineTemplates().Informer()}, nil
 
 	}
 

@@ -315,3 +315,39 @@ const (
 	// (agents/early-oom/settings).
 	EarlyOOMSettingsKey = "settings.yaml"
 )
+
+// Static machines: Cluster API Provider Static (controllers/caps, the
+// caps-controller-manager binary) and the StaticInstance objects it manages.
+const (
+	// CAPSControllerManagerName is caps-controller-manager's name: its field
+	// manager, its ServiceAccount and leader Lease in Namespace, and its
+	// Event source. It is the only identity besides cluster admins that may
+	// read SSHCredentials (manifests/caps-controller-manager/rbac.yaml).
+	CAPSControllerManagerName = "caps-controller-manager"
+
+	// AllowBootstrapLabel = "false" on a StaticInstance keeps it out of
+	// every group: CAPS never picks it, whatever a group's labelSelector
+	// says (Deckhouse's rule; a group's selector may not mention the key).
+	AllowBootstrapLabel = "node.deckhouse.io/allow-bootstrap"
+
+	// SkipBootstrapPhaseAnnotation (any value) on a Pending StaticInstance
+	// hands over a host that already is a node: CAPS writes only the
+	// provider id and machine name files on it, goes Running, and removes
+	// the annotation. It may be added only while the instance is Pending
+	// (manifests/policies/static-instances.yaml).
+	SkipBootstrapPhaseAnnotation = "static.node.deckhouse.io/skip-bootstrap-phase"
+
+	// SSHHostKeyAnnotation on a StaticInstance is the host's SSH public key
+	// in authorized_keys form ("ssh-ed25519 AAAA..."). A person may set it
+	// before CAPS first connects (the host is then trusted only with that
+	// key); otherwise CAPS pins the key it sees on its first connection
+	// (trust on first use). A host presenting any other key is refused
+	// until the annotation is changed or removed by a person.
+	SSHHostKeyAnnotation = "static.node.deckhouse.io/ssh-host-key"
+
+	// AllowControlPlaneAnnotation (value "true") on a StaticInstance lets
+	// CAPS adopt or clean it although its Node is a control-plane node.
+	// Without it CAPS refuses both: Deckhouse's CAPS once adopted a single
+	// master and later wiped it.
+	AllowControlPlaneAnnotation = "static.node.deckhouse.io/allow-control-plane"
+)

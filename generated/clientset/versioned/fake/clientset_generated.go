@@ -15,6 +15,10 @@ import (
 	fakedeckhousev1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1/fake"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1"
 	fakedeckhousev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha1/fake"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha2"
+	fakedeckhousev1alpha2 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/deckhouse/v1alpha2/fake"
+	infrastructurev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/infrastructure/v1alpha1"
+	fakeinfrastructurev1alpha1 "github.com/node-manager/node-manager/generated/clientset/versioned/typed/infrastructure/v1alpha1/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -141,4 +145,14 @@ func (c *Clientset) DeckhouseV1() deckhousev1.DeckhouseV1Interface {
 // DeckhouseV1alpha1 retrieves the DeckhouseV1alpha1Client
 func (c *Clientset) DeckhouseV1alpha1() deckhousev1alpha1.DeckhouseV1alpha1Interface {
 	return &fakedeckhousev1alpha1.FakeDeckhouseV1alpha1{Fake: &c.Fake}
+}
+
+// DeckhouseV1alpha2 retrieves the DeckhouseV1alpha2Client
+func (c *Clientset) DeckhouseV1alpha2() deckhousev1alpha2.DeckhouseV1alpha2Interface {
+	return &fakedeckhousev1alpha2.FakeDeckhouseV1alpha2{Fake: &c.Fake}
+}
+
+// InfrastructureV1alpha1 retrieves the InfrastructureV1alpha1Client
+func (c *Clientset) InfrastructureV1alpha1() infrastructurev1alpha1.InfrastructureV1alpha1Interface {
+	return &fakeinfrastructurev1alpha1.FakeInfrastructureV1alpha1{Fake: &c.Fake}
 }

@@ -9,6 +9,7 @@ package deckhouse
 import (
 	v1 "github.com/node-manager/node-manager/generated/informers/externalversions/deckhouse/v1"
 	v1alpha1 "github.com/node-manager/node-manager/generated/informers/externalversions/deckhouse/v1alpha1"
+	v1alpha2 "github.com/node-manager/node-manager/generated/informers/externalversions/deckhouse/v1alpha2"
 	internalinterfaces "github.com/node-manager/node-manager/generated/informers/externalversions/internalinterfaces"
 )
 
@@ -18,6 +19,8 @@ type Interface interface {
 	V1() v1.Interface
 	// V1alpha1 provides access to shared informers for resources in V1alpha1.
 	V1alpha1() v1alpha1.Interface
+	// V1alpha2 provides access to shared informers for resources in V1alpha2.
+	V1alpha2() v1alpha2.Interface
 }
 
 type group struct {
@@ -39,4 +42,9 @@ func (g *group) V1() v1.Interface {
 // V1alpha1 returns a new v1alpha1.Interface.
 func (g *group) V1alpha1() v1alpha1.Interface {
 	return v1alpha1.New(g.factory, g.namespace, g.tweakListOptions)
+}
+
+// V1alpha2 returns a new v1alpha2.Interface.
+func (g *group) V1alpha2() v1alpha2.Interface {
+	return v1alpha2.New(g.factory, g.namespace, g.tweakListOptions)
 }

@@ -2,7 +2,9 @@
 # Builds the Debian root the rootfs e2e suite runs bundles in, once per
 # package list: a minimal bookworm with what a machine has before bashible
 # (curl, jq, ca-certificates: what the bootstrap script needs; logrotate,
-# which Debian installs by default and the logging step configures), plus the
+# which Debian installs by default and the logging step configures;
+# openssh-server and sudo, so the caps suite reaches the root over SSH as
+# Cluster API Provider Static reaches a host), plus the
 # .deb files of the bundle's base packages downloaded but NOT installed, so
 # the base-packages step really installs them, offline, during the test.
 #
@@ -16,7 +18,7 @@ packages=("$@")
 root=$dir/root
 
 mkdir -p "$dir"
-debootstrap --variant=minbase --include=ca-certificates,curl,jq,logrotate bookworm "$root" "$mirror"
+debootstrap --variant=minbase --include=ca-certificates,curl,jq,logrotate,openssh-server,sudo bookworm "$root" "$mirror"
 
 # apt inside the root, in namespaces of its own: a fresh /proc that goes
 # away with them, the host's resolver for the download.

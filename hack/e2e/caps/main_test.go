@@ -1,0 +1,78 @@
+// Package caps is the e2e suite of static machines (Cluster API Provider
+// Static): the StaticInstance and SSHCredentials CRDs with their CEL rules,
+// the admission policies that replace Deckhouse's webhook, and the RBAC
+// that keeps SSH keys and passwords readable only by caps-controller-manager
+// and cluster admins, all against a real kube-apiserver.
+package caps
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+var f = framework.New(framework.Options{Bare: true})
+
+func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
+
+// setUp installs what the tests read: the namespace, every component's
+// RBAC (to ask who may read SSHCredentials) and the admission policies.
+func setUp(ctx context.Context) (func(), error) {
+	applier, err := f.CP.NewApplier()
+	if err != nil {
+		return nil, err
+	}
+	m := filepath.Join(f.Root, "manifests")
+	if err := applier.ApplyFiles(ctx,
+		filepath.Join(m, deckhousev1.BashibleAPIServerName, "namespace.yaml"),
+		filepath.Join(m, deckhousev1.BashibleAPIServerName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.NodeManagerControllerName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.FencingAgentName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.EarlyOOMName, "rbac.yaml"),
+		filepath.Join(m, deckhousev1.CAPSControllerManagerName, "rbac.yaml"),
+	); err != nil {
+		return nil, err
+	}
+	if err := stack.InstallPolicies(ctx, f.Root, applier); err != nil {
+		return nil, err
+	}
+	return nil, waitPoliciesEnforced(ctx)
+}
+
+// waitPoliciesEnforced waits until kube-apiserver enforces both
+// StaticInstance policies (it loads a new policy a moment after it is
+// created): a dry-run of what each refuses must be refused.
+func waitPoliciesEnforced(ctx context.Context) error {
+	badLabel := &deckhousev1alpha2.StaticInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Labels: map[string]string{deckhousev1.AllowBootstrapLabel: "maybe"}},
+		Spec: deckhousev1alpha2.StaticInstanceSpec{Address: "192.0.2.1",
+			CredentialsRef: &corev1.ObjectReference{Kind: "SSHCredentials", Name: "probe"}},
+	}
+	badSelector := &deckhousev1.NodeGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "policy-probe"},
+		Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, StaticInstances: &deckhousev1.StaticInstancesSpec{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{deckhousev1.AllowBootstrapLabel: "true"}}}},
+	}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, errInstance := f.NM.DeckhouseV1alpha2().StaticInstances().Create(ctx, badLabel, dry)
+		_, errGroup := f.NM.DeckhouseV1().NodeGroups().Create(ctx, badSelector, dry)
+		return errInstance != nil && errGroup != nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the StaticInstance admission policies are not enforced: %w", err)
+	}
+	return nil
+}
