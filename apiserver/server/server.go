@@ -41,6 +41,7 @@ type ExtraConfig struct {
 	BundlesNamespace string
 	Identity         string
 	Render           RenderConfig
+	LeaderElection   LeaderElectionOptions
 }
 
 // RenderConfig bounds rendering (see RenderOptions).
@@ -75,12 +76,13 @@ func newConfig(o *Options) (*Config, error) {
 	if generic.ClientConfig == nil {
 		return nil, errors.New("no client for the cluster: pass --kubeconfig or run in a pod")
 	}
+	generic.ShutdownDelayDuration = o.ShutdownDelay
 	memory, err := o.workerMemory()
 	if err != nil {
 		return nil, err
 	}
 	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, BundlesNamespace: o.BundlesNamespace, Identity: o.Identity,
-		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}}}, nil
+		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}, LeaderElection: o.LeaderElection}}, nil
 }
 
 // Complete fills in defaults.
@@ -158,6 +160,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	controller := bundles.NewController(bundles.ControllerConfig{
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
 		Renderer: bundles.NewRenderer(tree.WithSandbox(pool)), Store: store, Metrics: m, Workers: c.extra.Render.Workers,
+		LeaseDuration: c.extra.LeaderElection.LeaseDuration, RenewDeadline: c.extra.LeaderElection.RenewDeadline, RetryPeriod: c.extra.LeaderElection.RetryPeriod,
 	})
 	narrower := access.NewNarrower(nm)
 

@@ -35,9 +35,14 @@ func startProcess(name, binary string, args []string, logDir string, ports ...in
 		return nil, fmt.Errorf("%s: binary %s not found: %w (run 'make tools' to build it)", name, binary, err)
 	}
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	return spawn(name, binary, args, logPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, ports)
+}
+
+// spawn starts the process, opening its log with flags.
+func spawn(name, binary string, args []string, logPath string, flags int, ports []int) (*process, error) {
+	logFile, err := os.OpenFile(logPath, flags, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%s: create log file: %w", name, err)
+		return nil, fmt.Errorf("%s: open log file: %w", name, err)
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout = logFile
@@ -54,6 +59,12 @@ func startProcess(name, binary string, args []string, logDir string, ports ...in
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// again starts the same command on the same ports once more, appending to
+// the same log, as a supervisor restarts a component.
+func (p *process) again() (*process, error) {
+	return spawn(p.name, p.cmd.Path, p.cmd.Args[1:], p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, p.ports)
 }
 
 // exited reports whether the process has ended, and how.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -72,6 +73,9 @@ type APIServerOptions struct {
 	Identity string
 	// TemplatesDir is layered over the built-in tree when set.
 	TemplatesDir string
+	// APIServer is host:port the replica reaches kube-apiserver at (a
+	// proxy the test can cut); empty means kube-apiserver itself.
+	APIServer string
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
 }
@@ -122,6 +126,11 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APISer
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteClientKubeconfig(kubeconfig, ServiceAccountUser, clientCert, clientKey); err != nil {
 		return nil, err
+	}
+	if opts.APIServer != "" {
+		if err := pointKubeconfigAt(kubeconfig, "https://"+opts.APIServer); err != nil {
+			return nil, err
+		}
 	}
 	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
@@ -200,8 +209,25 @@ func (s *APIServer) waitReady(ctx context.Context) error {
 // ExternalName for localhost (Endpoints cannot hold loopback addresses) and
 // APIService v1alpha1.bashible.deckhouse.io on s's port, trusting the
 // cluster CA. It waits until the APIService is Available.
-func (s *APIServer) Register(ctx context.Context) error {
-	dyn, err := dynamic.NewForConfig(s.cp.AdminConfig())
+func (s *APIServer) Register(ctx context.Context) error { return RegisterAt(ctx, s.cp, s.Port) }
+
+// pointKubeconfigAt makes every cluster of the kubeconfig at path use
+// server instead.
+func pointKubeconfigAt(path, server string) error {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return fmt.Errorf("read kubeconfig %s: %w", path, err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// RegisterAt is Register for whatever listens on port: a replica, or a
+// Service in front of several (framework.Service).
+func RegisterAt(ctx context.Context, cp *controlplane.ControlPlane, port int) error {
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
@@ -216,11 +242,11 @@ func (s *APIServer) Register(ctx context.Context) error {
 		"spec": map[string]any{
 			"group": "bashible.deckhouse.io", "version": "v1alpha1",
 			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			"service":  map[string]any{"name": bashiblev1alpha1.ServiceName, "namespace": deckhousev1.Namespace, "port": int64(s.Port)},
-			"caBundle": s.cp.CACertPEM(),
+			"service":  map[string]any{"name": bashiblev1alpha1.ServiceName, "namespace": deckhousev1.Namespace, "port": int64(port)},
+			"caBundle": cp.CACertPEM(),
 		},
 	}}
-	applier, err := s.cp.NewApplier()
+	applier, err := cp.NewApplier()
 	if err != nil {
 		return err
 	}
