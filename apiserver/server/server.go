@@ -51,6 +51,11 @@ type RenderConfig struct {
 	WorkerMemory int64
 }
 
+// watchDrainPeriod is the longest a stopping replica takes to end its
+// watches (rate limited, so that their clients do not all come back at
+// once).
+const watchDrainPeriod = 5 * time.Second
+
 // CompletedConfig is a Config with every default filled in; only it can
 // build a server.
 type CompletedConfig struct {
@@ -77,6 +82,12 @@ func newConfig(o *Options) (*Config, error) {
 		return nil, errors.New("no client for the cluster: pass --kubeconfig or run in a pod")
 	}
 	generic.ShutdownDelayDuration = o.ShutdownDelay
+	// Watches (kube-controller-manager's, node-manager-controller's) end
+	// as soon as a stopping replica stops accepting requests, and their
+	// clients watch again through the Service, on the other replica.
+	// Without it a watch keeps the stopping replica's connection open
+	// until it is killed, and its client sees a broken stream.
+	generic.ShutdownWatchTerminationGracePeriod = watchDrainPeriod
 	memory, err := o.workerMemory()
 	if err != nil {
 		return nil, err

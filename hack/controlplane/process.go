@@ -28,14 +28,16 @@ type process struct {
 }
 
 // startProcess starts binary with args, sending stdout and stderr to
-// <logDir>/<name>.log. The child gets its own process group (so a stop
+// <logDir>/<name>.log (appended to). The child gets its own process group (so a stop
 // reaches anything it forks) and is killed by the kernel if we die first.
 func startProcess(name, binary string, args []string, logDir string, ports ...int) (*process, error) {
 	if _, err := os.Stat(binary); err != nil {
 		return nil, fmt.Errorf("%s: binary %s not found: %w (run 'make tools' to build it)", name, binary, err)
 	}
+	// A component started again under the same name (a restarted
+	// replica) keeps its earlier life's log above the new one.
 	logPath := filepath.Join(logDir, name+".log")
-	return spawn(name, binary, args, logPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, ports)
+	return spawn(name, binary, args, logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, ports)
 }
 
 // spawn starts the process, opening its log with flags.
