@@ -167,8 +167,32 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APISer
 
 // Restart stops the replica and starts it again on the same port.
 func (s *APIServer) Restart(ctx context.Context) (*APIServer, error) {
+	return s.RestartWith(ctx, s.opts)
+}
+
+// RestartWith stops the replica and starts it again on the same port with
+// opts (its identity and binaries unless opts names others), as a rolling
+// upgrade replaces a pod with one of the next version.
+func (s *APIServer) RestartWith(ctx context.Context, opts APIServerOptions) (*APIServer, error) {
+	if opts.Identity == "" {
+		opts.Identity = s.opts.Identity
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = s.opts.BinDir
+	}
 	s.Stop()
-	return startOnPort(ctx, s.cp, s.opts, s.Port)
+	return startOnPort(ctx, s.cp, opts, s.Port)
+}
+
+// Get fetches a path from the replica itself, bypassing the aggregator,
+// as the control plane's admin (whom the replica authorizes through
+// kube-apiserver).
+func (s *APIServer) Get(ctx context.Context, path string) (int, string, error) {
+	admin, err := tls.X509KeyPair(s.cp.AdminConfig().CertData, s.cp.AdminConfig().KeyData)
+	if err != nil {
+		return 0, "", fmt.Errorf("reading the admin client certificate: %w", err)
+	}
+	return getAs(ctx, s.URL()+path, Credentials{Cert: &admin})
 }
 
 // URL is the replica's base URL.

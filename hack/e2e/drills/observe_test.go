@@ -209,6 +209,9 @@ type load struct {
 
 const loadClients = 64
 
+// retryAfter marks, added to a status code, a response with Retry-After.
+const retryAfter = 1000
+
 func startLoad(t *testing.T, group string) *load {
 	t.Helper()
 	rt, err := rest.TransportFor(f.CP.AdminConfig())
@@ -228,6 +231,10 @@ func startLoad(t *testing.T, group string) *load {
 		}
 		defer func() { _ = resp.Body.Close() }()
 		body, err := io.ReadAll(resp.Body)
+		if resp.Header.Get("Retry-After") != "" {
+			// client-go waits and retries these by itself.
+			return resp.StatusCode + retryAfter, body, err
+		}
 		return resp.StatusCode, body, err
 	}
 	code, body, err := get(framework.Context(t))
@@ -257,6 +264,8 @@ func startLoad(t *testing.T, group string) *load {
 					l.failed(cutInFlight)
 				case err != nil:
 					l.failed(fmt.Sprintf("transport: %v", err))
+				case code > retryAfter:
+					l.failed(fmt.Sprintf("%d %s with Retry-After", code-retryAfter, http.StatusText(code-retryAfter)))
 				case code != http.StatusOK:
 					l.failed(fmt.Sprintf("%d %s", code, http.StatusText(code)))
 				case sha256.Sum256(body) != want:
@@ -303,8 +312,7 @@ func (l *load) result() (ok, wrong, failed int, kinds string, window time.Durati
 const cutInFlight = "response cut in flight (stream reset)"
 
 // unexpected are the error kinds other than a 503 Service Unavailable
-// (which clients retry) and responses cut in flight, and how many
-// responses were cut.
+// and responses cut in flight, and how many responses were cut.
 func (l *load) unexpected() (kinds []string, cut int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -368,4 +376,18 @@ func (h *secretHistory) all() []write {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]write(nil), h.writes...)
+}
+
+// notRetriedByClientGo are the error kinds client-go does not retry by
+// itself: everything but a 503 with Retry-After.
+func (l *load) notRetriedByClientGo() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var kinds []string
+	for k := range l.errors {
+		if k != "503 Service Unavailable with Retry-After" {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
 }

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -169,24 +171,44 @@ type Monitor struct {
 }
 
 // WatchNodes calls seen with every event of the group's Nodes, in order,
-// until the test ends.
+// until the test ends: first an Added event for each Node that exists,
+// then every change. It watches through an informer, so it resumes, and
+// relists when it must, when kube-apiserver closes the watch (as it does
+// when it restarts).
 func (f *Framework) WatchNodes(t *testing.T, group string, seen func(watch.EventType, *corev1.Node)) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := f.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
-	if err != nil {
+	factory := informers.NewSharedInformerFactoryWithOptions(f.Kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = deckhousev1.NodeGroupLabel + "=" + group
+	}))
+	informer := factory.Core().V1().Nodes().Informer()
+	node := func(obj any) *corev1.Node {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		n, _ := obj.(*corev1.Node)
+		return n
+	}
+	var mu sync.Mutex // events in order, one at a time
+	emit := func(typ watch.EventType, obj any) {
+		if n := node(obj); n != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			seen(typ, n)
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { emit(watch.Added, obj) },
+		UpdateFunc: func(_, obj any) { emit(watch.Modified, obj) },
+		DeleteFunc: func(obj any) { emit(watch.Deleted, obj) },
+	}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if n, ok := ev.Object.(*corev1.Node); ok {
-				seen(ev.Type, n)
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	stop := make(chan struct{})
+	factory.Start(stop)
+	t.Cleanup(func() { close(stop); factory.Shutdown() })
+	if !cache.WaitForCacheSync(Context(t).Done(), informer.HasSynced) {
+		t.Fatalf("the Nodes of group %s did not sync", group)
+	}
 }
 
 // WatchGroup starts a Monitor of the group's Nodes for the rest of the test.
