@@ -20,6 +20,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -82,6 +83,8 @@ type Controller struct {
 	// leaderCtx is the context of the current term as leader; publishing
 	// uses it, so writes stop when leadership is lost.
 	leaderCtx atomic.Pointer[context.Context]
+	// term is the Lease's lock, which bounds each write to the term.
+	term *termLock
 
 	resultsMu sync.Mutex
 	// results is every group's latest render.
@@ -102,6 +105,15 @@ func NewController(cfg ControllerConfig) *Controller {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 15 * time.Second
+	}
+	if cfg.RenewDeadline == 0 {
+		cfg.RenewDeadline = 10 * time.Second
+	}
+	if cfg.RetryPeriod == 0 {
+		cfg.RetryPeriod = 2 * time.Second
+	}
 	c := &Controller{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -113,6 +125,11 @@ func NewController(cfg ControllerConfig) *Controller {
 		results: map[string]*Result{}, dirty: map[string]bool{}, inflight: map[string]bool{},
 		lastGood: newLastGood(),
 	}
+	c.term = newTermLock(&resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: deckhousev1.BashibleAPIServerName},
+		Client:     cfg.Kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}, cfg.RenewDeadline, time.Now)
 	cfg.Store.OnChange(func(old, cur *Published) {
 		// A follower sees the leader delete a removed group's bundle; a
 		// bundle deleted while its group still exists was tampered with,

@@ -2,11 +2,8 @@ package bundles
 
 import (
 	"context"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -16,27 +13,17 @@ import (
 func (c *Controller) Leading() bool { return c.leading.Load() }
 
 // runLeaderElection runs for the Lease deckhousev1.BashibleAPIServerName in the bundles namespace
-// until ctx ends, again after every lost term. A term's context is the one
-// publishing writes with, so writes stop when the term ends; the new leader
-// publishes at once.
+// until ctx ends, again after every lost term. Publishing writes with the
+// term's context bounded by the term's end (termLock), so writes stop when
+// the term ends even while client-go still tries to release the Lease; the
+// new leader publishes at once.
 func (c *Controller) runLeaderElection(ctx context.Context) {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: deckhousev1.BashibleAPIServerName},
-		Client:     c.cfg.Kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
-	}
-	durations := func(d, def time.Duration) time.Duration {
-		if d == 0 {
-			return def
-		}
-		return d
-	}
 	for ctx.Err() == nil {
 		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   durations(c.cfg.LeaseDuration, 15*time.Second),
-			RenewDeadline:   durations(c.cfg.RenewDeadline, 10*time.Second),
-			RetryPeriod:     durations(c.cfg.RetryPeriod, 2*time.Second),
+			Lock:            c.term,
+			LeaseDuration:   c.cfg.LeaseDuration,
+			RenewDeadline:   c.cfg.RenewDeadline,
+			RetryPeriod:     c.cfg.RetryPeriod,
 			ReleaseOnCancel: true,
 			Name:            deckhousev1.BashibleAPIServerName,
 			Callbacks: leaderelection.LeaderCallbacks{

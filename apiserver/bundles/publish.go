@@ -47,6 +47,12 @@ func (c *Controller) publishLatest() error {
 	if !c.leading.Load() || leaderCtx == nil || (*leaderCtx).Err() != nil {
 		return nil
 	}
+	// Every write ends with the term, even before client-go ends it.
+	ctx, cancel, ok := c.term.termContext(*leaderCtx)
+	defer cancel()
+	if !ok {
+		return nil
+	}
 	in, err := c.inputs()
 	if err != nil {
 		return err
@@ -67,7 +73,7 @@ func (c *Controller) publishLatest() error {
 		}
 	}
 	in.Configs = configs
-	return c.publish(*leaderCtx, in, results)
+	return c.publish(ctx, in, results)
 }
 
 // allSettled reports whether every existing group ngc selects is settled.

@@ -23,6 +23,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -108,8 +109,10 @@ func newPublisher(t *testing.T, kube *kubefake.Clientset, nm *nmfake.Clientset) 
 	return &publisher{Controller: c, t: t, ctx: ctx, kube: kube, nm: nm}
 }
 
-// lead makes the controller the leader, as OnStartedLeading does.
+// lead makes the controller the leader, as OnStartedLeading does after
+// the Lease was taken.
 func (p *publisher) lead() {
+	p.term.renewed(time.Now().Add(time.Hour), resourcelock.LeaderElectionRecord{HolderIdentity: p.term.Identity()}, nil)
 	p.lastGood.setLeading(true)
 	p.leaderCtx.Store(&p.ctx)
 	p.leading.Store(true)

@@ -33,6 +33,20 @@ type Options struct {
 	Identity string
 	// Render bounds the rendering of NodeGroupConfigurations.
 	Render RenderOptions
+	// LeaderElection times the Lease of the publishing replica.
+	LeaderElection LeaderElectionOptions
+	// ShutdownDelay is how long a replica told to stop keeps serving with
+	// /readyz failing, so that the Service stops sending it requests before
+	// it closes its port (a rolling restart then costs clients nothing).
+	ShutdownDelay time.Duration
+}
+
+// LeaderElectionOptions time the Lease: a leader that cannot renew it for
+// RenewDeadline stops publishing, and another replica may take it once it
+// has not been renewed for LeaseDuration; RenewDeadline below LeaseDuration
+// is what keeps two replicas from publishing at once.
+type LeaderElectionOptions struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // RenderOptions bound what rendering may spend. NodeGroupConfiguration
@@ -58,7 +72,8 @@ func NewOptions() *Options {
 	generic.SecureServing.MinTLSVersion = "VersionTLS12"
 	hostname, _ := os.Hostname()
 	return &Options{Generic: generic, BundlesNamespace: deckhousev1.BundlesNamespace, Identity: hostname,
-		Render: RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi"}}
+		Render:         RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi"},
+		LeaderElection: LeaderElectionOptions{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}}
 }
 
 // AddFlags adds every option to fs.
@@ -75,6 +90,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"wall-clock and CPU time one NodeGroupConfiguration template may take before its render worker is stopped")
 	fs.StringVar(&o.Render.WorkerMemory, "render-worker-memory", o.Render.WorkerMemory,
 		"memory one render worker process may use (a quantity such as 128Mi); a template that needs more is stopped")
+	fs.DurationVar(&o.LeaderElection.LeaseDuration, "leader-elect-lease-duration", o.LeaderElection.LeaseDuration,
+		"how long after the publishing replica's last renewal another replica may take its Lease")
+	fs.DurationVar(&o.LeaderElection.RenewDeadline, "leader-elect-renew-deadline", o.LeaderElection.RenewDeadline,
+		"how long the publishing replica keeps trying to renew its Lease before it stops publishing; must be below --leader-elect-lease-duration")
+	fs.DurationVar(&o.LeaderElection.RetryPeriod, "leader-elect-retry-period", o.LeaderElection.RetryPeriod,
+		"how often replicas try to take or renew the Lease")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
+		"how long a replica told to stop keeps serving, with /readyz failing, before it closes its port; set it above the time the Service takes to drop a replica that is not ready")
 }
 
 // workerMemory is --render-worker-memory in bytes.
@@ -100,6 +123,13 @@ func (o *Options) Validate() error {
 	}
 	if o.Render.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--render-workers %d must be at least 1", o.Render.Workers))
+	}
+	if le := o.LeaderElection; le.RetryPeriod <= 0 || le.RenewDeadline <= le.RetryPeriod || le.LeaseDuration <= le.RenewDeadline {
+		errs = append(errs, fmt.Errorf("leader election needs --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s), or two replicas could publish at once",
+			le.RetryPeriod, le.RenewDeadline, le.LeaseDuration))
+	}
+	if o.ShutdownDelay < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-delay-duration %s must not be negative", o.ShutdownDelay))
 	}
 	if o.Render.Timeout < time.Second {
 		errs = append(errs, fmt.Errorf("--render-timeout %s must be at least 1s", o.Render.Timeout))

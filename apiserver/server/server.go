@@ -41,6 +41,7 @@ type ExtraConfig struct {
 	BundlesNamespace string
 	Identity         string
 	Render           RenderConfig
+	LeaderElection   LeaderElectionOptions
 }
 
 // RenderConfig bounds rendering (see RenderOptions).
@@ -49,6 +50,11 @@ type RenderConfig struct {
 	Timeout      time.Duration
 	WorkerMemory int64
 }
+
+// watchDrainPeriod is the longest a stopping replica takes to end its
+// watches (rate limited, so that their clients do not all come back at
+// once).
+const watchDrainPeriod = 5 * time.Second
 
 // CompletedConfig is a Config with every default filled in; only it can
 // build a server.
@@ -75,12 +81,19 @@ func newConfig(o *Options) (*Config, error) {
 	if generic.ClientConfig == nil {
 		return nil, errors.New("no client for the cluster: pass --kubeconfig or run in a pod")
 	}
+	generic.ShutdownDelayDuration = o.ShutdownDelay
+	// Watches (kube-controller-manager's, node-manager-controller's) end
+	// as soon as a stopping replica stops accepting requests, and their
+	// clients watch again through the Service, on the other replica.
+	// Without it a watch keeps the stopping replica's connection open
+	// until it is killed, and its client sees a broken stream.
+	generic.ShutdownWatchTerminationGracePeriod = watchDrainPeriod
 	memory, err := o.workerMemory()
 	if err != nil {
 		return nil, err
 	}
 	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, BundlesNamespace: o.BundlesNamespace, Identity: o.Identity,
-		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}}}, nil
+		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}, LeaderElection: o.LeaderElection}}, nil
 }
 
 // Complete fills in defaults.
@@ -158,6 +171,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	controller := bundles.NewController(bundles.ControllerConfig{
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
 		Renderer: bundles.NewRenderer(tree.WithSandbox(pool)), Store: store, Metrics: m, Workers: c.extra.Render.Workers,
+		LeaseDuration: c.extra.LeaderElection.LeaseDuration, RenewDeadline: c.extra.LeaderElection.RenewDeadline, RetryPeriod: c.extra.LeaderElection.RetryPeriod,
 	})
 	narrower := access.NewNarrower(nm)
 

@@ -28,16 +28,23 @@ type process struct {
 }
 
 // startProcess starts binary with args, sending stdout and stderr to
-// <logDir>/<name>.log. The child gets its own process group (so a stop
+// <logDir>/<name>.log (appended to). The child gets its own process group (so a stop
 // reaches anything it forks) and is killed by the kernel if we die first.
 func startProcess(name, binary string, args []string, logDir string, ports ...int) (*process, error) {
 	if _, err := os.Stat(binary); err != nil {
 		return nil, fmt.Errorf("%s: binary %s not found: %w (run 'make tools' to build it)", name, binary, err)
 	}
+	// A component started again under the same name (a restarted
+	// replica) keeps its earlier life's log above the new one.
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	return spawn(name, binary, args, logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, ports)
+}
+
+// spawn starts the process, opening its log with flags.
+func spawn(name, binary string, args []string, logPath string, flags int, ports []int) (*process, error) {
+	logFile, err := os.OpenFile(logPath, flags, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%s: create log file: %w", name, err)
+		return nil, fmt.Errorf("%s: open log file: %w", name, err)
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout = logFile
@@ -54,6 +61,12 @@ func startProcess(name, binary string, args []string, logDir string, ports ...in
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// again starts the same command on the same ports once more, appending to
+// the same log, as a supervisor restarts a component.
+func (p *process) again() (*process, error) {
+	return spawn(p.name, p.cmd.Path, p.cmd.Args[1:], p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, p.ports)
 }
 
 // exited reports whether the process has ended, and how.

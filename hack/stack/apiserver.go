@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -72,6 +73,9 @@ type APIServerOptions struct {
 	Identity string
 	// TemplatesDir is layered over the built-in tree when set.
 	TemplatesDir string
+	// APIServer is host:port the replica reaches kube-apiserver at (a
+	// proxy the test can cut); empty means kube-apiserver itself.
+	APIServer string
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
 }
@@ -123,6 +127,11 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APISer
 	if err := cp.WriteClientKubeconfig(kubeconfig, ServiceAccountUser, clientCert, clientKey); err != nil {
 		return nil, err
 	}
+	if opts.APIServer != "" {
+		if err := pointKubeconfigAt(kubeconfig, "https://"+opts.APIServer); err != nil {
+			return nil, err
+		}
+	}
 	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			return nil, err
@@ -158,8 +167,32 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APISer
 
 // Restart stops the replica and starts it again on the same port.
 func (s *APIServer) Restart(ctx context.Context) (*APIServer, error) {
+	return s.RestartWith(ctx, s.opts)
+}
+
+// RestartWith stops the replica and starts it again on the same port with
+// opts (its identity and binaries unless opts names others), as a rolling
+// upgrade replaces a pod with one of the next version.
+func (s *APIServer) RestartWith(ctx context.Context, opts APIServerOptions) (*APIServer, error) {
+	if opts.Identity == "" {
+		opts.Identity = s.opts.Identity
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = s.opts.BinDir
+	}
 	s.Stop()
-	return startOnPort(ctx, s.cp, s.opts, s.Port)
+	return startOnPort(ctx, s.cp, opts, s.Port)
+}
+
+// Get fetches a path from the replica itself, bypassing the aggregator,
+// as the control plane's admin (whom the replica authorizes through
+// kube-apiserver).
+func (s *APIServer) Get(ctx context.Context, path string) (int, string, error) {
+	admin, err := tls.X509KeyPair(s.cp.AdminConfig().CertData, s.cp.AdminConfig().KeyData)
+	if err != nil {
+		return 0, "", fmt.Errorf("reading the admin client certificate: %w", err)
+	}
+	return getAs(ctx, s.URL()+path, Credentials{Cert: &admin})
 }
 
 // URL is the replica's base URL.
@@ -200,8 +233,25 @@ func (s *APIServer) waitReady(ctx context.Context) error {
 // ExternalName for localhost (Endpoints cannot hold loopback addresses) and
 // APIService v1alpha1.bashible.deckhouse.io on s's port, trusting the
 // cluster CA. It waits until the APIService is Available.
-func (s *APIServer) Register(ctx context.Context) error {
-	dyn, err := dynamic.NewForConfig(s.cp.AdminConfig())
+func (s *APIServer) Register(ctx context.Context) error { return RegisterAt(ctx, s.cp, s.Port) }
+
+// pointKubeconfigAt makes every cluster of the kubeconfig at path use
+// server instead.
+func pointKubeconfigAt(path, server string) error {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return fmt.Errorf("read kubeconfig %s: %w", path, err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// RegisterAt is Register for whatever listens on port: a replica, or a
+// Service in front of several (framework.Service).
+func RegisterAt(ctx context.Context, cp *controlplane.ControlPlane, port int) error {
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
@@ -216,11 +266,11 @@ func (s *APIServer) Register(ctx context.Context) error {
 		"spec": map[string]any{
 			"group": "bashible.deckhouse.io", "version": "v1alpha1",
 			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			"service":  map[string]any{"name": bashiblev1alpha1.ServiceName, "namespace": deckhousev1.Namespace, "port": int64(s.Port)},
-			"caBundle": s.cp.CACertPEM(),
+			"service":  map[string]any{"name": bashiblev1alpha1.ServiceName, "namespace": deckhousev1.Namespace, "port": int64(port)},
+			"caBundle": cp.CACertPEM(),
 		},
 	}}
-	applier, err := s.cp.NewApplier()
+	applier, err := cp.NewApplier()
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 		_ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	if err := heartbeat(ctx, name, true); err != nil {
+	if err := f.ReportNodeReady(ctx, name, true); err != nil {
 		t.Fatal(err)
 	}
 	hctx, stop := context.WithCancel(context.Background())
@@ -60,7 +60,7 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 			case <-hctx.Done():
 				return
 			case <-tick.C:
-				_ = heartbeat(hctx, name, true)
+				_ = f.ReportNodeReady(hctx, name, true)
 			}
 		}
 	}()
@@ -147,7 +147,7 @@ type timeline struct {
 func recordTimeline(t *testing.T, group string) *timeline {
 	t.Helper()
 	tl := &timeline{start: time.Now(), states: map[string][]nodeState{}}
-	watchNodes(t, group, func(typ watch.EventType, n *corev1.Node) {
+	f.WatchNodes(t, group, func(typ watch.EventType, n *corev1.Node) {
 		if typ == watch.Deleted {
 			return
 		}

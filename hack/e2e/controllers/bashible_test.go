@@ -40,13 +40,13 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	dir := t.TempDir()
 	ns := []*realNode{newRealNode(t, dir, "real-0", group), newRealNode(t, dir, "real-1", group), newRealNode(t, dir, "real-2", group)}
 	tl := recordTimeline(t, group)
-	m := watchGroup(t, group)
+	m := f.WatchGroup(t, group)
 
 	// Joining: the first runs converge without asking for approval.
 	joined := f.Checksum(t, group)
 	runEach(t, time.Minute, ns...)
-	waitRolledOut(t, group, joined, 3)
-	m.check(t, 0)
+	f.WaitRolledOut(t, group, joined, 3)
+	m.Check(t, 0)
 	for _, n := range ns {
 		for _, s := range tl.since(n.Name, 0) {
 			if len(s.update) > 0 {
@@ -57,10 +57,10 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	}
 
 	// A new configuration: every node's run asks, one is approved at a time.
-	m.reset()
+	m.Reset()
 	mark := tl.now()
 	start := time.Now()
-	sum := newConfiguration(t, group, "echo real bashible 1\n")
+	sum := f.NewConfiguration(t, group, "echo real bashible 1\n")
 	for i, run := range runEach(t, time.Minute, ns...) {
 		n := ns[i]
 		if !strings.Contains(run.Output, fmt.Sprintf("configuration %.12s applied", sum)) {
@@ -89,23 +89,23 @@ func TestRolloutWithRealBashible(t *testing.T) {
 			t.Errorf("%s never showed waiting-for-approval without a checksum", n.Name)
 		}
 	}
-	waitRolledOut(t, group, sum, 3)
-	m.check(t, 1)
-	if m.maxApproved != 1 {
-		t.Errorf("at most %d nodes were approved at once; the controller should have approved each of the three, one at a time", m.maxApproved)
+	f.WaitRolledOut(t, group, sum, 3)
+	m.Check(t, 1)
+	if m.MaxApproved() != 1 {
+		t.Errorf("at most %d nodes were approved at once; the controller should have approved each of the three, one at a time", m.MaxApproved())
 	}
 	checkNeverCordoned(t, tl, mark, ns...)
-	t.Logf("3 nodes running bashible.sh rolled out %.12s in %s, at most %d approved at once", sum, time.Since(start).Round(time.Millisecond), m.maxApproved)
+	t.Logf("3 nodes running bashible.sh rolled out %.12s in %s, at most %d approved at once", sum, time.Since(start).Round(time.Millisecond), m.MaxApproved())
 
 	// A disruptive update of real-1: drained, disruption approved, uncordoned.
 	disrupted := ns[1]
 	if err := disrupted.Control("disrupt", true); err != nil {
 		t.Fatal(err)
 	}
-	m.reset()
+	m.Reset()
 	mark = tl.now()
 	start = time.Now()
-	sum = newConfiguration(t, group, "echo real bashible 2\n")
+	sum = f.NewConfiguration(t, group, "echo real bashible 2\n")
 	for i, run := range runEach(t, time.Minute, ns...) {
 		n := ns[i]
 		gated := false
@@ -119,8 +119,8 @@ func TestRolloutWithRealBashible(t *testing.T) {
 			t.Errorf("%s needed no disruption but asked for one or disrupted:\n%s", n.Name, run.Output)
 		}
 	}
-	waitRolledOut(t, group, sum, 3) // all uncordoned, no annotation left
-	m.check(t, 1)
+	f.WaitRolledOut(t, group, sum, 3) // all uncordoned, no annotation left
+	m.Check(t, 1)
 	checkNeverCordoned(t, tl, mark, ns[0], ns[2])
 	checkDrainedBeforeDisruption(t, tl, mark, disrupted.Name)
 	framework.Poll(t, "events of the drain and the disruption's approval", func(ctx context.Context) (bool, error) {

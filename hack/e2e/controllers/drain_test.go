@@ -23,17 +23,17 @@ func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
 	const group = "deadline"
 	timeout := int32(3)
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.NodeDrainTimeoutSecond = &timeout })
-	n := newAgent(t, "deadline-a", group)
-	newAgent(t, "deadline-b", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 2)
-	pod := runPod(t, n.name, "db", map[string]string{"app": "deadline-db"})
+	n := f.TestAgent(t, "deadline-a", group)
+	f.TestAgent(t, "deadline-b", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 2)
+	pod := runPod(t, n.Name, "db", map[string]string{"app": "deadline-db"})
 	blockEvictions(t, "deadline-db")
 
-	n.disruptive.Store(true)
-	sum := newConfiguration(t, group, "echo deadline\n")
+	n.Disruptive.Store(true)
+	sum := f.NewConfiguration(t, group, "echo deadline\n")
 	var deleted eventsv1.Event
 	framework.Poll(t, "the PodDeletedAtDrainDeadline event", func(ctx context.Context) (bool, error) {
-		evs, err := nodeEvents(ctx, n.name, "PodDeletedAtDrainDeadline")
+		evs, err := nodeEvents(ctx, n.Name, "PodDeletedAtDrainDeadline")
 		if len(evs) > 0 {
 			deleted = evs[0]
 		}
@@ -48,14 +48,14 @@ func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
 		t.Errorf("the event's related object is %+v; want the deleted pod", r)
 	}
 	// Not before the deadline: the drain was asked for at least 3 s earlier.
-	requested, err := nodeEvents(framework.Context(t), n.name, "DrainRequested")
+	requested, err := nodeEvents(framework.Context(t), n.Name, "DrainRequested")
 	if err != nil || len(requested) == 0 {
-		t.Fatalf("no DrainRequested event for %s: %v", n.name, err)
+		t.Fatalf("no DrainRequested event for %s: %v", n.Name, err)
 	}
 	if waited := eventTime(deleted).Sub(eventTime(requested[len(requested)-1])); waited < time.Duration(timeout)*time.Second {
 		t.Errorf("the pod was deleted %s after the drain was asked for; want at least the deadline, %ds", waited, timeout)
 	}
-	waitRolledOut(t, group, sum, 2)
+	f.WaitRolledOut(t, group, sum, 2)
 	if podExists(framework.Context(t), pod) {
 		t.Error("the pod is still there after the update")
 	}
@@ -66,14 +66,14 @@ func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
 func TestOneNodeWorkerGroupIsDrained(t *testing.T) {
 	const group = "single"
 	newGroup(t, group, nil)
-	n := newAgent(t, "single-a", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 1)
-	pod := runPod(t, n.name, "web", nil)
+	n := f.TestAgent(t, "single-a", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 1)
+	pod := runPod(t, n.Name, "web", nil)
 
-	n.disruptive.Store(true)
-	sum := newConfiguration(t, group, "echo single\n")
+	n.Disruptive.Store(true)
+	sum := f.NewConfiguration(t, group, "echo single\n")
 	framework.Poll(t, "drained, then disruption approved", func(ctx context.Context) (bool, error) {
-		if has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) || annotation(ctx, n.name, deckhousev1.ConfigurationChecksumAnnotation) == sum {
+		if has(ctx, n.Name, deckhousev1.DisruptionApprovedAnnotation) || annotation(ctx, n.Name, deckhousev1.ConfigurationChecksumAnnotation) == sum {
 			if podExists(ctx, pod) {
 				t.Fatal("the disruption was approved with the node's pod still on it")
 			}
@@ -81,8 +81,8 @@ func TestOneNodeWorkerGroupIsDrained(t *testing.T) {
 		}
 		return false, nil
 	})
-	waitRolledOut(t, group, sum, 1)
-	f.WaitEventNote(t, n.name, "DrainSucceeded", "")
+	f.WaitRolledOut(t, group, sum, 1)
+	f.WaitEventNote(t, n.Name, "DrainSucceeded", "")
 }
 
 // TestForeignCordonSurvivesTheUpdate: a node someone cordoned before the
@@ -90,20 +90,20 @@ func TestOneNodeWorkerGroupIsDrained(t *testing.T) {
 func TestForeignCordonSurvivesTheUpdate(t *testing.T) {
 	const group = "cordon"
 	newGroup(t, group, nil)
-	n := newAgent(t, "cordon-a", group)
-	newAgent(t, "cordon-b", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 2)
-	pod := runPod(t, n.name, "web", nil)
+	n := f.TestAgent(t, "cordon-a", group)
+	f.TestAgent(t, "cordon-b", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 2)
+	pod := runPod(t, n.Name, "web", nil)
 	// kubectl cordon, by someone else.
-	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), n.name, types.StrategicMergePatchType,
+	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), n.Name, types.StrategicMergePatchType,
 		[]byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	n.disruptive.Store(true)
-	sum := newConfiguration(t, group, "echo cordon\n")
-	framework.Poll(t, "the update of "+n.name+" finished", func(ctx context.Context) (bool, error) {
-		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	n.Disruptive.Store(true)
+	sum := f.NewConfiguration(t, group, "echo cordon\n")
+	framework.Poll(t, "the update of "+n.Name+" finished", func(ctx context.Context) (bool, error) {
+		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil || node.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != sum {
 			return false, err
 		}
@@ -120,7 +120,7 @@ func TestForeignCordonSurvivesTheUpdate(t *testing.T) {
 	if podExists(framework.Context(t), pod) {
 		t.Error("the cordoned node was not drained before its disruption")
 	}
-	f.WaitEventNote(t, n.name, "DrainRequested", "stays cordoned")
+	f.WaitEventNote(t, n.Name, "DrainRequested", "stays cordoned")
 }
 
 // nodeEvents lists the Events about a node with the reason.

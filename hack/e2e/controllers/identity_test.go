@@ -272,7 +272,7 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 	const group = "inst"
 	newGroup(t, group, nil)
 	pinInstance(t, "inst-a", group)
-	newAgent(t, "inst-a", group)
+	f.TestAgent(t, "inst-a", group)
 	framework.Poll(t, "Instance of inst-a", func(ctx context.Context) (bool, error) {
 		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, "inst-a", metav1.GetOptions{})
 		if err != nil {
@@ -296,7 +296,7 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 // and no Instance, so it reads nothing.
 func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
 	newGroup(t, "late", nil)
-	newAgent(t, "late-node", "late")
+	f.TestAgent(t, "late-node", "late")
 	framework.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
 		return f.HasEventNote(t, "late-node", instances.ReasonNoInstance, "has no Instance"), nil
 	})

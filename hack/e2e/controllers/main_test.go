@@ -9,14 +9,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -45,7 +42,7 @@ func setUp(ctx context.Context) (func(), error) {
 	kctx, stopKubelet := context.WithCancel(context.Background())
 	go func() {
 		for kctx.Err() == nil {
-			kubelet(kctx)
+			f.Kubelet(kctx)
 		}
 	}()
 	return stopKubelet, nil
@@ -74,56 +71,5 @@ func updateGroup(t *testing.T, name string, mutate func(*deckhousev1.NodeGroupSp
 		mutate(&ng.Spec)
 		_, err = f.NM.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{})
 		return err == nil, nil
-	})
-}
-
-// newConfiguration gives the group a new configuration (a custom step) and
-// returns the new checksum once it is served.
-func newConfiguration(t *testing.T, group, content string) string {
-	t.Helper()
-	before := f.Checksum(t, group)
-	name := group + "-step"
-	ngc, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(framework.Context(t), name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		f.TestConfiguration(t, name, deckhousev1alpha1.NodeGroupConfigurationSpec{Content: content, NodeGroups: []string{group}, Bundles: []string{"*"}})
-	case err != nil:
-		t.Fatal(err)
-	default:
-		ngc.Spec.Content = content
-		if _, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Update(framework.Context(t), ngc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return f.WaitChecksum(t, group, func(sum string) bool { return sum != before })
-}
-
-// waitRolledOut waits until every node of the group reports sum, carries no
-// update annotation, is schedulable, and the group's status says so.
-func waitRolledOut(t *testing.T, group, sum string, count int) {
-	t.Helper()
-	framework.Poll(t, fmt.Sprintf("rollout of %.12s over group %s", sum, group), func(ctx context.Context) (bool, error) {
-		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if int(ng.Status.UpToDate) != count || int(ng.Status.Nodes) != count {
-			return false, nil
-		}
-		list, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
-		if err != nil {
-			return false, err
-		}
-		for _, n := range list.Items {
-			if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != sum || n.Spec.Unschedulable {
-				return false, nil
-			}
-			for k := range n.Annotations {
-				if len(k) > len(deckhousev1.UpdateAnnotationPrefix) && strings.HasPrefix(k, deckhousev1.UpdateAnnotationPrefix) {
-					return false, nil
-				}
-			}
-		}
-		return true, nil
 	})
 }

@@ -36,7 +36,7 @@ func TestRebootRequestsWithRealBashible(t *testing.T) {
 	ns := []*realNode{newRealNode(t, dir, "reboots-0", group), newRealNode(t, dir, "reboots-1", group), newRealNode(t, dir, "reboots-2", group)}
 	sum := f.Checksum(t, group)
 	runEach(t, time.Minute, ns...)
-	waitRolledOut(t, group, sum, 3)
+	f.WaitRolledOut(t, group, sum, 3)
 
 	tl := recordTimeline(t, group)
 	peak := watchDisrupted(t, group)
@@ -95,7 +95,7 @@ printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" 
 		}
 		checkDrainedBeforeDisruption(t, tl, mark, n.Name)
 	}
-	waitRolledOut(t, group, sum, 3) // all uncordoned, no annotation left
+	f.WaitRolledOut(t, group, sum, 3) // all uncordoned, no annotation left
 	if approved, disrupted := peak(); approved > 1 || disrupted > 1 {
 		t.Errorf("at most %d nodes approved and %d disrupted at once; maxConcurrent 1 allows one", approved, disrupted)
 	}
@@ -109,7 +109,7 @@ func watchDisrupted(t *testing.T, group string) func() (int, int) {
 	var mu sync.Mutex
 	state := map[string]*corev1.Node{}
 	var maxApproved, maxDisrupted int
-	watchNodes(t, group, func(typ watch.EventType, n *corev1.Node) {
+	f.WatchNodes(t, group, func(typ watch.EventType, n *corev1.Node) {
 		mu.Lock()
 		defer mu.Unlock()
 		if typ == watch.Deleted {

@@ -23,23 +23,23 @@ func TestRolloutRespectsMaxConcurrent(t *testing.T) {
 	const group = "rollout"
 	newGroup(t, group, nil)
 	for i := range 5 {
-		newAgent(t, fmt.Sprintf("rollout-%d", i), group)
+		f.TestAgent(t, fmt.Sprintf("rollout-%d", i), group)
 	}
-	waitRolledOut(t, group, f.Checksum(t, group), 5)
-	m := watchGroup(t, group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 5)
+	m := f.WatchGroup(t, group)
 	for i, c := range []struct {
 		max   intstr.IntOrString
 		limit int
 	}{{intstr.FromInt32(1), 1}, {intstr.FromInt32(2), 2}, {intstr.FromString("40%"), 2}} {
 		updateGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.Update = &deckhousev1.UpdateSpec{MaxConcurrent: &c.max} })
-		m.reset()
+		m.Reset()
 		start := time.Now()
-		sum := newConfiguration(t, group, fmt.Sprintf("echo rollout %d\n", i))
-		waitRolledOut(t, group, sum, 5)
-		m.check(t, c.limit)
-		t.Logf("maxConcurrent %s: 5 nodes rolled out in %s, at most %d approved at once", c.max.String(), time.Since(start).Round(time.Millisecond), m.maxApproved)
-		if m.maxApproved != c.limit {
-			t.Errorf("maxConcurrent %s: at most %d approved at once; the rollout should use all %d slots", c.max.String(), m.maxApproved, c.limit)
+		sum := f.NewConfiguration(t, group, fmt.Sprintf("echo rollout %d\n", i))
+		f.WaitRolledOut(t, group, sum, 5)
+		m.Check(t, c.limit)
+		t.Logf("maxConcurrent %s: 5 nodes rolled out in %s, at most %d approved at once", c.max.String(), time.Since(start).Round(time.Millisecond), m.MaxApproved())
+		if m.MaxApproved() != c.limit {
+			t.Errorf("maxConcurrent %s: at most %d approved at once; the rollout should use all %d slots", c.max.String(), m.MaxApproved(), c.limit)
 		}
 	}
 	// The group's status counts only its own nodes and the compatibility
@@ -68,35 +68,35 @@ func TestNotReadyGroupWaitsButNotReadyNodeGoesFirst(t *testing.T) {
 		mc := intstr.FromInt32(2)
 		s.Update = &deckhousev1.UpdateSpec{MaxConcurrent: &mc}
 	})
-	a, b, sick := newAgent(t, "unhealthy-a", group), newAgent(t, "unhealthy-b", group), newAgent(t, "unhealthy-sick", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 3)
+	a, b, sick := f.TestAgent(t, "unhealthy-a", group), f.TestAgent(t, "unhealthy-b", group), f.TestAgent(t, "unhealthy-sick", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 3)
 
-	sick.ready.Store(false)
-	sick.paused.Store(true) // its bashible has not asked yet
+	sick.Ready.Store(false)
+	sick.Paused.Store(true) // its bashible has not asked yet
 	framework.Poll(t, "group Ready=False", func(ctx context.Context) (bool, error) {
 		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 		return err == nil && meta.IsStatusConditionFalse(ng.Status.Conditions, "Ready"), err
 	})
-	newConfiguration(t, group, "echo unhealthy\n")
+	f.NewConfiguration(t, group, "echo unhealthy\n")
 	framework.Poll(t, "healthy nodes waiting for approval", func(ctx context.Context) (bool, error) {
-		return has(ctx, a.name, deckhousev1.WaitingForApprovalAnnotation) && has(ctx, b.name, deckhousev1.WaitingForApprovalAnnotation), nil
+		return has(ctx, a.Name, deckhousev1.WaitingForApprovalAnnotation) && has(ctx, b.Name, deckhousev1.WaitingForApprovalAnnotation), nil
 	})
 	time.Sleep(2 * time.Second)
-	for _, n := range []*agent{a, b} {
-		if has(framework.Context(t), n.name, deckhousev1.ApprovedAnnotation) {
-			t.Fatalf("%s was approved while the group has a NotReady node", n.name)
+	for _, n := range []*framework.Agent{a, b} {
+		if has(framework.Context(t), n.Name, deckhousev1.ApprovedAnnotation) {
+			t.Fatalf("%s was approved while the group has a NotReady node", n.Name)
 		}
 	}
 	// The sick node asks too: it is approved first, though the group is not healthy.
-	sick.paused.Store(false)
+	sick.Paused.Store(false)
 	framework.Poll(t, "the NotReady node approved", func(ctx context.Context) (bool, error) {
-		return has(ctx, sick.name, deckhousev1.ApprovedAnnotation) || annotation(ctx, sick.name, deckhousev1.ConfigurationChecksumAnnotation) == f.Checksum(t, group), nil
+		return has(ctx, sick.Name, deckhousev1.ApprovedAnnotation) || annotation(ctx, sick.Name, deckhousev1.ConfigurationChecksumAnnotation) == f.Checksum(t, group), nil
 	})
-	if has(framework.Context(t), a.name, deckhousev1.ApprovedAnnotation) || has(framework.Context(t), b.name, deckhousev1.ApprovedAnnotation) {
+	if has(framework.Context(t), a.Name, deckhousev1.ApprovedAnnotation) || has(framework.Context(t), b.Name, deckhousev1.ApprovedAnnotation) {
 		t.Fatal("a Ready node was approved while the group was not healthy")
 	}
-	sick.ready.Store(true)
-	waitRolledOut(t, group, f.Checksum(t, group), 3)
+	sick.Ready.Store(true)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 3)
 }
 
 func TestManualDisruptionWaitsForAPerson(t *testing.T) {
@@ -104,13 +104,13 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		s.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalManual}
 	})
-	n := newAgent(t, "manual-a", group)
-	newAgent(t, "manual-b", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 2)
-	n.disruptive.Store(true)
-	sum := newConfiguration(t, group, "echo manual\n")
+	n := f.TestAgent(t, "manual-a", group)
+	f.TestAgent(t, "manual-b", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 2)
+	n.Disruptive.Store(true)
+	sum := f.NewConfiguration(t, group, "echo manual\n")
 	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) {
-		return has(ctx, n.name, deckhousev1.DisruptionRequiredAnnotation), nil
+		return has(ctx, n.Name, deckhousev1.DisruptionRequiredAnnotation), nil
 	})
 	framework.Poll(t, "WaitingForDisruptiveApproval condition and metric", func(ctx context.Context) (bool, error) {
 		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
@@ -122,11 +122,11 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 	})
 	time.Sleep(2 * time.Second)
 	ctx := framework.Context(t)
-	if has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) || has(ctx, n.name, deckhousev1.DrainingAnnotation) {
+	if has(ctx, n.Name, deckhousev1.DisruptionApprovedAnnotation) || has(ctx, n.Name, deckhousev1.DrainingAnnotation) {
 		t.Fatal("Manual mode approved or drained on its own")
 	}
-	annotate(t, n.name, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: ptr.To("")})
-	waitRolledOut(t, group, sum, 2)
+	annotate(t, n.Name, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: ptr.To("")})
+	f.WaitRolledOut(t, group, sum, 2)
 }
 
 func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
@@ -137,18 +137,18 @@ func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
 		s.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic,
 			Automatic: &deckhousev1.AutomaticDisruptions{Windows: closed}}
 	})
-	n := newAgent(t, "windowed-a", group)
-	newAgent(t, "windowed-b", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 2)
+	n := f.TestAgent(t, "windowed-a", group)
+	f.TestAgent(t, "windowed-b", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 2)
 	pod := runPod(t, "windowed-a", "web", nil)
 
-	n.disruptive.Store(true)
-	sum := newConfiguration(t, group, "echo windowed\n")
+	n.Disruptive.Store(true)
+	sum := f.NewConfiguration(t, group, "echo windowed\n")
 	framework.Poll(t, "disruption required", func(ctx context.Context) (bool, error) {
-		return has(ctx, n.name, deckhousev1.DisruptionRequiredAnnotation), nil
+		return has(ctx, n.Name, deckhousev1.DisruptionRequiredAnnotation), nil
 	})
 	time.Sleep(2 * time.Second)
-	if ctx := framework.Context(t); has(ctx, n.name, deckhousev1.DrainingAnnotation) || has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) {
+	if ctx := framework.Context(t); has(ctx, n.Name, deckhousev1.DrainingAnnotation) || has(ctx, n.Name, deckhousev1.DisruptionApprovedAnnotation) {
 		t.Fatal("a disruption was acted on outside the group's windows")
 	}
 	now := time.Now().UTC()
@@ -156,7 +156,7 @@ func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
 		s.Disruptions.Automatic.Windows = []deckhousev1.DisruptionWindow{{From: now.Add(-time.Hour).Format("15:04"), To: now.Add(time.Hour).Format("15:04")}}
 	})
 	framework.Poll(t, "drained, then disruption approved", func(ctx context.Context) (bool, error) {
-		if has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) || annotation(ctx, n.name, deckhousev1.ConfigurationChecksumAnnotation) == sum {
+		if has(ctx, n.Name, deckhousev1.DisruptionApprovedAnnotation) || annotation(ctx, n.Name, deckhousev1.ConfigurationChecksumAnnotation) == sum {
 			if podExists(ctx, pod) {
 				t.Fatal("the disruption was approved before the node's pod was evicted")
 			}
@@ -164,7 +164,7 @@ func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
 		}
 		return false, nil
 	})
-	waitRolledOut(t, group, sum, 2)
+	f.WaitRolledOut(t, group, sum, 2)
 }
 
 // TestDrainBlockedByPodDisruptionBudget: with drainTimeoutPolicy Wait,
@@ -179,22 +179,22 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 		s.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic,
 			Automatic: &deckhousev1.AutomaticDisruptions{DrainTimeoutPolicy: deckhousev1.DrainTimeoutWait}}
 	})
-	n := newAgent(t, "pdb-a", group)
-	newAgent(t, "pdb-b", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 2)
-	m := watchGroup(t, group)
+	n := f.TestAgent(t, "pdb-a", group)
+	f.TestAgent(t, "pdb-b", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 2)
+	m := f.WatchGroup(t, group)
 	pod := runPod(t, "pdb-a", "db", map[string]string{"app": "pdb-db"})
 	daemon := runDaemonSet(t, "pdb-a")
 	pdb := blockEvictions(t, "pdb-db")
 
-	n.disruptive.Store(true)
-	sum := newConfiguration(t, group, "echo pdb\n")
+	n.Disruptive.Store(true)
+	sum := f.NewConfiguration(t, group, "echo pdb\n")
 	framework.Poll(t, "drain-failed", func(ctx context.Context) (bool, error) {
-		return has(ctx, n.name, deckhousev1.DrainFailedAnnotation), nil
+		return has(ctx, n.Name, deckhousev1.DrainFailedAnnotation), nil
 	})
 	// drain-failed is written at the deadline, where Delete would have
 	// deleted the pod.
-	reason := annotation(framework.Context(t), n.name, deckhousev1.DrainFailedAnnotation)
+	reason := annotation(framework.Context(t), n.Name, deckhousev1.DrainFailedAnnotation)
 	if !strings.Contains(reason, "PodDisruptionBudget default/pdb-db") || !strings.Contains(reason, "pod default/"+pod.Name) {
 		t.Errorf("drain-failed says %q; want the PodDisruptionBudget and the pod named", reason)
 	}
@@ -203,7 +203,7 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 		return err == nil && strings.Contains(body, `node_manager_node_drain_held_by_pdb{node="pdb-a"} 1`), err
 	})
 	ctx := framework.Context(t)
-	if has(ctx, n.name, deckhousev1.DrainedAnnotation) || has(ctx, n.name, deckhousev1.DisruptionApprovedAnnotation) {
+	if has(ctx, n.Name, deckhousev1.DrainedAnnotation) || has(ctx, n.Name, deckhousev1.DisruptionApprovedAnnotation) {
 		t.Fatal("a drain that did not finish was recorded as drained, or the update went on")
 	}
 	if !podExists(ctx, pod) {
@@ -228,43 +228,43 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 	if err := f.Kube.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(ctx, pdb.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRolledOut(t, group, sum, 2)
+	f.WaitRolledOut(t, group, sum, 2)
 	if podExists(framework.Context(t), pod) {
 		t.Error("the node finished its disruptive update with its pod still on it")
 	}
 	if !podExists(framework.Context(t), daemon) {
 		t.Error("the DaemonSet pod was evicted; drains leave DaemonSet pods alone")
 	}
-	m.check(t, 1)
+	m.Check(t, 1)
 }
 
 func TestDrainIsCancelledWhenTheAnnotationGoes(t *testing.T) {
 	const group = "cancel"
 	timeout := int32(600)
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.NodeDrainTimeoutSecond = &timeout })
-	n := newAgent(t, "cancel-a", group)
-	waitRolledOut(t, group, f.Checksum(t, group), 1)
+	n := f.TestAgent(t, "cancel-a", group)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 1)
 	pod := runPod(t, "cancel-a", "db", map[string]string{"app": "cancel-db"})
 	blockEvictions(t, "cancel-db")
-	annotate(t, n.name, map[string]*string{deckhousev1.DrainingAnnotation: ptr.To("user")})
+	annotate(t, n.Name, map[string]*string{deckhousev1.DrainingAnnotation: ptr.To("user")})
 	framework.Poll(t, "cordon", func(ctx context.Context) (bool, error) {
-		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		return err == nil && node.Spec.Unschedulable, err
 	})
-	annotate(t, n.name, map[string]*string{deckhousev1.DrainingAnnotation: nil})
+	annotate(t, n.Name, map[string]*string{deckhousev1.DrainingAnnotation: nil})
 	framework.Poll(t, "DrainCancelled event", func(ctx context.Context) (bool, error) {
 		evs, err := f.Kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.Regarding.Name == n.name && e.Reason == "DrainCancelled" {
+			if e.Regarding.Name == n.Name && e.Reason == "DrainCancelled" {
 				return true, nil
 			}
 		}
 		return false, nil
 	})
-	if ctx := framework.Context(t); has(ctx, n.name, deckhousev1.DrainedAnnotation) || !podExists(ctx, pod) {
+	if ctx := framework.Context(t); has(ctx, n.Name, deckhousev1.DrainedAnnotation) || !podExists(ctx, pod) {
 		t.Fatal("a cancelled drain went on")
 	}
 }

@@ -29,13 +29,13 @@ func leaseHolder(ctx context.Context) string {
 func TestLeaderFailoverMidRollout(t *testing.T) {
 	const group = "failover"
 	newGroup(t, group, nil)
-	var agents []*agent
+	var agents []*framework.Agent
 	for i := range 4 {
-		a := newAgent(t, fmt.Sprintf("failover-%d", i), group)
-		a.applyTakes.Store(int64(2 * time.Second))
+		a := f.TestAgent(t, fmt.Sprintf("failover-%d", i), group)
+		a.ApplyTakes.Store(int64(2 * time.Second))
 		agents = append(agents, a)
 	}
-	waitRolledOut(t, group, f.Checksum(t, group), 4)
+	f.WaitRolledOut(t, group, f.Checksum(t, group), 4)
 	standby, err := f.Env.StartController(framework.Context(t), stack.ControllerOptions{Identity: "controller-2", ExtraArgs: controllerArgs})
 	if err != nil {
 		t.Fatal(err)
@@ -54,11 +54,11 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 		t.Fatal("node_manager_leader does not tell the leader from the standby")
 	}
 
-	m := watchGroup(t, group)
-	sum := newConfiguration(t, group, "echo failover\n")
+	m := f.WatchGroup(t, group)
+	sum := f.NewConfiguration(t, group, "echo failover\n")
 	framework.Poll(t, "first approval", func(ctx context.Context) (bool, error) {
 		for _, a := range agents {
-			if has(ctx, a.name, deckhousev1.ApprovedAnnotation) {
+			if has(ctx, a.Name, deckhousev1.ApprovedAnnotation) {
 				return true, nil
 			}
 		}
@@ -68,8 +68,8 @@ func TestLeaderFailoverMidRollout(t *testing.T) {
 	framework.Poll(t, "the standby takes the Lease", func(ctx context.Context) (bool, error) {
 		return leaseHolder(ctx) == standby.Identity, nil
 	})
-	waitRolledOut(t, group, sum, 4)
-	m.check(t, 1)
+	f.WaitRolledOut(t, group, sum, 4)
+	m.Check(t, 1)
 	if metric(t, standby, "node_manager_leader") != "1" {
 		t.Error("the new leader does not report itself as leader")
 	}

@@ -12,8 +12,11 @@
 // time, NewGroup/TestGroup, NewNode/TestNode, TestInstance and
 // TestConfiguration for objects that live as long as one test,
 // TestHeartbeat for a node's Lease renewed as the node's kubelet would, Bundle,
-// Checksum and WaitChecksum for what bashible-apiserver serves, Kubectl,
-// EventNotes and ReadFile.
+// Checksum and WaitChecksum for what bashible-apiserver serves, TestAgent,
+// WatchGroup, Kubelet, NewConfiguration and WaitRolledOut for nodes that
+// follow bashible's update protocol and a rollout's invariants,
+// NewTCPProxy and StartService for the network between components (a link
+// to cut, a Service in front of replicas), Kubectl, EventNotes and ReadFile.
 //
 // Helpers named Test* create an object for one test: they fail the test
 // when the API refuses, and delete the object when the test ends. Set-up

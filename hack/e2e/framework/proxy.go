@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -25,15 +26,28 @@ type TCPProxy struct {
 // (host:port); it stops when the test ends.
 func NewTCPProxy(t testing.TB, target string) *TCPProxy {
 	t.Helper()
+	p, err := StartTCPProxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// StartTCPProxy is NewTCPProxy for a suite's set-up, which outlives any
+// one test: it stops on Close.
+func StartTCPProxy(target string) (*TCPProxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("proxy to %s: %v", target, err)
+		return nil, fmt.Errorf("proxy to %s: %w", target, err)
 	}
 	p := &TCPProxy{target: target, ln: ln, conns: map[net.Conn]bool{}}
 	go p.serve()
-	t.Cleanup(func() { _ = ln.Close(); p.Cut() })
-	return p
+	return p, nil
 }
+
+// Close stops the proxy and closes its connections.
+func (p *TCPProxy) Close() { _ = p.ln.Close(); p.Cut() }
 
 // Addr is the proxy's host:port.
 func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }

@@ -1,0 +1,193 @@
+package drills
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+// rolloutNodes is how many nodes a rollout drill's group has.
+const rolloutNodes = 3
+
+// startRollout makes a group of rolloutNodes converged agents whose
+// updates need a drain and take a while to apply, starts a rollout of a
+// new configuration and returns once the first node is approved, with a
+// Monitor of the group and the new checksum.
+func startRollout(t *testing.T, group string) (*framework.Monitor, string, []*framework.Agent) {
+	t.Helper()
+	f.TestGroup(t, framework.NewGroup(group))
+	f.WaitChecksum(t, group, func(sum string) bool { return sum != "" })
+	var agents []*framework.Agent
+	for i := range rolloutNodes {
+		a := f.TestAgent(t, fmt.Sprintf("%s-%d", group, i), group)
+		a.ApplyTakes.Store(int64(time.Second))
+		a.Disruptive.Store(true)
+		agents = append(agents, a)
+	}
+	f.WaitRolledOut(t, group, f.Checksum(t, group), rolloutNodes)
+	m := f.WatchGroup(t, group)
+	sum := f.NewConfiguration(t, group, "echo "+group+"\n")
+	framework.Poll(t, "the first approval of "+group, func(ctx context.Context) (bool, error) {
+		return m.MaxApproved() > 0, nil
+	})
+	return m, sum, agents
+}
+
+// checkRolledOutOnce waits for the rollout of sum to finish and checks
+// that every node was approved exactly once and never two at once.
+func checkRolledOutOnce(t *testing.T, m *framework.Monitor, group, sum string, agents []*framework.Agent) {
+	t.Helper()
+	f.WaitRolledOut(t, group, sum, len(agents))
+	m.Check(t, 1)
+	for _, a := range agents {
+		if n := m.Approvals(a.Name); n != 1 {
+			t.Errorf("%s was approved %d times in one rollout; want once", a.Name, n)
+		}
+	}
+}
+
+// published is a group's bundle Secret as published now.
+func published(t *testing.T, group string) (rv, sum string) {
+	t.Helper()
+	var s string
+	framework.Poll(t, "the published Secret of "+group, func(ctx context.Context) (bool, error) {
+		sec, err := f.Kube.CoreV1().Secrets(deckhousev1.BundlesNamespace).Get(ctx, deckhousev1.PublishedBundleSecretPrefix+group, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		rv, s = sec.ResourceVersion, sec.Annotations[bashiblev1alpha1.ChecksumAnnotation]
+		return true, nil
+	})
+	return rv, s
+}
+
+// pids are the processes of the bashible-apiserver replicas now.
+func pids() map[string]int {
+	out := map[string]int{}
+	for _, r := range replicas {
+		out[r.Identity] = r.PID()
+	}
+	return out
+}
+
+// checkInformersResumed checks that no bashible-apiserver replica
+// restarted and that each, asked directly, serves a group created after
+// the fault: its informers (NodeGroups, and the Secrets the leader
+// publishes) resumed by themselves. It returns the node-manager-
+// controllers that exited — a leader that could not renew its Lease
+// within its renew deadline exits by design — after starting each again,
+// as the kubelet would.
+func checkInformersResumed(t *testing.T, before map[string]int, witness string) (exited []string) {
+	t.Helper()
+	after := pids()
+	for _, r := range replicas {
+		if r.Exited() || after[r.Identity] != before[r.Identity] {
+			t.Errorf("bashible-apiserver %s restarted or exited during the drill", r.Identity)
+		}
+	}
+	for i, c := range controllers {
+		if !c.Exited() {
+			continue
+		}
+		exited = append(exited, c.Identity)
+		again, err := f.Env.StartController(framework.Context(t), stack.ControllerOptions{Identity: c.Identity, ExtraArgs: append(append([]string{}, controllerArgs...), productionLease...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		controllers[i] = again
+	}
+	f.TestGroup(t, framework.NewGroup(witness))
+	for _, r := range replicas {
+		framework.Poll(t, r.Identity+" serves group "+witness, func(ctx context.Context) (bool, error) {
+			code, _, err := r.Get(ctx, "/apis/"+bashiblev1alpha1.GroupName+"/v1alpha1/nodegroupbundles/"+witness)
+			return err == nil && code == 200, nil
+		})
+	}
+	return exited
+}
+
+// productionLease are node-manager-controller's Lease timings as
+// deployed. The suite's controllers otherwise lead on a 4 s Lease so that
+// the kill drills' takeovers are quick; a control-plane restart keeps the
+// API away for longer than that 3 s renew deadline (kube-apiserver
+// reconnects to etcd with backoff), and a controller that cannot renew
+// its Lease exits by design, to start again from fresh state.
+var productionLease = []string{"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}
+
+// useProductionLease replaces the suite's controllers, once, by two that
+// lead on productionLease. The old ones stop gracefully and release the
+// Lease, so a new one leads at once.
+func useProductionLease(t *testing.T) {
+	t.Helper()
+	if onProductionLease {
+		return
+	}
+	for _, c := range controllers {
+		c.Stop()
+	}
+	controllers = nil
+	for _, id := range []string{"controller-p1", "controller-p2"} {
+		c, err := f.Env.StartController(framework.Context(t), stack.ControllerOptions{Identity: id, ExtraArgs: append(append([]string{}, controllerArgs...), productionLease...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		controllers = append(controllers, c)
+	}
+	framework.Poll(t, "a controller on the production Lease leads", func(ctx context.Context) (bool, error) {
+		return strings.HasPrefix(controllerLeaseHolder(ctx), "controller-p"), nil
+	})
+	onProductionLease = true
+}
+
+var onProductionLease bool
+
+// controlPlaneDrill restarts a control-plane component mid-rollout.
+func controlPlaneDrill(t *testing.T, group, what string, restart func(context.Context) error) {
+	waitAvailable(t)
+	useProductionLease(t)
+	before := pids()
+	m, sum, agents := startRollout(t, group)
+	rv, publishedSum := published(t, group)
+	if publishedSum != sum {
+		t.Fatalf("published checksum %s, served %s", publishedSum, sum)
+	}
+	start := time.Now()
+	if err := restart(framework.Context(t)); err != nil {
+		t.Fatalf("restart %s: %v", what, err)
+	}
+	restarted := time.Since(start)
+	checkRolledOutOnce(t, m, group, sum, agents)
+	rolledOut := time.Since(start)
+	if rv2, sum2 := published(t, group); rv2 != rv || sum2 != sum {
+		t.Errorf("the published Secret of %s changed across the restart: resourceVersion %s → %s, checksum %.12s → %.12s", group, rv, rv2, sum, sum2)
+	}
+	if got := f.Checksum(t, group); got != sum {
+		t.Errorf("%s is served with checksum %.12s after the restart; %.12s before", group, got, sum)
+	}
+	exited := checkInformersResumed(t, before, group+"-witness")
+	t.Logf("DRILL %s restart mid-rollout (%d nodes, drains): down and back in %s; rollout finished %s after the restart began, "+
+		"each node approved once, published Secret and checksum unchanged, bashible-apiserver replicas kept running and resumed their informers; "+
+		"node-manager-controllers that exited on losing their Lease: %v",
+		what, rolloutNodes, restarted.Round(100*time.Millisecond), rolledOut.Round(100*time.Millisecond), exited)
+}
+
+// TestEtcdRestartMidRollout: etcd restarts (its data kept) while a
+// rollout is under way.
+func TestEtcdRestartMidRollout(t *testing.T) {
+	controlPlaneDrill(t, "drill-etcd", "etcd", f.CP.RestartEtcd)
+}
+
+// TestKubeAPIServerRestartMidRollout: kube-apiserver restarts while a
+// rollout is under way; every client must reconnect.
+func TestKubeAPIServerRestartMidRollout(t *testing.T) {
+	controlPlaneDrill(t, "drill-kapi", "kube-apiserver", f.CP.RestartAPIServer)
+}
