@@ -48,7 +48,9 @@ func NewNodeGroupBundlePreviews(previewer Previewer, metrics *Metrics) *NodeGrou
 }
 
 // New returns an empty NodeGroupBundlePreview.
-func (*NodeGroupBundlePreviews) New() runtime.Object { return &bashiblev1alpha1.NodeGroupBundlePreview{} }
+func (*NodeGroupBundlePreviews) New() runtime.Object {
+	return &bashiblev1alpha1.NodeGroupBundlePreview{}
+}
 
 // Destroy releases nothing: the previewer is shared.
 func (*NodeGroupBundlePreviews) Destroy() {}
