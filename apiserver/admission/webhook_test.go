@@ -160,4 +160,3 @@ func TestTheWebhookAnswersOnlyPost(t *testing.T) {
 		t.Fatalf("GET: %d", rec.Code)
 	}
 }
-
