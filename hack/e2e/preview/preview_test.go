@@ -6,8 +6,11 @@ package preview
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -194,6 +197,50 @@ func TestAPreviewObjectReturnsTheExactDiffOfTheChangedStepOnly(t *testing.T) {
 	}
 	if f.Checksum(t, "worker") != published || f.Checksum(t, "master") != masterBefore {
 		t.Fatal("a preview changed what is published")
+	}
+}
+
+// TestOnlyKubeAPIServerMayCallTheWebhook posts a review to the webhook
+// directly: without a client certificate, and as a node, the server's
+// delegated authorization refuses; kube-apiserver's webhook client
+// certificate is answered.
+func TestOnlyKubeAPIServerMayCallTheWebhook(t *testing.T) {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(f.CP.CACertPEM())
+	post := func(certs []tls.Certificate) int {
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12}}}
+		req, err := http.NewRequestWithContext(framework.Context(t), http.MethodPost, replica.URL()+bashiblev1alpha1.PreviewWebhookPath, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("post to the webhook: %v", err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	cert := func(user string, groups ...string) []tls.Certificate {
+		certPEM, keyPEM, err := f.CP.IssueClientCert(user, groups...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []tls.Certificate{c}
+	}
+	if code := post(nil); code != http.StatusForbidden && code != http.StatusUnauthorized {
+		t.Errorf("anonymous: %d, want 401 or 403", code)
+	}
+	if code := post(cert("system:node:worker-0", "system:nodes")); code != http.StatusForbidden {
+		t.Errorf("a node: %d, want 403", code)
+	}
+	// An empty review is a bad request, but it got through authorization.
+	if code := post(cert(bashiblev1alpha1.PreviewWebhookCallerUser)); code != http.StatusBadRequest {
+		t.Errorf("kube-apiserver's webhook client: %d, want 400 for an empty review", code)
 	}
 }
 
