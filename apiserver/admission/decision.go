@@ -2,7 +2,6 @@ package admission
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/node-manager/node-manager/apiserver/preview"
@@ -68,7 +67,7 @@ func Decide(p preview.Proposal, res *preview.Result, err error) Decision {
 		d.Warnings = append(d.Warnings, warning("%s", summary))
 	}
 	for _, g := range res.Groups {
-		d.Warnings = append(d.Warnings, groupWarning(g))
+		d.Warnings = append(d.Warnings, groupWarnings(g)...)
 	}
 	for _, f := range res.Failures {
 		at := ""
@@ -83,23 +82,22 @@ func Decide(p preview.Proposal, res *preview.Result, err error) Decision {
 	return d
 }
 
-// groupWarning is one group's line: its nodes, its changed steps and why
-// the change is disruptive.
-func groupWarning(g preview.GroupChange) string {
+// groupWarnings are one group's lines: its nodes, its changed steps and
+// whether the change is disruptive; then, for each disruptive step, why.
+func groupWarnings(g preview.GroupChange) []string {
 	steps := make([]string, 0, len(g.Steps))
 	var why []string
 	for _, s := range g.Steps {
 		steps = append(steps, fmt.Sprintf("%s (%s)", s.Name, strings.ToLower(string(s.Change))))
-		for _, r := range s.Disruption {
-			why = append(why, s.Name+": "+r)
+		if len(s.Disruption) > 0 {
+			why = append(why, warning("group %s: %s may disrupt workloads: %s", g.Group, s.Name, strings.Join(s.Disruption, "; ")))
 		}
 	}
-	sort.Strings(why)
 	verdict := "not disruptive"
 	if g.Disruptive {
-		verdict = fmt.Sprintf("DISRUPTIVE (approvalMode %s): %s", g.ApprovalMode, strings.Join(why, "; "))
+		verdict = fmt.Sprintf("DISRUPTIVE (approvalMode %s)", g.ApprovalMode)
 	}
-	return warning("group %s, %d node(s): %d step(s) change: %s; %s", g.Group, g.NodeCount, len(g.Steps), strings.Join(steps, ", "), verdict)
+	return append([]string{warning("group %s, %d node(s): %d step(s) change: %s; %s", g.Group, g.NodeCount, len(g.Steps), strings.Join(steps, ", "), verdict)}, why...)
 }
 
 // warning formats one warning: prefixed, on one line, and short enough to

@@ -61,7 +61,8 @@ func TestWarningsSayGroupsNodesStepsAndDisruption(t *testing.T) {
 	want := []string{
 		"bashible preview: 2 node group(s) change, 1 of them disruptively (worker)",
 		"bashible preview: group master, 0 node(s): 1 step(s) change: 100_a.sh (added); not disruptive",
-		"bashible preview: group worker, 3 node(s): 2 step(s) change: 040_containerd.sh (modified), 100_a.sh (added); DISRUPTIVE (approvalMode Manual): 040_containerd.sh: the container runtime changes",
+		"bashible preview: group worker, 3 node(s): 2 step(s) change: 040_containerd.sh (modified), 100_a.sh (added); DISRUPTIVE (approvalMode Manual)",
+		"bashible preview: group worker: 040_containerd.sh may disrupt workloads: the container runtime changes",
 		"bashible preview: the full diff: kubectl create -o yaml -f with a NodeGroupBundlePreview (see README)",
 	}
 	if !d.Allowed || strings.Join(d.Warnings, "\n") != strings.Join(want, "\n") {

@@ -158,7 +158,7 @@ func (pv *Previewer) Preview(ctx context.Context, p Proposal) (*Result, error) {
 		r := pv.renderer.Render(ng, in)
 		if r.Published == nil {
 			for _, f := range r.Failures {
-				res.Failures = append(res.Failures, GroupFailure{Group: ng.Name, Config: f.Custom, Message: f.Error()})
+				res.Failures = append(res.Failures, GroupFailure{Group: ng.Name, Config: f.Custom, Message: f.Err.Error()})
 			}
 			continue
 		}

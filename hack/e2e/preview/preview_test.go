@@ -97,6 +97,7 @@ func dryRunWarnings(t *testing.T, manifest string) string {
 
 func TestDryRunApplyOfAConfigurationPrintsWhatChangesAndCreatesNothing(t *testing.T) {
 	out := dryRunWarnings(t, configuration("preview-sysctl", "sysctl -w vm.swappiness=1\n"))
+	t.Logf("kubectl apply --dry-run=server:\n%s", out)
 	for _, want := range []string{
 		"Warning: bashible preview: 1 node group(s) change, 0 of them disruptively",
 		"Warning: bashible preview: group worker, 2 node(s): 1 step(s) change: 100_preview-sysctl.sh (added); not disruptive",
@@ -117,9 +118,37 @@ func TestDryRunApplyOfAConfigurationPrintsWhatChangesAndCreatesNothing(t *testin
 
 func TestDryRunApplyOfARebootingConfigurationSaysItIsDisruptive(t *testing.T) {
 	out := dryRunWarnings(t, configuration("preview-reboot", "if [[ ! -e /etc/x ]]; then\n  touch /etc/x\n  bb-flag-set reboot\nfi\n"))
-	want := "group worker, 2 node(s): 1 step(s) change: 100_preview-reboot.sh (added); DISRUPTIVE (approvalMode Automatic): 100_preview-reboot.sh: it asks for a reboot (bb-flag-set reboot)"
-	if !strings.Contains(out, want) {
-		t.Fatalf("kubectl apply --dry-run=server printed no %q:\n%s", want, out)
+	for _, want := range []string{
+		"Warning: bashible preview: group worker, 2 node(s): 1 step(s) change: 100_preview-reboot.sh (added); DISRUPTIVE (approvalMode Automatic)",
+		"Warning: bashible preview: group worker: 100_preview-reboot.sh may disrupt workloads: it asks for a reboot (bb-flag-set reboot)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl apply --dry-run=server printed no %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDryRunApplyOfANodeGroupChangeSaysWhichStepsChangeAndThatContainerdDisrupts(t *testing.T) {
+	ng := `{"apiVersion":"deckhouse.io/v1","kind":"NodeGroup","metadata":{"name":"worker"},"spec":{"nodeType":"Static","cri":{"type":"ContainerdV2"}}}`
+	out := dryRunWarnings(t, ng)
+	t.Logf("kubectl apply --dry-run=server:\n%s", out)
+	for _, want := range []string{
+		"group worker, 2 node(s): 1 step(s) change: 040_containerd.sh (modified); DISRUPTIVE (approvalMode Automatic)",
+		"group worker: 040_containerd.sh may disrupt workloads: the container runtime changes; it goes through the disruption gate (bb-disruption-gate)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl apply --dry-run=server printed no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "group master") {
+		t.Errorf("a change of worker names group master:\n%s", out)
+	}
+	got, err := f.NM.DeckhouseV1().NodeGroups().Get(framework.Context(t), "worker", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.CRI != nil && got.Spec.CRI.Type == "ContainerdV2" {
+		t.Fatal("the dry run changed NodeGroup worker")
 	}
 }
 
@@ -129,6 +158,7 @@ func TestAConfigurationThatDoesNotRenderIsRefusedWithItsLine(t *testing.T) {
 	if err == nil {
 		t.Fatalf("kubectl apply accepted a configuration that does not render:\n%s", out)
 	}
+	t.Logf("kubectl apply of a configuration that does not render:\n%s", out)
 	for _, want := range []string{
 		`admission webhook "` + bashiblev1alpha1.PreviewWebhookName + `" denied the request`,
 		"NodeGroupConfiguration preview-broken does not render for node group worker",
