@@ -85,6 +85,11 @@ func Decide(p preview.Proposal, res *preview.Result, err error) Decision {
 // groupWarnings are one group's lines: its nodes, its changed steps and
 // whether the change is disruptive; then, for each disruptive step, why.
 func groupWarnings(g preview.GroupChange) []string {
+	if g.PreviousChecksum == "" {
+		// Nothing was published for the group yet: its nodes take the
+		// whole bundle at their first run, which passes every gate.
+		return []string{warning("group %s, %d node(s): not published yet; its first bundle has %d file(s)", g.Group, g.NodeCount, len(g.Steps))}
+	}
 	steps := make([]string, 0, len(g.Steps))
 	var why []string
 	for _, s := range g.Steps {

@@ -51,8 +51,8 @@ func TestAnotherConfigurationsFailureIsOnlyAWarning(t *testing.T) {
 
 func TestWarningsSayGroupsNodesStepsAndDisruption(t *testing.T) {
 	res := &preview.Result{Groups: []preview.GroupChange{
-		{Group: "master", NodeCount: 0, ApprovalMode: "Automatic", Steps: []bashiblev1alpha1.StepPreview{{Name: "100_a.sh", Change: bashiblev1alpha1.StepAdded}}},
-		{Group: "worker", NodeCount: 3, ApprovalMode: "Manual", Disruptive: true, Steps: []bashiblev1alpha1.StepPreview{
+		{Group: "master", NodeCount: 0, ApprovalMode: "Automatic", PreviousChecksum: "old", Steps: []bashiblev1alpha1.StepPreview{{Name: "100_a.sh", Change: bashiblev1alpha1.StepAdded}}},
+		{Group: "worker", NodeCount: 3, ApprovalMode: "Manual", PreviousChecksum: "old", Disruptive: true, Steps: []bashiblev1alpha1.StepPreview{
 			{Name: "040_containerd.sh", Change: bashiblev1alpha1.StepModified, Disruption: []string{"the container runtime changes"}},
 			{Name: "100_a.sh", Change: bashiblev1alpha1.StepAdded},
 		}},
@@ -67,6 +67,15 @@ func TestWarningsSayGroupsNodesStepsAndDisruption(t *testing.T) {
 	}
 	if !d.Allowed || strings.Join(d.Warnings, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("allowed %v, warnings:\n%s\nwant:\n%s", d.Allowed, strings.Join(d.Warnings, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestANewGroupIsSummedUpNotListedStepByStep(t *testing.T) {
+	res := &preview.Result{Groups: []preview.GroupChange{{Group: "new", Disruptive: true, Steps: make([]bashiblev1alpha1.StepPreview, 15)}}}
+	d := Decide(preview.Proposal{}, res, nil)
+	want := "bashible preview: group new, 0 node(s): not published yet; its first bundle has 15 file(s)"
+	if len(d.Warnings) != 3 || d.Warnings[1] != want {
+		t.Fatalf("warnings %q; want the summary, %q and the diff hint", d.Warnings, want)
 	}
 }
 

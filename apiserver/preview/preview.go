@@ -235,7 +235,11 @@ func affected(current, next bundles.Inputs, p Proposal) []*deckhousev1.NodeGroup
 // compare is what changes from before (nil for a group not published
 // yet) to after, and whether anything does.
 func compare(before, after *bundles.Published) (GroupChange, bool) {
-	if before == nil {
+	// A group's first bundle disrupts nothing: a node's first run passes
+	// every disruption gate (bb-disruption-gate), there being no workload
+	// yet.
+	first := before == nil
+	if first {
 		before = &bundles.Published{}
 	}
 	change := GroupChange{Group: after.Group, Checksum: after.Checksum, PreviousChecksum: before.Checksum}
@@ -277,7 +281,7 @@ func compare(before, after *bundles.Published) (GroupChange, bool) {
 		default:
 			step.Change = bashiblev1alpha1.StepModified
 		}
-		if hasNew {
+		if hasNew && !first {
 			step.Disruption = templates.StepDisruption(name, new)
 		}
 		if len(step.Disruption) > 0 {

@@ -152,6 +152,22 @@ func TestAPreviewWaitsForTheRunningOneAndGivesUpWithItsContext(t *testing.T) {
 	}
 }
 
+func TestANewGroupsFirstBundleIsWholeAndNotDisruptive(t *testing.T) {
+	pv := cluster(t, bundles.Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("worker")}})
+	res, err := pv.Preview(context.Background(), Proposal{NodeGroup: group("fresh")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Groups) != 1 || res.Groups[0].Group != "fresh" || res.Groups[0].PreviousChecksum != "" || res.Groups[0].Disruptive {
+		t.Fatalf("groups %+v; want only fresh, not published, not disruptive", res.Groups)
+	}
+	for _, s := range res.Groups[0].Steps {
+		if s.Change != bashiblev1alpha1.StepAdded || len(s.Disruption) != 0 {
+			t.Errorf("step %s: %s, disruption %q; want added, none", s.Name, s.Change, s.Disruption)
+		}
+	}
+}
+
 func TestDefaultConfigGivesTheAPIDefaults(t *testing.T) {
 	c := &deckhousev1alpha1.NodeGroupConfiguration{}
 	DefaultConfig(c, false)

@@ -315,7 +315,7 @@ func schema_apiserver_apis_bashible_v1alpha1_GroupPreview(ref common.ReferenceCa
 					},
 					"disruptive": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Disruptive says a changed step may disrupt workloads (see StepPreview.Disruption); what then happens to a node is the group's ApprovalMode.",
+							Description: "Disruptive says a changed step may disrupt workloads (see StepPreview.Disruption); what then happens to a node is the group's ApprovalMode. A group's first bundle never is: a node's first run passes every disruption gate.",
 							Default:     false,
 							Type:        []string{"boolean"},
 							Format:      "",

@@ -64,7 +64,8 @@ type GroupPreview struct {
 	PreviousChecksum string `json:"previousChecksum,omitempty"`
 	// Disruptive says a changed step may disrupt workloads (see
 	// StepPreview.Disruption); what then happens to a node is the group's
-	// ApprovalMode.
+	// ApprovalMode. A group's first bundle never is: a node's first run
+	// passes every disruption gate.
 	Disruptive bool `json:"disruptive"`
 	// ApprovalMode is the group's spec.disruptions.approvalMode.
 	ApprovalMode string `json:"approvalMode"`
