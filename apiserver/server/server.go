@@ -18,9 +18,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/node-manager/node-manager/apiserver/access"
+	"github.com/node-manager/node-manager/apiserver/admission"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
+	"github.com/node-manager/node-manager/apiserver/preview"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	generatedopenapi "github.com/node-manager/node-manager/generated/openapi"
 	"github.com/node-manager/node-manager/registry"
@@ -168,18 +170,24 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	m, requests := processMetrics()
 	store := bundles.NewStore(m.ServedChanged)
+	sandboxed := tree.WithSandbox(pool)
 	controller := bundles.NewController(bundles.ControllerConfig{
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
-		Renderer: bundles.NewRenderer(tree.WithSandbox(pool)), Store: store, Metrics: m, Workers: c.extra.Render.Workers,
+		Renderer: bundles.NewRenderer(sandboxed), Store: store, Metrics: m, Workers: c.extra.Render.Workers,
 		LeaseDuration: c.extra.LeaderElection.LeaseDuration, RenewDeadline: c.extra.LeaderElection.RenewDeadline, RetryPeriod: c.extra.LeaderElection.RetryPeriod,
 	})
 	narrower := access.NewNarrower(nm)
+	// Previews render proposals with the same tree and render workers.
+	previewer := preview.New(sandboxed, controller, store, preview.InstanceNodes{Client: nm})
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(bashiblev1alpha1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	group.VersionedResourcesStorageMap[bashiblev1alpha1.SchemeGroupVersion.Version] = registry.Storages(store, narrower, requests)
+	storages := registry.Storages(store, narrower, requests)
+	storages[registry.NodeGroupBundlePreviewsResource] = registry.NewNodeGroupBundlePreviews(previewer, requests)
+	group.VersionedResourcesStorageMap[bashiblev1alpha1.SchemeGroupVersion.Version] = storages
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("install %s: %w", bashiblev1alpha1.GroupName, err)
 	}
+	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.PreviewWebhookPath, admission.NewWebhook(previewer))
 
 	s := &Server{Generic: generic, controller: controller, narrower: narrower}
 	generic.AddPostStartHookOrDie("bashible-bundles", func(hook genericapiserver.PostStartHookContext) error {

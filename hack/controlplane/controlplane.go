@@ -292,7 +292,7 @@ func (cp *ControlPlane) writeCertificates() error {
 	}); err != nil {
 		return err
 	}
-	return nil
+	return cp.writeAdmissionConfig()
 }
 
 func (cp *ControlPlane) startEtcd(ctx context.Context, binDir string) error {
@@ -352,6 +352,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, binDir string) error
 		// that the manifests' policies are enforced whatever the default)
 		// narrows node-manager's identities beyond RBAC.
 		"--enable-admission-plugins=NodeRestriction,ValidatingAdmissionPolicy",
+		// Admission webhooks are called with a client certificate (see
+		// writeAdmissionConfig).
+		"--admission-control-config-file=" + cp.path("admission-config.yaml"),
 		"--enable-bootstrap-token-auth=true",
 		"--allow-privileged=true",
 		// Aggregation layer: the aggregator authenticates to extension

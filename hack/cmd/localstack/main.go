@@ -84,6 +84,9 @@ func run() error {
 	if err := apiServer.Register(ctx); err != nil {
 		return err
 	}
+	if err := apiServer.RegisterPreviewWebhook(ctx); err != nil {
+		return err
+	}
 	// Stand-ins for the control-plane addresses a real cluster publishes;
 	// they end up in rendered bundles and manual-bootstrap scripts.
 	if err := stack.PublishAPIEndpoints(ctx, kubernetes.NewForConfigOrDie(cp.AdminConfig()), "192.0.2.10"); err != nil {

@@ -31,6 +31,7 @@ func KnownTypes() []runtime.Object {
 		&Bashible{}, &BashibleList{},
 		&NodeGroupBundle{}, &NodeGroupBundleList{},
 		&Bootstrap{}, &BootstrapList{},
+		&NodeGroupBundlePreview{},
 	}
 }
 

@@ -40,3 +40,22 @@ const (
 	// issued for bashible-api.d8-cloud-instance-manager.svc.
 	ServiceName = "bashible-api"
 )
+
+// The preview at apply time: bashible-apiserver's validating admission
+// webhook for NodeGroups and NodeGroupConfigurations (apiserver/admission,
+// manifests/bashible-apiserver/preview-webhook.yaml).
+const (
+	// PreviewWebhookConfigurationName is its ValidatingWebhookConfiguration.
+	PreviewWebhookConfigurationName = "d8-node-manager-bundle-preview"
+	// PreviewWebhookName is the webhook's name, which kubectl prints with a
+	// refusal ("admission webhook ... denied the request").
+	PreviewWebhookName = "bundle-preview.bashible.deckhouse.io"
+	// PreviewWebhookPath is where bashible-apiserver serves it, on its
+	// secure port.
+	PreviewWebhookPath = "/admission/bundle-preview"
+	// PreviewWebhookCallerUser is the user kube-apiserver authenticates as
+	// when it calls the webhook: the client certificate of its admission
+	// kubeconfig (--admission-control-config-file). Only this user may post
+	// to PreviewWebhookPath (manifests/bashible-apiserver/preview.yaml).
+	PreviewWebhookCallerUser = "kube-apiserver-webhook-client"
+)

@@ -30,6 +30,16 @@ func (in BootstrapList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GroupPreview) OpenAPIModelName() string {
+	return "io.deckhouse.bashible.v1alpha1.GroupPreview"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GroupRenderFailure) OpenAPIModelName() string {
+	return "io.deckhouse.bashible.v1alpha1.GroupRenderFailure"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NodeGroupBundle) OpenAPIModelName() string {
 	return "io.deckhouse.bashible.v1alpha1.NodeGroupBundle"
 }
@@ -37,4 +47,24 @@ func (in NodeGroupBundle) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NodeGroupBundleList) OpenAPIModelName() string {
 	return "io.deckhouse.bashible.v1alpha1.NodeGroupBundleList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeGroupBundlePreview) OpenAPIModelName() string {
+	return "io.deckhouse.bashible.v1alpha1.NodeGroupBundlePreview"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeGroupBundlePreviewSpec) OpenAPIModelName() string {
+	return "io.deckhouse.bashible.v1alpha1.NodeGroupBundlePreviewSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeGroupBundlePreviewStatus) OpenAPIModelName() string {
+	return "io.deckhouse.bashible.v1alpha1.NodeGroupBundlePreviewStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in StepPreview) OpenAPIModelName() string {
+	return "io.deckhouse.bashible.v1alpha1.StepPreview"
 }

@@ -19,6 +19,7 @@ type BashibleV1alpha1Interface interface {
 	BashiblesGetter
 	BootstrapsGetter
 	NodeGroupBundlesGetter
+	NodeGroupBundlePreviewsGetter
 }
 
 // BashibleV1alpha1Client is used to interact with features provided by the bashible.deckhouse.io group.
@@ -36,6 +37,10 @@ func (c *BashibleV1alpha1Client) Bootstraps() BootstrapInterface {
 
 func (c *BashibleV1alpha1Client) NodeGroupBundles() NodeGroupBundleInterface {
 	return newNodeGroupBundles(c)
+}
+
+func (c *BashibleV1alpha1Client) NodeGroupBundlePreviews() NodeGroupBundlePreviewInterface {
+	return newNodeGroupBundlePreviews(c)
 }
 
 // NewForConfig creates a new BashibleV1alpha1Client for the given config.

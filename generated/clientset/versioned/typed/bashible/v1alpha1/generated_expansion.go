@@ -11,3 +11,5 @@ type BashibleExpansion interface{}
 type BootstrapExpansion interface{}
 
 type NodeGroupBundleExpansion interface{}
+
+type NodeGroupBundlePreviewExpansion interface{}

@@ -28,6 +28,10 @@ func (c *FakeBashibleV1alpha1) NodeGroupBundles() v1alpha1.NodeGroupBundleInterf
 	return newFakeNodeGroupBundles(c)
 }
 
+func (c *FakeBashibleV1alpha1) NodeGroupBundlePreviews() v1alpha1.NodeGroupBundlePreviewInterface {
+	return newFakeNodeGroupBundlePreviews(c)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeBashibleV1alpha1) RESTClient() rest.Interface {
