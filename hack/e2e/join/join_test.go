@@ -146,6 +146,11 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 		t.Fatalf("bootstrap.sh: %v\n%s", err, tail(bootstrapOut, 40))
 	}
 	bootstrap <- nil
+	// The first run recorded the configuration itself, once the kubelet had
+	// joined (bashible waits for that when it ends first).
+	if !strings.Contains(bootstrapOut, "bashible: configuration "+served[:12]+" applied") {
+		t.Errorf("the first run should apply %s:\n%s", served[:12], tail(bootstrapOut, 20))
+	}
 	waitFor(t, "NodeGroup "+group+" status nodes: 1, ready: 1", time.Minute, func(ctx context.Context) (bool, error) {
 		g, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 		return err == nil && g.Status.Nodes == 1 && g.Status.Ready == 1 && g.Status.UpToDate == 1, nil
@@ -203,6 +208,21 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 		return n.Status.Capacity.Pods().Value() == 150 && n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == newSum, nil
 	})
 	t.Logf("NodeGroup updated → Node capacity pods 150 with the new checksum: %s", time.Since(update).Round(100*time.Millisecond))
+	// Through the approval protocol: the node asked and was approved (the
+	// first run needed no approval, so it set no WaitingApproval), and
+	// reported the new configuration applied on its Instance.
+	waitFor(t, "Instance "+nodeName+" to report the approved update applied", time.Minute, func(ctx context.Context) (bool, error) {
+		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		approved, applied := false, false
+		for _, c := range inst.Status.Conditions {
+			approved = approved || c.Type == "WaitingApproval" && c.Status == metav1.ConditionFalse && c.Reason == "Approved"
+			applied = applied || c.Type == "BashibleReady" && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, newSum[:12])
+		}
+		return approved && applied, nil
+	})
 	after := unitStarts(t, m)
 	for unit, started := range before {
 		if restarted := after[unit] != started; restarted != (unit == "kubelet.service") {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -470,7 +471,7 @@ func iptablesDump(cmd string) string {
 // chains deleted, tables it changed are restored.
 func restoreIptables(cmd, old string) error {
 	now := iptablesDump(cmd)
-	if now == old {
+	if maps.Equal(tables(now), tables(old)) {
 		return nil
 	}
 	tool := strings.TrimSuffix(cmd, "-save")
@@ -495,22 +496,34 @@ func restoreIptables(cmd, old string) error {
 			return fmt.Errorf("%s-restore -T %s: %v: %s", tool, name, err, out)
 		}
 	}
+	if left := iptablesDump(cmd); !maps.Equal(tables(left), oldTables) {
+		return fmt.Errorf("%s after the cleanup:\n%s\nbefore the machine:\n%s", cmd, left, old)
+	}
 	return nil
 }
 
-// tables splits a dump into its tables ("*name" up to COMMIT, excluded).
+// tables splits a dump into its tables ("*name" up to COMMIT, excluded),
+// leaving out empty ones: only built-in chains accepting everything, which
+// is what no table at all does (iptables-nft cannot delete a table, only
+// empty it).
 func tables(dump string) map[string]string {
 	out := map[string]string{}
 	var name string
 	var lines []string
+	empty := true
 	for _, line := range strings.Split(dump, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
-			name, lines = line[1:], []string{line}
+			name, lines, empty = line[1:], []string{line}, true
 		case line == "COMMIT":
-			out[name] = strings.Join(lines, "\n")
+			if !empty {
+				out[name] = strings.Join(lines, "\n")
+			}
 		default:
 			lines = append(lines, line)
+			if f := strings.Fields(line); len(f) != 2 || !strings.HasPrefix(f[0], ":") || f[1] != "ACCEPT" {
+				empty = false
+			}
 		}
 	}
 	return out
