@@ -176,6 +176,9 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 			return false, nil
 		}
 		pod = p
+		if p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("the pod failed: %s: %s (a machine whose disk has less free space than the kubelet's default hard eviction thresholds, imagefs.available 15%%, nodefs.available 10%%, evicts every pod)", p.Status.Reason, p.Status.Message)
+		}
 		return p.Status.Phase == corev1.PodRunning, nil
 	})
 	t.Logf("bootstrap.sh start → pod Running: %s (pod IP %s)", time.Since(start).Round(100*time.Millisecond), pod.Status.PodIP)
