@@ -71,14 +71,17 @@ $(BIN)/controller-gen: $(TOOLS_MOD)
 $(BIN)/staticcheck: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ honnef.co/go/tools/cmd/staticcheck
 
-# Debian packages the tests need: shellcheck checks every shell script we
-# ship (golden tests run it); jq is used by bashible, which the agent e2e
-# suite runs on simulated nodes; debootstrap builds the Debian root the
-# rootfs e2e suite runs the bundle in.
-DEBIAN_TOOLS := shellcheck jq debootstrap
+# Debian packages the tests need, as command:package (the package is
+# named after the command when ":package" is left out): shellcheck checks
+# every shell script we ship (golden tests run it); jq is used by bashible,
+# which the agent e2e suite runs on simulated nodes; debootstrap builds the
+# Debian root the rootfs and join e2e suites run the bundle in; the join
+# suite boots that root with systemd-nspawn, cleans the iptables rules its
+# kubelet made with iptables-save, and builds the pause image with gcc.
+DEBIAN_TOOLS := shellcheck jq debootstrap systemd-nspawn:systemd-container iptables-save:iptables gcc
 .PHONY: debian-tools
 debian-tools:
-	@export PATH=$$PATH:/usr/sbin:/sbin; missing=$$(for t in $(DEBIAN_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
+	@export PATH=$$PATH:/usr/sbin:/sbin; missing=$$(for t in $(DEBIAN_TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done); \
 	if [[ -n "$$missing" ]]; then \
 		echo "tools: installing from Debian packages: $$missing"; \
 		if [[ $$(id -u) -eq 0 ]]; then SUDO=; else SUDO=sudo; fi; \

@@ -192,6 +192,11 @@ type CRI struct {
 type Containerd struct {
 	// MaxConcurrentDownloads defaults to 3.
 	MaxConcurrentDownloads int32 `json:"maxConcurrentDownloads"`
+	// RestrictOOMScoreAdj is the group's
+	// cri.containerd(V2).restrictOOMScoreAdj, false when unset: containerd
+	// asks for no OOM score below its own (for machines without
+	// CAP_SYS_RESOURCE).
+	RestrictOOMScoreAdj bool `json:"restrictOOMScoreAdj"`
 }
 
 // NotManagedCRI describes a runtime someone else installed.
@@ -220,6 +225,10 @@ type Kubelet struct {
 	TopologyManager TopologyManager `json:"topologyManager"`
 	// MemorySwap defaults to NoSwap with swappiness 60.
 	MemorySwap MemorySwap `json:"memorySwap"`
+	// FailCgroupV1 is the group's kubelet.failCgroupV1; nil (null) when
+	// unset, and then not rendered, so each Kubernetes version keeps its
+	// own default (false up to 1.34, true from 1.35).
+	FailCgroupV1 *bool `json:"failCgroupV1"`
 }
 
 // ResourceReservation reserves resources for the system.

@@ -12,6 +12,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
@@ -60,6 +61,9 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 		for _, cd := range []*deckhousev1.ContainerdSpec{c.Containerd, c.ContainerdV2} {
 			if cd != nil && cd.MaxConcurrentDownloads != nil {
 				cri.Containerd.MaxConcurrentDownloads = *cd.MaxConcurrentDownloads
+			}
+			if cd != nil && cd.RestrictOOMScoreAdj {
+				cri.Containerd.RestrictOOMScoreAdj = true
 			}
 		}
 		if c.NotManaged != nil && c.NotManaged.CRISocketPath != "" {
@@ -213,6 +217,9 @@ func resolveKubelet(k *deckhousev1.KubeletSpec, podPrefix int) Kubelet {
 		out.ContainerLogMaxFiles = *k.ContainerLogMaxFiles
 	}
 	out.SeccompDefault = k.SeccompDefault
+	if k.FailCgroupV1 != nil {
+		out.FailCgroupV1 = ptr.To(*k.FailCgroupV1)
+	}
 	if r := k.ResourceReservation; r != nil {
 		out.ResourceReservation.Mode = or(string(r.Mode), out.ResourceReservation.Mode)
 		if s := r.Static; s != nil {

@@ -131,6 +131,50 @@ func TestKubeletCPUManagerPolicy(t *testing.T) {
 	}
 }
 
+// TestCgroupV1HostSettingsRenderOnlyWhenSet: kubelet.failCgroupV1 and
+// cri.containerd(V2).restrictOOMScoreAdj reach the kubelet's and
+// containerd's configuration as the group sets them, and a group without
+// them renders exactly what it rendered before they existed (each
+// Kubernetes version keeps its own failCgroupV1 default).
+func TestCgroupV1HostSettingsRenderOnlyWhenSet(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		kubelet *deckhousev1.KubeletSpec
+		want    string
+	}{
+		{"unset", nil, ""},
+		{"unset with other kubelet settings", &deckhousev1.KubeletSpec{MaxPods: ptrTo[int32](200)}, ""},
+		{"false", &deckhousev1.KubeletSpec{FailCgroupV1: ptrTo(false)}, "\nfailCgroupV1: false\n"},
+		{"true", &deckhousev1.KubeletSpec{FailCgroupV1: ptrTo(true)}, "\nfailCgroupV1: true\n"},
+	} {
+		step := kubeletConfigOf(t, tc.kubelet)
+		if got := strings.Count(step, "failCgroupV1:"); tc.want == "" && got != 0 || tc.want != "" && (got != 1 || !strings.Contains(step, tc.want)) {
+			t.Errorf("%s: want %q once (or not at all when unset):\n%s", tc.name, tc.want, excerpt(t, step, "cpuManagerPolicy", "YAML"))
+		}
+	}
+	tree := builtinTree(t)
+	for _, tc := range []struct {
+		name    string
+		cri     *deckhousev1.CRISpec
+		want    bool
+		section string
+	}{
+		{"containerd 1.7, unset", nil, false, ""},
+		{"containerd 1.7", &deckhousev1.CRISpec{Containerd: &deckhousev1.ContainerdSpec{RestrictOOMScoreAdj: true}}, true, "[plugins.'io.containerd.grpc.v1.cri']"},
+		{"containerd 2, unset", &deckhousev1.CRISpec{Type: deckhousev1.CRIContainerdV2}, false, ""},
+		{"containerd 2", &deckhousev1.CRISpec{Type: deckhousev1.CRIContainerdV2, ContainerdV2: &deckhousev1.ContainerdSpec{RestrictOOMScoreAdj: true}}, true, "[plugins.'io.containerd.cri.v1.runtime']"},
+	} {
+		step := mustRender(t, tree, workerContext(t, func(ng *deckhousev1.NodeGroup) { ng.Spec.CRI = tc.cri })).Steps["040_containerd.sh"]
+		got := strings.Count(step, "restrict_oom_score_adj")
+		if !tc.want && got != 0 || tc.want && got != 1 {
+			t.Errorf("%s: restrict_oom_score_adj %d times, want it %v", tc.name, got, tc.want)
+		}
+		if tc.want && !strings.Contains(step, tc.section+"\n") {
+			t.Errorf("%s: restrict_oom_score_adj should be in %s:\n%s", tc.name, tc.section, step)
+		}
+	}
+}
+
 // excerpt cuts a rendered step from the line starting with from up to the
 // line starting with to (excluded; "" for the end).
 func excerpt(t *testing.T, step, from, to string) string {

@@ -1,23 +1,15 @@
 package rootfs
 
 import (
-	"archive/tar"
-	"compress/gzip"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
@@ -25,100 +17,6 @@ import (
 	"github.com/node-manager/node-manager/hack/e2e/framework/debianroot"
 	"github.com/node-manager/node-manager/templates"
 )
-
-// mirror is a package source on loopback in the upstream layout, serving
-// the binaries built from the pinned modules. It counts requests.
-type mirror struct {
-	URL  string
-	root string
-
-	mu       sync.Mutex
-	requests []string
-}
-
-func startMirror(t *testing.T) *mirror {
-	t.Helper()
-	m := &mirror{root: t.TempDir()}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := http.FileServer(http.Dir(m.root))
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.mu.Lock()
-		m.requests = append(m.requests, r.URL.Path)
-		m.mu.Unlock()
-		files.ServeHTTP(w, r)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	m.URL = "http://" + ln.Addr().String()
-	return m
-}
-
-// add copies a file into the mirror at path and returns its sha256.
-func (m *mirror) add(t *testing.T, path, from string) string {
-	t.Helper()
-	data, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatalf("%v (make tools builds it)", err)
-	}
-	writeFile(t, filepath.Join(m.root, path), string(data), 0o644)
-	return sha256File(t, filepath.Join(m.root, path))
-}
-
-// addTarball packs files into a release archive of containerd's layout
-// (bin/<name>) at path and returns its sha256.
-func (m *mirror) addTarball(t *testing.T, path string, files []string) string {
-	t.Helper()
-	dest := filepath.Join(m.root, path)
-	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(dest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gz := gzip.NewWriter(f)
-	tw := tar.NewWriter(gz)
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatalf("%v (make tools builds it)", err)
-		}
-		hdr := &tar.Header{Name: "bin/" + filepath.Base(file), Mode: 0o755, Size: int64(len(data)), ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}
-		if err := tw.WriteHeader(hdr); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range []interface{ Close() error }{tw, gz, f} {
-		if err := c.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return sha256File(t, dest)
-}
-
-func (m *mirror) takeRequests() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r := m.requests
-	m.requests = nil
-	return r
-}
-
-// pinnedVersion reads a module's version from a go.mod.
-func pinnedVersion(t *testing.T, goMod, module string) string {
-	t.Helper()
-	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(module) + ` v(\S+)`).FindStringSubmatch(framework.ReadFile(t, goMod))
-	if m == nil {
-		t.Fatalf("%s does not require %s", goMod, module)
-	}
-	return m[1]
-}
 
 const bootstrapToken = "e2e0ab.0123456789abcdef"
 
@@ -142,7 +40,7 @@ type node struct {
 	root   string
 	tree   *templates.Tree
 	repo   string
-	mirror *mirror
+	mirror *framework.PackageSource
 	cc     string
 	// static is the StaticClusterConfiguration, empty for none.
 	static string
@@ -249,18 +147,12 @@ const stubAddresses = `[
 ]`
 
 // worker is a fresh Debian root, with the stubs and the files a joining
-// machine has, and a package mirror serving the binaries built from the
+// machine has, and a package source serving the binaries built from the
 // pinned modules, the Static worker group rendered against both.
 type worker struct {
 	*node
 	// packages are the bundle's Debian base packages.
 	packages []string
-	// bin holds the binaries the mirror serves.
-	bin                             string
-	arch, k8sVersion, ctrdVersion   string
-	kubeletSum, kubectlSum, ctrdSum string
-	override                        templates.VersionMap
-	sums                            func(string) templates.ArchSums
 }
 
 func newWorker(t *testing.T) *worker {
@@ -270,47 +162,15 @@ func newWorker(t *testing.T) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	builtin := templates.BuiltinVersions()
-	w := &worker{packages: builtin.BasePackages["debian"], arch: runtime.GOARCH, bin: filepath.Join(repo, "bin")}
+	w := &worker{packages: templates.BuiltinVersions().BasePackages["debian"]}
 	root := debianroot.Fresh(t, w.packages)
 	debianroot.InstallStubs(t, root)
-
-	// The package source: binaries built from the pinned modules, at the
-	// versions the version map names, which must be the pinned ones.
-	w.k8sVersion = builtin.Kubernetes[templates.DefaultKubernetesVersion].Version
-	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/go.mod"), "k8s.io/kubernetes"); pinned != w.k8sVersion {
-		t.Fatalf("the version map has Kubernetes %s, hack/tools pins %s", w.k8sVersion, pinned)
-	}
-	w.ctrdVersion = builtin.Containerd["ContainerdV2"].Version
-	if pinned := pinnedVersion(t, filepath.Join(repo, "hack/tools/containerd/go.mod"), "github.com/containerd/containerd/v2"); pinned != w.ctrdVersion {
-		t.Fatalf("the version map has containerd %s, hack/tools/containerd pins %s", w.ctrdVersion, pinned)
-	}
-	m := startMirror(t)
-	w.kubeletSum = m.add(t, "kubernetes/v"+w.k8sVersion+"/bin/linux/"+w.arch+"/kubelet", filepath.Join(w.bin, "kubelet"))
-	w.kubectlSum = m.add(t, "kubernetes/v"+w.k8sVersion+"/bin/linux/"+w.arch+"/kubectl", filepath.Join(w.bin, "kubectl"))
-	w.ctrdSum = m.addTarball(t, "containerd/v"+w.ctrdVersion+"/containerd-"+w.ctrdVersion+"-linux-"+w.arch+".tar.gz",
-		[]string{filepath.Join(w.bin, "containerd"), filepath.Join(w.bin, "containerd-shim-runc-v2"), filepath.Join(w.bin, "ctr")})
-
-	// The sums reach the node the way an air-gapped cluster gives them:
-	// ClusterConfiguration packageSource.versions.
-	w.sums = func(s string) templates.ArchSums {
-		if w.arch == "arm64" {
-			return templates.ArchSums{ARM64: s}
-		}
-		return templates.ArchSums{AMD64: s}
-	}
-	w.override = templates.VersionMap{
-		Kubernetes: map[string]templates.KubernetesRelease{templates.DefaultKubernetesVersion: {
-			Version: w.k8sVersion, SHA256: templates.KubernetesSums{Kubelet: w.sums(w.kubeletSum), Kubectl: w.sums(w.kubectlSum)},
-		}},
-		Containerd: map[string]templates.ContainerdRelease{"ContainerdV2": {Version: w.ctrdVersion, SHA256: w.sums(w.ctrdSum)}},
-	}
-
+	m := framework.StartPackageSource(t)
 	tree, err := templates.LoadTree(templates.Builtin())
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.node = &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: clusterConfiguration(t, m.URL, w.override),
+	w.node = &node{t: t, root: root, tree: tree, repo: repo, mirror: m, cc: framework.ClusterConfiguration(t, m.URL, m.Versions, ""),
 		endpoints: []string{"10.0.0.10:6443", "10.0.0.11:6443"},
 		static:    "apiVersion: deckhouse.io/v1\nkind: StaticClusterConfiguration\ninternalNetworkCIDRs: [10.0.0.0/8, 192.168.10.0/24]\n"}
 	writeFile(t, filepath.Join(root, "etc/stub-ip-addr.json"), stubAddresses, 0o644)
@@ -332,9 +192,9 @@ func newWorker(t *testing.T) *worker {
 // waits for disruption approval; the cleanup script takes it all away.
 func TestDebianWorkerBundle(t *testing.T) {
 	w := newWorker(t)
-	n, m, root, bin, arch := w.node, w.mirror, w.root, w.bin, w.arch
-	packages, k8sVersion, ctrdVersion := w.packages, w.k8sVersion, w.ctrdVersion
-	kubeletSum, kubectlSum, ctrdSum, override, sums := w.kubeletSum, w.kubectlSum, w.ctrdSum, w.override, w.sums
+	n, m, root, packages := w.node, w.mirror, w.root, w.packages
+	bin, k8sVersion, ctrdVersion := m.Bin, m.KubernetesVersion, m.ContainerdVersion
+	kubeletSum, kubectlSum, override := m.KubeletSum, m.KubectlSum, m.Versions
 	builtin := templates.BuiltinVersions()
 	bdir := filepath.Join(root, "var/lib/bashible")
 	bundle := n.render(nil)
@@ -373,7 +233,7 @@ func TestDebianWorkerBundle(t *testing.T) {
 			t.Errorf("/%s has sha256 %s, want %s", path, got, want)
 		}
 	}
-	if got := m.takeRequests(); len(got) != 3 {
+	if got := m.TakeRequests(); len(got) != 3 {
 		t.Errorf("the first run should download kubelet, kubectl and containerd once each, got %v", got)
 	}
 	for path, expect := range map[string][]string{
@@ -449,7 +309,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	if strings.Contains(out, ": wrote ") || strings.Contains(out, "installing") {
 		t.Errorf("the second run reports changes:\n%s", out)
 	}
-	if got := m.takeRequests(); len(got) > 0 {
+	if got := m.TakeRequests(); len(got) > 0 {
 		t.Errorf("the second run downloaded %v", got)
 	}
 
@@ -500,10 +360,9 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 	// (bb-disruption-gate) before it replaces anything. No API runs here, so
 	// asking fails, and the run stops with containerd untouched.
 	newer := ctrdVersion + "0"
-	m.addTarball(t, "containerd/v"+newer+"/containerd-"+newer+"-linux-"+arch+".tar.gz",
-		[]string{filepath.Join(bin, "containerd"), filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(bin, "ctr")})
-	override.Containerd["ContainerdV2"] = templates.ContainerdRelease{Version: newer, SHA256: sums(ctrdSum)}
-	n.cc = clusterConfiguration(t, m.URL, override)
+	m.AddTarball(t, "containerd/v"+newer+"/containerd-"+newer+"-linux-"+m.Arch+".tar.gz", m.ContainerdFiles())
+	override.Containerd["ContainerdV2"] = templates.ContainerdRelease{Version: newer, SHA256: m.Sums(m.ContainerdSum)}
+	n.cc = framework.ClusterConfiguration(t, m.URL, override, "")
 	upgrade := n.render(func(ng *deckhousev1.NodeGroup) {
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptr.To[int32](200)}
 	})
@@ -558,24 +417,4 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 			t.Errorf("the cleanup should have called %q; calls: %v", c, calls)
 		}
 	}
-}
-
-// clusterConfiguration points nodes at the mirror and gives the sums of
-// what it serves, as an air-gapped cluster would.
-func clusterConfiguration(t *testing.T, url string, versions templates.VersionMap) string {
-	t.Helper()
-	data, err := yaml.Marshal(versions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "apiVersion: deckhouse.io/v1\nkind: ClusterConfiguration\ndefaultCRI: ContainerdV2\npackageSource:\n  url: " + url + "\n  versions:\n" +
-		indent(string(data), "    ")
-}
-
-func indent(s, prefix string) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	for i := range lines {
-		lines[i] = prefix + lines[i]
-	}
-	return strings.Join(lines, "\n") + "\n"
 }

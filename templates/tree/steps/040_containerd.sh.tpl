@@ -48,6 +48,12 @@ version = 3
     sandbox = {{ .versions.sandboxImage | quote }}
   [plugins.'io.containerd.cri.v1.images'.registry]
     config_path = '/etc/containerd/certs.d'
+{{- if .nodeGroup.cri.containerd.restrictOOMScoreAdj }}
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # cri.containerdV2.restrictOOMScoreAdj: no OOM score below containerd's own.
+  restrict_oom_score_adj = true
+{{- end }}
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
   default_runtime_name = 'runc'
@@ -61,6 +67,10 @@ version = 2
 [plugins.'io.containerd.grpc.v1.cri']
   sandbox_image = {{ .versions.sandboxImage | quote }}
   max_concurrent_downloads = {{ .nodeGroup.cri.containerd.maxConcurrentDownloads }}
+{{- if .nodeGroup.cri.containerd.restrictOOMScoreAdj }}
+  # cri.containerd.restrictOOMScoreAdj: no OOM score below containerd's own.
+  restrict_oom_score_adj = true
+{{- end }}
   [plugins.'io.containerd.grpc.v1.cri'.containerd]
     default_runtime_name = 'runc'
     [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]

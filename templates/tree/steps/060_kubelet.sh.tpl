@@ -253,6 +253,10 @@ topologyManagerPolicy: {{ $tm.policy | kebabcase | toJson }}
 {{- end }}
 {{- end }}
 cpuManagerPolicy: {{ $cpuPolicy }}
+{{- if kindIs "bool" $k.failCgroupV1 }}
+# kubelet.failCgroupV1 of the group.
+failCgroupV1: {{ $k.failCgroupV1 }}
+{{- end }}
 YAML
   echo "resolvConf: $resolv_conf"
   echo "$reservation"

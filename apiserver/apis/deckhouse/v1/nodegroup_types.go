@@ -179,6 +179,14 @@ type ContainerdSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxConcurrentDownloads *int32 `json:"maxConcurrentDownloads,omitempty"`
+	// RestrictOOMScoreAdj makes containerd never ask for an OOM score
+	// adjustment below its own (CRI restrict_oom_score_adj). Set it on
+	// machines where containerd lacks CAP_SYS_RESOURCE, such as nodes in a
+	// container or in some microVMs: there every pod sandbox fails with
+	// "failed to update /proc/self/oom_score_adj: Permission denied". When
+	// unset, containerd's default (false) applies and nothing is rendered.
+	// +optional
+	RestrictOOMScoreAdj bool `json:"restrictOOMScoreAdj,omitempty"`
 }
 
 // NotManagedCRISpec describes a container runtime installed by someone else.
@@ -232,6 +240,13 @@ type KubeletSpec struct {
 	// MemorySwap configures swap for pods.
 	// +optional
 	MemorySwap *MemorySwapSpec `json:"memorySwap,omitempty"`
+	// FailCgroupV1 is the kubelet's failCgroupV1: whether it refuses to
+	// start on a host with cgroup v1. Kubernetes 1.35 and later refuse by
+	// default; set false to run them on a cgroup v1 host (deprecated
+	// upstream). When unset, nothing is rendered and each Kubernetes
+	// version's own default applies.
+	// +optional
+	FailCgroupV1 *bool `json:"failCgroupV1,omitempty"`
 }
 
 // ResourceReservationMode says how system resources are reserved.

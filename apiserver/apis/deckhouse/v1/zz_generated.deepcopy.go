@@ -400,6 +400,11 @@ func (in *KubeletSpec) DeepCopyInto(out *KubeletSpec) {
 		*out = new(MemorySwapSpec)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.FailCgroupV1 != nil {
+		in, out := &in.FailCgroupV1, &out.FailCgroupV1
+		*out = new(bool)
+		**out = **in
+	}
 	return
 }
 

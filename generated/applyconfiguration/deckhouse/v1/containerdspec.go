@@ -13,6 +13,13 @@ package v1
 type ContainerdSpecApplyConfiguration struct {
 	// MaxConcurrentDownloads is how many image layers are pulled at once.
 	MaxConcurrentDownloads *int32 `json:"maxConcurrentDownloads,omitempty"`
+	// RestrictOOMScoreAdj makes containerd never ask for an OOM score
+	// adjustment below its own (CRI restrict_oom_score_adj). Set it on
+	// machines where containerd lacks CAP_SYS_RESOURCE, such as nodes in a
+	// container or in some microVMs: there every pod sandbox fails with
+	// "failed to update /proc/self/oom_score_adj: Permission denied". When
+	// unset, containerd's default (false) applies and nothing is rendered.
+	RestrictOOMScoreAdj *bool `json:"restrictOOMScoreAdj,omitempty"`
 }
 
 // ContainerdSpecApplyConfiguration constructs a declarative configuration of the ContainerdSpec type for use with
@@ -26,5 +33,13 @@ func ContainerdSpec() *ContainerdSpecApplyConfiguration {
 // If called multiple times, the MaxConcurrentDownloads field is set to the value of the last call.
 func (b *ContainerdSpecApplyConfiguration) WithMaxConcurrentDownloads(value int32) *ContainerdSpecApplyConfiguration {
 	b.MaxConcurrentDownloads = &value
+	return b
+}
+
+// WithRestrictOOMScoreAdj sets the RestrictOOMScoreAdj field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RestrictOOMScoreAdj field is set to the value of the last call.
+func (b *ContainerdSpecApplyConfiguration) WithRestrictOOMScoreAdj(value bool) *ContainerdSpecApplyConfiguration {
+	b.RestrictOOMScoreAdj = &value
 	return b
 }

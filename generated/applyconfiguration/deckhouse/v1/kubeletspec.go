@@ -31,6 +31,12 @@ type KubeletSpecApplyConfiguration struct {
 	TopologyManager *TopologyManagerSpecApplyConfiguration `json:"topologyManager,omitempty"`
 	// MemorySwap configures swap for pods.
 	MemorySwap *MemorySwapSpecApplyConfiguration `json:"memorySwap,omitempty"`
+	// FailCgroupV1 is the kubelet's failCgroupV1: whether it refuses to
+	// start on a host with cgroup v1. Kubernetes 1.35 and later refuse by
+	// default; set false to run them on a cgroup v1 host (deprecated
+	// upstream). When unset, nothing is rendered and each Kubernetes
+	// version's own default applies.
+	FailCgroupV1 *bool `json:"failCgroupV1,omitempty"`
 }
 
 // KubeletSpecApplyConfiguration constructs a declarative configuration of the KubeletSpec type for use with
@@ -100,5 +106,13 @@ func (b *KubeletSpecApplyConfiguration) WithTopologyManager(value *TopologyManag
 // If called multiple times, the MemorySwap field is set to the value of the last call.
 func (b *KubeletSpecApplyConfiguration) WithMemorySwap(value *MemorySwapSpecApplyConfiguration) *KubeletSpecApplyConfiguration {
 	b.MemorySwap = value
+	return b
+}
+
+// WithFailCgroupV1 sets the FailCgroupV1 field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the FailCgroupV1 field is set to the value of the last call.
+func (b *KubeletSpecApplyConfiguration) WithFailCgroupV1(value bool) *KubeletSpecApplyConfiguration {
+	b.FailCgroupV1 = &value
 	return b
 }

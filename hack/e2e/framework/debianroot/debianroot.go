@@ -11,6 +11,10 @@
 // changes something records its call in /var/log/stub-calls.log; modprobe
 // also keeps what is loaded in the root's own /sys (no sysfs is mounted
 // there), and softdog's /dev/watchdog as a regular file.
+//
+// A copy can also be booted as a machine (Boot, machine.go): systemd as
+// PID 1 under systemd-nspawn, nothing stubbed, so that what a bundle
+// installs really runs; that is the join suite's.
 package debianroot
 
 import (

@@ -2748,6 +2748,27 @@ fetch_steps() {
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
 }
 
+# wait_for_join: a first run ends with the kubelet just started on the
+# bootstrap kubeconfig, before its TLS bootstrap (the bootstrap token may
+# not read or write Nodes): the configuration is recorded on the Node once
+# the kubelet has its client certificate and the Node has registered,
+# waited for up to BASHIBLE_JOIN_TIMEOUT seconds (300). A machine whose
+# kubelet does not join through this bundle's kubeconfig waits for nothing.
+wait_for_join() {
+  local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
+  local deadline=$(( SECONDS + ${BASHIBLE_JOIN_TIMEOUT:-300} ))
+  [[ ! -s "$cert" && -s "${BASHIBLE_ROOT}/etc/kubernetes/bootstrap-kubelet.conf" ]] || return 0
+  bb-log "waiting for the kubelet to join (its client certificate, then its Node)"
+  until [[ -s "$cert" ]] && bb-node-get > /dev/null 2>&1; do
+    if (( SECONDS >= deadline )); then
+      bb-log "the kubelet has not joined within ${BASHIBLE_JOIN_TIMEOUT:-300} s (see journalctl -u kubelet); the next run records the configuration on the Node"
+      return 1
+    fi
+    sleep 2
+  done
+  bb-log "the kubelet has joined"
+}
+
 # reboot_request NODE-JSON prints what the Node's reboot annotation asks of
 # this run: "none"; "reboot" (a request not answered yet: go through
 # approval and a disruption, and reboot at the end); or "answered" (the
@@ -2769,7 +2790,7 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step reboot=none approval=no flag
+  local json checksum node="{}" step reboot=none approval=no flag first_run=no
   json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
   checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
   [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
@@ -2792,6 +2813,7 @@ main() {
       approval=yes
     fi
   else
+    first_run=yes
     bb-instance-condition BashibleReady Unknown InitialRunInProgress "the first run is in progress"
   fi
 
@@ -2859,6 +2881,9 @@ main() {
     bb-event Normal BashibleReboot "rebooting, as asked"
     ${BASHIBLE_REBOOT_COMMAND:-systemctl reboot}
     return 0
+  fi
+  if [[ "$first_run" == yes ]]; then
+    wait_for_join || return 1
   fi
   # The reboot request this run answered (by rebooting before it) is
   # cleared; one made since stays.

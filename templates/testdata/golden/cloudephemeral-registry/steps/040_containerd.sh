@@ -46,6 +46,10 @@ version = 3
   [plugins.'io.containerd.cri.v1.images'.registry]
     config_path = '/etc/containerd/certs.d'
 
+[plugins.'io.containerd.cri.v1.runtime']
+  # cri.containerdV2.restrictOOMScoreAdj: no OOM score below containerd's own.
+  restrict_oom_score_adj = true
+
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
   default_runtime_name = 'runc'
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

@@ -42,6 +42,8 @@ version = 2
 [plugins.'io.containerd.grpc.v1.cri']
   sandbox_image = "registry.k8s.io/pause:3.10.1"
   max_concurrent_downloads = 3
+  # cri.containerd.restrictOOMScoreAdj: no OOM score below containerd's own.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.grpc.v1.cri'.containerd]
     default_runtime_name = 'runc'
     [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]

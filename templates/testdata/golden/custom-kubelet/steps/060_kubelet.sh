@@ -126,6 +126,8 @@ memorySwap:
 topologyManagerScope: "pod"
 topologyManagerPolicy: "single-numa-node"
 cpuManagerPolicy: static
+# kubelet.failCgroupV1 of the group.
+failCgroupV1: false
 YAML
   echo "resolvConf: $resolv_conf"
   echo "$reservation"
