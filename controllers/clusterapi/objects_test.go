@@ -12,7 +12,7 @@ import (
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 )
 
-const ns = "d8-cloud-instance-manager"
+const ns = deckhousev1.Namespace
 
 func staticGroup(name string, count int32, selector map[string]string) *deckhousev1.NodeGroup {
 	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}}
