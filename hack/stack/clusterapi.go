@@ -132,7 +132,9 @@ func StartClusterAPI(ctx context.Context, cp *controlplane.ControlPlane, root st
 
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
-		"--namespace=" + deckhousev1.Namespace,
+		// No --namespace: v1.14's MachineSet and MachineDeployment controllers
+		// then fail with "failed to cast ... informer to SharedIndexInformer"
+		// (a namespaced cache's informers), and never scale down.
 		"--webhook-port=" + strconv.Itoa(webhookPort),
 		"--webhook-cert-dir=" + dir,
 		"--health-addr=127.0.0.1:" + strconv.Itoa(healthPort),
