@@ -30,7 +30,14 @@ NODE_BINARIES := $(BIN)/kubelet $(BIN)/containerd $(BIN)/containerd-shim-runc-v2
 # is built.
 PROM_DIR      := $(CURDIR)/hack/tools/prometheus
 PROM_MOD      := $(PROM_DIR)/go.mod $(PROM_DIR)/go.sum
-TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES) $(BIN)/promtool
+# capi-controller-manager is upstream Cluster API's core manager, which
+# Cluster API Provider Static runs on (make run, the e2e harness); its own
+# module, as its dependencies clash with k8s.io/kubernetes too. The harness
+# reads its CRDs, webhooks and RBAC from the same module (hack/stack/clusterapi.go).
+CAPI_DIR      := $(CURDIR)/hack/tools/clusterapi
+CAPI_MOD      := $(CAPI_DIR)/go.mod $(CAPI_DIR)/go.sum
+CAPI_VERSION   = $(shell cd $(CAPI_DIR) && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
+TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES) $(BIN)/promtool $(BIN)/capi-controller-manager
 
 # Packages with e2e suites need the local control plane; the rest are unit tests.
 E2E_PKGS   = $(shell go list ./hack/e2e/...)
@@ -62,6 +69,9 @@ $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr: $(BIN)/%: $(CTRD_MO
 		"-X github.com/containerd/containerd/v2/version.Version=$(patsubst v%,%,$(CTRD_VERSION))"
 $(BIN)/promtool: $(PROM_MOD)
 	@TOOLS_MODULE=hack/tools/prometheus hack/build-tool.sh $@ github.com/prometheus/prometheus/cmd/promtool
+$(BIN)/capi-controller-manager: $(CAPI_MOD)
+	@TOOLS_MODULE=hack/tools/clusterapi hack/build-tool.sh $@ sigs.k8s.io/cluster-api/core \
+		"-X sigs.k8s.io/cluster-api/version.gitVersion=$(CAPI_VERSION)"
 $(BIN)/%-gen: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/code-generator/cmd/$*-gen
 $(BIN)/openapi-gen: $(TOOLS_MOD)
@@ -107,7 +117,7 @@ build: ## compile every package, bashible-apiserver, node-manager-controller, th
 	go build -o $(BIN)/ ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller ./agents/cmd/fencing-agent ./agents/cmd/early-oom ./hack/cmd/localstack
 
 .PHONY: run
-run: $(CONTROL_PLANE) build ## start the local control plane and the stack; Ctrl-C stops it
+run: $(CONTROL_PLANE) $(BIN)/capi-controller-manager build ## start the local control plane and the stack; Ctrl-C stops it
 	@$(BIN)/localstack
 
 .PHONY: lint
@@ -132,7 +142,7 @@ test-rules: $(BIN)/promtool ## promtool test rules: every alert of manifests/mon
 	@hack/test-rules.sh
 
 .PHONY: test-e2e
-test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
+test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) $(BIN)/capi-controller-manager debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
 	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(E2E_PKGS)
 
 .PHONY: test-fuzz

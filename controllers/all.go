@@ -12,7 +12,7 @@
 //   - pure decisions in files of their own, tested without a cluster:
 //     approval/plan.go, csrapproval/decide.go, nodetemplate/template.go,
 //     drain/outcome.go, status/status.go, instances/instance.go,
-//     fencing/decide.go.
+//     fencing/decide.go, clusterapi/objects.go.
 //
 // A controller keyed by node group that looks at the group, its nodes and
 // its checksum gets its events from manager.WatchGroups; the others say in
@@ -26,6 +26,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/controllers/checksums"
+	"github.com/node-manager/node-manager/controllers/clusterapi"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/drain"
 	"github.com/node-manager/node-manager/controllers/fencing"
@@ -61,5 +62,8 @@ func All(d *manager.Deps) []manager.Controller {
 		fencing.New(d),
 		// The fencing agents' DaemonSet of each fenced group (group).
 		fencingagents.New(d),
+		// Cluster API objects of static groups, Instances' Machines
+		// (group, Instance; only with --cluster-api).
+		clusterapi.New(d),
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -92,14 +93,17 @@ func (i *Informers) synced(stop <-chan struct{}) bool {
 type Deps struct {
 	Kube        kubernetes.Interface
 	NodeManager versioned.Interface
-	Informers   *Informers
-	Nodes       *nodes.Cache
-	Recorder    events.EventRecorder
-	Clock       clock.Clock
-	Registry    prometheus.Registerer
-	Loops       *loop.Metrics
-	Namespace   string
-	Options     *Options
+	// Dynamic reaches the kinds without a typed client here (Cluster API's
+	// own objects); nil when built by NewDepsForClients.
+	Dynamic   dynamic.Interface
+	Informers *Informers
+	Nodes     *nodes.Cache
+	Recorder  events.EventRecorder
+	Clock     clock.Clock
+	Registry  prometheus.Registerer
+	Loops     *loop.Metrics
+	Namespace string
+	Options   *Options
 }
 
 // Controller is one controller: Run blocks until ctx ends.
@@ -120,7 +124,13 @@ func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Re
 	if err != nil {
 		return nil, fmt.Errorf("building the node-manager client: %w", err)
 	}
-	return NewDepsForClients(kube, nm, opts, clk, reg), nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the dynamic client: %w", err)
+	}
+	d := NewDepsForClients(kube, nm, opts, clk, reg)
+	d.Dynamic = dyn
+	return d, nil
 }
 
 // NewDepsForClients builds the rest from given clients (tests pass fakes).

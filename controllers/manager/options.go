@@ -51,6 +51,18 @@ type Options struct {
 
 	// Fencing configures the fencing controller (controllers/fencing).
 	Fencing FencingOptions
+
+	// ClusterAPI turns on the clusterapi controller (controllers/clusterapi):
+	// Cluster API objects for static groups with staticInstances. It needs
+	// Cluster API's CRDs and capi-controller-manager, which not every
+	// installation runs, hence off by default.
+	ClusterAPI bool
+	// ClusterAPIKubeconfig is a kubeconfig file whose content the controller
+	// stores in the Cluster's kubeconfig Secret (static-kubeconfig), for a
+	// capi-controller-manager that runs outside the cluster (make run, the
+	// e2e harness). Empty: a kubeconfig of the in-cluster API that
+	// authenticates with the reading pod's own ServiceAccount token.
+	ClusterAPIKubeconfig string
 }
 
 // FencingOptions are the fencing controller's timing, its blast-radius cap
@@ -168,6 +180,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
 	fs.StringVar(&o.FencingAgentImage, "fencing-agent-image", o.FencingAgentImage, "image of the fencing agents' DaemonSets, one per group with spec.fencing")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
+	fs.BoolVar(&o.ClusterAPI, "cluster-api", o.ClusterAPI, "write the Cluster API objects of static groups with staticInstances (Cluster, MachineDeployments, StaticMachineTemplates) and link Instances to their Machines; needs Cluster API's CRDs and capi-controller-manager")
+	fs.StringVar(&o.ClusterAPIKubeconfig, "cluster-api-kubeconfig", o.ClusterAPIKubeconfig, "kubeconfig file stored in the static-kubeconfig Secret for a capi-controller-manager running outside the cluster; empty means the in-cluster API with capi-controller-manager's own ServiceAccount token")
 	o.Serving.AddFlags(fs)
 	o.Fencing.addFlags(fs)
 }

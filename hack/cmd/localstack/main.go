@@ -1,7 +1,9 @@
 // Command localstack is what `make run` runs: it starts the local control
 // plane, installs node-manager's CRDs and the example objects, starts
 // bashible-apiserver and registers it with the aggregator, starts
-// node-manager-controller (as its ServiceAccount), writes an admin
+// upstream Cluster API's core manager (bin/capi-controller-manager, as its
+// ServiceAccount; hack/stack/clusterapi.go), starts node-manager-controller
+// (as its ServiceAccount, with --cluster-api), writes an admin
 // kubeconfig to .local/kubeconfig, shows the node groups, their rendered
 // bundles and manual-bootstrap Secrets, and keeps everything running until Ctrl-C. The kubeconfig exists
 // only while the whole stack is ready; it is removed on exit.
@@ -104,7 +106,13 @@ func run() error {
 	if err := stack.InstallPolicies(ctx, root, applier); err != nil {
 		return err
 	}
-	if _, err := env.StartController(ctx, stack.ControllerOptions{}); err != nil {
+	fmt.Println("localstack: starting capi-controller-manager (Cluster API core, pinned in hack/tools/clusterapi)")
+	capi, err := stack.StartClusterAPI(ctx, cp, root, applier)
+	if err != nil {
+		return err
+	}
+	if _, err := env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
+		"--cluster-api", "--cluster-api-kubeconfig=" + capi.Kubeconfig}}); err != nil {
 		return err
 	}
 	// The controller writes group status and a manual-bootstrap Secret per

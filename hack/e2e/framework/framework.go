@@ -61,6 +61,9 @@ type Framework struct {
 	// Kube and NM are clients with the cluster administrator's identity.
 	Kube kubernetes.Interface
 	NM   versioned.Interface
+	// CAPI is the running Cluster API core manager, with Options.ClusterAPI;
+	// nil otherwise.
+	CAPI *stack.ClusterAPI
 
 	opts Options
 }
@@ -74,6 +77,11 @@ type Options struct {
 	// AfterStop runs once the control plane has stopped; its error fails
 	// the suite. May be nil.
 	AfterStop func() error
+	// ClusterAPI also installs and starts upstream Cluster API's core
+	// manager (bin/capi-controller-manager, its CRDs and webhooks from the
+	// pinned module; hack/stack/clusterapi.go) as its own ServiceAccount. Only
+	// the suites that need it pay for it (a few seconds). Not with Bare.
+	ClusterAPI bool
 }
 
 // New is a suite's Framework, empty until Run starts the environment.
@@ -148,6 +156,14 @@ func (f *Framework) start(ctx context.Context) error {
 			return err
 		}
 		f.CP, f.Root, f.Env = env.CP, env.Root, env
+		if f.opts.ClusterAPI {
+			capi, err := stack.StartClusterAPI(ctx, env.CP, env.Root, env.Applier)
+			if err != nil {
+				_ = env.CP.Stop()
+				return fmt.Errorf("start Cluster API: %w\nlogs:\n%s", err, env.CP.LogTails(40))
+			}
+			f.CAPI = capi
+		}
 	}
 	cfg := f.CP.AdminConfig()
 	f.Kube = kubernetes.NewForConfigOrDie(cfg)

@@ -1,0 +1,63 @@
+package v1alpha1
+
+// The wire names of node-manager's use of Cluster API: the objects
+// node-manager-controller writes for Cluster API Provider Static (CAPS), the
+// Cluster API labels and Secret conventions it follows, and the names of the
+// Cluster API core manager (capi-controller-manager) that runs on them. As in
+// apiserver/apis/deckhouse/v1/well_known.go, each value is written here once
+// and used everywhere else by its constant (hack/verify-wire-names.sh).
+//
+// The objects live in deckhousev1.Namespace (d8-cloud-instance-manager), as
+// in Deckhouse: the Cluster, StaticCluster and StaticControlPlane named
+// StaticClusterName, the Cluster's kubeconfig Secret, and per static group a
+// MachineDeployment and a StaticMachineTemplate named after the group, whose
+// Machines take their bootstrap data from the group's manual-bootstrap Secret
+// (deckhousev1.ManualBootstrapSecretPrefix + <group>).
+
+// Objects and identities.
+const (
+	// StaticClusterName names the one Cluster API Cluster every static group
+	// shares, its StaticCluster and its StaticControlPlane.
+	StaticClusterName = "static"
+	// StaticKubeconfigSecret is the Cluster's kubeconfig Secret
+	// (<cluster>-kubeconfig, Cluster API's convention): how Cluster API
+	// reaches the cluster's Nodes to find, drain and delete a Machine's Node.
+	StaticKubeconfigSecret = "static-kubeconfig"
+	// ClusterKubeconfigKey is the key of the kubeconfig in that Secret.
+	ClusterKubeconfigKey = "value"
+	// ClusterSecretType is the type Cluster API gives the Secrets it reads.
+	ClusterSecretType = "cluster.x-k8s.io/secret"
+
+	// CAPIControllerManagerName is the Cluster API core manager's name: its
+	// ServiceAccount in deckhousev1.Namespace and its binary.
+	CAPIControllerManagerName = "capi-controller-manager"
+	// ClusterAPIFieldManager is the field manager of what the clusterapi
+	// controller (controllers/clusterapi, inside node-manager-controller)
+	// applies: the Cluster objects, the groups' MachineDeployments and
+	// templates, and an Instance's machineRef and bootstrapStatus. It differs
+	// from node-manager-controller's own manager because the instances
+	// controller applies the rest of the Instance status with Force: with
+	// one manager, each apply would remove the other's fields.
+	ClusterAPIFieldManager = "node-manager-controller-clusterapi"
+)
+
+// Cluster API's labels and annotations.
+const (
+	// ClusterNameLabel names the Cluster an object belongs to (Cluster API
+	// sets it on Machines; its kubeconfig Secret must carry it).
+	ClusterNameLabel = "cluster.x-k8s.io/cluster-name"
+	// ContractLabel on a provider CRD lists the CRD's versions that speak
+	// the v1beta2 contract; Cluster API resolves the version of a reference
+	// that names only group and kind from it. On our CRDs through the
+	// kubebuilder markers of this package.
+	ContractLabel = "cluster.x-k8s.io/v1beta2"
+)
+
+// Finalizers.
+const (
+	// InstanceMachineFinalizer is on the Instance of a node that a Cluster
+	// API Machine backs: deleting the Instance deletes the Machine (Cluster
+	// API drains the Node, CAPS cleans and releases the host), and the
+	// Instance goes once the Machine has, as in Deckhouse.
+	InstanceMachineFinalizer = "node-manager.deckhouse.io/machine"
+)

@@ -1,0 +1,105 @@
+package clusterapi
+
+import (
+	"fmt"
+	"slices"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+)
+
+// The decisions about an Instance whose node a Cluster API Machine backs.
+// An Instance is named after its Node; Cluster API records a Machine's Node
+// in status.nodeRef once the Node with the Machine's providerID registers.
+
+// MachineOf is the Machine backing the node of Instance name: the one its
+// machineRef names if that still exists, else the one whose nodeRef is the
+// node; nil when none.
+func MachineOf(inst *deckhousev1alpha1.Instance, machines []*clusterv1.Machine) *clusterv1.Machine {
+	if ref := inst.Status.MachineRef; ref != nil && ref.Kind == kindMachine {
+		for _, m := range machines {
+			if m.Name == ref.Name && m.Namespace == ref.Namespace {
+				return m
+			}
+		}
+	}
+	for _, m := range machines {
+		if m.Status.NodeRef.Name == inst.Name {
+			return m
+		}
+	}
+	return nil
+}
+
+// MachineRef is how an Instance names its Machine (as Deckhouse's do).
+func MachineRef(m *clusterv1.Machine) *deckhousev1alpha1.MachineRef {
+	return &deckhousev1alpha1.MachineRef{
+		APIVersion: clusterv1.GroupVersion.String(), Kind: kindMachine, Name: m.Name, Namespace: m.Namespace,
+	}
+}
+
+// BootstrapStatus is what the Instance says about its host's bootstrap
+// while its Machine is not Running (nil once it is, as Deckhouse clears it):
+// CAPS bootstraps the host over SSH, so that is where to look.
+func BootstrapStatus(m *clusterv1.Machine) *deckhousev1alpha1.BootstrapStatus {
+	if m.Status.Phase == string(clusterv1.MachinePhaseRunning) || m.DeletionTimestamp != nil {
+		return nil
+	}
+	phase := m.Status.Phase
+	if phase == "" {
+		phase = string(clusterv1.MachinePhasePending)
+	}
+	return &deckhousev1alpha1.BootstrapStatus{Description: fmt.Sprintf(
+		"Machine %s/%s is %s: Cluster API Provider Static bootstraps the host over SSH (see its StaticMachine %s and StaticInstance)",
+		m.Namespace, m.Name, phase, m.Spec.InfrastructureRef.Name)}
+}
+
+// InstanceAction is what to do about an Instance.
+type InstanceAction int
+
+const (
+	// Nothing to do.
+	Nothing InstanceAction = iota
+	// Link: add the finalizer and write machineRef and bootstrapStatus.
+	Link
+	// DeleteMachine: the Instance is being deleted and its Machine still
+	// exists: delete the Machine (Cluster API drains the Node, CAPS cleans
+	// the host) and keep the Instance until the Machine is gone.
+	DeleteMachine
+	// Release: remove the finalizer, the Machine is gone.
+	Release
+)
+
+// Decide says what to do about inst given its Machine m (nil when none).
+func Decide(inst *deckhousev1alpha1.Instance, m *clusterv1.Machine) InstanceAction {
+	held := slices.Contains(inst.Finalizers, infrav1alpha1.InstanceMachineFinalizer)
+	switch {
+	case inst.DeletionTimestamp != nil && held && m != nil:
+		if m.DeletionTimestamp != nil {
+			return Nothing // waiting for Cluster API
+		}
+		return DeleteMachine
+	case m == nil && held:
+		return Release
+	case inst.DeletionTimestamp != nil || m == nil:
+		return Nothing
+	case !held || !linked(inst, m):
+		return Link
+	}
+	return Nothing
+}
+
+// linked reports whether inst already names m and says what BootstrapStatus(m) says.
+func linked(inst *deckhousev1alpha1.Instance, m *clusterv1.Machine) bool {
+	ref, want := inst.Status.MachineRef, MachineRef(m)
+	if ref == nil || *ref != *want {
+		return false
+	}
+	have, wantBS := inst.Status.BootstrapStatus, BootstrapStatus(m)
+	if have == nil || wantBS == nil {
+		return have == nil && wantBS == nil
+	}
+	return *have == *wantBS
+}

@@ -1,0 +1,78 @@
+package clusterapi
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+)
+
+func machine(name, node, phase string) *clusterv1.Machine {
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	m.Status.NodeRef.Name = node
+	m.Status.Phase = phase
+	m.Spec.InfrastructureRef.Name = name
+	return m
+}
+
+func TestMachineOf(t *testing.T) {
+	a, b := machine("worker-a", "node-1", "Running"), machine("worker-b", "node-2", "Running")
+	inst := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}}
+	if got := MachineOf(inst, []*clusterv1.Machine{a, b}); got != b {
+		t.Errorf("by nodeRef: got %v, want worker-b", got)
+	}
+	// machineRef wins (a Machine being deleted may have lost its nodeRef).
+	inst.Status.MachineRef = MachineRef(a)
+	if got := MachineOf(inst, []*clusterv1.Machine{a, b}); got != a {
+		t.Errorf("by machineRef: got %v, want worker-a", got)
+	}
+	if got := MachineOf(&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-9"}}, []*clusterv1.Machine{a, b}); got != nil {
+		t.Errorf("a node without a Machine got %v", got)
+	}
+}
+
+func TestDecide(t *testing.T) {
+	running := machine("worker-a", "node-1", "Running")
+	provisioned := machine("worker-a", "node-1", "Provisioned")
+	deleting := machine("worker-a", "node-1", "Deleting")
+	deleting.DeletionTimestamp = &metav1.Time{}
+	fin := []string{infrav1alpha1.InstanceMachineFinalizer}
+	linkedTo := func(m *clusterv1.Machine) *deckhousev1alpha1.Instance {
+		return &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Finalizers: fin},
+			Status: deckhousev1alpha1.InstanceStatus{MachineRef: MachineRef(m), BootstrapStatus: BootstrapStatus(m)}}
+	}
+	gone := linkedTo(running)
+	gone.DeletionTimestamp = &metav1.Time{}
+	for _, tc := range []struct {
+		name string
+		inst *deckhousev1alpha1.Instance
+		m    *clusterv1.Machine
+		want InstanceAction
+	}{
+		{"new Instance of a Machine's node", &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, running, Link},
+		{"linked, unchanged", linkedTo(running), running, Nothing},
+		{"linked while Provisioned, now Running", linkedTo(provisioned), running, Link},
+		{"Instance deleted: delete the Machine", gone, running, DeleteMachine},
+		{"Instance deleted, Machine deleting", gone, deleting, Nothing},
+		{"Instance deleted, Machine gone", gone, nil, Release},
+		{"Machine gone under a live Instance", linkedTo(running), nil, Release},
+		{"node of no Machine", &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, nil, Nothing},
+	} {
+		if got := Decide(tc.inst, tc.m); got != tc.want {
+			t.Errorf("%s: Decide = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestBootstrapStatusClearedOnceRunning(t *testing.T) {
+	if bs := BootstrapStatus(machine("worker-a", "node-1", "Running")); bs != nil {
+		t.Errorf("a Running Machine's Instance keeps bootstrapStatus %+v", bs)
+	}
+	bs := BootstrapStatus(machine("worker-a", "", "Provisioned"))
+	if bs == nil || bs.Description == "" {
+		t.Fatal("a Provisioned Machine's Instance has no bootstrapStatus")
+	}
+}

@@ -1,0 +1,244 @@
+// Package clusterapi is the e2e suite of node-manager's wiring to upstream
+// Cluster API: the real capi-controller-manager (built from the pinned
+// module, as its own ServiceAccount with manifests/capi-controller-manager's
+// RBAC, its webhooks served on loopback) and the real node-manager-controller
+// with --cluster-api, on a local control plane. There is no CAPS here: the
+// test plays the infrastructure provider (it reports the StaticCluster and
+// the StaticControlPlane ready, gives each StaticMachine a providerID and
+// reports it provisioned) and the kubelet (it registers the Node with that
+// providerID), and checks what Cluster API and node-manager do with it.
+package clusterapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+var (
+	f   = framework.New(framework.Options{ClusterAPI: true})
+	dyn dynamic.Interface
+)
+
+const ns = deckhousev1.Namespace
+
+func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
+
+func setUp(ctx context.Context) (func(), error) {
+	if _, err := f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
+		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig}}); err != nil {
+		return nil, fmt.Errorf("start node-manager-controller: %w", err)
+	}
+	var err error
+	if dyn, err = dynamic.NewForConfig(f.CP.AdminConfig()); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// TestStaticGroupScalesThroughClusterAPI: a group with staticInstances.count
+// 2 gets a MachineDeployment of 2, Cluster API makes two Machines with
+// StaticMachines and links them to their Nodes; count 1 makes Cluster API
+// drain and delete one Machine and its Node; deleting the Instance of the
+// other node deletes its Machine (the MachineSet replaces it).
+func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
+	const group = "capi-static"
+	f.TestGroup(t, framework.NewGroup(group, func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.StaticInstances = &deckhousev1.StaticInstancesSpec{Count: 2,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": group}}}
+	}))
+	playProviderCluster(t)
+
+	framework.Poll(t, "MachineDeployment "+group+" with 2 replicas and its template with the group's selector", func(ctx context.Context) (bool, error) {
+		md := &clusterv1.MachineDeployment{}
+		if !get(ctx, "machinedeployments", group, md) || md.Spec.Replicas == nil || *md.Spec.Replicas != 2 {
+			return false, nil
+		}
+		if ds := md.Spec.Template.Spec.Bootstrap.DataSecretName; ds == nil || *ds != deckhousev1.ManualBootstrapSecretPrefix+group {
+			return false, fmt.Errorf("bootstrap.dataSecretName = %v", ds)
+		}
+		tpl, err := f.NM.InfrastructureV1alpha1().StaticMachineTemplates(ns).Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return tpl.Spec.Template.Spec.LabelSelector.MatchLabels["role"] == group, nil
+	})
+
+	var machines []clusterv1.Machine
+	framework.Poll(t, "two Machines, each with its StaticMachine", func(ctx context.Context) (bool, error) {
+		machines = listMachines(ctx, t)
+		sms, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(machines) == 2 && len(sms.Items) == 2, nil
+	})
+	for _, m := range machines {
+		provision(t, m.Spec.InfrastructureRef.Name)
+	}
+	framework.Poll(t, "both Machines Running with the Node Cluster API found by providerID, their Instances linked", func(ctx context.Context) (bool, error) {
+		running := 0
+		for _, m := range listMachines(ctx, t) {
+			if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || m.Status.NodeRef.Name == "" {
+				continue
+			}
+			inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{})
+			if err != nil || inst.Status.MachineRef == nil || inst.Status.MachineRef.Name != m.Name || inst.Status.BootstrapStatus != nil {
+				continue
+			}
+			running++
+		}
+		return running == 2, nil
+	})
+
+	// count 2 -> 1: Cluster API cordons, drains and deletes one Machine and,
+	// once its StaticMachine is gone, its Node.
+	patchGroup(t, group, `{"spec":{"staticInstances":{"count":1}}}`)
+	framework.Poll(t, "one Machine, one StaticMachine and one Node left after count 1", func(ctx context.Context) (bool, error) {
+		sms, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		nodes, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
+		return err == nil && len(listMachines(ctx, t)) == 1 && len(sms.Items) == 1 && len(nodes.Items) == 1, nil
+	})
+
+	// Deleting the Instance of the last node deletes its Machine; the
+	// MachineSet makes a new one, and the Instance goes once its Machine has.
+	left := listMachines(framework.Context(t), t)[0]
+	if err := f.NM.DeckhouseV1alpha1().Instances().Delete(framework.Context(t), left.Status.NodeRef.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting Instance %s: %v", left.Status.NodeRef.Name, err)
+	}
+	framework.Poll(t, "Machine "+left.Name+" deleted with its Instance, a new Machine in its place", func(ctx context.Context) (bool, error) {
+		ms := listMachines(ctx, t)
+		if len(ms) != 1 || ms[0].Name == left.Name {
+			return false, nil
+		}
+		_, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, left.Status.NodeRef.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	// Without staticInstances the group's Cluster API objects go.
+	patchGroup(t, group, `{"spec":{"staticInstances":null}}`)
+	framework.Poll(t, "MachineDeployment "+group+" deleted once the group has no staticInstances", func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Get(ctx, group, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// playProviderCluster waits for the Cluster objects node-manager-controller
+// writes and reports them ready, as CAPS does.
+func playProviderCluster(t *testing.T) {
+	t.Helper()
+	infra := f.NM.InfrastructureV1alpha1()
+	framework.Poll(t, "Cluster static, its StaticCluster, StaticControlPlane and kubeconfig Secret", func(ctx context.Context) (bool, error) {
+		if !get(ctx, "clusters", infrav1alpha1.StaticClusterName, &clusterv1.Cluster{}) {
+			return false, nil
+		}
+		if _, err := f.Kube.CoreV1().Secrets(ns).Get(ctx, infrav1alpha1.StaticKubeconfigSecret, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		if _, err := infra.StaticClusters(ns).Get(ctx, infrav1alpha1.StaticClusterName, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		_, err := infra.StaticControlPlanes(ns).Get(ctx, infrav1alpha1.StaticClusterName, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	ctx := framework.Context(t)
+	if _, err := infra.StaticClusters(ns).Patch(ctx, infrav1alpha1.StaticClusterName, types.MergePatchType,
+		[]byte(`{"status":{"ready":true,"initialization":{"provisioned":true}}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("reporting the StaticCluster provisioned: %v", err)
+	}
+	if _, err := infra.StaticControlPlanes(ns).Patch(ctx, infrav1alpha1.StaticClusterName, types.MergePatchType,
+		[]byte(`{"status":{"ready":true,"initialized":true,"externalManagedControlPlane":true,"initialization":{"controlPlaneInitialized":true}}}`),
+		metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("reporting the StaticControlPlane initialized: %v", err)
+	}
+}
+
+// provision plays CAPS and the kubelet for one StaticMachine: a providerID,
+// provisioned, a Node registered with that providerID (and its Instance,
+// which the CSR approval would have made).
+func provision(t *testing.T, name string) {
+	t.Helper()
+	ctx := framework.Context(t)
+	sms := f.NM.InfrastructureV1alpha1().StaticMachines(ns)
+	providerID := "static://" + name
+	if _, err := sms.Patch(ctx, name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"providerID":%q}}`, providerID)), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("setting the providerID of StaticMachine %s: %v", name, err)
+	}
+	if _, err := sms.Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"status":{"ready":true,"initialization":{"provisioned":true},"addresses":[{"type":"InternalIP","address":"192.0.2.20"}]}}`),
+		metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("reporting StaticMachine %s provisioned: %v", name, err)
+	}
+	sm, err := sms.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := sm.Labels[deckhousev1.NodeGroupLabel]
+	node := framework.NewNode(name, group)
+	node.Spec.ProviderID = providerID
+	// Cluster API deletes the Node itself on scale-down: a deletion that
+	// finds it gone is fine.
+	if _, err := f.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("registering Node %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	if _, err := f.NM.DeckhouseV1alpha1().Instances().Create(ctx, framework.NewInstance(name, group), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating Instance %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+func patchGroup(t *testing.T, group, patch string) {
+	t.Helper()
+	if _, err := f.NM.DeckhouseV1().NodeGroups().Patch(framework.Context(t), group, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patching NodeGroup %s with %s: %v", group, patch, err)
+	}
+}
+
+// get reads a Cluster API object of resource in ns into out.
+func get(ctx context.Context, resource, name string, out any) bool {
+	u, err := dyn.Resource(clusterv1.GroupVersion.WithResource(resource)).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	return err == nil && runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out) == nil
+}
+
+func listMachines(ctx context.Context, t *testing.T) []clusterv1.Machine {
+	l, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machines")).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	out := make([]clusterv1.Machine, 0, len(l.Items))
+	for _, u := range l.Items {
+		var m clusterv1.Machine
+		if err := fromUnstructured(u, &m); err != nil {
+			t.Errorf("reading Machine %s: %v", u.GetName(), err)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func fromUnstructured(u unstructured.Unstructured, out any) error {
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
