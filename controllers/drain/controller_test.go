@@ -3,10 +3,13 @@ package drain
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,14 +29,15 @@ import (
 
 // harness runs the drain controller against fake clients. Evictions of
 // pods named in blocked are refused as a PodDisruptionBudget would;
-// others delete the pod.
+// others delete the pod. prepare runs before anything starts (reactors
+// cannot be added to a client in use).
 type harness struct {
 	kube    *kubefake.Clientset
 	c       *Controller
 	blocked map[string]bool
 }
 
-func newHarness(t *testing.T, policy deckhousev1.DrainTimeoutPolicy) *harness {
+func newHarness(t *testing.T, policy deckhousev1.DrainTimeoutPolicy, prepare ...func(*harness)) *harness {
 	t.Helper()
 	h := &harness{blocked: map[string]bool{}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{deckhousev1.NodeGroupLabel: "w"}}}
@@ -59,6 +63,9 @@ func newHarness(t *testing.T, policy deckhousev1.DrainTimeoutPolicy) *harness {
 	opts.EvictionRetry = 100 * time.Millisecond
 	d := manager.NewDepsForClients(h.kube, nm, opts, clock.RealClock{}, prometheus.NewRegistry())
 	h.c = New(d)
+	for _, p := range prepare {
+		p(h)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.Informers.Cluster.Start(ctx.Done())
 	d.Informers.NodeManager.Start(ctx.Done())
@@ -120,6 +127,32 @@ func TestDrainEvictsThenRecordsDrained(t *testing.T) {
 	}
 	if _, err := h.kube.CoreV1().Pods("default").Get(context.Background(), "db", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the pod is still there: %v", err)
+	}
+}
+
+// TestSuccessIsNotCancelledByItsOwnWrite: the drain's success removes the
+// draining annotation; the informer may deliver that before the write's
+// response reaches the drain, and the sync it triggers must not take the
+// drain for cancelled (it once did: no DrainSucceeded, a cancelled count).
+func TestSuccessIsNotCancelledByItsOwnWrite(t *testing.T) {
+	var echoed atomic.Bool
+	h := newHarness(t, "", func(h *harness) {
+		h.kube.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			return h.echo(a, &echoed)
+		})
+	})
+	h.annotate(t, deckhousev1.DrainingAnnotation, ptr.To("bashible"))
+	h.waitNode(t, "drained and the drain finished", func(n *corev1.Node) bool {
+		return nodes.Has(n, deckhousev1.DrainedAnnotation) && h.c.runningCount() == 0
+	})
+	if !echoed.Load() {
+		t.Fatal("the success was never written")
+	}
+	if got := testutil.ToFloat64(h.c.metrics.Drains.WithLabelValues("cancelled")); got != 0 {
+		t.Errorf("the successful drain was counted as cancelled %v times", got)
+	}
+	if got := testutil.ToFloat64(h.c.metrics.Drains.WithLabelValues("succeeded")); got != 1 {
+		t.Errorf("succeeded drains %v, want 1", got)
 	}
 }
 
@@ -186,4 +219,34 @@ func TestBlockedPodIsDeletedAtTheDeadlineByDefault(t *testing.T) {
 	if evicted == 0 || deleted != 1 {
 		t.Errorf("%d evictions and %d deletions; want evictions tried first, then one deletion", evicted, deleted)
 	}
+}
+
+// echo applies the drain's success patch (once) and, before answering it,
+// waits for the informer to see it and syncs the node, as the controller's
+// queue may do before the response arrives.
+func (h *harness) echo(a k8stesting.Action, done *atomic.Bool) (bool, runtime.Object, error) {
+	if done.Load() || !strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), deckhousev1.DrainedAnnotation) {
+		return false, nil, nil
+	}
+	done.Store(true)
+	// Apply the success, then let its echo be synced before answering.
+	handled, n, err := k8stesting.ObjectReaction(h.kube.Tracker())(a)
+	if err != nil {
+		return handled, n, err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cur, err := h.c.d.Nodes.Get("a")
+		if err == nil && !nodes.Has(cur, deckhousev1.DrainingAnnotation) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return true, nil, errors.New("the informer never saw the success")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := h.c.sync(context.Background(), "a"); err != nil {
+		return true, nil, err
+	}
+	return handled, n, nil
 }

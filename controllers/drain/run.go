@@ -23,8 +23,14 @@ import (
 const pollInterval = time.Second
 
 // run is one node's drain; its identity tells a finished run from a newer
-// one for the same node.
-type run struct{ cancel context.CancelFunc }
+// one for the same node. A finishing run is recording its success: the
+// removal of the draining annotation that success writes must not cancel
+// it (its own write reaches the informer, and so stop, before the write's
+// response reaches the run).
+type run struct {
+	cancel    context.CancelFunc
+	finishing bool
+}
 
 // start runs the node's drain in the background, unless one runs already
 // or the controller is not running.
@@ -51,17 +57,34 @@ func (c *Controller) start(name string) {
 	}()
 }
 
-// stop cancels a running drain and reports whether there was one.
+// stop cancels a running drain and reports whether there was one; a
+// drain recording its success is left to finish.
 func (c *Controller) stop(name, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.running[name]
+	if ok && r.finishing {
+		return false
+	}
 	if ok {
 		klog.InfoS("Cancelling drain", "node", name, "reason", why)
 		r.cancel()
 		delete(c.running, name)
 	}
 	return ok
+}
+
+// finish marks the node's running drain as recording its success, so that
+// stop leaves it alone; false when the drain was cancelled meanwhile.
+func (c *Controller) finish(ctx context.Context, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.running[name]
+	if !ok || ctx.Err() != nil {
+		return false
+	}
+	r.finishing = true
+	return true
 }
 
 // timeout is the deadline of the node's drain (the group's
@@ -187,7 +210,12 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 			pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
 		}
 		if len(pods) == 0 {
-			if c.record(ctx, name, Succeeded) {
+			if !c.finish(ctx, name) {
+				return errCancelled
+			}
+			// The success removes the draining annotation, which stops
+			// cancelling this run: the write is not cut off by its own echo.
+			if c.record(context.WithoutCancel(ctx), name, Succeeded) {
 				msg := "every pod has left the node"
 				if deleted > 0 {
 					msg = fmt.Sprintf("every pod has left the node; %d of them deleted at the drain deadline (see the PodDeletedAtDrainDeadline events)", deleted)
