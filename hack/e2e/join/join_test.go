@@ -177,7 +177,7 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 		}
 		pod = p
 		if p.Status.Phase == corev1.PodFailed {
-			return false, fmt.Errorf("the pod failed: %s: %s (a machine whose disk has less free space than the kubelet's default hard eviction thresholds, imagefs.available 15%%, nodefs.available 10%%, evicts every pod)", p.Status.Reason, p.Status.Message)
+			return false, fmt.Errorf("the pod failed: %s: %s (a machine whose disk has less free space than the bundle's eviction thresholds, 5%% at once and 10%% after 90 s, evicts every pod)", p.Status.Reason, p.Status.Message)
 		}
 		return p.Status.Phase == corev1.PodRunning, nil
 	})

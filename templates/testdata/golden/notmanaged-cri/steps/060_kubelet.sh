@@ -140,6 +140,25 @@ serverTLSBootstrap: false
 failSwapOn: true
 memorySwap:
   swapBehavior: NoSwap
+# Eviction as Deckhouse configures it: on disk pressure at 5 % free space
+# or inodes at once and at 10 % after 90 s (the kubelet's own 10 % and 15 %
+# evict early on large disks); memory keeps the kubelet's 100Mi.
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "5%"
+  nodefs.inodesFree: "5%"
+  imagefs.available: "5%"
+  imagefs.inodesFree: "5%"
+evictionSoft:
+  nodefs.available: "10%"
+  nodefs.inodesFree: "10%"
+  imagefs.available: "10%"
+  imagefs.inodesFree: "10%"
+evictionSoftGracePeriod:
+  nodefs.available: "1m30s"
+  nodefs.inodesFree: "1m30s"
+  imagefs.available: "1m30s"
+  imagefs.inodesFree: "1m30s"
 cpuManagerPolicy: none
 YAML
   echo "resolvConf: $resolv_conf"
