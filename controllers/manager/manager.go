@@ -258,12 +258,11 @@ func (m *Manager) lead(ctx context.Context) error {
 	leCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   m.opts.LeaseDuration,
-		RenewDeadline:   m.opts.RenewDeadline,
-		RetryPeriod:     m.opts.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            m.opts.Component,
+		Lock:          lock,
+		LeaseDuration: m.opts.LeaseDuration,
+		RenewDeadline: m.opts.RenewDeadline,
+		RetryPeriod:   m.opts.RetryPeriod,
+		Name:          m.opts.Component,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
@@ -282,10 +281,30 @@ func (m *Manager) lead(ctx context.Context) error {
 		},
 	})
 	wg.Wait()
+	handOver(lock, m.opts.RenewDeadline)
 	if m.leaderLost.Load() {
 		return errors.New("lost the leader Lease; exiting so that a restart begins from fresh state")
 	}
 	return nil
+}
+
+// handOver empties the Lease's holder, so that the standby takes over at
+// once, only if this process holds it now (the update carries the read's
+// resourceVersion). client-go's ReleaseOnCancel is not used: it releases
+// after a lost term too, judging by the record it last saw rather than the
+// Lease it has just read, and so would wipe the record of a standby that
+// took the Lease while this process was cut off.
+func handOver(lock resourcelock.Interface, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	held, _, err := lock.Get(ctx)
+	if err != nil || held.HolderIdentity != lock.Identity() {
+		return
+	}
+	at := metav1.NewTime(time.Now())
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaderTransitions: held.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: at, AcquireTime: at}); err != nil {
+		klog.ErrorS(err, "Handing the leader Lease over failed; the standby takes it when it expires")
+	}
 }
 
 // NewRegistry is a Prometheus registry with the Go and process collectors.

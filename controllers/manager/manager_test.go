@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -181,5 +183,26 @@ func TestControllersRunWithoutTheLeaseWhenLeaderElectionIsOff(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run after cancel: %v", err)
+	}
+}
+
+// TestHandOverLeavesAnotherHoldersLease: on the way out the Lease is
+// emptied only while this process holds it; a standby that took it while
+// this process was cut off keeps it.
+func TestHandOverLeavesAnotherHoldersLease(t *testing.T) {
+	for holder, want := range map[string]string{"standby": "standby", "me": ""} {
+		kube := kubefake.NewClientset(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lease"},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
+		})
+		handOver(&resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lease"}, Client: kube.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: "me"}}, time.Second)
+		got, err := kube.CoordinationV1().Leases("ns").Get(context.Background(), "lease", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.HolderIdentity == nil || *got.Spec.HolderIdentity != want {
+			t.Errorf("a Lease held by %q: holder %v after handing over, want %q", holder, got.Spec.HolderIdentity, want)
+		}
 	}
 }
