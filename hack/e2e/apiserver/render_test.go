@@ -181,7 +181,11 @@ func TestBrokenConfigurationKeepsLastGoodBundles(t *testing.T) {
 			if err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(ctx, tc.name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			// Both groups take the step: the next case starts from both
+			// back where they were (master's republish came after the next
+			// case's snapshot once).
 			f.WaitChecksum(t, "worker", func(s string) bool { return s == checksum0(worker0) })
+			f.WaitChecksum(t, "master", func(s string) bool { return s == checksum0(master0) })
 			framework.Poll(t, "NodeGroup worker Rendered again", func(ctx context.Context) (bool, error) {
 				ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "worker", metav1.GetOptions{})
 				if err != nil {
