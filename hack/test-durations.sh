@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Prints, at the end of make test, how long each e2e suite and the slowest unit
+# packages took, slowest first, from the logs the test targets wrote. It reads
+# go test's own "ok <package> <seconds>s" lines, so the figures are go test's.
+set -Eeuo pipefail
+
+logs=${1:?usage: test-durations.sh DIR (the directory test-unit and test-e2e log to)}
+
+# durations LOG MIN: "<seconds> <package>" for each package of LOG that took
+# at least MIN seconds, slowest first.
+durations() {
+	local log=$1 min=$2
+	[[ -f $log ]] || return 0
+	awk -v min="$min" '
+		$1 == "ok" || $1 == "FAIL" {
+			if ($3 ~ /^[0-9.]+s$/) { t = substr($3, 1, length($3) - 1); if (t + 0 >= min) printf "%8.1f s  %s%s\n", t, $2, ($1 == "FAIL" ? "  (FAIL)" : "") }
+		}' "$log" | sort -rn
+}
+
+module=$(go list -m)
+echo "e2e suites, slowest first (go test runs them in that order, E2E_PARALLEL at a time):"
+durations "$logs/e2e.log" 0 | sed "s|$module/||"
+echo "unit packages that took 5 s or more:"
+durations "$logs/unit.log" 5 | sed "s|$module/||"
