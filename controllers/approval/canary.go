@@ -177,12 +177,15 @@ func openGate(in Input, view []*corev1.Node) *gate {
 	for _, n := range view {
 		in2[n.Name] = n
 	}
-	// The batch: its recorded nodes still in the group that hold their
-	// approval or have applied the configuration (a recorded approval that
-	// never landed, or was taken back, is dropped), and every approved node.
+	// The batch: its recorded nodes still in the group, and every approved
+	// node. While the batch runs, a recorded node that neither holds its
+	// approval nor has applied the configuration is dropped (its approval
+	// never landed, or was taken back); once it soaks, its nodes stay
+	// (one may ask again, for a reboot, and waits for the soak's end).
 	batch := gt.r.Batch[:0:0]
 	for _, name := range gt.r.Batch {
-		if n := in2[name]; n != nil && (nodes.Has(n, deckhousev1.ApprovedAnnotation) || n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == in.Checksum) {
+		n := in2[name]
+		if n != nil && (gt.r.SoakUntil != nil || nodes.Has(n, deckhousev1.ApprovedAnnotation) || n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == in.Checksum) {
 			batch = append(batch, name)
 		}
 	}
