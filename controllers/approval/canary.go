@@ -152,8 +152,18 @@ type gate struct {
 	soak     time.Duration
 }
 
-// second truncates t to the whole seconds the record keeps.
+// second truncates t to the whole seconds the record keeps (a batch's
+// start: a failure within its first second still counts).
 func second(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
+
+// secondUp rounds t up to whole seconds (a soak's end: never shorter
+// than asked).
+func secondUp(t time.Time) metav1.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return metav1.NewTime(r.Add(time.Second))
+	}
+	return metav1.NewTime(t)
+}
 
 // openGate starts a decision for a gated group: it starts a new record
 // for a new checksum, applies a resume, adds approved nodes to the batch
@@ -280,7 +290,7 @@ func (gt *gate) settle(view []*corev1.Node, now time.Time, d *Decision) {
 		}
 	}
 	if gt.r.SoakUntil == nil {
-		u := second(now.Add(gt.soak))
+		u := secondUp(now.Add(gt.soak))
 		gt.r.SoakUntil = &u
 	}
 	if now.Before(gt.r.SoakUntil.Time) {
