@@ -232,8 +232,8 @@ func TestFailingCanaryHaltsTheRolloutUntilAFix(t *testing.T) {
 }
 
 // TestResumeAnnotationResumesAHaltedRollout: a halt outlives the canary's
-// own recovery (a person looks first); the resume annotation lets the
-// rollout go on, and is removed.
+// own recovery (its step passes on a retry: a person looks first); the
+// resume annotation lets the rollout go on, and is removed.
 func TestResumeAnnotationResumesAHaltedRollout(t *testing.T) {
 	const group = "canary-resume"
 	agents := canaryGroup(t, group, 4)
@@ -241,7 +241,9 @@ func TestResumeAnnotationResumesAHaltedRollout(t *testing.T) {
 	mark := tl.now()
 	sum, canary, _ := failingRollout(t, group, agents, tl)
 
-	canary.Heal() // a retry of the step passes: the canary applies the configuration
+	for _, a := range agents {
+		a.Heal() // the step's cause was passing (a mirror down): a retry passes
+	}
 	framework.Poll(t, canary.Name+" applies the configuration", func(ctx context.Context) (bool, error) {
 		return annotation(ctx, canary.Name, deckhousev1.ConfigurationChecksumAnnotation) == sum, nil
 	})

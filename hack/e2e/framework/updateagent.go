@@ -44,8 +44,9 @@ type Agent struct {
 
 	// failure is the bashible run the agent fails (FailOn), if any.
 	failure atomic.Pointer[stepFailure]
-	// reported is the failure last reported on the Instance (agent's goroutine).
-	reported *stepFailure
+	// reported is the failure last reported on the Instance, failEvent
+	// the one last reported in an Event (agent's goroutine).
+	reported, failEvent *stepFailure
 
 	f          *Framework
 	approvedAt time.Time // owned by the agent's goroutine
@@ -161,6 +162,17 @@ func (a *Agent) reportRun(ctx context.Context, failed *stepFailure, target strin
 		status, reason = metav1.ConditionFalse, "StepsFailed"
 		msg = fmt.Sprintf("step %s failed with exit status 1 after 0s (attempt 1 of 3)", failed.step)
 	}
+	if failed != nil && a.failEvent != failed {
+		// The Event first, then the condition, as bashible.sh reports.
+		ev := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "bashible-" + a.Name + "-", Namespace: metav1.NamespaceDefault},
+			EventTime: metav1.NewMicroTime(time.Now()), ReportingController: "bashible", ReportingInstance: a.Name, Action: "Converge",
+			Type: corev1.EventTypeWarning, Reason: "BashibleStepFailed", Note: msg + "; last output: " + failed.output,
+			Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: a.Name}}
+		if _, err := a.f.Kube.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			return
+		}
+		a.failEvent = failed
+	}
 	now := metav1.Now()
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []metav1.Condition{{
 		Type: "BashibleReady", Status: status, Reason: reason, Message: msg, LastTransitionTime: now}}}})
@@ -169,15 +181,6 @@ func (a *Agent) reportRun(ctx context.Context, failed *stepFailure, target strin
 			a.reported = nil // no Instance: nothing to report
 		}
 		return
-	}
-	if failed != nil {
-		ev := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "bashible-" + a.Name + "-", Namespace: metav1.NamespaceDefault},
-			EventTime: metav1.NewMicroTime(time.Now()), ReportingController: "bashible", ReportingInstance: a.Name, Action: "Converge",
-			Type: corev1.EventTypeWarning, Reason: "BashibleStepFailed", Note: msg + "; last output: " + failed.output,
-			Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: a.Name}}
-		if _, err := a.f.Kube.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-			return
-		}
 	}
 	a.reported = failed
 }
