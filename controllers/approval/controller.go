@@ -13,13 +13,21 @@
 // group are disrupted; a node that asks for a disruption without an
 // approval waits (bashible asks for the approval first, see
 // templates/tree/lib/_node_lib.tpl, bb-disruption-gate).
+//
+// A group with canaries or a soak time (spec.update) is updated in soaked
+// batches, canaries first, and halts by itself when a node of a batch
+// fails: see canary.go. Its record lives on the group
+// (RolloutStateAnnotation), its halt is the condition RolloutHalted, an
+// Event and the metric node_manager_rollout_halted.
 package approval
 
 import (
 	"context"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
+	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
 // Name is the controller's name: its queue, its logs and the controller
@@ -29,17 +37,24 @@ const Name = "update-approval"
 // Controller applies Plan to each group whenever one of its nodes, the
 // group, or the group's bundle changes.
 type Controller struct {
-	d     *manager.Deps
-	watch *manager.GroupWatch
-	queue *loop.Loop
+	d         *manager.Deps
+	watch     *manager.GroupWatch
+	instances nmlistersv1alpha1.InstanceLister
+	queue     *loop.Loop
+	metrics   *Metrics
 }
 
 // New wires the controller to the shared informers: a change of a group,
-// of one of its nodes or of its bundle queues the group.
+// of one of its nodes, of its bundle or of one of its Instances (where
+// bashible reports a failed run) queues the group.
 func New(d *manager.Deps) *Controller {
-	c := &Controller{d: d}
+	c := &Controller{d: d, metrics: newMetrics(d.Registry)}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue)
+	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
+	_, _ = inst.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
+	c.instances = inst.Lister()
+	c.watch.Synced = append(c.watch.Synced, inst.Informer().HasSynced)
 	return c
 }
 

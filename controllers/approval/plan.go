@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
@@ -25,6 +26,14 @@ type Input struct {
 	// (--node-name); empty when unknown. Like Deckhouse's node, it is not
 	// drained while it is its group's only Ready node.
 	ControllerNode string
+	// Rollout is the group's rollout record (ParseRollout), read when the
+	// group is Gated.
+	Rollout Rollout
+	// Resume says the group carries ResumeRolloutAnnotation.
+	Resume bool
+	// Instances are the Instances of the group's nodes, by name, where
+	// bashible reports its runs; read when the group is Gated.
+	Instances map[string]*deckhousev1alpha1.Instance
 }
 
 // Event is something worth telling people about a node.
@@ -40,8 +49,16 @@ type Event struct {
 type Decision struct {
 	Changes map[string]*nodes.Change
 	Events  []Event
-	// RecheckAt is when a disruption window next opens, if a node waits for one.
+	// RecheckAt is when a disruption window next opens or a batch's soak
+	// ends, if a node waits for it.
 	RecheckAt time.Time
+	// Rollout is the group's rollout record to keep; nil when the group
+	// is not Gated (and keeps none).
+	Rollout *Rollout
+	// Halted is the halt this decision found, nil if none is new.
+	Halted *Halt
+	// Resumed says the resume annotation was read and is to be removed.
+	Resumed bool
 }
 
 // recheck asks for a look at t (the earliest one asked for wins).
@@ -129,6 +146,10 @@ func Plan(in Input) Decision {
 	apply := func(n *corev1.Node, c *nodes.Change) {
 		c.ApplyTo(n)
 		d.change(n.Name).Merge(c)
+	}
+	var gt *gate
+	if Gated(in.Group) {
+		gt = openGate(in, view)
 	}
 
 	// 1. Finished updates. A node can also finish while a drain we asked
@@ -277,7 +298,12 @@ func Plan(in Input) Decision {
 		}
 	}
 
-	// 3. Update approvals.
+	// 3. Update approvals; in a Gated group, in batches (canary.go).
+	room := limit
+	if gt != nil {
+		gt.settle(view, in.Now, &d)
+		room = gt.room(limit)
+	}
 	approved := 0
 	var waiting []*corev1.Node
 	allReady := true
@@ -307,14 +333,25 @@ func Plan(in Input) Decision {
 	}
 	slices.SortStableFunc(waiting, func(a, b *corev1.Node) int { return rank(a) - rank(b) })
 	for _, n := range waiting {
-		if rank(n) > 0 && approved >= limit {
+		if rank(n) > 0 && (approved >= limit || room <= 0) {
 			break
 		}
 		if rank(n) > 1 && !allReady {
 			break
 		}
+		if gt != nil && gt.r.Halt != nil {
+			break // a halted rollout approves nobody, disrupted nodes included
+		}
 		apply(n, (&nodes.Change{}).Set(deckhousev1.ApprovedAnnotation, "").Remove(n, deckhousev1.WaitingForApprovalAnnotation))
 		approved++
+		if rank(n) > 0 {
+			room--
+		}
+		if gt != nil {
+			// A disrupted node goes outside the batch limit, but in the
+			// batch: it is watched and soaked like the others.
+			gt.admit(n.Name, in.Now)
+		}
 		d.Events = append(d.Events, Event{n.Name, corev1.EventTypeNormal, "UpdateApproved",
 			fmt.Sprintf("update to configuration %.12s approved (%d of at most %d at a time)", in.Checksum, approved, limit)})
 	}
@@ -323,6 +360,10 @@ func Plan(in Input) Decision {
 		if c.Empty() {
 			delete(d.Changes, name)
 		}
+	}
+	if gt != nil {
+		r := gt.r
+		d.Rollout, d.Halted, d.Resumed = &r, gt.halted, gt.resumed
 	}
 	return d
 }

@@ -8,10 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/drain"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
@@ -30,6 +32,8 @@ type simNode struct {
 	// through update approval and a disruption (bashible.sh: a reboot
 	// request, or bb-disruption-gate on a node that holds no approval).
 	again bool
+	// failing: its bashible run fails (reported on its Instance) until fixed.
+	failing bool
 }
 
 // world is a group under rollout: the nodes, the drain controller's
@@ -51,6 +55,15 @@ type world struct {
 	everyRun bool
 	// controllerNode is where node-manager-controller runs, if in the group.
 	controllerNode string
+	// record is the group's RolloutStateAnnotation (a gated group's), kept
+	// as the cluster keeps it: encoded between decisions.
+	record string
+	// instances are where the agents report a failed bashible run.
+	instances map[string]*deckhousev1alpha1.Instance
+	// resume: a person sets the resume annotation before the next decision.
+	resume bool
+	// halts and soaks count what the gated rollouts went through.
+	halts, soaks *int
 }
 
 func (w *world) fail(format string, args ...any) {
@@ -71,12 +84,15 @@ func (w *world) approved() int {
 
 // controller runs one Plan over the current state and checks what it did.
 func (w *world) controller() {
-	in := Input{Group: w.group, Checksum: w.sum, Now: w.now, ControllerNode: w.controllerNode}
+	in := Input{Group: w.group, Checksum: w.sum, Now: w.now, ControllerNode: w.controllerNode, Instances: w.instances, Resume: w.resume}
 	for _, n := range w.nodes {
 		in.Nodes = append(in.Nodes, n.node)
 	}
+	in.Rollout = ParseRollout(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{deckhousev1.RolloutStateAnnotation: w.record}}})
 	before := w.approved()
 	d := Plan(in)
+	w.checkGate(in, d)
+	w.resume = false
 	limit := MaxConcurrent(w.group.Spec.Update.MaxConcurrent.String(), len(w.nodes))
 	grantedApproval, grantedDisruption, beyond := false, false, 0
 	for _, n := range w.nodes {
@@ -154,6 +170,65 @@ func (w *world) controller() {
 	}
 }
 
+// checkGate checks a gated group's decision: a halted or soaking rollout
+// approves nobody (but nodes out of service already); a batch holds at
+// most its canaries, then maxConcurrent, nodes; every approved node but a
+// failed one a person let pass is in the batch. It keeps the record.
+func (w *world) checkGate(in Input, d Decision) {
+	if !Gated(w.group) {
+		if d.Rollout != nil {
+			w.fail("a group without canaries or soak keeps a record")
+		}
+		return
+	}
+	if d.Rollout == nil {
+		w.fail("a gated group's decision keeps no record")
+	}
+	r := *d.Rollout
+	was := in.Rollout
+	granted := 0
+	for _, n := range in.Nodes {
+		if c := d.Changes[n.Name]; c != nil && c.Annotations[deckhousev1.ApprovedAnnotation] != nil && !Disrupted(n) {
+			granted++
+		}
+	}
+	sameRollout := was.Checksum == in.Checksum
+	if granted > 0 && sameRollout && was.Halt != nil && !in.Resume {
+		w.fail("approved %d nodes while the rollout is halted by %s", granted, was.Halt.Node)
+	}
+	if granted > 0 && r.Halt != nil {
+		w.fail("approved %d nodes in the decision that halted the rollout", granted)
+	}
+	if granted > 0 && sameRollout && was.SoakUntil != nil && w.now.Before(was.SoakUntil.Time) {
+		w.fail("approved %d nodes while the batch soaks until %s (now %s)", granted, was.SoakUntil.Time, w.now)
+	}
+	limit := MaxConcurrent(w.group.Spec.Update.MaxConcurrent.String(), len(in.Nodes))
+	if c := Canaries(w.group); len(r.Canaries) < c {
+		limit = min(limit, c-len(r.Canaries))
+	}
+	inBatch := 0
+	for _, n := range in.Nodes {
+		if c := d.Changes[n.Name]; c != nil && c.Annotations[deckhousev1.ApprovedAnnotation] != nil {
+			if !Disrupted(n) {
+				inBatch++
+			}
+			if !slices.Contains(r.Batch, n.Name) {
+				w.fail("node %s approved outside the recorded batch %v", n.Name, r.Batch)
+			}
+		}
+	}
+	if granted > 0 && inBatch > limit {
+		w.fail("a batch of %d nodes %v; at most %d", inBatch, r.Batch, limit)
+	}
+	if d.Halted != nil {
+		*w.halts++
+	}
+	if r.SoakUntil != nil && was.SoakUntil == nil {
+		*w.soaks++
+	}
+	w.record = r.Encode()
+}
+
 // disruptionGrants lists what of a disruption the change grants the node:
 // a drain by node-manager, a disruption approval, a replacement mark.
 func disruptionGrants(n *corev1.Node, c *nodes.Change) []string {
@@ -227,8 +302,14 @@ func (w *world) agents() {
 			} else {
 				a[deckhousev1.DisruptionRequiredAnnotation] = ""
 			}
+		case n.failing:
+			// bashible fails a step and retries: approved, never applying.
+			if w.instances[n.node.Name] == nil {
+				w.instances[n.node.Name] = failed(n.node.Name, "step 050_x failed with exit status 1 after 0s (attempt 1 of 3)", w.now)
+			}
 		default:
 			a[deckhousev1.ConfigurationChecksumAnnotation] = n.target
+			delete(w.instances, n.node.Name)
 		}
 	}
 }
@@ -269,6 +350,13 @@ func (w *world) chaos() {
 	case r < 17: // a person changes the group's disruption mode
 		g := randomGroup(w.rng, 0)
 		w.group.Spec.Disruptions = g.Spec.Disruptions
+	case r < 19: // a step starts or stops failing on a node
+		n.failing = !n.failing
+		delete(w.instances, n.node.Name)
+	case r < 20: // a person resumes the rollout
+		w.resume = true
+	case r < 21: // the record is lost (written by hand, restored from a backup)
+		w.record = ""
 	case r < 30 && w.everyRun: // a machine reboots; its steps ask for a disruption again
 		n.again = true
 	}
@@ -304,6 +392,12 @@ func randomGroup(rng *rand.Rand, i int) *deckhousev1.NodeGroup {
 	if rng.IntN(5) == 0 {
 		g.Name = "master"
 	}
+	if rng.IntN(3) == 0 {
+		g.Spec.Update.Canaries = ptr.To(int32(rng.IntN(3)))
+		if rng.IntN(2) == 0 {
+			g.Spec.Update.SoakTime = &metav1.Duration{Duration: time.Duration(1+rng.IntN(30)) * time.Minute}
+		}
+	}
 	return g
 }
 
@@ -319,10 +413,11 @@ func randomGroup(rng *rand.Rand, i int) *deckhousev1.NodeGroup {
 // annotations left, nothing cordoned.
 func TestSimulatedRollouts(t *testing.T) {
 	const rollouts = 300
+	gated, halts, soaks := 0, 0, 0
 	for i := range rollouts {
 		seed := uint64(i)
 		rng := rand.New(rand.NewPCG(seed, 42))
-		w := &world{t: t, rng: rng, group: randomGroup(rng, i), sum: "sum-0", drains: map[string]int{},
+		w := &world{t: t, rng: rng, group: randomGroup(rng, i), sum: "sum-0", drains: map[string]int{}, instances: map[string]*deckhousev1alpha1.Instance{}, halts: &halts, soaks: &soaks,
 			now: time.Date(2026, 11, 16, rng.IntN(24), 0, 0, 0, time.UTC)}
 		for j := range 1 + rng.IntN(7) {
 			w.nodes = append(w.nodes, &simNode{node: node(fmt.Sprintf("n%d", j), true, deckhousev1.ConfigurationChecksumAnnotation, "initial", deckhousev1.MachineAnnotation, "m")})
@@ -332,6 +427,9 @@ func TestSimulatedRollouts(t *testing.T) {
 			w.controllerNode = "n0"
 		}
 		w.everyRun = i%3 == 0
+		if Gated(w.group) {
+			gated++
+		}
 		for w.step = 0; w.step < 150; w.step++ {
 			w.chaos()
 			w.agents()
@@ -343,12 +441,18 @@ func TestSimulatedRollouts(t *testing.T) {
 		// a person approves manual disruptions.
 		w.blocked = false
 		for _, n := range w.nodes {
-			n.again = false
+			n.again, n.failing = false, false
 			n.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 		}
 		for ; w.step < 400 && !w.done(); w.step++ {
 			if !InWindow(windows(w.group), w.now) {
 				w.now = NextOpening(windows(w.group), w.now)
+			}
+			// A person resumes a halted rollout; soaks end.
+			if r := ParseRollout(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{deckhousev1.RolloutStateAnnotation: w.record}}}); r.Halt != nil {
+				w.resume = true
+			} else if r.SoakUntil != nil && w.now.Before(r.SoakUntil.Time) {
+				w.now = r.SoakUntil.Time
 			}
 			if Mode(w.group) == deckhousev1.ApprovalManual {
 				for _, n := range w.nodes {
@@ -372,7 +476,10 @@ func TestSimulatedRollouts(t *testing.T) {
 			w.fail("the rollout did not finish (seed %d): %v", seed, states)
 		}
 	}
-	t.Logf("%d randomized rollouts finished with every invariant held", rollouts)
+	if halts == 0 || soaks == 0 {
+		t.Errorf("the %d gated rollouts never halted (%d) or soaked (%d): the simulation does not test the gate", gated, halts, soaks)
+	}
+	t.Logf("%d randomized rollouts (%d with canaries or a soak time: %d halts, %d soaks) finished with every invariant held", rollouts, gated, halts, soaks)
 }
 
 // spared reports whether Deckhouse approves n's disruption without a

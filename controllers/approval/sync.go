@@ -23,6 +23,7 @@ import (
 func (c *Controller) sync(ctx context.Context, group string) error {
 	g, err := c.watch.Groups.Get(group)
 	if apierrors.IsNotFound(err) {
+		c.metrics.forget(group)
 		return nil
 	}
 	if err != nil {
@@ -37,7 +38,15 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
 		return nil
 	}
-	d := Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.d.Options.NodeName})
+	in := Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.d.Options.NodeName}
+	if Gated(g) {
+		in.Rollout = ParseRollout(g)
+		_, in.Resume = g.Annotations[deckhousev1.ResumeRolloutAnnotation]
+		if in.Instances, err = c.groupInstances(group); err != nil {
+			return err
+		}
+	}
+	d := Plan(in)
 	if grants(d) {
 		// Approvals and disruptions are what maxConcurrent limits, so they
 		// are decided on the API's own view rather than the informer's, which may lag
@@ -52,7 +61,13 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		for i := range list.Items {
 			ns = append(ns, &list.Items[i])
 		}
-		d = Plan(Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.d.Options.NodeName})
+		in.Nodes, in.Now = ns, c.d.Clock.Now()
+		d = Plan(in)
+	}
+	// The rollout's record goes first: a batch is recorded before its
+	// approvals are written, and a halt before anything else happens.
+	if err := c.keepRollout(ctx, g, checksum, d); err != nil {
+		return err
 	}
 	byName := map[string]*corev1.Node{}
 	for _, n := range ns {

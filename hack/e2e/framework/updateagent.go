@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,6 +41,12 @@ type Agent struct {
 	Paused atomic.Bool
 	// ApplyTakes is how long applying an approved update takes (nanoseconds).
 	ApplyTakes atomic.Int64
+
+	// failure is the bashible run the agent fails (FailOn), if any.
+	failure atomic.Pointer[stepFailure]
+	// reported is the failure last reported on the Instance, failEvent
+	// the one last reported in an Event (agent's goroutine).
+	reported, failEvent *stepFailure
 
 	f          *Framework
 	approvedAt time.Time // owned by the agent's goroutine
@@ -121,6 +128,63 @@ func (a *Agent) run(ctx context.Context) {
 	}
 }
 
+// stepFailure is a bashible step that fails on one configuration.
+type stepFailure struct{ checksum, step, output string }
+
+// FailOn makes the agent's bashible run of configuration checksum fail at
+// step, as bashible.sh reports it: the Instance's BashibleReady turns
+// False (StepsFailed, "step <step> failed with exit status 1 ...") and a
+// Warning BashibleStepFailed Event about the Node ends with "last output:
+// <output>". The node keeps its approval and never reports the checksum
+// until Heal or another configuration. The agent creates the node's
+// Instance (deleted when the test ends) if it has none.
+func (a *Agent) FailOn(t *testing.T, checksum, step, output string) {
+	t.Helper()
+	ctx := Context(t)
+	if _, err := a.f.NM.DeckhouseV1alpha1().Instances().Get(ctx, a.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		a.f.TestInstance(t, NewInstance(a.Name, a.Group))
+	}
+	a.failure.Store(&stepFailure{checksum: checksum, step: step, output: output})
+}
+
+// Heal lets the agent's failing run succeed: it applies the configuration
+// and reports BashibleReady True, as a step that passes on a retry.
+func (a *Agent) Heal() { a.failure.Store(nil) }
+
+// reportRun reports a run on the Instance, as bashible.sh does: False
+// with the step's note and an Event with its output, or True once it converged.
+func (a *Agent) reportRun(ctx context.Context, failed *stepFailure, target string) {
+	if failed == a.reported {
+		return
+	}
+	status, reason, msg := metav1.ConditionTrue, "StepsCompleted", fmt.Sprintf("configuration %.12s applied", target)
+	if failed != nil {
+		status, reason = metav1.ConditionFalse, "StepsFailed"
+		msg = fmt.Sprintf("step %s failed with exit status 1 after 0s (attempt 1 of 3)", failed.step)
+	}
+	if failed != nil && a.failEvent != failed {
+		// The Event first, then the condition, as bashible.sh reports.
+		ev := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "bashible-" + a.Name + "-", Namespace: metav1.NamespaceDefault},
+			EventTime: metav1.NewMicroTime(time.Now()), ReportingController: "bashible", ReportingInstance: a.Name, Action: "Converge",
+			Type: corev1.EventTypeWarning, Reason: "BashibleStepFailed", Note: msg + "; last output: " + failed.output,
+			Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: a.Name}}
+		if _, err := a.f.Kube.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			return
+		}
+		a.failEvent = failed
+	}
+	now := metav1.Now()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []metav1.Condition{{
+		Type: "BashibleReady", Status: status, Reason: reason, Message: msg, LastTransitionTime: now}}}})
+	if _, err := a.f.NM.DeckhouseV1alpha1().Instances().Patch(ctx, a.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		if apierrors.IsNotFound(err) && failed == nil {
+			a.reported = nil // no Instance: nothing to report
+		}
+		return
+	}
+	a.reported = failed
+}
+
 // step does one thing of the protocol, guarded by the Node's resourceVersion.
 func (a *Agent) step(ctx context.Context) {
 	n, err := a.f.Kube.CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{})
@@ -146,7 +210,13 @@ func (a *Agent) step(ctx context.Context) {
 			return
 		}
 		set = map[string]any{deckhousev1.DisruptionRequiredAnnotation: ""}
+	case a.failing(target) != nil:
+		a.reportRun(ctx, a.failing(target), target)
+		return
 	default:
+		if a.reported != nil {
+			a.reportRun(ctx, nil, target)
+		}
 		if a.approvedAt.IsZero() {
 			a.approvedAt = time.Now()
 		}
@@ -158,6 +228,14 @@ func (a *Agent) step(ctx context.Context) {
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
 	_, _ = a.f.Kube.CoreV1().Nodes().Patch(ctx, a.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+}
+
+// failing is the failure of the run of target, nil when it succeeds.
+func (a *Agent) failing(target string) *stepFailure {
+	if fl := a.failure.Load(); fl != nil && fl.checksum == target {
+		return fl
+	}
+	return nil
 }
 
 // Monitor watches the Nodes of a group and records the most nodes ever

@@ -441,6 +441,28 @@ type UpdateSpec struct {
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : (self.matches('^[1-9][0-9]*%?$') && (!self.endsWith('%') || int(self.replace('%', '')) <= 100))",message="update.maxConcurrent must be a positive number or a percentage from 1% to 100%, such as 1, 2 or \"40%\"",reason=FieldValueInvalid
 	MaxConcurrent *intstr.IntOrString `json:"maxConcurrent,omitempty"`
+	// Canaries is how many nodes take a new configuration first, before
+	// the rest of the group (at most maxConcurrent at a time). Should one
+	// of them fail to apply it (its Instance's BashibleReady turns False)
+	// or go NotReady after applying it, the rollout halts (condition
+	// RolloutHalted) until a new configuration or the annotation
+	// update.node.deckhouse.io/resume-rollout resumes it. Unset or 0: no
+	// canaries. Deckhouse has no such field; its clients ignore it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Canaries *int32 `json:"canaries,omitempty"`
+	// SoakTime is how long the nodes of each batch (the canaries first,
+	// then maxConcurrent nodes at a time) must run the new configuration,
+	// Ready and without a failed bashible run, before the next batch is
+	// approved; a failure within it halts the rollout as a canary's does.
+	// A duration such as 10m or 1h30m, from 1s to 24h. Unset: batches
+	// follow each other without soaking (and, without canaries, nodes are
+	// approved as slots free up, as with Deckhouse).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="update.soakTime must be a duration from 1s to 24h, such as 30s, 10m or 1h30m",reason=FieldValueInvalid
+	SoakTime *metav1.Duration `json:"soakTime,omitempty"`
 }
 
 // TaintEffect is what a taint does to pods that do not tolerate it.

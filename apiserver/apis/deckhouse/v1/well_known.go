@@ -159,6 +159,18 @@ const (
 	// controller reads it back and removes it once the Lease has been
 	// renewed since (the node is back).
 	FencedAnnotation = "node-manager.deckhouse.io/fenced"
+
+	// ResumeRolloutAnnotation (any value), set by a person on a NodeGroup
+	// whose rollout halted (condition RolloutHalted), lets the rollout go
+	// on as if the failure that halted it had not happened; update approval
+	// removes it once read. A new configuration resumes a rollout too.
+	ResumeRolloutAnnotation = "update.node.deckhouse.io/resume-rollout"
+	// RolloutStateAnnotation on a NodeGroup with canaries or a soak time
+	// (spec.update) is update approval's record of the rollout in progress
+	// (JSON: the checksum, the current batch, the canaries done, when the
+	// batch's soak ends, the halt), kept in the cluster so that a
+	// restarted or new leader carries on where the last one stopped.
+	RolloutStateAnnotation = "node-manager.deckhouse.io/rollout"
 )
 
 // Annotations of other components that node-manager reads or writes.
@@ -209,6 +221,10 @@ const (
 	// applies the rest of the status with server-side apply and Force: with
 	// one manager, each apply would remove the other's conditions.
 	FencingControllerFieldManager = "node-manager-controller-fencing"
+	// ApprovalControllerFieldManager is the field manager of the NodeGroup
+	// status condition RolloutHalted that update approval
+	// (controllers/approval) applies, for the same reason.
+	ApprovalControllerFieldManager = "node-manager-controller-approval"
 )
 
 // Namespaces.

@@ -874,6 +874,16 @@ func (in *UpdateSpec) DeepCopyInto(out *UpdateSpec) {
 		*out = new(intstr.IntOrString)
 		**out = **in
 	}
+	if in.Canaries != nil {
+		in, out := &in.Canaries, &out.Canaries
+		*out = new(int32)
+		**out = **in
+	}
+	if in.SoakTime != nil {
+		in, out := &in.SoakTime, &out.SoakTime
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	return
 }
 

@@ -7,6 +7,7 @@ Copyright The node-manager Authors.
 package v1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	intstr "k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -19,6 +20,22 @@ type UpdateSpecApplyConfiguration struct {
 	// update at once: a positive number or a percentage of the group's nodes
 	// (rounded down, at least one).
 	MaxConcurrent *intstr.IntOrString `json:"maxConcurrent,omitempty"`
+	// Canaries is how many nodes take a new configuration first, before
+	// the rest of the group (at most maxConcurrent at a time). Should one
+	// of them fail to apply it (its Instance's BashibleReady turns False)
+	// or go NotReady after applying it, the rollout halts (condition
+	// RolloutHalted) until a new configuration or the annotation
+	// update.node.deckhouse.io/resume-rollout resumes it. Unset or 0: no
+	// canaries. Deckhouse has no such field; its clients ignore it.
+	Canaries *int32 `json:"canaries,omitempty"`
+	// SoakTime is how long the nodes of each batch (the canaries first,
+	// then maxConcurrent nodes at a time) must run the new configuration,
+	// Ready and without a failed bashible run, before the next batch is
+	// approved; a failure within it halts the rollout as a canary's does.
+	// A duration such as 10m or 1h30m, from 1s to 24h. Unset: batches
+	// follow each other without soaking (and, without canaries, nodes are
+	// approved as slots free up, as with Deckhouse).
+	SoakTime *metav1.Duration `json:"soakTime,omitempty"`
 }
 
 // UpdateSpecApplyConfiguration constructs a declarative configuration of the UpdateSpec type for use with
@@ -32,5 +49,21 @@ func UpdateSpec() *UpdateSpecApplyConfiguration {
 // If called multiple times, the MaxConcurrent field is set to the value of the last call.
 func (b *UpdateSpecApplyConfiguration) WithMaxConcurrent(value intstr.IntOrString) *UpdateSpecApplyConfiguration {
 	b.MaxConcurrent = &value
+	return b
+}
+
+// WithCanaries sets the Canaries field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Canaries field is set to the value of the last call.
+func (b *UpdateSpecApplyConfiguration) WithCanaries(value int32) *UpdateSpecApplyConfiguration {
+	b.Canaries = &value
+	return b
+}
+
+// WithSoakTime sets the SoakTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SoakTime field is set to the value of the last call.
+func (b *UpdateSpecApplyConfiguration) WithSoakTime(value metav1.Duration) *UpdateSpecApplyConfiguration {
+	b.SoakTime = &value
 	return b
 }
