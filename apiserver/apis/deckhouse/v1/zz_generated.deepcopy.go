@@ -874,6 +874,11 @@ func (in *UpdateSpec) DeepCopyInto(out *UpdateSpec) {
 		*out = new(intstr.IntOrString)
 		**out = **in
 	}
+	if in.PinnedRevision != nil {
+		in, out := &in.PinnedRevision, &out.PinnedRevision
+		*out = new(int64)
+		**out = **in
+	}
 	return
 }
 

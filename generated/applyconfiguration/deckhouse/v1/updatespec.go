@@ -19,6 +19,14 @@ type UpdateSpecApplyConfiguration struct {
 	// update at once: a positive number or a percentage of the group's nodes
 	// (rounded down, at least one).
 	MaxConcurrent *intstr.IntOrString `json:"maxConcurrent,omitempty"`
+	// PinnedRevision pins the group to one of the bundle revisions
+	// bashible-apiserver keeps (listed in nodegroupbundles/<group> under
+	// revisions): the group's nodes receive that revision's bundle and
+	// checksum instead of the current configuration's, and converge to it
+	// through the usual update approval. Removing it resumes the current
+	// configuration. A pin to a revision that is not kept is reported by the
+	// group's Pinned condition and changes nothing the nodes receive.
+	PinnedRevision *int64 `json:"pinnedRevision,omitempty"`
 }
 
 // UpdateSpecApplyConfiguration constructs a declarative configuration of the UpdateSpec type for use with
@@ -32,5 +40,13 @@ func UpdateSpec() *UpdateSpecApplyConfiguration {
 // If called multiple times, the MaxConcurrent field is set to the value of the last call.
 func (b *UpdateSpecApplyConfiguration) WithMaxConcurrent(value intstr.IntOrString) *UpdateSpecApplyConfiguration {
 	b.MaxConcurrent = &value
+	return b
+}
+
+// WithPinnedRevision sets the PinnedRevision field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PinnedRevision field is set to the value of the last call.
+func (b *UpdateSpecApplyConfiguration) WithPinnedRevision(value int64) *UpdateSpecApplyConfiguration {
+	b.PinnedRevision = &value
 	return b
 }
