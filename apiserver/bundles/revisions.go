@@ -61,16 +61,22 @@ type revisions struct {
 	keep      int
 
 	mu sync.Mutex
-	// loaded caches decoded revisions by Secret UID: revision Secrets are
-	// immutable, so a UID always means the same bundle.
-	loaded map[types.UID]*Published
+	// loaded caches decoded revisions by Secret name and UID: revision
+	// Secrets are immutable, so these always mean the same bundle.
+	loaded map[revisionKey]*Published
 }
 
 func newRevisions(kube kubernetes.Interface, namespace string, keep int) *revisions {
 	if keep <= 0 {
 		keep = DefaultRevisionHistory
 	}
-	return &revisions{kube: kube, namespace: namespace, keep: keep, loaded: map[types.UID]*Published{}}
+	return &revisions{kube: kube, namespace: namespace, keep: keep, loaded: map[revisionKey]*Published{}}
+}
+
+// revisionKey names one revision Secret ever written.
+type revisionKey struct {
+	name string
+	uid  types.UID
 }
 
 // revisionSecretName is the Secret of revision n of group.
@@ -232,7 +238,8 @@ func (r *revisions) load(ctx context.Context, group string, n int64) (*Published
 		return nil, err
 	}
 	r.mu.Lock()
-	p, ok := r.loaded[s.UID]
+	key := revisionKey{name: s.Name, uid: s.UID}
+	p, ok := r.loaded[key]
 	r.mu.Unlock()
 	if ok {
 		return p, nil
@@ -249,7 +256,7 @@ func (r *revisions) load(ctx context.Context, group string, n int64) (*Published
 	if len(r.loaded) >= 4*r.keep {
 		clear(r.loaded) // a bound, not a policy: pins change rarely
 	}
-	r.loaded[s.UID] = p
+	r.loaded[key] = p
 	return p, nil
 }
 
