@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
@@ -38,12 +39,16 @@ func TestPinRollsAGroupBackToAKeptRevision(t *testing.T) {
 	editStep := func(content string) string {
 		t.Helper()
 		prev := f.Checksum(t, group)
-		cur, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, ngc.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cur.Spec.Content = content
-		if _, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		// bashible-apiserver writes the status meanwhile: retry conflicts.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, ngc.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Spec.Content = content
+			_, err = f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		return f.WaitChecksum(t, group, func(s string) bool { return s != prev })
