@@ -272,7 +272,8 @@ func TestKubectlShowsNodeGroupColumns(t *testing.T) {
 	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "NAME TYPE READY NODES UPTODATE PINNED AGE" {
 		t.Errorf("header = %q", lines[0])
 	}
-	if got := strings.Fields(lines[1]); len(got) != 7 || strings.Join(got[:6], " ") != "columns CloudStatic 2 3 1 <none>" {
+	// PINNED is empty: the group is not pinned.
+	if got := strings.Fields(lines[1]); len(got) != 6 || strings.Join(got[:5], " ") != "columns CloudStatic 2 3 1" {
 		t.Errorf("row = %q", lines[1])
 	}
 	wide := f.Kubectl(t, "get", "ng", "columns", "-o", "wide")
