@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"maps"
+	"slices"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,7 +79,14 @@ func (*NodeGroupBundles) ConvertToTable(_ context.Context, obj runtime.Object, _
 		})
 }
 
-// newNodeGroupBundle is a group's NodeGroupBundle: its steps.
+// newNodeGroupBundle is a group's NodeGroupBundle: its steps and its kept
+// revisions.
 func newNodeGroupBundle(p *bundles.Published, name string) *bashiblev1alpha1.NodeGroupBundle {
-	return &bashiblev1alpha1.NodeGroupBundle{ObjectMeta: objectMeta(p, name), Data: maps.Clone(p.Steps)}
+	b := &bashiblev1alpha1.NodeGroupBundle{ObjectMeta: objectMeta(p, name), Data: maps.Clone(p.Steps)}
+	for _, r := range p.Revisions {
+		b.Revisions = append(b.Revisions, bashiblev1alpha1.NodeGroupBundleRevision{
+			Revision: r.Revision, Checksum: r.Checksum, PublishedAt: r.Published, ChangedSteps: slices.Clone(r.ChangedSteps),
+		})
+	}
+	return b
 }

@@ -79,8 +79,10 @@ type builder[PT any] func(p *bundles.Published, name string) PT
 // objectMeta is the metadata every served object carries: the Secret's
 // resourceVersion and creation time, the group and node type as labels,
 // the configuration checksum and render details as annotations.
+// A bundle's revision number, and the pin when the group is pinned, are
+// annotations too.
 func objectMeta(p *bundles.Published, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
+	m := metav1.ObjectMeta{
 		Name:              name,
 		ResourceVersion:   p.ResourceVersion,
 		CreationTimestamp: p.CreationTimestamp,
@@ -91,6 +93,13 @@ func objectMeta(p *bundles.Published, name string) metav1.ObjectMeta {
 			bashiblev1alpha1.CRIAnnotation:               p.CRI,
 		},
 	}
+	if p.Revision > 0 {
+		m.Annotations[bashiblev1alpha1.RevisionAnnotation] = strconv.FormatInt(p.Revision, 10)
+	}
+	if p.PinnedRevision > 0 {
+		m.Annotations[bashiblev1alpha1.PinnedRevisionAnnotation] = strconv.FormatInt(p.PinnedRevision, 10)
+	}
+	return m
 }
 
 // notLoaded answers requests that arrive before the published bundles are
@@ -286,6 +295,7 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "The node group"},
 	{Name: "Type", Type: "string", Description: "The group's node type"},
 	{Name: "Checksum", Type: "string", Description: "The first 12 characters of the configuration checksum"},
+	{Name: "Revision", Type: "string", Description: "The bundle revision served, and \"(pinned)\" when the group is pinned to it"},
 	{Name: "Steps", Type: "integer", Description: "Steps in the group's bundle"},
 	{Name: "Size", Type: "string", Description: "Size of the script(s)"},
 	{Name: "Age", Type: "string", Description: "Time since the group's bundle was first published"},
@@ -325,13 +335,27 @@ func table[T, L any, PT object[T], PL objectList[L]](obj runtime.Object, items f
 		t.Rows = append(t.Rows, metav1.TableRow{
 			Object: runtime.RawExtension{Object: o},
 			Cells: []any{
-				o.GetName(), o.GetLabels()[deckhousev1.NodeTypeLabel], short, steps,
+				o.GetName(), o.GetLabels()[deckhousev1.NodeTypeLabel], short, revisionCell(o.GetAnnotations()), steps,
 				humanSize(size), age(o.GetCreationTimestamp()),
 				o.GetAnnotations()[bashiblev1alpha1.KubernetesVersionAnnotation], o.GetAnnotations()[bashiblev1alpha1.CRIAnnotation], checksum,
 			},
 		})
 	}
 	return t, nil
+}
+
+// revisionCell is the Revision column: the revision served, "(pinned)"
+// added while the group is pinned, "-" for a bundle without one.
+func revisionCell(annotations map[string]string) string {
+	rev := annotations[bashiblev1alpha1.RevisionAnnotation]
+	switch {
+	case rev == "":
+		return "-"
+	case annotations[bashiblev1alpha1.PinnedRevisionAnnotation] != "":
+		return rev + " (pinned)"
+	default:
+		return rev
+	}
 }
 
 func humanSize(n int) string {

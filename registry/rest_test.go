@@ -499,7 +499,7 @@ func TestStoppedWatchStopsItsSubscription(t *testing.T) {
 
 func TestTableRowsShowTypeChecksumStepsSizeAndAge(t *testing.T) {
 	f := setUp(t)
-	wantColumns := []string{"Name", "Type", "Checksum", "Steps", "Size", "Age", "Kubernetes/1", "CRI/1", "Full-Checksum/1"}
+	wantColumns := []string{"Name", "Type", "Checksum", "Revision", "Steps", "Size", "Age", "Kubernetes/1", "CRI/1", "Full-Checksum/1"}
 	for _, r := range resources {
 		s := f.storages[r.name]
 		obj, err := s.Get(as(admin), "worker", &metav1.GetOptions{})
@@ -520,7 +520,7 @@ func TestTableRowsShowTypeChecksumStepsSizeAndAge(t *testing.T) {
 		if !slices.Equal(columns, wantColumns) {
 			t.Errorf("%s columns %v, want %v (/1: -o wide only)", r.name, columns, wantColumns)
 		}
-		want := []any{"worker", "Static", sum("ab")[:12], r.steps, r.size, "3d", "1.36", "Containerd", sum("ab")}
+		want := []any{"worker", "Static", sum("ab")[:12], "-", r.steps, r.size, "3d", "1.36", "Containerd", sum("ab")}
 		if len(table.Rows) != 1 || !slices.Equal(table.Rows[0].Cells, want) {
 			t.Errorf("%s row %v, want %v", r.name, table.Rows, want)
 		}

@@ -52,6 +52,9 @@ type ControllerConfig struct {
 	Metrics  *Metrics
 	// Workers is how many groups render at once; zero means 2.
 	Workers int
+	// RevisionHistory is how many revisions of each group's bundle are
+	// kept for pinning and rollback; zero means DefaultRevisionHistory.
+	RevisionHistory int
 	// LeaseDuration etc. tune leader election; zero means 15s/10s/2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
@@ -98,6 +101,8 @@ type Controller struct {
 	// lastGood is each group's bundle to restore when its Secret is
 	// tampered with and the current render cannot replace it.
 	lastGood *lastGood
+	// revisions keeps each group's last bundles, for pins.
+	revisions *revisions
 }
 
 // NewController sets up the informers; Run starts them.
@@ -123,7 +128,8 @@ func NewController(cfg ControllerConfig) *Controller {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles-publish"}),
 		results: map[string]*Result{}, dirty: map[string]bool{}, inflight: map[string]bool{},
-		lastGood: newLastGood(),
+		lastGood:  newLastGood(),
+		revisions: newRevisions(cfg.Kube, cfg.Namespace, cfg.RevisionHistory),
 	}
 	c.term = newTermLock(&resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: deckhousev1.BashibleAPIServerName},

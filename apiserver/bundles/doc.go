@@ -83,6 +83,19 @@
 // its NodeGroup answers 404 (deleteRemoved), never because the informer
 // showed no groups for a moment.
 //
+// # Revisions and pins
+//
+// The leader keeps each group's last bundles as revisions ([revisions]:
+// one immutable Secret per revision, so that a bundle may use almost all
+// of a Secret; the list of them travels in the group's published Secret,
+// so every replica serves it without holding their contents). A NodeGroup
+// pinned to one of them (spec.update.pinnedRevision) has that revision
+// published as its bundle (chooseServed), so the pin reaches every replica
+// and node along the path every bundle takes. New renders of a pinned
+// group are still recorded; unpinning publishes the newest. A pin to a
+// revision that is not kept changes nothing the nodes receive and is
+// reported by the NodeGroup's Pinned condition.
+//
 // # Who may author a bundle
 //
 // A node runs its bundle as root whatever it says, so only

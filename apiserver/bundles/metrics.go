@@ -18,6 +18,7 @@ type Metrics struct {
 	Checksum       *prometheus.GaugeVec
 	Leader         prometheus.Gauge
 	BundleTooLarge *prometheus.GaugeVec
+	PinnedRevision *prometheus.GaugeVec
 
 	mu        sync.Mutex
 	checksums map[string]string // group → checksum label currently set
@@ -55,13 +56,17 @@ func NewMetrics() *Metrics {
 			Name: "bashible_apiserver_bundle_too_large",
 			Help: "1 while a node group's rendered bundle is too large for a Secret and is not published (the group keeps its last good bundle); set by the leader.",
 		}, []string{"group"}),
+		PinnedRevision: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bashible_apiserver_pinned_revision",
+			Help: "The bundle revision a pinned node group's nodes receive (NodeGroup spec.update.pinnedRevision); absent for a group that is not pinned.",
+		}, []string{"group"}),
 		checksums: map[string]string{},
 	}
 }
 
 // Collectors lists every metric for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.RenderDuration, m.RenderErrors, m.RenderCached, m.BundleBytes, m.Checksum, m.Leader, m.BundleTooLarge}
+	return []prometheus.Collector{m.RenderDuration, m.RenderErrors, m.RenderCached, m.BundleBytes, m.Checksum, m.Leader, m.BundleTooLarge, m.PinnedRevision}
 }
 
 // ServedChanged updates the per-group serving metrics; cur nil means the
@@ -79,6 +84,11 @@ func (m *Metrics) ServedChanged(old, cur *Published) {
 	if prev, ok := m.checksums[group]; ok {
 		m.Checksum.DeleteLabelValues(group, prev)
 		delete(m.checksums, group)
+	}
+	if cur == nil || cur.PinnedRevision == 0 {
+		m.PinnedRevision.DeleteLabelValues(group)
+	} else {
+		m.PinnedRevision.WithLabelValues(group).Set(float64(cur.PinnedRevision))
 	}
 	if cur == nil {
 		m.BundleBytes.DeleteLabelValues(group)

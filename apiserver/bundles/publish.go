@@ -107,16 +107,23 @@ func (c *Controller) latestResults(ngs []*deckhousev1.NodeGroup) (map[string]*Re
 	return results, true
 }
 
-// publish writes the bundles, restores tampered ones, deletes those of
-// removed groups, and reports render failures on the objects at fault.
+// publish writes the bundles (or the revisions groups are pinned to),
+// records revisions, restores tampered bundles, deletes those of removed
+// groups, and reports render failures and pins on the objects at fault.
 func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]*Result) error {
 	var errs []error
 	tooLarge := map[string]*BundleTooLargeError{}
+	pins := map[string]*pinOutcome{}
+	groups := make(map[string]*deckhousev1.NodeGroup, len(in.NodeGroups))
+	for _, ng := range in.NodeGroups {
+		groups[ng.Name] = ng
+	}
 	for _, group := range sortedGroups(results) {
-		big, err := c.publishGroup(ctx, results[group])
+		big, pin, err := c.publishGroup(ctx, pinnedRevision(groups[group]), results[group])
 		if err != nil {
 			errs = append(errs, err)
 		}
+		pins[group] = pin
 		if big != nil {
 			tooLarge[group] = big
 			c.cfg.Metrics.BundleTooLarge.WithLabelValues(group).Set(1)
@@ -126,43 +133,66 @@ func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]
 	}
 	errs = append(errs, c.deleteRemoved(ctx, results)...)
 	errs = append(errs, c.reportConfigs(ctx, in.Configs, results, tooLarge)...)
-	errs = append(errs, c.reportNodeGroups(ctx, in.NodeGroups, results, tooLarge)...)
+	errs = append(errs, c.reportNodeGroups(ctx, in.NodeGroups, results, tooLarge, pins)...)
 	return errors.Join(errs...)
 }
 
-// publishGroup publishes r's bundle. When there is none to publish (the
-// render failed, or the bundle is too large for a Secret, which it returns)
-// it writes the group's last good bundle instead: writeBundle leaves an
-// intact Secret alone, so this only restores one that someone else changed
-// or deleted.
-func (c *Controller) publishGroup(ctx context.Context, r *Result) (*BundleTooLargeError, error) {
+// publishGroup records r's bundle as the group's newest revision and
+// publishes what the group's nodes are to receive: that bundle, or the
+// revision the group is pinned to (pin, zero for none). When r has no
+// bundle to publish (the render failed, or the bundle is too large for a
+// Secret, which it returns) it writes the group's last good bundle
+// instead: writeBundle leaves an intact Secret alone, so this only
+// restores one that someone else changed or deleted. It returns what the
+// pin came to, nil when the group is not pinned.
+func (c *Controller) publishGroup(ctx context.Context, pin int64, r *Result) (*BundleTooLargeError, *pinOutcome, error) {
 	var big *BundleTooLargeError
+	prev := c.lastGood.get(r.Group)
+	var index []RevisionInfo
+	if prev != nil {
+		index = prev.Revisions
+	}
+	var current *Published
 	if r.Published != nil {
-		_, err := c.writeBundle(ctx, r.Published)
-		if err == nil {
-			good := *r.Published
-			good.TemplatesDigest = c.templatesDigest(r.Published)
-			c.lastGood.wrote(&good)
-			return nil, nil
+		fresh := *r.Published
+		fresh.TemplatesDigest = c.templatesDigest(r.Published)
+		kept, number, err := c.revisions.record(ctx, &fresh, index, pin)
+		switch {
+		case errors.As(err, &big):
+			klog.InfoS("Node group's bundle is too large to publish; it keeps its last good bundle", "group", r.Group,
+				"encodedBytes", big.Encoded, "limit", big.Limit)
+		case err != nil && kept == nil:
+			return nil, nil, err
+		default:
+			if err != nil {
+				klog.ErrorS(err, "Pruning bundle revisions failed; will retry on the next publish", "group", r.Group)
+			}
+			index = kept
+			fresh.Revision = number
+			current = &fresh
 		}
-		if !errors.As(err, &big) {
-			return nil, err
-		}
-		klog.InfoS("Node group's bundle is too large to publish; it keeps its last good bundle", "group", r.Group,
+	}
+	served, outcome, err := c.chooseServed(ctx, r.Group, pin, current, prev, index)
+	if err != nil || served == nil {
+		return big, outcome, err
+	}
+	next := *served
+	next.Revisions = index
+	wrote, err := c.writeBundle(ctx, &next)
+	if errors.As(err, &big) {
+		// Only the revision list made it too large: keep what is published.
+		klog.InfoS("Node group's bundle is too large to publish with its revision list; it keeps its last good bundle", "group", r.Group,
 			"encodedBytes", big.Encoded, "limit", big.Limit)
+		return big, outcome, nil
 	}
-	good := c.lastGood.get(r.Group)
-	if good == nil {
-		return big, nil
-	}
-	wrote, err := c.writeBundle(ctx, good)
 	if err != nil {
-		return big, fmt.Errorf("restore the last good bundle of group %s: %w", r.Group, err)
+		return big, outcome, err
 	}
-	if wrote {
-		klog.InfoS("Restored a published bundle that was changed or deleted by someone else", "group", r.Group, "checksum", good.Checksum)
+	c.lastGood.wrote(&next)
+	if wrote && current == nil && pin == 0 {
+		klog.InfoS("Restored a published bundle that was changed or deleted by someone else", "group", r.Group, "checksum", next.Checksum)
 	}
-	return big, nil
+	return big, outcome, nil
 }
 
 // sortedGroups are the groups of results in name order, so that publishing

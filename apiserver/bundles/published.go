@@ -31,6 +31,15 @@ type Published struct {
 	Bashible          string            `json:"bashible"`
 	Steps             map[string]string `json:"steps"`
 	Bootstrap         string            `json:"bootstrap"`
+	// Revision is the number of the group's revision this bundle is; zero
+	// for a bundle published before revisions were kept.
+	Revision int64 `json:"revision,omitempty"`
+	// PinnedRevision is set when the group is pinned (NodeGroup
+	// spec.update.pinnedRevision) and this is the pinned revision.
+	PinnedRevision int64 `json:"pinnedRevision,omitempty"`
+	// Revisions are the group's kept revisions, oldest first; only the
+	// group's published Secret carries them, not a revision's own.
+	Revisions []RevisionInfo `json:"revisions,omitempty"`
 	// ResourceVersion and CreationTimestamp come from the Secret.
 	ResourceVersion   string      `json:"-"`
 	CreationTimestamp metav1.Time `json:"-"`
@@ -72,6 +81,19 @@ func encodeSecretData(p *Published) (map[string][]byte, error) {
 
 // decodeSecret reads a published bundle from its Secret.
 func decodeSecret(s *corev1.Secret) (*Published, error) {
+	p, err := decodeBundle(s)
+	if err != nil {
+		return nil, err
+	}
+	if deckhousev1.PublishedBundleSecretPrefix+p.Group != s.Name {
+		return nil, fmt.Errorf("secret %s/%s does not hold a bundle of group %q", s.Namespace, s.Name, p.Group)
+	}
+	return p, nil
+}
+
+// decodeBundle reads the bundle a Secret holds (a group's published
+// bundle, or one of its revisions) and verifies it against its checksum.
+func decodeBundle(s *corev1.Secret) (*Published, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(s.Data[deckhousev1.PublishedBundleKey]))
 	if err != nil {
 		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, deckhousev1.PublishedBundleKey, err)
@@ -87,7 +109,7 @@ func decodeSecret(s *corev1.Secret) (*Published, error) {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, fmt.Errorf("secret %s/%s: %s: %w", s.Namespace, s.Name, deckhousev1.PublishedBundleKey, err)
 	}
-	if p.Group == "" || deckhousev1.PublishedBundleSecretPrefix+p.Group != s.Name || p.Checksum == "" {
+	if p.Group == "" || p.Checksum == "" {
 		return nil, fmt.Errorf("secret %s/%s does not hold a bundle of group %q", s.Namespace, s.Name, p.Group)
 	}
 	// Serve only what the checksum describes: an edited Secret is refused

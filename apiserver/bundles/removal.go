@@ -44,6 +44,12 @@ func (c *Controller) deleteRemoved(ctx context.Context, results map[string]*Resu
 			errs = append(errs, fmt.Errorf("confirm that node group %s is gone before deleting its bundle: %w", group, err))
 			continue
 		}
+		// The revisions go first: were the bundle deleted first and this
+		// fail, nothing would bring the leader back to them.
+		if err := c.revisions.deleteAll(ctx, group); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		err = c.cfg.Kube.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete bundle of removed group %s: %w", group, err))

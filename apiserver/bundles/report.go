@@ -96,9 +96,10 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 	return errs
 }
 
-// reportNodeGroups sets the Rendered condition on each NodeGroup with
-// server-side apply, owning only that condition.
-func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.NodeGroup, results map[string]*Result, tooLarge map[string]*BundleTooLargeError) []error {
+// reportNodeGroups sets the Rendered condition, and the Pinned condition
+// of a pinned group, on each NodeGroup with server-side apply, owning only
+// those conditions: applying without Pinned removes it once the pin is.
+func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.NodeGroup, results map[string]*Result, tooLarge map[string]*BundleTooLargeError, pins map[string]*pinOutcome) []error {
 	var errs []error
 	for _, ng := range ngs {
 		r := results[ng.Name]
@@ -119,21 +120,44 @@ func (c *Controller) reportNodeGroups(ctx context.Context, ngs []*deckhousev1.No
 		// observedGeneration tells a reader which spec this condition is
 		// about, so a new generation is always reported.
 		old := meta.FindStatusCondition(ng.Status.Conditions, ConditionRendered)
-		if old != nil && old.Status == status && old.Reason == reason && old.Message == msg && old.ObservedGeneration == ng.Generation {
+		pin := pins[ng.Name]
+		oldPin := meta.FindStatusCondition(ng.Status.Conditions, ConditionPinned)
+		if old != nil && old.Status == status && old.Reason == reason && old.Message == msg && old.ObservedGeneration == ng.Generation &&
+			pinReported(oldPin, pin, ng.Generation) {
 			continue
 		}
-		transition := metav1.Now()
-		if old != nil && old.Status == status {
-			transition = old.LastTransitionTime
-		}
-		ac := applyv1.NodeGroup(ng.Name).WithStatus(applyv1.NodeGroupStatus().WithConditions(
+		conditions := []*metav1ac.ConditionApplyConfiguration{
 			metav1ac.Condition().WithType(ConditionRendered).WithStatus(status).WithReason(reason).
-				WithMessage(msg).WithLastTransitionTime(transition).WithObservedGeneration(ng.Generation)))
+				WithMessage(msg).WithLastTransitionTime(transitionTime(old, status)).WithObservedGeneration(ng.Generation),
+		}
+		if pin != nil {
+			conditions = append(conditions, metav1ac.Condition().WithType(ConditionPinned).WithStatus(pin.status).WithReason(pin.reason).
+				WithMessage(truncate(pin.message, 4000)).WithLastTransitionTime(transitionTime(oldPin, pin.status)).WithObservedGeneration(ng.Generation))
+		}
+		ac := applyv1.NodeGroup(ng.Name).WithStatus(applyv1.NodeGroupStatus().WithConditions(conditions...))
 		if _, err := c.cfg.NodeMgr.DeckhouseV1().NodeGroups().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: deckhousev1.BashibleAPIServerName, Force: true}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("report status of NodeGroup %s: %w", ng.Name, err))
 		}
 	}
 	return errs
+}
+
+// pinReported reports whether a group's Pinned condition old already says
+// what pin does (both absent when the group is not pinned).
+func pinReported(old *metav1.Condition, pin *pinOutcome, generation int64) bool {
+	if pin == nil || old == nil {
+		return pin == nil && old == nil
+	}
+	return old.Status == pin.status && old.Reason == pin.reason && old.Message == truncate(pin.message, 4000) && old.ObservedGeneration == generation
+}
+
+// transitionTime keeps a condition's transition time while its status
+// stays, and is now when it changes.
+func transitionTime(old *metav1.Condition, status metav1.ConditionStatus) metav1.Time {
+	if old != nil && old.Status == status {
+		return old.LastTransitionTime
+	}
+	return metav1.Now()
 }
 
 // tooLargeOf are the errors of those groups whose bundle is too large.

@@ -13,6 +13,7 @@ import (
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/templates"
 	"github.com/node-manager/node-manager/templates/sandbox"
 )
@@ -31,6 +32,9 @@ type Options struct {
 	BundlesNamespace string
 	// Identity names this replica in the leader Lease.
 	Identity string
+	// RevisionHistory is how many revisions of each group's bundle are
+	// kept, for pinning a group to an earlier one.
+	RevisionHistory int
 	// Render bounds the rendering of NodeGroupConfigurations.
 	Render RenderOptions
 	// LeaderElection times the Lease of the publishing replica.
@@ -71,7 +75,7 @@ func NewOptions() *Options {
 	generic.SecureServing.BindPort = 10423
 	generic.SecureServing.MinTLSVersion = "VersionTLS12"
 	hostname, _ := os.Hostname()
-	return &Options{Generic: generic, BundlesNamespace: deckhousev1.BundlesNamespace, Identity: hostname,
+	return &Options{Generic: generic, BundlesNamespace: deckhousev1.BundlesNamespace, Identity: hostname, RevisionHistory: bundles.DefaultRevisionHistory,
 		Render:         RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi"},
 		LeaderElection: LeaderElectionOptions{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}}
 }
@@ -84,6 +88,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BundlesNamespace, "bundles-namespace", o.BundlesNamespace,
 		"namespace of the published bundle Secrets and the leader Lease; only bashible-apiserver's identity may be allowed to write Secrets there, since whoever can authors what nodes run")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "this replica's name in the leader Lease (default: the hostname)")
+	fs.IntVar(&o.RevisionHistory, "revision-history", o.RevisionHistory,
+		"how many revisions of each node group's bundle to keep (Secrets in --bundles-namespace) for pinning a group to an earlier one with spec.update.pinnedRevision; a pinned revision is kept besides these")
 	fs.IntVar(&o.Render.Workers, "render-workers", o.Render.Workers,
 		"how many node groups render at once; each may use one render worker process")
 	fs.DurationVar(&o.Render.Timeout, "render-timeout", o.Render.Timeout,
@@ -120,6 +126,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Identity == "" {
 		errs = append(errs, errors.New("--identity must not be empty (the hostname is unknown)"))
+	}
+	if o.RevisionHistory < 1 {
+		errs = append(errs, fmt.Errorf("--revision-history %d must be at least 1 (the current revision)", o.RevisionHistory))
 	}
 	if o.Render.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--render-workers %d must be at least 1", o.Render.Workers))

@@ -44,6 +44,8 @@ type ExtraConfig struct {
 	Identity         string
 	Render           RenderConfig
 	LeaderElection   LeaderElectionOptions
+	// RevisionHistory is how many revisions of each group are kept.
+	RevisionHistory int
 }
 
 // RenderConfig bounds rendering (see RenderOptions).
@@ -95,7 +97,8 @@ func newConfig(o *Options) (*Config, error) {
 		return nil, err
 	}
 	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, BundlesNamespace: o.BundlesNamespace, Identity: o.Identity,
-		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}, LeaderElection: o.LeaderElection}}, nil
+		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}, LeaderElection: o.LeaderElection,
+		RevisionHistory: o.RevisionHistory}}, nil
 }
 
 // Complete fills in defaults.
@@ -173,7 +176,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	sandboxed := tree.WithSandbox(pool)
 	controller := bundles.NewController(bundles.ControllerConfig{
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
-		Renderer: bundles.NewRenderer(sandboxed), Store: store, Metrics: m, Workers: c.extra.Render.Workers,
+		Renderer: bundles.NewRenderer(sandboxed), Store: store, Metrics: m, Workers: c.extra.Render.Workers, RevisionHistory: c.extra.RevisionHistory,
 		LeaseDuration: c.extra.LeaderElection.LeaseDuration, RenewDeadline: c.extra.LeaderElection.RenewDeadline, RetryPeriod: c.extra.LeaderElection.RetryPeriod,
 	})
 	narrower := access.NewNarrower(nm)

@@ -31,6 +31,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.NodeGroupBundlePreview{}.OpenAPIModelName():       schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundlePreview(ref),
 		v1alpha1.NodeGroupBundlePreviewSpec{}.OpenAPIModelName():   schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundlePreviewSpec(ref),
 		v1alpha1.NodeGroupBundlePreviewStatus{}.OpenAPIModelName(): schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundlePreviewStatus(ref),
+		v1alpha1.NodeGroupBundleRevision{}.OpenAPIModelName():      schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundleRevision(ref),
 		v1alpha1.StepPreview{}.OpenAPIModelName():                  schema_apiserver_apis_bashible_v1alpha1_StepPreview(ref),
 		v1.APIGroup{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -465,12 +466,31 @@ func schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundle(ref common.Referenc
 							},
 						},
 					},
+					"revisions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Revisions are the group's kept bundle revisions, oldest first: the last revisions published (bashible-apiserver's --revision-history, default 5) and the one the group is pinned to. The annotation bashible.deckhouse.io/revision names the one Data holds.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref(v1alpha1.NodeGroupBundleRevision{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"data"},
 			},
 		},
 		Dependencies: []string{
-			v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.NodeGroupBundleRevision{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -649,6 +669,64 @@ func schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundlePreviewStatus(ref co
 		},
 		Dependencies: []string{
 			v1alpha1.GroupPreview{}.OpenAPIModelName(), v1alpha1.GroupRenderFailure{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_bashible_v1alpha1_NodeGroupBundleRevision(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeGroupBundleRevision is one bundle a group has had: a configuration the group may be pinned to (NodeGroup spec.update.pinnedRevision).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"revision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Revision numbers the group's bundles in the order they were published, from 1.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"checksum": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Checksum is the revision's configuration checksum.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"publishedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PublishedAt is when the revision was first published.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"changedSteps": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ChangedSteps are the steps (<NNN>_<step>.sh, and bashible.sh) added, changed or removed since the revision before it; empty for the first kept revision.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: "",
+										Type:    []string{"string"},
+										Format:  "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"revision", "checksum", "publishedAt"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -41,7 +41,7 @@ func TestKubectlTablesAndExplain(t *testing.T) {
 	for _, resource := range []string{"bashibles", "nodegroupbundles", "bootstrap"} {
 		out := f.Kubectl(t, "get", resource)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if got := strings.Join(strings.Fields(lines[0]), " "); got != "NAME TYPE CHECKSUM STEPS SIZE AGE" {
+		if got := strings.Join(strings.Fields(lines[0]), " "); got != "NAME TYPE CHECKSUM REVISION STEPS SIZE AGE" {
 			t.Errorf("kubectl get %s header = %q", resource, got)
 		}
 		if !strings.Contains(out, "worker   Static") {

@@ -273,9 +273,10 @@ func TestKubectlShowsNodeGroupColumns(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("kubectl get ng columns:\n%s", out)
 	}
-	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "NAME TYPE READY NODES UPTODATE AGE" {
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "NAME TYPE READY NODES UPTODATE PINNED AGE" {
 		t.Errorf("header = %q", lines[0])
 	}
+	// PINNED is empty: the group is not pinned.
 	if got := strings.Fields(lines[1]); len(got) != 6 || strings.Join(got[:5], " ") != "columns CloudStatic 2 3 1" {
 		t.Errorf("row = %q", lines[1])
 	}

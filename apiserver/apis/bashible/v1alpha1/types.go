@@ -42,6 +42,31 @@ type NodeGroupBundle struct {
 	// Data maps each step's file name (<NNN>_<step>.sh, run in byte order)
 	// to its script.
 	Data map[string]string `json:"data"`
+	// Revisions are the group's kept bundle revisions, oldest first: the
+	// last revisions published (bashible-apiserver's --revision-history,
+	// default 5) and the one the group is pinned to. The annotation
+	// bashible.deckhouse.io/revision names the one Data holds.
+	// +optional
+	// +listType=atomic
+	Revisions []NodeGroupBundleRevision `json:"revisions,omitempty"`
+}
+
+// NodeGroupBundleRevision is one bundle a group has had: a configuration
+// the group may be pinned to (NodeGroup spec.update.pinnedRevision).
+type NodeGroupBundleRevision struct {
+	// Revision numbers the group's bundles in the order they were
+	// published, from 1.
+	Revision int64 `json:"revision"`
+	// Checksum is the revision's configuration checksum.
+	Checksum string `json:"checksum"`
+	// PublishedAt is when the revision was first published.
+	PublishedAt metav1.Time `json:"publishedAt"`
+	// ChangedSteps are the steps (<NNN>_<step>.sh, and bashible.sh) added,
+	// changed or removed since the revision before it; empty for the first
+	// kept revision.
+	// +optional
+	// +listType=atomic
+	ChangedSteps []string `json:"changedSteps,omitempty"`
 }
 
 // NodeGroupBundleList is a list of NodeGroupBundles.

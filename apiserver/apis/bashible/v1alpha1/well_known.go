@@ -22,6 +22,22 @@ const (
 	CRIAnnotation               = "bashible.deckhouse.io/cri"
 )
 
+// Bundle revisions (pinning and rollback).
+const (
+	// RevisionAnnotation on every served object is the number of the
+	// group's bundle revision it carries (nodegroupbundles/<group> lists
+	// the kept revisions). bashible-apiserver also puts it, as a label, on
+	// each revision Secret it keeps.
+	RevisionAnnotation = "bashible.deckhouse.io/revision"
+	// PinnedRevisionAnnotation is on the served objects of a group pinned
+	// (NodeGroup spec.update.pinnedRevision) to an earlier revision: the
+	// revision its nodes receive instead of the current configuration.
+	PinnedRevisionAnnotation = "bashible.deckhouse.io/pinned-revision"
+	// ChangedStepsAnnotation on a revision Secret lists, comma-separated,
+	// the steps that changed since the revision before it.
+	ChangedStepsAnnotation = "bashible.deckhouse.io/changed-steps"
+)
+
 // BashibleScriptKey is the only key of Bashible.Data: the node agent,
 // which bashible itself fetches and writes to /var/lib/bashible/bashible.sh.
 const BashibleScriptKey = "bashible.sh"

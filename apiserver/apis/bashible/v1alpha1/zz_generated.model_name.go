@@ -65,6 +65,11 @@ func (in NodeGroupBundlePreviewStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeGroupBundleRevision) OpenAPIModelName() string {
+	return "io.deckhouse.bashible.v1alpha1.NodeGroupBundleRevision"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in StepPreview) OpenAPIModelName() string {
 	return "io.deckhouse.bashible.v1alpha1.StepPreview"
 }

@@ -24,6 +24,7 @@ const MaxNameLength = 42
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
 // +kubebuilder:printcolumn:name="UpToDate",type=integer,JSONPath=`.status.upToDate`
+// +kubebuilder:printcolumn:name="Pinned",type=integer,JSONPath=`.spec.update.pinnedRevision`,description="The bundle revision the group is pinned to, empty when it follows the current configuration"
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`,priority=1
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`,priority=1
 // +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.status.min`,priority=1
@@ -463,6 +464,16 @@ type UpdateSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="update.soakTime must be a duration from 1s to 24h, such as 30s, 10m or 1h30m",reason=FieldValueInvalid
 	SoakTime *metav1.Duration `json:"soakTime,omitempty"`
+	// PinnedRevision pins the group to one of the bundle revisions
+	// bashible-apiserver keeps (listed in nodegroupbundles/<group> under
+	// revisions): the group's nodes receive that revision's bundle and
+	// checksum instead of the current configuration's, and converge to it
+	// through the usual update approval. Removing it resumes the current
+	// configuration. A pin to a revision that is not kept is reported by the
+	// group's Pinned condition and changes nothing the nodes receive.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="update.pinnedRevision must be a revision number (1 or more) listed in kubectl get nodegroupbundles <group> -o yaml",reason=FieldValueInvalid
+	PinnedRevision *int64 `json:"pinnedRevision,omitempty"`
 }
 
 // TaintEffect is what a taint does to pods that do not tolerate it.

@@ -322,6 +322,14 @@ const (
 	// PublishedBundleAppLabel (value BashibleAPIServerName) marks the
 	// Secrets bashible-apiserver publishes; replicas watch only those.
 	PublishedBundleAppLabel = "app"
+	// RevisionSecretPrefix + <group> + "-" + <n> is revision n of a
+	// group's bundle: an immutable Secret holding the bundle as published
+	// (PublishedBundleKey), kept for pinning and rollback.
+	RevisionSecretPrefix = "bashible-revision-"
+	// RevisionOfLabel on a revision Secret names its group; the leader
+	// lists a group's revisions by it. Revision Secrets carry no
+	// PublishedBundleAppLabel, so replicas do not hold them in memory.
+	RevisionOfLabel = "bashible.deckhouse.io/revision-of"
 )
 
 // The early-oom agent's settings: the ConfigMap EarlyOOMName in Namespace.

@@ -884,6 +884,11 @@ func (in *UpdateSpec) DeepCopyInto(out *UpdateSpec) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.PinnedRevision != nil {
+		in, out := &in.PinnedRevision, &out.PinnedRevision
+		*out = new(int64)
+		**out = **in
+	}
 	return
 }
 

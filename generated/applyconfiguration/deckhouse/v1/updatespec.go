@@ -36,6 +36,14 @@ type UpdateSpecApplyConfiguration struct {
 	// follow each other without soaking (and, without canaries, nodes are
 	// approved as slots free up, as with Deckhouse).
 	SoakTime *metav1.Duration `json:"soakTime,omitempty"`
+	// PinnedRevision pins the group to one of the bundle revisions
+	// bashible-apiserver keeps (listed in nodegroupbundles/<group> under
+	// revisions): the group's nodes receive that revision's bundle and
+	// checksum instead of the current configuration's, and converge to it
+	// through the usual update approval. Removing it resumes the current
+	// configuration. A pin to a revision that is not kept is reported by the
+	// group's Pinned condition and changes nothing the nodes receive.
+	PinnedRevision *int64 `json:"pinnedRevision,omitempty"`
 }
 
 // UpdateSpecApplyConfiguration constructs a declarative configuration of the UpdateSpec type for use with
@@ -65,5 +73,13 @@ func (b *UpdateSpecApplyConfiguration) WithCanaries(value int32) *UpdateSpecAppl
 // If called multiple times, the SoakTime field is set to the value of the last call.
 func (b *UpdateSpecApplyConfiguration) WithSoakTime(value metav1.Duration) *UpdateSpecApplyConfiguration {
 	b.SoakTime = &value
+	return b
+}
+
+// WithPinnedRevision sets the PinnedRevision field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PinnedRevision field is set to the value of the last call.
+func (b *UpdateSpecApplyConfiguration) WithPinnedRevision(value int64) *UpdateSpecApplyConfiguration {
+	b.PinnedRevision = &value
 	return b
 }

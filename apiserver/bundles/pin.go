@@ -1,0 +1,128 @@
+package bundles
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+// ConditionPinned is the NodeGroup condition bashible-apiserver sets while
+// the group is pinned to a revision (spec.update.pinnedRevision): True
+// when its nodes receive that revision, False (ReasonRevisionNotFound)
+// when the revision is not kept. It is absent on a group without a pin.
+const ConditionPinned = "Pinned"
+
+// Reasons of the Pinned condition.
+const (
+	ReasonRevisionServed   = "RevisionServed"
+	ReasonRevisionNotFound = "RevisionNotFound"
+)
+
+// pinOutcome is what a group's pin came to: its Pinned condition.
+type pinOutcome struct {
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+// pinnedRevision is the revision ng is pinned to, zero for none.
+func pinnedRevision(ng *deckhousev1.NodeGroup) int64 {
+	if ng == nil || ng.Spec.Update == nil || ng.Spec.Update.PinnedRevision == nil {
+		return 0
+	}
+	return *ng.Spec.Update.PinnedRevision
+}
+
+// chooseServed decides what a group's nodes receive. current is the
+// group's render as its newest revision (nil when it failed or is too
+// large), prev what is published now (nil before the first publish),
+// index the kept revisions.
+//
+//   - Not pinned: current; without one, the last good bundle, which after
+//     an unpin is the newest revision rather than the pinned one.
+//   - Pinned to a kept revision: that revision, loaded from its Secret.
+//   - Pinned to a revision not kept: what is published now, unchanged (a
+//     node never falls back to another configuration silently), and a
+//     Pinned=False condition that says so.
+func (c *Controller) chooseServed(ctx context.Context, group string, pin int64, current, prev *Published, index []RevisionInfo) (*Published, *pinOutcome, error) {
+	if pin == 0 {
+		if current != nil {
+			return current, nil, nil
+		}
+		if prev != nil && prev.PinnedRevision != 0 && len(index) > 0 {
+			newest := index[len(index)-1].Revision
+			p, err := c.revisions.load(ctx, group, newest)
+			if err == nil {
+				return p, nil, nil
+			}
+			if !apierrors.IsNotFound(err) {
+				return nil, nil, fmt.Errorf("load revision %d of group %s to resume it after the pin was removed: %w", newest, group, err)
+			}
+			klog.InfoS("The newest revision of an unpinned group is gone; it keeps the bundle it was pinned to until it renders", "group", group, "revision", newest)
+		}
+		return prev, nil, nil
+	}
+	newest := int64(0)
+	if len(index) > 0 {
+		newest = index[len(index)-1].Revision
+	}
+	if prev != nil && prev.PinnedRevision == pin {
+		return prev, servedOutcome(prev, newest), nil
+	}
+	if hasRevision(index, pin) {
+		p, err := c.revisions.load(ctx, group, pin)
+		switch {
+		case err == nil:
+			pinned := *p
+			pinned.PinnedRevision = pin
+			return &pinned, servedOutcome(&pinned, newest), nil
+		case !apierrors.IsNotFound(err):
+			return nil, nil, fmt.Errorf("load revision %d of group %s, which the group is pinned to: %w", pin, group, err)
+		}
+	}
+	keep := prev
+	if keep == nil {
+		keep = current // nothing served yet: a new node must still get a bundle
+	}
+	msg := fmt.Sprintf("spec.update.pinnedRevision %d is not a kept revision of the group (kept: %s)", pin, revisionNumbers(index))
+	if keep != nil {
+		msg += fmt.Sprintf("; its nodes keep receiving revision %d (checksum %s)", keep.Revision, shortChecksum(keep.Checksum))
+	}
+	msg += ". Pin a kept revision (kubectl get nodegroupbundles " + group + " -o yaml lists them) or remove the pin."
+	return keep, &pinOutcome{status: metav1.ConditionFalse, reason: ReasonRevisionNotFound, message: msg}, nil
+}
+
+// servedOutcome is the Pinned condition of a group whose nodes receive
+// the pinned revision p; newest is the group's newest revision.
+func servedOutcome(p *Published, newest int64) *pinOutcome {
+	msg := fmt.Sprintf("Nodes receive revision %d (checksum %s)", p.Revision, shortChecksum(p.Checksum))
+	if newest > p.Revision {
+		msg += fmt.Sprintf(" instead of the current revision %d", newest)
+	}
+	msg += "; remove spec.update.pinnedRevision to resume the current configuration."
+	return &pinOutcome{status: metav1.ConditionTrue, reason: ReasonRevisionServed, message: msg}
+}
+
+// revisionNumbers lists the kept revisions for a message.
+func revisionNumbers(index []RevisionInfo) string {
+	if len(index) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(index))
+	for i, r := range index {
+		parts[i] = strconv.FormatInt(r.Revision, 10)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// shortChecksum is the first 12 characters of a checksum, as tables print it.
+func shortChecksum(sum string) string {
+	return sum[:min(12, len(sum))]
+}
