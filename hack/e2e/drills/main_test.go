@@ -38,6 +38,9 @@ var (
 	// controllers are the running node-manager-controllers; a drill that
 	// kills the leader starts a new standby.
 	controllers []*stack.Controller
+	// controllerLinks are the controllers' connections to kube-apiserver,
+	// by identity.
+	controllerLinks = map[string]*framework.TCPProxy{}
 )
 
 // replicaArgs: a short Lease, so that a lost Lease is taken over within
@@ -87,9 +90,9 @@ func setUp(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	for _, id := range []string{"controller-1", "controller-2"} {
-		c, err := f.Env.StartController(ctx, stack.ControllerOptions{Identity: id, ExtraArgs: controllerArgs})
+		c, err := startController(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("start node-manager-controller: %w", err)
+			return nil, err
 		}
 		controllers = append(controllers, c)
 	}
@@ -105,7 +108,25 @@ func setUp(ctx context.Context) (func(), error) {
 		for _, l := range links {
 			l.Close()
 		}
+		for _, l := range controllerLinks {
+			l.Close()
+		}
 	}, nil
+}
+
+// startController starts a node-manager-controller that reaches
+// kube-apiserver through a link of its own, which a drill can cut.
+func startController(ctx context.Context, identity string) (*stack.Controller, error) {
+	link, err := framework.StartTCPProxy(strings.TrimPrefix(f.CP.APIServerURL, "https://"))
+	if err != nil {
+		return nil, err
+	}
+	controllerLinks[identity] = link
+	c, err := f.Env.StartController(ctx, stack.ControllerOptions{Identity: identity, ExtraArgs: controllerArgs, APIServer: link.Addr()})
+	if err != nil {
+		return nil, fmt.Errorf("start node-manager-controller %s: %w", identity, err)
+	}
+	return c, nil
 }
 
 // replicaOptions are replica i's: its identity, templates and link.
