@@ -213,6 +213,7 @@ type Manager struct {
 	synced      atomic.Bool
 	leading     atomic.Bool
 	leaderGauge prometheus.Gauge
+	terms       prometheus.Counter
 }
 
 // New makes a manager for the controllers build makes from deps (and,
@@ -222,8 +223,12 @@ func New(deps *Deps, opts *Options, build Build) *Manager {
 		Name: "node_manager_leader",
 		Help: "1 while this process holds the node-manager-controller Lease and runs the controllers.",
 	})
-	deps.process.MustRegister(g)
-	return &Manager{deps: deps, opts: opts, build: build, leaderGauge: g}
+	terms := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "node_manager_leader_terms_total",
+		Help: "Terms this process has led (held the Lease and run the controllers); more than one: it lost the Lease and took it again without a restart.",
+	})
+	deps.process.MustRegister(g, terms)
+	return &Manager{deps: deps, opts: opts, build: build, leaderGauge: g, terms: terms}
 }
 
 // Leading reports whether this process holds the Lease.
@@ -320,6 +325,7 @@ func (m *Manager) lead(ctx context.Context, controllers []Controller) {
 		klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
 		m.leading.Store(true)
 		m.leaderGauge.Set(1)
+		m.terms.Inc()
 		defer func() {
 			m.leading.Store(false)
 			m.leaderGauge.Set(0)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -260,6 +261,9 @@ func TestALostTermStopsTheControllersAndANewTermRunsThemAfresh(t *testing.T) {
 	}
 	if !m.Leading() {
 		t.Error("Leading() = false in the new term")
+	}
+	if n := testutil.ToFloat64(m.terms); n != 2 {
+		t.Errorf("node_manager_leader_terms_total = %v after two terms", n)
 	}
 	cancel()
 	if err := <-done; err != nil {

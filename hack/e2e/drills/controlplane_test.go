@@ -3,6 +3,7 @@ package drills
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -81,6 +82,22 @@ func pids() map[string]int {
 	return out
 }
 
+// controllerTerms is how many terms the suite's node-manager-controllers
+// have led so far, together (node_manager_leader_terms_total).
+func controllerTerms(t *testing.T) int {
+	t.Helper()
+	total := 0
+	for _, c := range controllers {
+		v, _, err := c.Metric(framework.Context(t), "node_manager_leader_terms_total")
+		if err != nil {
+			t.Fatalf("%s /metrics: %v", c.Identity, err)
+		}
+		n, _ := strconv.Atoi(v)
+		total += n
+	}
+	return total
+}
+
 // checkInformersResumed checks that no process of node-manager restarted
 // or exited — neither bashible-apiserver replica, nor node-manager-
 // controller, which on a Lease it could not renew ends its term and
@@ -115,6 +132,7 @@ func controlPlaneDrill(t *testing.T, group, what string, restart func(context.Co
 	waitAvailable(t)
 	m, sum, agents := startRollout(t, group)
 	before := pids()
+	termsBefore := controllerTerms(t)
 	holders := recordHolders(t, deckhousev1.Namespace, deckhousev1.NodeManagerControllerName)
 	rv, publishedSum := published(t, group)
 	if publishedSum != sum {
@@ -135,10 +153,17 @@ func controlPlaneDrill(t *testing.T, group, what string, restart func(context.Co
 	}
 	holders.stop()
 	checkInformersResumed(t, before, group+"-witness")
+	// The API was away for longer than the controllers' renew deadline:
+	// the leader's term ended, and the rollout was finished by a new
+	// term of a process that had not exited.
+	newTerms := controllerTerms(t) - termsBefore
+	if restarted > controllerRenewDeadline && newTerms < 1 {
+		t.Errorf("the API was away %s, longer than the %s renew deadline, yet no node-manager-controller began a new term", restarted, controllerRenewDeadline)
+	}
 	t.Logf("DRILL %s restart mid-rollout (%d nodes, drains): down and back in %s; rollout finished %s after the restart began, "+
 		"each node approved once, published Secret and checksum unchanged; every process of node-manager kept running and resumed its informers "+
-		"(node-manager-controller Lease holders during the drill: %v)",
-		what, rolloutNodes, restarted.Round(100*time.Millisecond), rolledOut.Round(100*time.Millisecond), holders.all())
+		"(node-manager-controller: %d new terms without a restart, Lease holders during the drill %v)",
+		what, rolloutNodes, restarted.Round(100*time.Millisecond), rolledOut.Round(100*time.Millisecond), newTerms, holders.all())
 }
 
 // TestEtcdRestartMidRollout: etcd restarts (its data kept) while a
