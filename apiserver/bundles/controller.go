@@ -20,7 +20,6 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -30,6 +29,7 @@ import (
 	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
 	nmlistersv1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/internal/leadership"
 )
 
 // Where the inputs live.
@@ -131,11 +131,8 @@ func NewController(cfg ControllerConfig) *Controller {
 		lastGood:  newLastGood(),
 		revisions: newRevisions(cfg.Kube, cfg.Namespace, cfg.RevisionHistory),
 	}
-	c.term = newTermLock(&resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: deckhousev1.BashibleAPIServerName},
-		Client:     cfg.Kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
-	}, cfg.RenewDeadline, time.Now)
+	c.term = newTermLock(leadership.LeaseLock(cfg.Kube.CoordinationV1(), cfg.Namespace, deckhousev1.BashibleAPIServerName, cfg.Identity),
+		cfg.RenewDeadline, time.Now)
 	cfg.Store.OnChange(func(old, cur *Published) {
 		// A follower sees the leader delete a removed group's bundle; a
 		// bundle deleted while its group still exists was tampered with,

@@ -6,11 +6,7 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/utils/ptr"
 )
 
 // fakeLock answers Update with err and remembers nothing.
@@ -52,29 +48,5 @@ func TestTermEndsRenewDeadlineAfterTheLastRenewalStarted(t *testing.T) {
 	now = now.Add(time.Second)
 	if _, _, ok := l.termContext(context.Background()); ok {
 		t.Error("the term outlived its renew deadline after failed renewals and a release")
-	}
-}
-
-// TestReleaseLeavesAnotherHoldersLease: handing the Lease over on shutdown
-// empties it only while this replica holds it; a Lease another replica took
-// meanwhile (this one cut off) keeps its holder (client-go's own release
-// wiped it, and both replicas published).
-func TestReleaseLeavesAnotherHoldersLease(t *testing.T) {
-	for holder, wantHolder := range map[string]string{"other": "other", "me": ""} {
-		kube := kubefake.NewClientset(&coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lease"},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](4)},
-		})
-		lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lease"}, Client: kube.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: "me"}}
-		c := &Controller{cfg: ControllerConfig{Identity: "me", RenewDeadline: time.Second}, term: newTermLock(lock, time.Second, time.Now)}
-		c.releaseLease()
-		got, err := kube.CoordinationV1().Leases("ns").Get(context.Background(), "lease", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h := ptr.Deref(got.Spec.HolderIdentity, ""); h != wantHolder {
-			t.Errorf("a Lease held by %q: holder %q after the release, want %q", holder, h, wantHolder)
-		}
 	}
 }

@@ -33,7 +33,11 @@ type Controller struct {
 
 	mu      sync.Mutex
 	running map[string]*run
-	ctx     context.Context
+	// ctx is Run's while it works the queue, nil before and after: no
+	// drain starts outside Run.
+	ctx context.Context
+	// drains are the running drains' goroutines, which Run waits for.
+	drains sync.WaitGroup
 }
 
 // New wires the controller to the shared informers: a node queues its
@@ -80,7 +84,8 @@ func New(d *manager.Deps) *Controller {
 func (c *Controller) Name() string { return Name }
 
 // Run implements manager.Controller: it waits for its informers, works the
-// queue until ctx ends, and then cancels every running drain.
+// queue until ctx ends, and then cancels every running drain and waits for
+// it.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	if !manager.HasSynced(ctx, Name, c.synced...) {
 		return
@@ -90,8 +95,12 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	c.mu.Unlock()
 	c.queue.Run(ctx, workers)
 	c.mu.Lock()
+	c.ctx = nil
 	for _, r := range c.running {
 		r.cancel()
 	}
 	c.mu.Unlock()
+	// A lost term ends here: the drains must have stopped writing before
+	// the next term (of this process or another) resumes them.
+	c.drains.Wait()
 }

@@ -44,7 +44,9 @@ func (c *Controller) start(name string) {
 	r := &run{cancel: cancel}
 	c.running[name] = r
 	c.metrics.Draining.WithLabelValues(name).Set(1)
+	c.drains.Add(1)
 	go func() {
+		defer c.drains.Done()
 		defer func() {
 			c.mu.Lock()
 			if c.running[name] == r { // not a newer drain of the same node

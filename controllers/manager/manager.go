@@ -2,11 +2,18 @@
 // shared informers, serves metrics and probes, takes the leader Lease, and
 // runs every controller while it holds the Lease (or, with
 // --leader-elect=false, at once: a test suite runs its controllers so).
+//
+// A lost Lease (kube-apiserver out of reach for longer than the renew
+// deadline, say) ends the term, not the process: every controller is
+// stopped and joined, everything the term held in memory (informer caches,
+// the Node cache, queues, running drains, the controllers' metrics) is
+// dropped, and the process stands by again with fresh informers and
+// campaigns once they have synced: the next term starts from the cluster
+// alone, as a new process would.
 package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -26,8 +33,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -36,6 +41,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
+	"github.com/node-manager/node-manager/internal/leadership"
 )
 
 // Informers are the shared informer factories, one per scope so each
@@ -63,6 +69,7 @@ type Informers struct {
 // factory is what the informer factories of both clientsets have in common.
 type factory interface {
 	Start(stop <-chan struct{})
+	Shutdown()
 	WaitForCacheSync(stop <-chan struct{}) map[reflect.Type]bool
 }
 
@@ -75,6 +82,13 @@ func (i *Informers) waited() []factory {
 func (i *Informers) start(stop <-chan struct{}) {
 	for _, f := range append(i.waited(), i.Bundles) {
 		f.Start(stop)
+	}
+}
+
+// shutdown waits for the informers' goroutines once stop has been closed.
+func (i *Informers) shutdown() {
+	for _, f := range append(i.waited(), i.Bundles) {
+		f.Shutdown()
 	}
 }
 
@@ -100,10 +114,17 @@ type Deps struct {
 	Nodes     *nodes.Cache
 	Recorder  events.EventRecorder
 	Clock     clock.Clock
+	// Registry registers the term's metrics: they are dropped with the
+	// term (termMetrics).
 	Registry  prometheus.Registerer
 	Loops     *loop.Metrics
 	Namespace string
 	Options   *Options
+
+	// process is the process's registry; metrics is Registry, which
+	// registers on it.
+	process prometheus.Registerer
+	metrics *termMetrics
 }
 
 // Controller is one controller: Run blocks until ctx ends.
@@ -134,7 +155,9 @@ func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Re
 }
 
 // NewDepsForClients builds the rest from given clients (tests pass fakes).
+// The metrics registered on the Deps' Registry go to reg.
 func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *Options, clk clock.Clock, reg prometheus.Registerer) *Deps {
+	metrics := &termMetrics{Registerer: reg}
 	const resync = 10 * time.Minute
 	inf := &Informers{
 		Cluster: informers.NewSharedInformerFactory(kube, resync),
@@ -159,49 +182,66 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 		Nodes:       cache,
 		Recorder:    &recorder{EventRecorder: broadcaster.NewRecorder(eventScheme(), opts.Component), broadcaster: broadcaster},
 		Clock:       clk,
-		Registry:    reg,
-		Loops:       loop.NewMetrics(reg),
+		Registry:    metrics,
+		Loops:       loop.NewMetrics(metrics),
 		Namespace:   opts.Namespace,
 		Options:     opts,
+		process:     reg,
+		metrics:     metrics,
 	}
 }
+
+// next are the Deps of a new term: the same clients, options and clock;
+// fresh informers, Node cache, event recorder and metrics.
+func (d *Deps) next() *Deps {
+	n := NewDepsForClients(d.Kube, d.NodeManager, d.Options, d.Clock, d.process)
+	n.Dynamic = d.Dynamic
+	return n
+}
+
+// Build makes the controllers of one term from its Deps, wiring them to
+// the Deps' informers (controllers.All); the manager calls it before the
+// informers start, once per term.
+type Build func(d *Deps) []Controller
 
 // Manager runs controllers: under leader election, or without it when
 // Options.LeaderElect is off.
 type Manager struct {
 	deps        *Deps
 	opts        *Options
-	controllers []Controller
+	build       Build
 	synced      atomic.Bool
 	leading     atomic.Bool
-	leaderLost  atomic.Bool
 	leaderGauge prometheus.Gauge
+	terms       prometheus.Counter
 }
 
-// New makes a manager for the given controllers, built from deps.
-func New(deps *Deps, opts *Options, controllers ...Controller) *Manager {
+// New makes a manager for the controllers build makes from deps (and,
+// after a lost term, from fresh Deps of the same clients).
+func New(deps *Deps, opts *Options, build Build) *Manager {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "node_manager_leader",
 		Help: "1 while this process holds the node-manager-controller Lease and runs the controllers.",
 	})
-	deps.Registry.MustRegister(g)
-	return &Manager{deps: deps, opts: opts, controllers: controllers, leaderGauge: g}
+	terms := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "node_manager_leader_terms_total",
+		Help: "Terms this process has led (held the Lease and run the controllers); more than one: it lost the Lease and took it again without a restart.",
+	})
+	deps.process.MustRegister(g, terms)
+	return &Manager{deps: deps, opts: opts, build: build, leaderGauge: g, terms: terms}
 }
 
 // Leading reports whether this process holds the Lease.
 func (m *Manager) Leading() bool { return m.leading.Load() }
 
-// Handler serves /metrics, /healthz and /readyz. /readyz is true once the
-// informers have synced; /healthz fails once leadership was lost (the
-// process is about to exit and must not be considered healthy).
+// Handler serves /metrics, /healthz and /readyz. /readyz is true while the
+// informers of the current term have synced (after a lost term, once the
+// fresh ones have); /healthz is always true: a lost Lease does not end the
+// process, it stands by again.
 func (m *Manager) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if m.leaderLost.Load() {
-			http.Error(w, "leadership lost; restarting", http.StatusServiceUnavailable)
-			return
-		}
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -214,97 +254,89 @@ func (m *Manager) Handler(gatherer prometheus.Gatherer) http.Handler {
 	return mux
 }
 
-// Run starts the informers, waits for them and starts recording events;
-// then it campaigns for the Lease and runs the controllers while leading,
-// or, with Options.LeaderElect off, runs them at once. It returns when ctx
-// ends, or with an error when leadership is lost (the caller exits; a
-// restart starts clean).
+// Run runs terms until ctx ends. With Options.LeaderElect off there is one
+// term, which runs the controllers as soon as the informers have synced.
+// Otherwise each term builds its controllers, syncs its informers,
+// campaigns for the Lease and runs the controllers while it holds it; a
+// lost Lease ends the term, and the next one starts from fresh Deps. When
+// ctx ends, the Lease is handed over if this process still holds it. Run
+// returns an error only when ctx ends before the first informers synced.
 func (m *Manager) Run(ctx context.Context) error {
-	m.deps.Informers.start(ctx.Done())
-	if !m.deps.Informers.synced(ctx.Done()) {
-		return fmt.Errorf("informers did not sync: %w", ctx.Err())
-	}
-	m.synced.Store(true)
-	if r, ok := m.deps.Recorder.(*recorder); ok {
-		r.broadcaster.StartRecordingToSink(ctx.Done())
-		defer r.broadcaster.Shutdown()
-	}
 	if !m.opts.LeaderElect {
-		klog.InfoS("Informers synced; running the controllers without the Lease (--leader-elect=false)")
-		var wg sync.WaitGroup
-		m.start(ctx, &wg)
-		wg.Wait()
-		return nil
+		klog.InfoS("Running the controllers without the Lease (--leader-elect=false)")
+		return m.term(ctx, m.deps, func(ctx context.Context, lead func(context.Context)) { lead(ctx) })
 	}
-	klog.InfoS("Informers synced; campaigning for the Lease", "lease", m.deps.Namespace+"/"+m.opts.Component, "identity", m.opts.Identity)
-	return m.lead(ctx)
-}
-
-// start runs every controller in wg until ctx ends.
-func (m *Manager) start(ctx context.Context, wg *sync.WaitGroup) {
-	for _, c := range m.controllers {
-		wg.Go(func() { c.Run(ctx, m.opts.Workers) })
-	}
-}
-
-// lead runs the controllers while this process holds the Lease.
-func (m *Manager) lead(ctx context.Context) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: m.deps.Namespace, Name: m.opts.Component},
-		Client:     m.deps.Kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: m.opts.Identity},
-	}
-	var wg sync.WaitGroup
-	leCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
-		Lock:          lock,
+	e := leadership.Election{
+		Lock:          leadership.LeaseLock(m.deps.Kube.CoordinationV1(), m.deps.Namespace, m.opts.Component, m.opts.Identity),
 		LeaseDuration: m.opts.LeaseDuration,
 		RenewDeadline: m.opts.RenewDeadline,
 		RetryPeriod:   m.opts.RetryPeriod,
-		Name:          m.opts.Component,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
-				m.leading.Store(true)
-				m.leaderGauge.Set(1)
-				m.start(ctx, &wg)
-			},
-			OnStoppedLeading: func() {
-				m.leading.Store(false)
-				m.leaderGauge.Set(0)
-				if ctx.Err() == nil {
-					m.leaderLost.Store(true)
-				}
-				cancel()
-			},
-		},
-	})
-	wg.Wait()
-	handOver(lock, m.opts.RenewDeadline)
-	if m.leaderLost.Load() {
-		return errors.New("lost the leader Lease; exiting so that a restart begins from fresh state")
 	}
+	defer e.Release()
+	for d, first := m.deps, true; ; d, first = d.next(), false {
+		if err := m.term(ctx, d, e.Term); err != nil {
+			if first {
+				return err
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		klog.InfoS("Lost the Lease: every controller stopped and its state dropped; standing by with fresh informers", "identity", m.opts.Identity)
+	}
+}
+
+// term runs one term on d: it builds the controllers, starts and syncs
+// the informers and the event recorder, and runs the controllers while
+// elect (leadership.Election.Term, or at once) lets it; then it stops
+// everything it started and waits for it, drops the term's metrics, and
+// returns. The error says the informers never synced (ctx ended first).
+func (m *Manager) term(ctx context.Context, d *Deps, elect func(context.Context, func(context.Context))) error {
+	ctx, cancel := context.WithCancel(ctx)
+	controllers := m.build(d)
+	defer func() {
+		cancel()
+		m.synced.Store(false)
+		d.Informers.shutdown()
+		if r, ok := d.Recorder.(*recorder); ok {
+			r.broadcaster.Shutdown()
+		}
+		d.metrics.unregisterAll()
+	}()
+	d.Informers.start(ctx.Done())
+	if !d.Informers.synced(ctx.Done()) {
+		return fmt.Errorf("informers did not sync: %w", ctx.Err())
+	}
+	m.synced.Store(true)
+	if r, ok := d.Recorder.(*recorder); ok {
+		r.broadcaster.StartRecordingToSink(ctx.Done())
+	}
+	if m.opts.LeaderElect {
+		klog.InfoS("Informers synced; campaigning for the Lease", "lease", d.Namespace+"/"+m.opts.Component, "identity", m.opts.Identity)
+	}
+	elect(ctx, func(ctx context.Context) { m.lead(ctx, controllers) })
 	return nil
 }
 
-// handOver empties the Lease's holder, so that the standby takes over at
-// once, only if this process holds it now (the update carries the read's
-// resourceVersion). client-go's ReleaseOnCancel is not used: it releases
-// after a lost term too, judging by the record it last saw rather than the
-// Lease it has just read, and so would wipe the record of a standby that
-// took the Lease while this process was cut off.
-func handOver(lock resourcelock.Interface, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	held, _, err := lock.Get(ctx)
-	if err != nil || held.HolderIdentity != lock.Identity() {
-		return
+// lead runs every controller until ctx ends and waits for them.
+func (m *Manager) lead(ctx context.Context, controllers []Controller) {
+	if m.opts.LeaderElect {
+		klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
+		m.leading.Store(true)
+		m.leaderGauge.Set(1)
+		m.terms.Inc()
+		defer func() {
+			m.leading.Store(false)
+			m.leaderGauge.Set(0)
+			klog.InfoS("Term over; every controller has stopped", "identity", m.opts.Identity)
+		}()
 	}
-	at := metav1.NewTime(time.Now())
-	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaderTransitions: held.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: at, AcquireTime: at}); err != nil {
-		klog.ErrorS(err, "Handing the leader Lease over failed; the standby takes it when it expires")
+	var wg sync.WaitGroup
+	for _, c := range controllers {
+		wg.Go(func() { c.Run(ctx, m.opts.Workers) })
 	}
+	wg.Wait()
 }
 
 // NewRegistry is a Prometheus registry with the Go and process collectors.

@@ -5,11 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	coordinationv1 "k8s.io/api/coordination/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -86,7 +86,7 @@ func TestControllersRunWhileBashibleAPIServerIsDown(t *testing.T) {
 	_ = d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles().Informer()
 	_ = d.Informers.NodeManager.Deckhouse().V1().NodeGroups().Informer()
 	rc := &recordingController{ran: make(chan struct{})}
-	m := New(d, opts, rc)
+	m := New(d, opts, func(*Deps) []Controller { return []Controller{rc} })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
@@ -143,7 +143,7 @@ func TestControllersRunWithoutTheLeaseWhenLeaderElectionIsOff(t *testing.T) {
 	opts.LeaderElect = false
 	d := NewDepsForClients(kube, nmfake.NewClientset(), opts, clock.RealClock{}, prometheus.NewRegistry())
 	c := &seeingController{d: d, saw: make(chan error, 1)}
-	m := New(d, opts, c)
+	m := New(d, opts, func(*Deps) []Controller { return []Controller{c} })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error)
@@ -186,23 +186,90 @@ func TestControllersRunWithoutTheLeaseWhenLeaderElectionIsOff(t *testing.T) {
 	}
 }
 
-// TestHandOverLeavesAnotherHoldersLease: on the way out the Lease is
-// emptied only while this process holds it; a standby that took it while
-// this process was cut off keeps it.
-func TestHandOverLeavesAnotherHoldersLease(t *testing.T) {
-	for holder, want := range map[string]string{"standby": "standby", "me": ""} {
-		kube := kubefake.NewClientset(&coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lease"},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
-		})
-		handOver(&resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lease"}, Client: kube.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: "me"}}, time.Second)
-		got, err := kube.CoordinationV1().Leases("ns").Get(context.Background(), "lease", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+// termController is one term's controller: it says when it runs and when
+// it has stopped, with the Deps it was built from.
+type termController struct {
+	d       *Deps
+	running chan *Deps
+	stopped chan *Deps
+}
+
+func (c *termController) Name() string { return "term" }
+func (c *termController) Run(ctx context.Context, _ int) {
+	c.running <- c.d
+	<-ctx.Done()
+	c.stopped <- c.d
+}
+
+// TestALostTermStopsTheControllersAndANewTermRunsThemAfresh: when the
+// Lease cannot be renewed (kube-apiserver out of reach), the term's
+// controllers stop and the process does not exit; once the Lease can be
+// taken again, a new term runs controllers built from fresh Deps (new
+// informers, Node cache and metrics), never while the old ones still run.
+func TestALostTermStopsTheControllersAndANewTermRunsThemAfresh(t *testing.T) {
+	kube := kubefake.NewClientset()
+	var cutOff atomic.Bool
+	kube.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if cutOff.Load() {
+			return true, nil, apierrors.NewServiceUnavailable("kube-apiserver out of reach")
 		}
-		if got.Spec.HolderIdentity == nil || *got.Spec.HolderIdentity != want {
-			t.Errorf("a Lease held by %q: holder %v after handing over, want %q", holder, got.Spec.HolderIdentity, want)
+		return false, nil, nil
+	})
+	opts := NewOptions()
+	opts.Identity, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = "me", 2*time.Second, time.Second, 100*time.Millisecond
+	reg := prometheus.NewRegistry()
+	d := NewDepsForClients(kube, nmfake.NewClientset(), opts, clock.RealClock{}, reg)
+	running, stopped := make(chan *Deps, 2), make(chan *Deps, 2)
+	m := New(d, opts, func(d *Deps) []Controller {
+		// A term's own metric: a second term registering it again panics
+		// unless the first term's metrics were dropped.
+		d.Registry.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "term_test_total"}))
+		return []Controller{&termController{d: d, running: running, stopped: stopped}}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	wait := func(ch chan *Deps, what string) *Deps {
+		t.Helper()
+		select {
+		case d := <-ch:
+			return d
+		case err := <-done:
+			t.Fatalf("Run returned (%v) while waiting for %s", err, what)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
 		}
+		return nil
+	}
+	first := wait(running, "the first term")
+	cutOff.Store(true)
+	if got := wait(stopped, "the controllers to stop after the lost term"); got != first {
+		t.Fatal("a controller of another term stopped")
+	}
+	if m.Leading() {
+		t.Error("Leading() after the lost term")
+	}
+	select {
+	case <-running:
+		t.Fatal("a new term began while the Lease could not be renewed")
+	case <-time.After(3 * opts.RetryPeriod):
+	}
+	cutOff.Store(false)
+	second := wait(running, "a new term")
+	if second == first || second.Informers == first.Informers || second.Nodes == first.Nodes || second.Loops == first.Loops {
+		t.Error("the new term's controllers were built from the last term's Deps")
+	}
+	if !m.Leading() {
+		t.Error("Leading() = false in the new term")
+	}
+	if n := testutil.ToFloat64(m.terms); n != 2 {
+		t.Errorf("node_manager_leader_terms_total = %v after two terms", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after cancel: %v", err)
+	}
+	if got := wait(stopped, "the second term to stop"); got != second {
+		t.Error("a controller of another term stopped")
 	}
 }

@@ -36,6 +36,9 @@ type ControllerOptions struct {
 	// ExtraArgs are appended to the command line (for example shorter
 	// drain timings in tests).
 	ExtraArgs []string
+	// APIServer is host:port the controller reaches kube-apiserver at (a
+	// proxy the test can cut); empty means kube-apiserver itself.
+	APIServer string
 }
 
 // Controller is a running node-manager-controller.
@@ -68,6 +71,11 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteClientKubeconfig(kubeconfig, ControllerUser, cert, key); err != nil {
 		return nil, err
+	}
+	if opts.APIServer != "" {
+		if err := pointKubeconfigAt(kubeconfig, "https://"+opts.APIServer); err != nil {
+			return nil, err
+		}
 	}
 	clientCA, admin, err := metricsClients(cp, dir)
 	if err != nil {

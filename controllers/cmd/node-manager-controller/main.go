@@ -53,7 +53,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	m := manager.New(deps, opts, controllers.All(deps)...)
+	m := manager.New(deps, opts, controllers.All)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	addr, err := serving.Serve(ctx, opts.ListenAddress, opts.Kubeconfig, &opts.Serving, m.Handler(reg))

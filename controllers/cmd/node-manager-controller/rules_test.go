@@ -71,7 +71,8 @@ func metricInventory(t *testing.T) map[string][]string {
 	t.Helper()
 	reg := &recording{Registry: prometheus.NewRegistry(), labels: map[string][]string{}}
 	deps := manager.NewDepsForClients(kubefake.NewClientset(), nmfake.NewClientset(), manager.NewOptions(), clock.RealClock{}, reg)
-	manager.New(deps, manager.NewOptions(), controllers.All(deps)...)
+	controllers.All(deps)
+	manager.New(deps, manager.NewOptions(), controllers.All)
 	reg.MustRegister(bundles.NewMetrics().Collectors()...)
 	reg.MustRegister(registry.NewMetrics().Collectors()...)
 	inv := map[string][]string{}

@@ -83,7 +83,7 @@ func startController() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr := manager.New(d, opts, bootstraptokens.New(d))
+	mgr := manager.New(d, opts, func(d *manager.Deps) []manager.Controller { return []manager.Controller{bootstraptokens.New(d)} })
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

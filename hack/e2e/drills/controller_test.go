@@ -3,6 +3,7 @@ package drills
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -31,14 +32,10 @@ func controllerLeaseHolder(ctx context.Context) string {
 	return leaseHolder(ctx, deckhousev1.Namespace, deckhousev1.NodeManagerControllerName)
 }
 
-// killLeader kills the leading node-manager-controller with SIGKILL (its
-// Lease is not released), waits until the standby takes the Lease, and
-// starts a new standby in the killed one's place. It returns how long
-// the takeover took.
-func killLeader(t *testing.T) time.Duration {
+// leadingController waits until one of the suite's
+// node-manager-controllers holds the Lease and returns it and the others.
+func leadingController(t *testing.T) (leader *stack.Controller, rest []*stack.Controller) {
 	t.Helper()
-	var leader *stack.Controller
-	var rest []*stack.Controller
 	framework.Poll(t, "a node-manager-controller leads", func(ctx context.Context) (bool, error) {
 		holder := controllerLeaseHolder(ctx)
 		leader, rest = nil, nil
@@ -51,6 +48,16 @@ func killLeader(t *testing.T) time.Duration {
 		}
 		return leader != nil, nil
 	})
+	return leader, rest
+}
+
+// killLeader kills the leading node-manager-controller with SIGKILL (its
+// Lease is not released), waits until the standby takes the Lease, and
+// starts a new standby in the killed one's place. It returns how long
+// the takeover took.
+func killLeader(t *testing.T) time.Duration {
+	t.Helper()
+	leader, rest := leadingController(t)
 	leader.Kill()
 	killed := time.Now()
 	framework.Poll(t, "the standby takes the Lease", func(ctx context.Context) (bool, error) {
@@ -58,8 +65,7 @@ func killLeader(t *testing.T) time.Duration {
 		return holder != "" && holder != leader.Identity, nil
 	})
 	takeover := time.Since(killed)
-	standby, err := f.Env.StartController(framework.Context(t), stack.ControllerOptions{
-		Identity: fmt.Sprintf("controller-%d", time.Now().UnixNano()%100000), ExtraArgs: controllerArgs})
+	standby, err := startController(framework.Context(t), fmt.Sprintf("controller-%d", time.Now().UnixNano()%100000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,4 +145,62 @@ func TestControllerKilledMidDrain(t *testing.T) {
 	}
 	t.Logf("DRILL node-manager-controller kill -9 mid-drain: the standby led %s after the kill, resumed the drain and the update finished %s after the kill",
 		takeover.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+}
+
+// TestControllerCutOffStandsByAgain: the leading node-manager-controller
+// is cut off from kube-apiserver mid-rollout for longer than its Lease.
+// The other controller takes the Lease and finishes the rollout; the
+// cut-off one ends its term without exiting (same process, /healthz OK,
+// node_manager_leader 0), and once the link is back it re-lists
+// everything (/readyz OK again) and stands by: the Lease never goes back
+// to it, and no node is approved twice.
+func TestControllerCutOffStandsByAgain(t *testing.T) {
+	waitAvailable(t)
+	const group = "drill-cut"
+	m, sum, agents := startRollout(t, group)
+	leader, _ := leadingController(t)
+	pid := leader.PID()
+	holders := recordHolders(t, deckhousev1.Namespace, deckhousev1.NodeManagerControllerName)
+
+	cut := time.Now()
+	controllerLinks[leader.Identity].Cut()
+	framework.Poll(t, "the other controller takes the Lease", func(ctx context.Context) (bool, error) {
+		holder := controllerLeaseHolder(ctx)
+		return holder != "" && holder != leader.Identity, nil
+	})
+	takeover := time.Since(cut)
+	// Its /metrics and probes need no kube-apiserver (the admin's
+	// certificate, system:masters), so it answers while cut off.
+	framework.Poll(t, leader.Identity+", cut off, reports it no longer leads", func(ctx context.Context) (bool, error) {
+		v, ok, err := leader.Metric(ctx, "node_manager_leader")
+		return err == nil && ok && v == "0", nil
+	})
+	if code, body, err := leader.GetAs(framework.Context(t), "/healthz", stack.Credentials{}); err != nil || code != http.StatusOK {
+		t.Errorf("%s cut off: /healthz %d %s %v; a lost Lease must not make it unhealthy", leader.Identity, code, body, err)
+	}
+	controllerLinks[leader.Identity].Restore()
+	healed := time.Now()
+	framework.Poll(t, leader.Identity+" has re-listed and stands by", func(ctx context.Context) (bool, error) {
+		code, _, err := leader.GetAs(ctx, "/readyz", stack.Credentials{})
+		return err == nil && code == http.StatusOK, nil
+	})
+	standby := time.Since(healed)
+	checkRolledOutOnce(t, m, group, sum, agents)
+	holders.stop()
+
+	if leader.Exited() || leader.PID() != pid {
+		t.Errorf("%s exited or restarted on losing its Lease; it must stand by in the same process", leader.Identity)
+	}
+	if v, _, err := leader.Metric(framework.Context(t), "node_manager_leader"); err != nil || v != "0" {
+		t.Errorf("%s after the heal: node_manager_leader %q (%v); want 0, the other leads", leader.Identity, v, err)
+	}
+	history := holders.all()
+	if len(history) != 2 || history[0] != leader.Identity {
+		t.Errorf("holders of the Lease during the drill: %v; want %s, then the other controller only", history, leader.Identity)
+	}
+	t.Logf("DRILL node-manager-controller leader cut off from kube-apiserver mid-rollout (%s): the other led %s after the cut; "+
+		"the cut-off process kept running (node_manager_leader 0, /healthz OK), re-listed and stood by %s after the link came back; "+
+		"Lease holders %v; the rollout (%d nodes) finished %s after the cut, each node approved once, never two at once",
+		healed.Sub(cut).Round(100*time.Millisecond), takeover.Round(100*time.Millisecond), standby.Round(100*time.Millisecond),
+		history, rolloutNodes, time.Since(cut).Round(100*time.Millisecond))
 }

@@ -3,7 +3,7 @@ package drills
 import (
 	"context"
 	"fmt"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,7 +12,6 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
-	"github.com/node-manager/node-manager/hack/stack"
 )
 
 // rolloutNodes is how many nodes a rollout drill's group has.
@@ -70,23 +69,43 @@ func published(t *testing.T, group string) (rv, sum string) {
 	return rv, s
 }
 
-// pids are the processes of the bashible-apiserver replicas now.
+// pids are the processes of the bashible-apiserver replicas and of the
+// node-manager-controllers now, by identity.
 func pids() map[string]int {
 	out := map[string]int{}
 	for _, r := range replicas {
 		out[r.Identity] = r.PID()
 	}
+	for _, c := range controllers {
+		out[c.Identity] = c.PID()
+	}
 	return out
 }
 
-// checkInformersResumed checks that no bashible-apiserver replica
-// restarted and that each, asked directly, serves a group created after
-// the fault: its informers (NodeGroups, and the Secrets the leader
-// publishes) resumed by themselves. It returns the node-manager-
-// controllers that exited — a leader that could not renew its Lease
-// within its renew deadline exits by design — after starting each again,
-// as the kubelet would.
-func checkInformersResumed(t *testing.T, before map[string]int, witness string) (exited []string) {
+// controllerTerms is how many terms the suite's node-manager-controllers
+// have led so far, together (node_manager_leader_terms_total).
+func controllerTerms(t *testing.T) int {
+	t.Helper()
+	total := 0
+	for _, c := range controllers {
+		v, _, err := c.Metric(framework.Context(t), "node_manager_leader_terms_total")
+		if err != nil {
+			t.Fatalf("%s /metrics: %v", c.Identity, err)
+		}
+		n, _ := strconv.Atoi(v)
+		total += n
+	}
+	return total
+}
+
+// checkInformersResumed checks that no process of node-manager restarted
+// or exited — neither bashible-apiserver replica, nor node-manager-
+// controller, which on a Lease it could not renew ends its term and
+// stands by again in the same process — and that each replica, asked
+// directly, serves a group created after the fault: its informers
+// (NodeGroups, and the Secrets the leader publishes) resumed by
+// themselves.
+func checkInformersResumed(t *testing.T, before map[string]int, witness string) {
 	t.Helper()
 	after := pids()
 	for _, r := range replicas {
@@ -94,16 +113,10 @@ func checkInformersResumed(t *testing.T, before map[string]int, witness string) 
 			t.Errorf("bashible-apiserver %s restarted or exited during the drill", r.Identity)
 		}
 	}
-	for i, c := range controllers {
-		if !c.Exited() {
-			continue
+	for _, c := range controllers {
+		if c.Exited() || after[c.Identity] != before[c.Identity] {
+			t.Errorf("node-manager-controller %s restarted or exited during the drill", c.Identity)
 		}
-		exited = append(exited, c.Identity)
-		again, err := f.Env.StartController(framework.Context(t), stack.ControllerOptions{Identity: c.Identity, ExtraArgs: append(append([]string{}, controllerArgs...), productionLease...)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		controllers[i] = again
 	}
 	f.TestGroup(t, framework.NewGroup(witness))
 	for _, r := range replicas {
@@ -112,50 +125,15 @@ func checkInformersResumed(t *testing.T, before map[string]int, witness string) 
 			return err == nil && code == 200, nil
 		})
 	}
-	return exited
 }
-
-// productionLease are node-manager-controller's Lease timings as
-// deployed. The suite's controllers otherwise lead on a 4 s Lease so that
-// the kill drills' takeovers are quick; a control-plane restart keeps the
-// API away for longer than that 3 s renew deadline (kube-apiserver
-// reconnects to etcd with backoff), and a controller that cannot renew
-// its Lease exits by design, to start again from fresh state.
-var productionLease = []string{"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}
-
-// useProductionLease replaces the suite's controllers, once, by two that
-// lead on productionLease. The old ones stop gracefully and release the
-// Lease, so a new one leads at once.
-func useProductionLease(t *testing.T) {
-	t.Helper()
-	if onProductionLease {
-		return
-	}
-	for _, c := range controllers {
-		c.Stop()
-	}
-	controllers = nil
-	for _, id := range []string{"controller-p1", "controller-p2"} {
-		c, err := f.Env.StartController(framework.Context(t), stack.ControllerOptions{Identity: id, ExtraArgs: append(append([]string{}, controllerArgs...), productionLease...)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		controllers = append(controllers, c)
-	}
-	framework.Poll(t, "a controller on the production Lease leads", func(ctx context.Context) (bool, error) {
-		return strings.HasPrefix(controllerLeaseHolder(ctx), "controller-p"), nil
-	})
-	onProductionLease = true
-}
-
-var onProductionLease bool
 
 // controlPlaneDrill restarts a control-plane component mid-rollout.
 func controlPlaneDrill(t *testing.T, group, what string, restart func(context.Context) error) {
 	waitAvailable(t)
-	useProductionLease(t)
-	before := pids()
 	m, sum, agents := startRollout(t, group)
+	before := pids()
+	termsBefore := controllerTerms(t)
+	holders := recordHolders(t, deckhousev1.Namespace, deckhousev1.NodeManagerControllerName)
 	rv, publishedSum := published(t, group)
 	if publishedSum != sum {
 		t.Fatalf("published checksum %s, served %s", publishedSum, sum)
@@ -173,11 +151,19 @@ func controlPlaneDrill(t *testing.T, group, what string, restart func(context.Co
 	if got := f.Checksum(t, group); got != sum {
 		t.Errorf("%s is served with checksum %.12s after the restart; %.12s before", group, got, sum)
 	}
-	exited := checkInformersResumed(t, before, group+"-witness")
+	holders.stop()
+	checkInformersResumed(t, before, group+"-witness")
+	// The API was away for longer than the controllers' renew deadline:
+	// the leader's term ended, and the rollout was finished by a new
+	// term of a process that had not exited.
+	newTerms := controllerTerms(t) - termsBefore
+	if restarted > controllerRenewDeadline && newTerms < 1 {
+		t.Errorf("the API was away %s, longer than the %s renew deadline, yet no node-manager-controller began a new term", restarted, controllerRenewDeadline)
+	}
 	t.Logf("DRILL %s restart mid-rollout (%d nodes, drains): down and back in %s; rollout finished %s after the restart began, "+
-		"each node approved once, published Secret and checksum unchanged, bashible-apiserver replicas kept running and resumed their informers; "+
-		"node-manager-controllers that exited on losing their Lease: %v",
-		what, rolloutNodes, restarted.Round(100*time.Millisecond), rolledOut.Round(100*time.Millisecond), exited)
+		"each node approved once, published Secret and checksum unchanged; every process of node-manager kept running and resumed its informers "+
+		"(node-manager-controller: %d new terms without a restart, Lease holders during the drill %v)",
+		what, rolloutNodes, restarted.Round(100*time.Millisecond), rolledOut.Round(100*time.Millisecond), newTerms, holders.all())
 }
 
 // TestEtcdRestartMidRollout: etcd restarts (its data kept) while a

@@ -38,19 +38,29 @@ var (
 	// controllers are the running node-manager-controllers; a drill that
 	// kills the leader starts a new standby.
 	controllers []*stack.Controller
+	// controllerLinks are the controllers' connections to kube-apiserver,
+	// by identity.
+	controllerLinks = map[string]*framework.TCPProxy{}
 )
 
-// replicaArgs: a short Lease, so that a lost Lease is taken over within
-// seconds, and a shutdown delay above the Service's probe period, so
-// that a replica told to stop is out of the Service before it closes
-// its port.
-var replicaArgs = []string{
-	"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-	"--shutdown-delay-duration=" + (2 * probePeriod).String(),
+// leaseArgs are the Lease timings of every process in the suite: a short
+// Lease, so that a lost Lease is taken over within seconds (the deployed
+// ones are 15 s, 10 s and 2 s). A renew deadline missed under load costs
+// a term, not a process, so it can be this short.
+var leaseArgs = []string{
+	"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=" + controllerRenewDeadline.String(), "--leader-elect-retry-period=250ms",
 }
 
-// controllerArgs make drains quick to observe.
-var controllerArgs = []string{"--eviction-retry-interval=1s", "--default-drain-timeout=60s"}
+// controllerRenewDeadline is the renew deadline of leaseArgs.
+const controllerRenewDeadline = 2 * time.Second
+
+// replicaArgs: the suite's Lease, and a shutdown delay above the
+// Service's probe period, so that a replica told to stop is out of the
+// Service before it closes its port.
+var replicaArgs = append([]string{"--shutdown-delay-duration=" + (2 * probePeriod).String()}, leaseArgs...)
+
+// controllerArgs: the suite's Lease, and drains quick to observe.
+var controllerArgs = append([]string{"--eviction-retry-interval=1s", "--default-drain-timeout=60s"}, leaseArgs...)
 
 // probePeriod is how often the Service probes the replicas' /readyz.
 const probePeriod = time.Second
@@ -87,9 +97,9 @@ func setUp(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	for _, id := range []string{"controller-1", "controller-2"} {
-		c, err := f.Env.StartController(ctx, stack.ControllerOptions{Identity: id, ExtraArgs: controllerArgs})
+		c, err := startController(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("start node-manager-controller: %w", err)
+			return nil, err
 		}
 		controllers = append(controllers, c)
 	}
@@ -105,7 +115,25 @@ func setUp(ctx context.Context) (func(), error) {
 		for _, l := range links {
 			l.Close()
 		}
+		for _, l := range controllerLinks {
+			l.Close()
+		}
 	}, nil
+}
+
+// startController starts a node-manager-controller that reaches
+// kube-apiserver through a link of its own, which a drill can cut.
+func startController(ctx context.Context, identity string) (*stack.Controller, error) {
+	link, err := framework.StartTCPProxy(strings.TrimPrefix(f.CP.APIServerURL, "https://"))
+	if err != nil {
+		return nil, err
+	}
+	controllerLinks[identity] = link
+	c, err := f.Env.StartController(ctx, stack.ControllerOptions{Identity: identity, ExtraArgs: controllerArgs, APIServer: link.Addr()})
+	if err != nil {
+		return nil, fmt.Errorf("start node-manager-controller %s: %w", identity, err)
+	}
+	return c, nil
 }
 
 // replicaOptions are replica i's: its identity, templates and link.

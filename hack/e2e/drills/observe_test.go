@@ -3,6 +3,7 @@ package drills
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -262,6 +263,10 @@ func startLoad(t *testing.T, group string) *load {
 					// resets the stream, so the client never takes a
 					// truncated body for a bundle.
 					l.failed(cutInFlight)
+				case err != nil && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset")):
+					// The same cut seen one layer down: the connection
+					// itself ended mid-response.
+					l.failed(cutConnection)
 				case err != nil:
 					l.failed(fmt.Sprintf("transport: %v", err))
 				case code > retryAfter:
@@ -308,20 +313,32 @@ func (l *load) result() (ok, wrong, failed int, kinds string, window time.Durati
 	return l.ok, l.wrong, failed, strings.Join(ks, ", "), window
 }
 
-// cutInFlight is the kind of error of a response cut by its replica's death.
-const cutInFlight = "response cut in flight (stream reset)"
+// cutInFlight and cutConnection are the kinds of error of a response cut
+// by its replica's death: a reset stream, or (one layer down) a
+// connection reset or ended mid-response.
+const (
+	cutInFlight   = "response cut in flight (stream reset)"
+	cutConnection = "response cut in flight (connection reset or EOF)"
+)
 
-// unexpected are the error kinds other than a 503 Service Unavailable
-// and responses cut in flight, and how many responses were cut.
-func (l *load) unexpected() (kinds []string, cut int) {
+// classes are the errors by class: 503s (retryable; with Retry-After
+// client-go retries them itself), responses cut in flight, and every
+// other kind, which a kill of one replica must not cause.
+func (l *load) classes() (unavailable, cut int, other []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for k := range l.errors {
-		if !strings.HasPrefix(k, "503 ") && k != cutInFlight {
-			kinds = append(kinds, k)
+	for k, n := range l.errors {
+		switch {
+		case strings.HasPrefix(k, "503 "):
+			unavailable += n
+		case k == cutInFlight || k == cutConnection:
+			cut += n
+		default:
+			other = append(other, k)
 		}
 	}
-	return kinds, l.errors[cutInFlight]
+	sort.Strings(other)
+	return unavailable, cut, other
 }
 
 // write is one write of a published bundle Secret, as a watch saw it.
@@ -390,4 +407,49 @@ func (l *load) notRetriedByClientGo() []string {
 		}
 	}
 	return kinds
+}
+
+// holderHistory records who held a Lease, every change of holder, sampled
+// every 50 ms: far more often than a term can begin and end (the suite's
+// retry period is 500 ms).
+type holderHistory struct {
+	mu      sync.Mutex
+	holders []string
+	stop    func()
+}
+
+func recordHolders(t *testing.T, namespace, name string) *holderHistory {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &holderHistory{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if holder := leaseHolder(ctx, namespace, name); holder != "" {
+				h.mu.Lock()
+				if len(h.holders) == 0 || h.holders[len(h.holders)-1] != holder {
+					h.holders = append(h.holders, holder)
+				}
+				h.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	h.stop = func() { cancel(); <-done }
+	t.Cleanup(h.stop)
+	return h
+}
+
+// all are the holders in the order they held the Lease.
+func (h *holderHistory) all() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.holders...)
 }

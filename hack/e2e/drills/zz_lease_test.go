@@ -99,6 +99,12 @@ func TestLeaderCutOffLosesTheLeaseAndStopsPublishing(t *testing.T) {
 		return apiServerLeaseHolder(ctx) == replicas[other].Identity, nil
 	})
 	takeover := time.Since(cut)
+	// Losing the Lease stops only publishing: the cut-off replica keeps
+	// running and serving reads of what it has (the admin's certificate
+	// needs no kube-apiserver to be authorized).
+	if code, _, err := replicas[leader].Get(framework.Context(t), "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/"+readGroup); err != nil || code != 200 || replicas[leader].Exited() {
+		t.Errorf("%s cut off and no longer leading: GET %s answered %d (%v), exited %t; it must go on serving reads", replicas[leader].Identity, readGroup, code, err, replicas[leader].Exited())
+	}
 	var newDigest string
 	framework.Poll(t, replicas[other].Identity+" publishes its bundles", func(context.Context) (bool, error) {
 		for _, w := range history.all() {

@@ -39,7 +39,7 @@ func startController(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller dependencies: %w", err)
 	}
-	mgr := manager.New(d, opts, nodetemplate.New(d))
+	mgr := manager.New(d, opts, func(d *manager.Deps) []manager.Controller { return []manager.Controller{nodetemplate.New(d)} })
 	done := make(chan struct{})
 	runCtx, stop := context.WithCancel(ctx)
 	go func() { defer close(done); _ = mgr.Run(runCtx) }()
