@@ -133,7 +133,7 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 		// allow-control-plane) is no candidate: picking it would refuse
 		// and release it over and over.
 		if _, adopt := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]; adopt {
-			if n := c.findNode("", inst.Spec.Address, true); n != nil && isControlPlane(n) && !allowsControlPlane(inst) {
+			if n := c.findNode("", inst.Spec.Address); n != nil && isControlPlane(n) && !allowsControlPlane(inst) {
 				continue
 			}
 		}
@@ -171,7 +171,7 @@ func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.
 	_, adopt := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]
 	sel, err := instanceSelector(sm.Spec.LabelSelector)
 	matches := err == nil && sel.Matches(labels.Set(inst.Labels))
-	node := c.findNode(sm.Spec.ProviderID, inst.Spec.Address, adopt)
+	node := c.findNode(sm.Spec.ProviderID, inst.Spec.Address)
 	phase := phaseOf(inst)
 	kind := taskOf(phase, adopt)
 	o, finished, message, hostKey := c.tasks.state(inst.Name, kind)
@@ -182,7 +182,7 @@ func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.
 		since:             phaseSince(inst),
 		adopt:             adopt,
 		matches:           matches,
-		nodeReady:         node != nil && node.Spec.ProviderID == sm.Spec.ProviderID && node.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != "",
+		nodeReady:         node != nil && node.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != "",
 		controlPlane:      node != nil && isControlPlane(node),
 		allowControlPlane: allowsControlPlane(inst),
 		task:              o,
@@ -281,7 +281,7 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 	}
 
 	if st.provisioned && node != nil {
-		if err := c.provision(ctx, sm, node, s.adopt); err != nil {
+		if err := c.provision(ctx, sm, node); err != nil {
 			return err
 		}
 	}
@@ -314,11 +314,11 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 	return nil
 }
 
-// provision reports sm provisioned with node's addresses. An adopted
-// node that registered without a providerID gets the machine's, so that
-// Cluster API finds it (a Node's providerID may be set once).
-func (c *Controller) provision(ctx context.Context, sm *infrav1alpha1.StaticMachine, node *corev1.Node, adopt bool) error {
-	if adopt && node.Spec.ProviderID == "" && sm.Spec.ProviderID != "" {
+// provision reports sm provisioned with node's addresses. A node that
+// registered without a providerID (an adopted one) gets the machine's, so
+// that Cluster API finds it (a Node's providerID may be set once).
+func (c *Controller) provision(ctx context.Context, sm *infrav1alpha1.StaticMachine, node *corev1.Node) error {
+	if node.Spec.ProviderID == "" && sm.Spec.ProviderID != "" {
 		patch := fmt.Appendf(nil, `{"spec":{"providerID":%q}}`, sm.Spec.ProviderID)
 		if _, err := c.d.Kube.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch,
 			metav1.PatchOptions{FieldManager: deckhousev1.CAPSControllerManagerName}); err != nil {
@@ -479,9 +479,10 @@ func (c *Controller) bootstrapData(ctx context.Context, sm *infrav1alpha1.Static
 	return data, nil
 }
 
-// findNode is the Node with providerID, or, for an adoption, the Node
-// whose InternalIP is the host's address.
-func (c *Controller) findNode(providerID, address string, adopt bool) *corev1.Node {
+// findNode is the Node with providerID or, when there is none, the one
+// Node at the host's address that registered without a providerID (a node
+// joined by hand and now adopted): provision gives it the providerID.
+func (c *Controller) findNode(providerID, address string) *corev1.Node {
 	if providerID != "" {
 		if objs, err := c.nodes.ByIndex(byProviderID, providerID); err == nil && len(objs) > 0 {
 			if n, ok := objs[0].(*corev1.Node); ok {
@@ -489,15 +490,14 @@ func (c *Controller) findNode(providerID, address string, adopt bool) *corev1.No
 			}
 		}
 	}
-	if !adopt {
-		return nil
-	}
 	objs, err := c.nodes.ByIndex(byAddress, address)
 	if err != nil || len(objs) != 1 {
 		return nil
 	}
-	n, _ := objs[0].(*corev1.Node)
-	return n
+	if n, ok := objs[0].(*corev1.Node); ok && n.Spec.ProviderID == "" {
+		return n
+	}
+	return nil
 }
 
 func isControlPlane(n *corev1.Node) bool {
