@@ -385,6 +385,11 @@ func (c *Controller) deleteMachine(ctx context.Context, sm *infrav1alpha1.Static
 // so every attempt uses the current SSHCredentials and a fresh bootstrap
 // token.
 func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1alpha1.StaticMachine, inst *deckhousev1alpha2.StaticInstance, s situation, st step) {
+	if kind == taskBootstrap && machineOf(sm) == "" {
+		// Cluster API sets the owner a moment after it creates the
+		// StaticMachine; that update brings the machine back.
+		return
+	}
 	timeout := c.opts.BootstrapTimeout
 	if kind == taskCleanup {
 		timeout = c.opts.CleanupTimeout
@@ -402,7 +407,7 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 	if machineName == "" {
 		machineName = sm.Name
 	}
-	started := c.tasks.start(ctx, inst.Name, kind, func(ctx context.Context) (hostssh.Result, error) {
+	op := func(ctx context.Context) (hostssh.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		creds, err := c.credentials(credentials)
@@ -425,6 +430,14 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 			}
 			return res, err
 		}
+	}
+	started := c.tasks.start(ctx, inst.Name, kind, func(ctx context.Context) (hostssh.Result, error) {
+		res, err := op(ctx)
+		// What classify says is safe to log: the stage, the exit code or
+		// the SSH library's reason; never the output or a credential.
+		_, message := classify(kind, res, err)
+		klog.InfoS("SSH operation ended", "operation", kind, "staticInstance", inst.Name, "address", host.Address, "exitCode", res.ExitCode, "problem", message)
+		return res, err
 	})
 	if started {
 		klog.InfoS("SSH operation started", "operation", kind, "staticInstance", inst.Name, "address", inst.Spec.Address,

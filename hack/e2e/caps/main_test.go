@@ -66,6 +66,13 @@ func setUp(ctx context.Context) (func(), error) {
 	if err := waitPoliciesEnforced(ctx); err != nil {
 		return nil, err
 	}
+	// The API endpoints the manual-bootstrap scripts carry (the local
+	// kube-apiserver has no endpoint reconciler); a documentation address:
+	// the scripts' fetch of the bundle fails there, after the token is on
+	// the host.
+	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10"); err != nil {
+		return nil, err
+	}
 	if _, err := f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
 		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig}}); err != nil {
 		return nil, fmt.Errorf("start node-manager-controller: %w", err)

@@ -58,6 +58,15 @@ func startHosts(t *testing.T, logins *framework.SSHLogins, prefix string, n int)
 	return hosts
 }
 
+// showCAPSLog prints caps-controller-manager's log when the test fails.
+func showCAPSLog(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("caps-controller-manager's log:\n%s", capsManager.Tail(150))
+		}
+	})
+}
+
 // testCredentials creates an SSHCredentials for the test.
 func testCredentials(t *testing.T, name string, spec deckhousev1alpha2.SSHCredentialsSpec) {
 	t.Helper()
@@ -235,6 +244,7 @@ func machineOf(sm *infrav1alpha1.StaticMachine) string {
 // it, writing only the two files. The host never allowed is never picked.
 func TestStaticInstancesJoinAndLeave(t *testing.T) {
 	const group = "caps-static"
+	showCAPSLog(t)
 	logins := framework.NewSSHLogins(t)
 	hosts := startHosts(t, logins, "caps", 3)
 	port := int32(hosts[0].Port)

@@ -122,6 +122,7 @@ func waitRuns(t *testing.T, h host, n int) {
 // cleaned and released.
 func TestBootstrapRefusedResumedTimedOut(t *testing.T) {
 	const name = "caps-scripted"
+	showCAPSLog(t)
 	logins := framework.NewSSHLogins(t)
 	h := startHosts(t, logins, "scripted", 1)[0]
 	port := int32(h.Port)
