@@ -174,7 +174,8 @@ func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.
 	node := c.findNode(sm.Spec.ProviderID, inst.Spec.Address)
 	phase := phaseOf(inst)
 	kind := taskOf(phase, adopt)
-	o, finished, message, hostKey := c.tasks.state(inst.Name, kind)
+	o, finished, message, _ := c.tasks.state(inst.Name, kind)
+	hostKey := c.tasks.seenHostKey(inst.Name)
 	s := situation{
 		now:               now,
 		deleting:          sm.DeletionTimestamp != nil,
