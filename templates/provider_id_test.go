@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 )
 
 // TestKubeletProviderID runs the kubelet configuration's providerID part:
@@ -23,7 +24,7 @@ func TestKubeletProviderID(t *testing.T) {
 		name, file string // file "": no file
 		want       string
 	}{
-		{"written by CAPS", "static:///7c0e6a3e-1c1a-4a53-9a4b-0d1e2f3a4b5c\n", `providerID: "static:///7c0e6a3e-1c1a-4a53-9a4b-0d1e2f3a4b5c"` + "\n"},
+		{"written by CAPS", infrav1alpha1.ProviderIDPrefix + "7c0e6a3e-1c1a-4a53-9a4b-0d1e2f3a4b5c\n", `providerID: "` + infrav1alpha1.ProviderIDPrefix + `7c0e6a3e-1c1a-4a53-9a4b-0d1e2f3a4b5c"` + "\n"},
 		{"quoted whatever it holds", "a\"b: 'c' $(x)\nsecond line\n", `providerID: "a\"b: 'c' $(x)"` + "\n"},
 		{"no file", "", ""},
 		{"an empty file", "\n\n", `providerID: ""` + "\n"},
