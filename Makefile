@@ -131,9 +131,9 @@ verify-generated: $(GENERATORS) ## fail if generated code differs from what the 
 ##@ build, run, test
 
 .PHONY: build
-build: ## compile every package, bashible-apiserver, node-manager-controller, the agents (fencing-agent, early-oom) and the local stack
+build: ## compile every package, bashible-apiserver, node-manager-controller, caps-controller-manager, the agents (fencing-agent, early-oom) and the local stack
 	go build ./...
-	go build -o $(BIN)/ ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller ./agents/cmd/fencing-agent ./agents/cmd/early-oom ./hack/cmd/localstack
+	go build -o $(BIN)/ ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller ./controllers/cmd/caps-controller-manager ./agents/cmd/fencing-agent ./agents/cmd/early-oom ./hack/cmd/localstack
 
 .PHONY: run
 run: $(CONTROL_PLANE) $(BIN)/capi-controller-manager build ## start the local control plane and the stack; Ctrl-C stops it

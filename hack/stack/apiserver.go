@@ -43,10 +43,10 @@ const (
 // BuildBinaries builds node-manager's binaries into <root>/bin.
 func BuildBinaries(root string) error {
 	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/",
-		"./apiserver/cmd/bashible-apiserver", "./controllers/cmd/node-manager-controller", "./agents/cmd/fencing-agent")
+		"./apiserver/cmd/bashible-apiserver", "./controllers/cmd/node-manager-controller", "./controllers/cmd/caps-controller-manager", "./agents/cmd/fencing-agent")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build bashible-apiserver, node-manager-controller and fencing-agent: %w\n%s", err, out)
+		return fmt.Errorf("build bashible-apiserver, node-manager-controller, caps-controller-manager and fencing-agent: %w\n%s", err, out)
 	}
 	return nil
 }

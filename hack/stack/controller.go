@@ -56,20 +56,27 @@ type Controller struct {
 // StartController starts node-manager-controller as its ServiceAccount and
 // waits until its informers have synced.
 func (e *Environment) StartController(ctx context.Context, opts ControllerOptions) (*Controller, error) {
+	return e.startManager(ctx, deckhousev1.NodeManagerControllerName, ControllerUser, opts)
+}
+
+// startManager starts a binary built on controllers/manager (its name is
+// the binary's, its log's and its directory's) as user, and waits until its
+// informers have synced.
+func (e *Environment) startManager(ctx context.Context, name, user string, opts ControllerOptions) (*Controller, error) {
 	if opts.Identity == "" {
 		opts.Identity = "controller-1"
 	}
 	cp := e.CP
-	dir := filepath.Join(cp.Dir(), "node-manager-controller-"+opts.Identity)
+	dir := filepath.Join(cp.Dir(), name+"-"+opts.Identity)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	cert, key, err := cp.IssueClientCert(ControllerUser)
+	cert, key, err := cp.IssueClientCert(user)
 	if err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cp.WriteClientKubeconfig(kubeconfig, ControllerUser, cert, key); err != nil {
+	if err := cp.WriteClientKubeconfig(kubeconfig, user, cert, key); err != nil {
 		return nil, err
 	}
 	if opts.APIServer != "" {
@@ -96,7 +103,7 @@ func (e *Environment) StartController(ctx context.Context, opts ControllerOption
 		"--leader-elect-retry-period=500ms",
 		"--v=2",
 	}, opts.ExtraArgs...)
-	proc, err := cp.StartProcess("node-manager-controller-"+opts.Identity, filepath.Join(e.Root, "bin", deckhousev1.NodeManagerControllerName), args, port)
+	proc, err := cp.StartProcess(name+"-"+opts.Identity, filepath.Join(e.Root, "bin", name), args, port)
 	if err != nil {
 		return nil, err
 	}

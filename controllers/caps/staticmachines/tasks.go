@@ -54,6 +54,18 @@ func (t *tasks) state(key string, kind taskKind) (o outcome, finished time.Time,
 	return tk.outcome, tk.finished, tk.message, tk.hostKey
 }
 
+// seenHostKey is the host key the last finished operation on key saw,
+// whatever its kind ("" when none has finished): a bootstrap may end after
+// its phase has moved on, and its host key is still to be pinned.
+func (t *tasks) seenHostKey(key string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tk := t.byKey[key]; tk != nil && !tk.running {
+		return tk.hostKey
+	}
+	return ""
+}
+
 // start runs op for key in the background unless an operation of key is
 // running; it reports whether it started one.
 func (t *tasks) start(ctx context.Context, key string, kind taskKind, op func(context.Context) (hostssh.Result, error)) bool {

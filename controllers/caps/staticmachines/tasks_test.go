@@ -40,6 +40,9 @@ func TestTasksOnePerHost(t *testing.T) {
 	if o, _, _, _ := tk.state("host-1", taskCleanup); o != outcomeNone {
 		t.Errorf("a bootstrap's result is reported for cleanup: %v", o)
 	}
+	if got := tk.seenHostKey("host-1"); got != "ssh-ed25519 AAAA" {
+		t.Errorf("the host key seen by a finished operation of any kind: %q", got)
+	}
 	tk.forget("host-1")
 	if o, _, _, _ := tk.state("host-1", taskBootstrap); o != outcomeNone {
 		t.Errorf("a forgotten result is still reported: %v", o)

@@ -3,7 +3,8 @@
 // bashible-apiserver and registers it with the aggregator, starts
 // upstream Cluster API's core manager (bin/capi-controller-manager, as its
 // ServiceAccount; hack/stack/clusterapi.go), starts node-manager-controller
-// (as its ServiceAccount, with --cluster-api), writes an admin
+// (as its ServiceAccount, with --cluster-api) and caps-controller-manager
+// (Cluster API Provider Static, as its ServiceAccount), writes an admin
 // kubeconfig to .local/kubeconfig, shows the node groups, their rendered
 // bundles and manual-bootstrap Secrets, and keeps everything running until Ctrl-C. The kubeconfig exists
 // only while the whole stack is ready; it is removed on exit.
@@ -113,6 +114,14 @@ func run() error {
 	}
 	if _, err := env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
 		"--cluster-api", "--cluster-api-kubeconfig=" + capi.Kubeconfig}}); err != nil {
+		return err
+	}
+	// Cluster API Provider Static: StaticInstances joined over SSH.
+	fmt.Println("localstack: starting caps-controller-manager (Cluster API Provider Static)")
+	if err := stack.InstallCAPS(ctx, root, applier); err != nil {
+		return err
+	}
+	if _, err := env.StartCAPS(ctx, stack.ControllerOptions{}); err != nil {
 		return err
 	}
 	// The controller writes group status and a manual-bootstrap Secret per

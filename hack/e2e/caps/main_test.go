@@ -2,7 +2,11 @@
 // Static): the StaticInstance and SSHCredentials CRDs with their CEL rules,
 // the admission policies that replace Deckhouse's webhook, and the RBAC
 // that keeps SSH keys and passwords readable only by caps-controller-manager
-// and cluster admins, all against a real kube-apiserver.
+// and cluster admins, all against a real kube-apiserver; the SSH layer
+// against Debian's sshd in simulated hosts; and caps-controller-manager
+// itself, as its ServiceAccount, with the real capi-controller-manager and
+// node-manager-controller (--cluster-api), joining, cleaning, adopting and
+// resuming simulated hosts over SSH.
 package caps
 
 import (
@@ -16,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
@@ -23,7 +28,17 @@ import (
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
-var f = framework.New(framework.Options{Bare: true})
+var (
+	f = framework.New(framework.Options{ClusterAPI: true})
+	// dyn reads Cluster API's objects.
+	dyn dynamic.Interface
+	// capsManager is the running caps-controller-manager (restartCAPS
+	// replaces it).
+	capsManager *stack.Controller
+)
+
+// capsArgs are caps-controller-manager's flags in this suite.
+var capsArgs = []string{"--bootstrap-timeout=90s", "--cleanup-timeout=60s"}
 
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
@@ -48,7 +63,25 @@ func setUp(ctx context.Context) (func(), error) {
 	if err := stack.InstallPolicies(ctx, f.Root, applier); err != nil {
 		return nil, err
 	}
-	return nil, waitPoliciesEnforced(ctx)
+	if err := waitPoliciesEnforced(ctx); err != nil {
+		return nil, err
+	}
+	// The API endpoints the manual-bootstrap scripts carry (the local
+	// kube-apiserver has no endpoint reconciler); a documentation address:
+	// the scripts' fetch of the bundle fails there, after the token is on
+	// the host.
+	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10"); err != nil {
+		return nil, err
+	}
+	if _, err := f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
+		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig}}); err != nil {
+		return nil, fmt.Errorf("start node-manager-controller: %w", err)
+	}
+	if capsManager, err = f.Env.StartCAPS(ctx, stack.ControllerOptions{Identity: "caps-1", ExtraArgs: capsArgs}); err != nil {
+		return nil, fmt.Errorf("start caps-controller-manager: %w", err)
+	}
+	dyn, err = dynamic.NewForConfig(f.CP.AdminConfig())
+	return nil, err
 }
 
 // waitPoliciesEnforced waits until kube-apiserver enforces both

@@ -61,3 +61,17 @@ const (
 	// Instance goes once the Machine has, as in Deckhouse.
 	InstanceMachineFinalizer = "node-manager.deckhouse.io/machine"
 )
+
+// Cluster API Provider Static's own names (controllers/caps).
+const (
+	// StaticMachineFinalizer is CAPS's finalizer on a StaticMachine: Cluster
+	// API deletes the StaticMachine after draining its Node, and CAPS lets it
+	// go only once the host is cleaned and its StaticInstance is Pending again
+	// (Deckhouse's name).
+	StaticMachineFinalizer = "staticmachine.infrastructure.cluster.x-k8s.io"
+	// ProviderIDPrefix + <StaticInstance UID> is the providerID of a static
+	// machine: CAPS sets it on the StaticMachine and writes it to the host's
+	// /var/lib/bashible/node-spec-provider-id, from which the kubelet
+	// registers its Node with it (Deckhouse's form).
+	ProviderIDPrefix = "static:///"
+)

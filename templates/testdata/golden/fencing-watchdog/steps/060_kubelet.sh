@@ -163,6 +163,11 @@ cpuManagerPolicy: none
 YAML
   echo "resolvConf: $resolv_conf"
   echo "$reservation"
+  # A host joined by Cluster API Provider Static registers with the
+  # providerID CAPS wrote, by which Cluster API finds the Machine's Node.
+  if [[ -s /var/lib/bashible/node-spec-provider-id ]]; then
+    echo "providerID: $(head -n 1 /var/lib/bashible/node-spec-provider-id | jq -R .)"
+  fi
 } | bb-write-if-changed /etc/kubernetes/kubelet/config.yaml 0644 kubelet
 echo "$cpu_manager" | bb-write-if-changed "$cpu_manager_applied" 0644
 

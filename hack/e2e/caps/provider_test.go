@@ -1,0 +1,388 @@
+package caps
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/caps/hostssh"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/e2e/framework/debianroot"
+	"github.com/node-manager/node-manager/templates"
+)
+
+const ns = deckhousev1.Namespace
+
+// host is a simulated host with its StaticInstance.
+type host struct {
+	*framework.SSHHost
+	instance string
+}
+
+// file is a path inside the host's root.
+func (h host) file(path string) string { return filepath.Join(h.Root, path) }
+
+func (h host) has(path string) bool {
+	_, err := os.Stat(h.file(path))
+	return err == nil
+}
+
+// startHosts starts n simulated hosts on 127.0.0.2 and up, all on one
+// port, so that one SSHCredentials serves them.
+func startHosts(t *testing.T, logins *framework.SSHLogins, prefix string, n int) []host {
+	t.Helper()
+	debianroot.RequireRoot(t)
+	port := framework.SSHPort(t, n)
+	hosts := make([]host, n)
+	for i := range hosts {
+		root := debianroot.Fresh(t, templates.BuiltinVersions().BasePackages["debian"])
+		name := fmt.Sprintf("%s-%d", prefix, i+1)
+		hosts[i] = host{SSHHost: framework.StartSSHHost(t, name, root, fmt.Sprintf("127.0.0.%d", 2+i), port, logins), instance: name}
+	}
+	return hosts
+}
+
+// showCAPSLog prints caps-controller-manager's log when the test fails.
+func showCAPSLog(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("caps-controller-manager's log:\n%s", capsManager.Tail(150))
+		}
+	})
+}
+
+// testCredentials creates an SSHCredentials for the test.
+func testCredentials(t *testing.T, name string, spec deckhousev1alpha2.SSHCredentialsSpec) {
+	t.Helper()
+	creds := f.NM.DeckhouseV1alpha2().SSHCredentialses()
+	if _, err := creds.Create(framework.Context(t), &deckhousev1alpha2.SSHCredentials{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create SSHCredentials %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = creds.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// testInstance creates the StaticInstance of h for the test. Its deletion
+// at the end waits for nothing: the policies allow deleting a Pending or
+// Error instance only, so the test's group goes first (its cleanup runs
+// before this one).
+func testInstance(t *testing.T, h host, credentials string, labels, annotations map[string]string) {
+	t.Helper()
+	instances := f.NM.DeckhouseV1alpha2().StaticInstances()
+	inst := &deckhousev1alpha2.StaticInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: h.instance, Labels: labels, Annotations: annotations},
+		Spec: deckhousev1alpha2.StaticInstanceSpec{Address: h.Address,
+			CredentialsRef: &corev1.ObjectReference{Kind: "SSHCredentials", APIVersion: deckhousev1alpha2.SchemeGroupVersion.String(), Name: credentials}},
+	}
+	if _, err := instances.Create(framework.Context(t), inst, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create StaticInstance %s: %v", h.instance, err)
+	}
+	t.Cleanup(func() { _ = instances.Delete(context.Background(), h.instance, metav1.DeleteOptions{}) })
+}
+
+func instance(ctx context.Context, name string) (*deckhousev1alpha2.StaticInstance, error) {
+	return f.NM.DeckhouseV1alpha2().StaticInstances().Get(ctx, name, metav1.GetOptions{})
+}
+
+func phase(inst *deckhousev1alpha2.StaticInstance) deckhousev1alpha2.StaticInstancePhase {
+	if inst.Status.CurrentStatus == nil {
+		return ""
+	}
+	return inst.Status.CurrentStatus.Phase
+}
+
+// waitPhase waits until the instance is in phase p, bound to a machine or
+// not as bound says.
+func waitPhase(t *testing.T, name string, p deckhousev1alpha2.StaticInstancePhase, bound bool) *deckhousev1alpha2.StaticInstance {
+	t.Helper()
+	var inst *deckhousev1alpha2.StaticInstance
+	framework.Poll(t, fmt.Sprintf("StaticInstance %s %s (bound: %t)", name, p, bound), func(ctx context.Context) (bool, error) {
+		var err error
+		if inst, err = instance(ctx, name); err != nil {
+			return false, nil
+		}
+		return phase(inst) == p && (inst.Status.MachineRef != nil) == bound, nil
+	})
+	return inst
+}
+
+// playKubelet waits until the host holds ready (a file its bootstrap
+// writes), then registers its Node as the host's kubelet would, with the
+// providerID read from the host (node-spec-provider-id, which CAPS wrote)
+// and the configuration checksum bashible sets, and installs the stand-in
+// cleanup_static_node.sh the bundle would have installed: it removes
+// /var/lib/bashible and leaves /var/tmp/cleaned behind.
+func playKubelet(t *testing.T, h host, group, ready string) *corev1.Node {
+	t.Helper()
+	framework.Poll(t, h.Name+": its bootstrap reached "+ready, func(context.Context) (bool, error) {
+		return h.has(ready) && h.has(hostssh.ProviderIDFile), nil
+	})
+	providerID := strings.TrimSpace(framework.ReadFile(t, h.file(hostssh.ProviderIDFile)))
+	if !strings.HasPrefix(providerID, infrav1alpha1.ProviderIDPrefix) {
+		t.Fatalf("%s: node-spec-provider-id is %q", h.Name, providerID)
+	}
+	cleanup := "#!/usr/bin/env bash\n[[ \"${1:-}\" == " + hostssh.Quote(hostssh.CleanupFlag) + " ]] || exit 1\n" +
+		"rm -rf /var/lib/bashible\ntouch /var/tmp/cleaned\n"
+	if err := os.WriteFile(h.file(hostssh.CleanupScriptFile), []byte(cleanup), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	node := framework.NewNode(h.Name, group)
+	node.Spec.ProviderID = providerID
+	node.Annotations = map[string]string{deckhousev1.ConfigurationChecksumAnnotation: "e2e"}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.Address}, {Type: corev1.NodeHostName, Address: h.Name}}
+	return registerNode(t, node)
+}
+
+// registerNode creates node; Cluster API deletes it itself when its
+// Machine goes, so the test's own deletion may find it gone.
+func registerNode(t *testing.T, node *corev1.Node) *corev1.Node {
+	t.Helper()
+	nodes := f.Kube.CoreV1().Nodes()
+	created, err := nodes.Create(framework.Context(t), node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("register Node %s: %v", node.Name, err)
+	}
+	t.Cleanup(func() { _ = nodes.Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	return created
+}
+
+func patchGroup(t *testing.T, group, patch string) {
+	t.Helper()
+	if _, err := f.NM.DeckhouseV1().NodeGroups().Patch(framework.Context(t), group, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patch NodeGroup %s with %s: %v", group, patch, err)
+	}
+}
+
+func patchInstance(t *testing.T, name, patch string) {
+	t.Helper()
+	if _, err := f.NM.DeckhouseV1alpha2().StaticInstances().Patch(framework.Context(t), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patch StaticInstance %s with %s: %v", name, patch, err)
+	}
+}
+
+// statusWrites is caps_status_writes_total summed over kinds.
+func statusWrites(t *testing.T) int {
+	t.Helper()
+	code, body, err := capsManager.Get(framework.Context(t), "/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET caps-controller-manager /metrics: %d %v", code, err)
+	}
+	total := 0
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, "caps_status_writes_total{"); ok {
+			_, v, _ := strings.Cut(rest, "} ")
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("caps_status_writes_total line %q", line)
+			}
+			total += int(n)
+		}
+	}
+	return total
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// quietPeriod is how long the hot-loop check watches a cluster where
+// nothing changes.
+const quietPeriod = time.Minute
+
+func listMachines(ctx context.Context) []clusterv1.Machine {
+	l, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machines")).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	out := make([]clusterv1.Machine, 0, len(l.Items))
+	for _, u := range l.Items {
+		var m clusterv1.Machine
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// machineOf is the Machine owning sm.
+func machineOf(sm *infrav1alpha1.StaticMachine) string {
+	for _, o := range sm.OwnerReferences {
+		if o.Kind == "Machine" {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+// TestStaticInstancesJoinAndLeave is the life of static hosts through
+// Cluster API and CAPS, against real sshds: a Static group with
+// staticInstances.count 2 and three matching hosts, one of them labelled
+// allow-bootstrap=false. CAPS picks the two others, logs in (root with a
+// key, a sudo user with a key), writes the provider id and machine name
+// and runs the group's real manual-bootstrap script from
+// manual-bootstrap-for-<group> (which writes the CA and bootstrap token and
+// then fails to fetch the bundle: this suite runs no bashible-apiserver, so
+// the test plays the bundle and the kubelet once the token is on the host).
+// Both go Running, their StaticMachines provisioned, their Machines
+// Running with the Nodes; a quiet minute then makes no status write.
+// count 1: Cluster API drains one Machine, CAPS runs cleanup_static_node.sh
+// on its host and the instance is Pending again. The host released is then
+// handed over as an existing node (skip-bootstrap-phase): count 2 adopts
+// it, writing only the two files. The host never allowed is never picked.
+func TestStaticInstancesJoinAndLeave(t *testing.T) {
+	const group = "caps-static"
+	showCAPSLog(t)
+	logins := framework.NewSSHLogins(t)
+	hosts := startHosts(t, logins, "caps", 3)
+	port := int32(hosts[0].Port)
+	testCredentials(t, "caps-root", deckhousev1alpha2.SSHCredentialsSpec{User: "root", PrivateSSHKey: b64(logins.RootKey), SSHPort: port})
+	testCredentials(t, "caps-sudo", deckhousev1alpha2.SSHCredentialsSpec{User: logins.SudoUser, PrivateSSHKey: b64(logins.SudoKey), SSHPort: port})
+	role := map[string]string{"role": group}
+	testInstance(t, hosts[0], "caps-root", role, nil)
+	testInstance(t, hosts[1], "caps-sudo", role, nil)
+	testInstance(t, hosts[2], "caps-root", map[string]string{"role": group, deckhousev1.AllowBootstrapLabel: "false"}, nil)
+	f.TestGroup(t, framework.NewGroup(group, func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.StaticInstances = &deckhousev1.StaticInstancesSpec{Count: 2, LabelSelector: &metav1.LabelSelector{MatchLabels: role}}
+	}))
+
+	// The real manual-bootstrap script ran as root: the token it carries is on the host.
+	const token = "var/lib/bashible/bootstrap-token"
+	nodes := map[string]*corev1.Node{}
+	for _, h := range hosts[:2] {
+		nodes[h.instance] = playKubelet(t, h, group, token)
+	}
+	for _, h := range hosts[:2] {
+		inst := waitPhase(t, h.instance, deckhousev1alpha2.StaticInstanceRunning, true)
+		if inst.Status.NodeRef == nil || inst.Status.NodeRef.Name != h.Name {
+			t.Errorf("%s: nodeRef %v, want Node %s", h.instance, inst.Status.NodeRef, h.Name)
+		}
+		// Pinned once the bootstrap's session has ended, which may be after
+		// the Node joined (the script's fetch of the bundle times out).
+		framework.Poll(t, h.instance+": the host key pinned on first use", func(ctx context.Context) (bool, error) {
+			inst, err := instance(ctx, h.instance)
+			if err != nil {
+				return false, nil
+			}
+			if got := inst.Annotations[deckhousev1.SSHHostKeyAnnotation]; got != "" && got != h.HostKey {
+				return false, fmt.Errorf("pinned %q, the host's key is %q", got, h.HostKey)
+			}
+			return inst.Annotations[deckhousev1.SSHHostKeyAnnotation] == h.HostKey, nil
+		})
+		sm, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).Get(framework.Context(t), inst.Status.MachineRef.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sm.Status.Ready || sm.Spec.ProviderID != nodes[h.instance].Spec.ProviderID || len(sm.Status.Addresses) == 0 || sm.Status.Addresses[0].Address != h.Address {
+			t.Errorf("StaticMachine %s: ready %t, providerID %q, addresses %v; want ready with the Node's providerID and addresses", sm.Name, sm.Status.Ready, sm.Spec.ProviderID, sm.Status.Addresses)
+		}
+		if got := strings.TrimSpace(framework.ReadFile(t, h.file(hostssh.MachineNameFile))); got != machineOf(sm) {
+			t.Errorf("%s: machine-name %q, want the Machine %q", h.Name, got, machineOf(sm))
+		}
+	}
+	framework.Poll(t, "both Machines Running with their Nodes", func(ctx context.Context) (bool, error) {
+		running := 0
+		for _, m := range listMachines(ctx) {
+			if m.Status.Phase == "Running" && m.Status.NodeRef.Name != "" {
+				running++
+			}
+		}
+		return running == 2, nil
+	})
+	if inst, err := instance(framework.Context(t), hosts[2].instance); err != nil || inst.Status.MachineRef != nil || hosts[2].has(hostssh.ProviderIDFile) {
+		t.Errorf("the host labelled allow-bootstrap=false was picked: %v, %v", inst, err)
+	}
+
+	// A quiet minute: nothing changes, nothing is written.
+	before := statusWrites(t)
+	quiet := framework.Context(t)
+	select {
+	case <-quiet.Done():
+	case <-time.After(quietPeriod):
+	}
+	if after := statusWrites(t); after != before {
+		t.Errorf("caps-controller-manager wrote %d statuses in a quiet %s (a hot loop)", after-before, quietPeriod)
+	} else {
+		t.Logf("status writes in a quiet %s: %d (total so far %d)", quietPeriod, after-before, after)
+	}
+
+	// count 1: one host is drained, cleaned and released.
+	patchGroup(t, group, `{"spec":{"staticInstances":{"count":1}}}`)
+	var released host
+	framework.Poll(t, "one instance cleaned and Pending again", func(ctx context.Context) (bool, error) {
+		for _, h := range hosts[:2] {
+			inst, err := instance(ctx, h.instance)
+			if err == nil && phase(inst) == deckhousev1alpha2.StaticInstancePending && inst.Status.MachineRef == nil {
+				released = h
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if released.has("var/lib/bashible") || !released.has("var/tmp/cleaned") {
+		t.Errorf("%s: cleanup_static_node.sh did not run: /var/lib/bashible exists %t, /var/tmp/cleaned exists %t",
+			released.Name, released.has("var/lib/bashible"), released.has("var/tmp/cleaned"))
+	}
+	f.WaitEventNote(t, released.instance, "CleanupScriptSucceeded", "Pending again")
+	framework.Poll(t, "Node "+released.Name+" deleted by Cluster API after the cleanup", func(ctx context.Context) (bool, error) {
+		_, err := f.Kube.CoreV1().Nodes().Get(ctx, released.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	// Hand the released host over as a running node: the Node exists (no
+	// providerID: it joined by hand), and count 2 adopts it.
+	adopted := framework.NewNode(released.Name, group)
+	adopted.Annotations = map[string]string{deckhousev1.ConfigurationChecksumAnnotation: "e2e"}
+	adopted.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: released.Address}}
+	registerNode(t, adopted)
+	patchInstance(t, released.instance, `{"metadata":{"annotations":{"`+deckhousev1.SkipBootstrapPhaseAnnotation+`":""}}}`)
+	patchGroup(t, group, `{"spec":{"staticInstances":{"count":2}}}`)
+	inst := waitPhase(t, released.instance, deckhousev1alpha2.StaticInstanceRunning, true)
+	framework.Poll(t, "the adoption annotation removed", func(ctx context.Context) (bool, error) {
+		inst, err := instance(ctx, released.instance)
+		if err != nil {
+			return false, nil
+		}
+		_, still := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]
+		return !still, nil
+	})
+	entries, err := os.ReadDir(released.file("var/lib/bashible"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "machine-name node-spec-provider-id" {
+		t.Errorf("adoption wrote %v to /var/lib/bashible, want only machine-name and node-spec-provider-id", names)
+	}
+	node, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), released.Name, metav1.GetOptions{})
+	if err != nil || node.Spec.ProviderID != strings.TrimSpace(framework.ReadFile(t, released.file(hostssh.ProviderIDFile))) {
+		t.Errorf("the adopted Node's providerID should be the one written to the host: %v, %v", node, err)
+	}
+	if inst.Status.NodeRef == nil || inst.Status.NodeRef.Name != released.Name {
+		t.Errorf("adopted instance's nodeRef %v, want %s", inst.Status.NodeRef, released.Name)
+	}
+	if inst, err := instance(framework.Context(t), hosts[2].instance); err != nil || inst.Status.MachineRef != nil {
+		t.Errorf("the host labelled allow-bootstrap=false was picked: %v, %v", inst, err)
+	}
+
+	// Empty the group before the instances go (a Running instance may not be deleted).
+	patchGroup(t, group, `{"spec":{"staticInstances":{"count":0}}}`)
+	for _, h := range hosts[:2] {
+		waitPhase(t, h.instance, deckhousev1alpha2.StaticInstancePending, false)
+	}
+}
