@@ -67,7 +67,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	m := manager.New(deps, opts, staticmachines.New(deps, caps))
+	// Each term of leadership builds the controller afresh from the term's
+	// Deps (see manager.Build), so nothing of a lost term is carried over.
+	m := manager.New(deps, opts, func(d *manager.Deps) []manager.Controller {
+		return []manager.Controller{staticmachines.New(d, caps)}
+	})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	addr, err := serving.Serve(ctx, opts.ListenAddress, opts.Kubeconfig, &opts.Serving, m.Handler(reg))
