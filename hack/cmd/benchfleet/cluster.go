@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -123,14 +125,17 @@ func createNodes(ctx context.Context, kube kubernetes.Interface, nm versioned.In
 			return fmt.Errorf("create Node %s: %w", n.name, err)
 		}
 		now := metav1.Now()
-		created.Status = corev1.NodeStatus{
+		status, err := json.Marshal(map[string]any{"status": corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "SimulatedKubelet",
 				LastHeartbeatTime: now, LastTransitionTime: now}},
 			NodeInfo:    corev1.NodeSystemInfo{KubeletVersion: "v1.36.3"},
 			Capacity:    resources(),
 			Allocatable: resources(),
+		}})
+		if err != nil {
+			return err
 		}
-		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		if _, err := kube.CoreV1().Nodes().Patch(ctx, n.name, types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
 			return fmt.Errorf("report Node %s Ready: %w", n.name, err)
 		}
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.name, Namespace: corev1.NamespaceNodeLease,
