@@ -41,11 +41,16 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -204,7 +209,7 @@ func run(c config) error {
 		// A CPU profile of bashible-apiserver over the compare phase.
 		go func() {
 			path := fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(c.period.Seconds()))
-			if err := saveProfile(ctx, server, c.profileDir, "cpu", path); err != nil {
+			if err := saveProfile(ctx, cp, server, c.profileDir, "cpu", path); err != nil {
 				logf("CPU profile: %v", err)
 			}
 		}()
@@ -220,7 +225,7 @@ func run(c config) error {
 		figure(name, float64(rss)/(1<<20), "MiB")
 	}
 	if c.profileDir != "" {
-		if err := profile(ctx, server, c.profileDir); err != nil {
+		if err := profile(ctx, cp, server, c.profileDir); err != nil {
 			return err
 		}
 	}
@@ -506,24 +511,39 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 	return nil
 }
 
-// profile saves bashible-apiserver's heap profile into dir (its
-// /debug/pprof, which the control plane's admin may read).
-func profile(ctx context.Context, server *stack.APIServer, dir string) error {
-	return saveProfile(ctx, server, dir, "heap", "/debug/pprof/heap")
+// profile saves bashible-apiserver's heap profile into dir.
+func profile(ctx context.Context, cp *controlplane.ControlPlane, server *stack.APIServer, dir string) error {
+	return saveProfile(ctx, cp, server, dir, "heap", "/debug/pprof/heap")
 }
 
-func saveProfile(ctx context.Context, server *stack.APIServer, dir, name, path string) error {
-	code, body, err := server.Get(ctx, path)
+// saveProfile fetches one of bashible-apiserver's /debug/pprof endpoints
+// (which the control plane's admin may read) into dir.
+func saveProfile(ctx context.Context, cp *controlplane.ControlPlane, server *stack.APIServer, dir, name, path string) error {
+	admin, err := tls.X509KeyPair(cp.AdminConfig().CertData, cp.AdminConfig().KeyData)
+	if err != nil {
+		return fmt.Errorf("reading the admin client certificate: %w", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(cp.CACertPEM())
+	c := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{admin}, MinVersion: tls.VersionTLS12}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL()+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("get %s: %w", path, err)
 	}
-	if code != 200 {
-		return fmt.Errorf("get %s: %d %s", path, code, body)
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("get %s: %d %s: %v", path, resp.StatusCode, body, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	file := dir + "/bashible-apiserver." + name + ".pprof"
+	file := filepath.Join(dir, "bashible-apiserver."+name+".pprof")
 	logf("wrote %s", file)
-	return os.WriteFile(file, []byte(body), 0o644)
+	return os.WriteFile(file, body, 0o644)
 }
