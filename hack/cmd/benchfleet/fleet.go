@@ -184,6 +184,20 @@ func (f *fleet) lastSeen(groups ...string) (time.Time, bool) {
 	return time.Unix(0, last), true
 }
 
+// seenFraction is the share of the nodes of groups that saw a new checksum.
+func (f *fleet) seenFraction(groups ...string) float64 {
+	var all, seen int
+	for _, n := range f.nodes {
+		if slices.Contains(groups, n.group) {
+			all++
+			if n.seen.Load() != 0 {
+				seen++
+			}
+		}
+	}
+	return float64(seen) / float64(max(1, all))
+}
+
 // watches opens one watch of bashibles/<group> per node through the
 // aggregator, each on its own connection with the node's identity, and
 // counts the MODIFIED events they receive.

@@ -164,3 +164,14 @@ func rolledOut(store cache.Store, sum string, count int) bool {
 	}
 	return true
 }
+
+// countApplied is how many nodes of the store have applied sum.
+func countApplied(store cache.Store, sum string) int {
+	n := 0
+	for _, obj := range store.List() {
+		if obj.(*corev1.Node).Annotations[deckhousev1.ConfigurationChecksumAnnotation] == sum {
+			n++
+		}
+	}
+	return n
+}
