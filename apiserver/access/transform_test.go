@@ -21,7 +21,7 @@ import (
 func TestNarrowerCachesOnlyTheGroupOfAnInstance(t *testing.T) {
 	inst := instance("w1", "worker")
 	inst.Annotations = map[string]string{"example.com/note": "large"}
-	inst.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "node-manager-controller", Operation: metav1.ManagedFieldsOperationUpdate}}
+	inst.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}
 	inst.Status = deckhousev1alpha1.InstanceStatus{BashibleStatus: "Ready", NodeRef: &deckhousev1alpha1.NodeRef{Name: "w1"}}
 	n := NewNarrower(nmfake.NewClientset(inst))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

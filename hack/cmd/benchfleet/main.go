@@ -62,6 +62,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/procstat"
@@ -184,7 +185,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	cpu := cpuMeter{"kube-apiserver": kas, "bashible-apiserver": server.PID(), "controller": controller.PID()}
+	cpu := cpuMeter{"kube-apiserver": kas, "server": server.PID(), "controller": controller.PID()}
 	figure("fleet_nodes", float64(c.nodes), "nodes")
 	figure("fleet_groups", float64(c.groups), "groups")
 	figure("fleet_period", c.period.Seconds(), "s")
@@ -199,7 +200,7 @@ func run(c config) error {
 	}
 	quiet := cpu.since(before, time.Since(start))
 	figure("kube_apiserver_cpu_quiet", quiet["kube-apiserver"], "cores")
-	figure("bashible_apiserver_cpu_quiet", quiet["bashible-apiserver"], "cores")
+	figure("bashible_apiserver_cpu_quiet", quiet["server"], "cores")
 	figure("controller_cpu_quiet", quiet["controller"], "cores")
 
 	if err := fleetPhase(ctx, c, f, nm, cpu, quiet, l); err != nil {
@@ -352,7 +353,7 @@ func fleetPhase(ctx context.Context, c config, f *fleet, nm versioned.Interface,
 	figure("get_bundle_aggregated_p50", ms(percentile(bundles, 0.5)), "ms")
 	figure("get_bundle_aggregated_p99", ms(percentile(bundles, 0.99)), "ms")
 	figure("get_bundle_aggregated_errors", float64(bundleErrs), "count")
-	figure("bashible_apiserver_cpu_per_1000_requests", used["bashible-apiserver"]*elapsed.Seconds()/float64(max(1, requests))*1000, "s")
+	figure("bashible_apiserver_cpu_per_1000_requests", used["server"]*elapsed.Seconds()/float64(max(1, requests))*1000, "s")
 	figure("kube_apiserver_cpu_with_fleet", used["kube-apiserver"], "cores")
 	figure("kube_apiserver_cpu_extra", used["kube-apiserver"]-quiet["kube-apiserver"], "cores")
 	figure("kube_apiserver_cpu_extra_per_1000_requests", (used["kube-apiserver"]-quiet["kube-apiserver"])*elapsed.Seconds()/float64(max(1, requests))*1000, "s")
@@ -507,7 +508,7 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 	used := cpu.since(before, took)
 	figure("watch_change_to_served", served.Seconds(), "s")
 	figure("watch_change_to_all_watchers", took.Seconds(), "s")
-	figure("bashible_apiserver_cpu_watch_fanout", used["bashible-apiserver"]*took.Seconds(), "s")
+	figure("bashible_apiserver_cpu_watch_fanout", used["server"]*took.Seconds(), "s")
 	figure("watch_events", float64(w.events.Load()), "count")
 	if err != nil {
 		n := 0
@@ -551,7 +552,7 @@ func saveProfile(ctx context.Context, cp *controlplane.ControlPlane, server *sta
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	file := filepath.Join(dir, "bashible-apiserver."+name+".pprof")
+	file := filepath.Join(dir, deckhousev1.BashibleAPIServerName+"."+name+".pprof")
 	logf("wrote %s", file)
 	return os.WriteFile(file, body, 0o644)
 }
