@@ -248,11 +248,18 @@ func pidOf(cp *controlplane.ControlPlane, name string) (int, error) {
 	return 0, fmt.Errorf("the control plane runs no %s", name)
 }
 
-// servedChecksums is each group's served configuration checksum.
+// servedChecksums is each group's served configuration checksum. A
+// loaded aggregator answers 503 now and then (the fleet counts those as
+// errors); the benchmark's own reads retry for a minute.
 func servedChecksums(ctx context.Context, nm versioned.Interface) (map[string]string, error) {
-	list, err := nm.BashibleV1alpha1().Bashibles().List(ctx, metav1.ListOptions{})
+	var list *bashiblev1alpha1.BashibleList
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, last = nm.BashibleV1alpha1().Bashibles().List(ctx, metav1.ListOptions{})
+		return last == nil, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("list bashibles: %w", err)
+		return nil, fmt.Errorf("list bashibles: %w (last: %v)", err, last)
 	}
 	out := map[string]string{}
 	for _, b := range list.Items {
