@@ -204,6 +204,11 @@ func (f *fleet) seenFraction(groups ...string) float64 {
 type watches struct {
 	opened, events atomic.Int64
 	failed         atomic.Int64
+	// armed is set when the change is made: events before it are the
+	// watch's initial state.
+	armed atomic.Bool
+	// types counts the events received by type (for the report).
+	types sync.Map
 	// got is per node the time of its first event after reset.
 	got sync.Map
 }
@@ -237,7 +242,12 @@ func (f *fleet) watch(ctx context.Context, w *watches, n *simNode) {
 		var ev struct {
 			Type string `json:"type"`
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == "MODIFIED" {
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			ev.Type = "UNDECODABLE"
+		}
+		c, _ := w.types.LoadOrStore(ev.Type, new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		if w.armed.Load() && (ev.Type == "MODIFIED" || ev.Type == "ADDED") {
 			w.events.Add(1)
 			w.got.LoadOrStore(n.name, time.Now())
 		}

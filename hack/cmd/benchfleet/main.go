@@ -54,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -500,6 +501,7 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 		return err
 	}
 	before, start := cpu.read(), time.Now()
+	w.armed.Store(true)
 	if err := changeStep(ctx, nm, "all-groups.sh", "every group"); err != nil {
 		return err
 	}
@@ -521,7 +523,11 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 	figure("watch_change_to_served", served.Seconds(), "s")
 	figure("watch_change_to_all_watchers", took.Seconds(), "s")
 	figure("bashible_apiserver_cpu_watch_fanout", used["server"]*took.Seconds(), "s")
-	figure("watch_events", float64(w.events.Load()), "count")
+	figure("watch_events_after_the_change", float64(w.events.Load()), "count")
+	w.types.Range(func(k, v any) bool {
+		figure("watch_events_"+strings.ToLower(k.(string)), float64(v.(*atomic.Int64).Load()), "count")
+		return true
+	})
 	if err != nil {
 		n := 0
 		w.got.Range(func(_, _ any) bool { n++; return true })
