@@ -182,6 +182,12 @@ test: verify-generated lint test-unit test-rules test-fuzz test-e2e ## everythin
 bench: $(CONTROL_PLANE) ## render and serving benchmarks on this machine, one `name: value unit` per line
 	go run ./hack/cmd/bench
 
+# BENCH_FLEET_FLAGS: for example -nodes 200 while developing (see hack/cmd/benchfleet).
+BENCH_FLEET_FLAGS ?=
+.PHONY: bench-fleet
+bench-fleet: $(CONTROL_PLANE) ## 5,000 simulated nodes against bashible-apiserver and node-manager-controller, `name: value unit` per line
+	go run ./hack/cmd/benchfleet $(BENCH_FLEET_FLAGS)
+
 .PHONY: clean
 clean: ## remove build outputs (keeps the Go caches)
 	rm -rf $(BIN) .local

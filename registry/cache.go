@@ -51,7 +51,10 @@ func (c *cachedObject) CacheEncode(id runtime.Identifier, encode func(runtime.Ob
 	e.once.Do(func() {
 		var buf bytes.Buffer
 		e.err = encode(c.obj.DeepCopyObject(), &buf)
-		e.data = buf.Bytes()
+		// Kept as long as the version is served: an exact copy, not the
+		// buffer, whose growth leaves up to twice the bytes allocated.
+		e.data = make([]byte, buf.Len())
+		copy(e.data, buf.Bytes())
 	})
 	if e.err != nil {
 		return e.err

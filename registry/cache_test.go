@@ -55,6 +55,9 @@ func TestCachedObjectEncodesOncePerEncoderAndMatchesDirectEncoding(t *testing.T)
 			t.Fatalf("cached encoding differs:\n%s\n%s", out, direct.Bytes())
 		}
 	}
+	if e := cached.encodings[ser.Identifier()]; cap(e.data) != len(e.data) {
+		t.Errorf("the kept encoding holds %d bytes for %d", cap(e.data), len(e.data))
+	}
 	if calls.Load() != 1 {
 		t.Errorf("encoded %d times, want once", calls.Load())
 	}

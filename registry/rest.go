@@ -187,13 +187,27 @@ func watchObjects[T any, PT object[T]](ctx context.Context, s *storage, options 
 	w := &watcher{
 		source:  sub,
 		filter:  f,
-		object:  func(p *bundles.Published) runtime.Object { return build(p, p.Group) },
+		object:  func(p *bundles.Published) runtime.Object { return shared(s, p, build) },
 		initEnd: func(rv string) runtime.Object { return initialEventsEnd(PT(new(T)), rv) },
 		result:  make(chan watch.Event),
 		done:    make(chan struct{}),
 	}
 	go w.run(ctx)
 	return w, nil
+}
+
+// shared is the object of a watch event: for the group's current version
+// the same cachedObject every GET and every other watcher gets, so an
+// event is serialized once per encoder however many nodes watch (the
+// apiserver's watch encoder caches the whole framed event in it, as it
+// does for the watch cache's objects); an older version (a watcher
+// catching up from history, a deleted group) is built for this watcher
+// alone and never displaces the current one.
+func shared[T any, PT object[T]](s *storage, p *bundles.Published, build builder[PT]) runtime.Object {
+	if current, ok := s.source.Get(p.Group); ok && current.ResourceVersion == p.ResourceVersion {
+		return s.cache.get(p.Group, p.ResourceVersion, func() runtime.Object { return build(p, p.Group) })
+	}
+	return build(p, p.Group)
 }
 
 // initialEventsEnd makes obj the bookmark that ends a streaming list's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"reflect"
@@ -423,10 +424,7 @@ func TestWatchFromAResourceVersionSendsOnlyLaterChanges(t *testing.T) {
 			f.source.send(changed(watch.Added, &bundles.Published{Group: "extra", NodeType: "Static", Checksum: sum("ef")}, "16"))
 			ev := next(t, w)
 			expect(t, ev, watch.Added, "extra", "16")
-			if _, ok := ev.Object.(runtime.CacheableObject); ok {
-				t.Error("watch events carry plain objects")
-			}
-			if got, want := fmt.Sprintf("%T", ev.Object), fmt.Sprintf("%T", f.storages[r.name].New()); got != want {
+			if got, want := fmt.Sprintf("%T", plain(ev.Object)), fmt.Sprintf("%T", f.storages[r.name].New()); got != want {
 				t.Errorf("event object %s, want %s", got, want)
 			}
 			f.source.send(changed(watch.Deleted, worker(), "17"))
@@ -445,6 +443,69 @@ func TestWatchIsNarrowedToTheCallersGroup(t *testing.T) {
 	f.source.send(changed(watch.Modified, master(), "13"))
 	f.source.send(changed(watch.Modified, worker(), "14"))
 	expect(t, next(t, w), watch.Modified, "worker", "14")
+}
+
+func TestWatchersShareOneObjectPerEventEncodedOnce(t *testing.T) {
+	for _, r := range resources {
+		t.Run(r.name, func(t *testing.T) {
+			f := setUp(t)
+			var ws []watch.Interface
+			for range 3 {
+				w, err := f.storages[r.name].Watch(as(admin), &metainternalversion.ListOptions{ResourceVersion: "12"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Stop()
+				ws = append(ws, w)
+			}
+			current := worker()
+			current.ResourceVersion = "13"
+			f.source.groups["worker"] = current
+			f.source.send(bundles.Event{Type: watch.Modified, Published: current})
+			var objs []runtime.Object
+			for _, w := range ws {
+				ev := next(t, w)
+				expect(t, ev, watch.Modified, "worker", "13")
+				objs = append(objs, ev.Object)
+			}
+			co, ok := objs[0].(runtime.CacheableObject)
+			if !ok {
+				t.Fatalf("a watch event of the current version carries %T, want the shared runtime.CacheableObject", objs[0])
+			}
+			for _, o := range objs[1:] {
+				if o != objs[0] {
+					t.Fatal("watchers of one event got different objects: each would serialize it again")
+				}
+			}
+			if got, _ := f.storages[r.name].Get(as(admin), "worker", &metav1.GetOptions{}); got != objs[0] {
+				t.Error("a GET of the same version should serve the watchers' object")
+			}
+			encodes := 0
+			for range objs {
+				if err := co.CacheEncode("watch-json", func(runtime.Object, io.Writer) error { encodes++; return nil }, io.Discard); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if encodes != 1 {
+				t.Errorf("the event was encoded %d times for %d watchers, want once", encodes, len(objs))
+			}
+
+			// A watcher replaying history gets an older version built for
+			// it alone; the current one stays cached.
+			old, err := f.storages[r.name].Watch(as(admin), &metainternalversion.ListOptions{ResourceVersion: "12"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Stop()
+			f.source.send(changed(watch.Modified, worker(), "11"))
+			if ev := next(t, old); ev.Object == objs[0] {
+				t.Error("an older version was served as the current shared object")
+			}
+			if got, _ := f.storages[r.name].Get(as(admin), "worker", &metav1.GetOptions{}); got != objs[0] {
+				t.Error("an older version displaced the current shared object")
+			}
+		})
+	}
 }
 
 func TestWatchFromBeforeTheHistoryIsGone(t *testing.T) {

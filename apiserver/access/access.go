@@ -20,12 +20,14 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/tools/cache"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	nminformers "github.com/node-manager/node-manager/generated/informers/externalversions"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
@@ -83,9 +85,11 @@ type Narrower struct {
 	factory   nminformers.SharedInformerFactory
 }
 
-// NewNarrower watches Instances.
+// NewNarrower watches Instances, keeping of each only what a scope is
+// resolved from (onlyGroup): a fleet's Instances carry status conditions
+// the narrower never reads.
 func NewNarrower(nm versioned.Interface) *Narrower {
-	f := nminformers.NewSharedInformerFactory(nm, 0)
+	f := nminformers.NewSharedInformerFactoryWithOptions(nm, 0, nminformers.WithTransform(onlyGroup))
 	inst := f.Deckhouse().V1alpha1().Instances()
 	return &Narrower{instances: inst.Lister(), synced: inst.Informer().HasSynced, factory: f}
 }
@@ -137,4 +141,17 @@ func (n *Narrower) scopeForUser(u user.Info, resource schema.GroupResource, name
 	default:
 		return Scope{All: true}, nil
 	}
+}
+
+// onlyGroup is the Narrower's informer transform: an Instance is cached
+// with its name, identity, resourceVersion and labels (the group label is
+// all a scope needs), not its status, annotations or managedFields.
+func onlyGroup(obj any) (any, error) {
+	inst, ok := obj.(*deckhousev1alpha1.Instance)
+	if !ok {
+		return obj, nil
+	}
+	return &deckhousev1alpha1.Instance{TypeMeta: inst.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: inst.Name, UID: inst.UID, ResourceVersion: inst.ResourceVersion, Labels: inst.Labels,
+	}}, nil
 }

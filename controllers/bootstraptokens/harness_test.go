@@ -138,6 +138,7 @@ func (h *harness) settle() {
 				return false, err
 			}
 			for _, s := range api.Items {
+				s.ManagedFields = nil // the informers drop them (manager.slim)
 				got, err := lister.Secrets(namespace).Get(s.Name)
 				if err != nil || !equality.Semantic.DeepEqual(got, &s) {
 					return false, nil
@@ -153,6 +154,7 @@ func (h *harness) settle() {
 			return false, nil
 		}
 		for _, ng := range groups.Items {
+			ng.ManagedFields = nil
 			got, err := h.c.groups.Get(ng.Name)
 			if err != nil || !equality.Semantic.DeepEqual(got, &ng) {
 				return false, nil
@@ -162,6 +164,7 @@ func (h *harness) settle() {
 		if err != nil {
 			return false, err
 		}
+		cm.ManagedFields = nil
 		cachedCM, err := h.c.configMap.ConfigMaps(metav1.NamespaceSystem).Get(deckhousev1.RootCAConfigMap)
 		if err != nil || !equality.Semantic.DeepEqual(cachedCM, cm) {
 			return false, nil
@@ -170,6 +173,7 @@ func (h *harness) settle() {
 		if err != nil {
 			return false, err
 		}
+		slice.ManagedFields = nil
 		cachedSlice, err := h.c.slices.EndpointSlices(metav1.NamespaceDefault).Get("kubernetes")
 		return err == nil && equality.Semantic.DeepEqual(cachedSlice, slice), nil
 	})

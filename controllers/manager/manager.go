@@ -159,17 +159,18 @@ func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Re
 func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *Options, clk clock.Clock, reg prometheus.Registerer) *Deps {
 	metrics := &termMetrics{Registerer: reg}
 	const resync = 10 * time.Minute
+	transform, nmTransform := informers.WithTransform(slim), nminformers.WithTransform(slim)
 	inf := &Informers{
-		Cluster: informers.NewSharedInformerFactory(kube, resync),
-		KubeSystem: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
+		Cluster: informers.NewSharedInformerFactoryWithOptions(kube, resync, transform),
+		KubeSystem: informers.NewSharedInformerFactoryWithOptions(kube, resync, transform, informers.WithNamespace(metav1.NamespaceSystem),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + deckhousev1.RootCAConfigMap })),
-		Tokens: informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceSystem),
+		Tokens: informers.NewSharedInformerFactoryWithOptions(kube, resync, transform, informers.WithNamespace(metav1.NamespaceSystem),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = deckhousev1.TokenNodeGroupLabel })),
-		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(opts.Namespace)),
-		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(metav1.NamespaceDefault)),
-		NodeManager: nminformers.NewSharedInformerFactory(nm, resync),
-		NodeLeases:  informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithNamespace(corev1.NamespaceNodeLease)),
-		Bundles:     nminformers.NewSharedInformerFactory(nm, resync),
+		Namespace:   informers.NewSharedInformerFactoryWithOptions(kube, resync, transform, informers.WithNamespace(opts.Namespace)),
+		Default:     informers.NewSharedInformerFactoryWithOptions(kube, resync, transform, informers.WithNamespace(metav1.NamespaceDefault)),
+		NodeManager: nminformers.NewSharedInformerFactoryWithOptions(nm, resync, nmTransform),
+		NodeLeases:  informers.NewSharedInformerFactoryWithOptions(kube, resync, transform, informers.WithNamespace(corev1.NamespaceNodeLease)),
+		Bundles:     nminformers.NewSharedInformerFactoryWithOptions(nm, resync, nmTransform),
 	}
 	nodeInformer := inf.Cluster.Core().V1().Nodes()
 	cache := nodes.NewCache(nodeInformer.Lister(), clk)

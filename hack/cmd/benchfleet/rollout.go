@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+// agents play bashible's side of the update protocol for every node of one
+// group in one process, as hack/e2e/framework's Agent does for a few (ask
+// for approval while removing the checksum, wait for it, take applyTakes,
+// report the checksum), but driven by one informer instead of a poll per
+// node, so a thousand of them cost little.
+type agents struct {
+	kube       kubernetes.Interface
+	group      string
+	applyTakes time.Duration
+	lister     func(name string) (*corev1.Node, bool)
+
+	mu         sync.Mutex
+	target     string
+	applyingAt map[string]time.Time
+	queue      chan string
+}
+
+// runAgents starts the agents of group; they converge on whatever target
+// is set, until ctx ends.
+func runAgents(ctx context.Context, kube kubernetes.Interface, group string, applyTakes time.Duration, workers int) (*agents, cache.SharedIndexInformer, error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = deckhousev1.NodeGroupLabel + "=" + group
+	}))
+	informer := factory.Core().V1().Nodes().Informer()
+	a := &agents{kube: kube, group: group, applyTakes: applyTakes, applyingAt: map[string]time.Time{}, queue: make(chan string, 1<<16)}
+	a.lister = func(name string) (*corev1.Node, bool) {
+		obj, ok, err := informer.GetStore().GetByKey(name)
+		if err != nil || !ok {
+			return nil, false
+		}
+		return obj.(*corev1.Node), true
+	}
+	enqueue := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
+			a.enqueue(n.Name)
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }}); err != nil {
+		return nil, nil, err
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return nil, nil, fmt.Errorf("the Nodes of group %s did not sync", group)
+	}
+	for range workers {
+		go a.work(ctx)
+	}
+	return a, informer, nil
+}
+
+func (a *agents) enqueue(name string) {
+	select {
+	case a.queue <- name:
+	default: // full: the node's next event brings it back
+	}
+}
+
+// setTarget tells every node that the served checksum is now sum.
+func (a *agents) setTarget(sum string, names []string) {
+	a.mu.Lock()
+	a.target = sum
+	a.mu.Unlock()
+	for _, n := range names {
+		a.enqueue(n)
+	}
+}
+
+func (a *agents) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case name := <-a.queue:
+			a.step(ctx, name)
+		}
+	}
+}
+
+// step does one thing of the protocol for a node, guarded by its
+// resourceVersion (a stale view just fails and waits for the next event).
+func (a *agents) step(ctx context.Context, name string) {
+	n, ok := a.lister(name)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	target := a.target
+	a.mu.Unlock()
+	if target == "" {
+		return
+	}
+	has := func(k string) bool { return nodes.Has(n, k) }
+	var set map[string]any
+	switch {
+	case n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == target && !has(deckhousev1.WaitingForApprovalAnnotation):
+		return
+	case !has(deckhousev1.ApprovedAnnotation) && !has(deckhousev1.WaitingForApprovalAnnotation):
+		set = map[string]any{deckhousev1.WaitingForApprovalAnnotation: "", deckhousev1.ConfigurationChecksumAnnotation: nil}
+	case !has(deckhousev1.ApprovedAnnotation):
+		return
+	default:
+		a.mu.Lock()
+		at, applying := a.applyingAt[name]
+		if !applying {
+			a.applyingAt[name] = time.Now()
+			a.mu.Unlock()
+			time.AfterFunc(a.applyTakes, func() { a.enqueue(name) })
+			return
+		}
+		if time.Since(at) < a.applyTakes {
+			a.mu.Unlock()
+			return
+		}
+		delete(a.applyingAt, name)
+		a.mu.Unlock()
+		set = map[string]any{deckhousev1.ConfigurationChecksumAnnotation: target}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
+	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+		// A conflict: the next event of the node brings it back; keep the
+		// applying start if the checksum report failed.
+		if set[deckhousev1.ConfigurationChecksumAnnotation] == target {
+			a.mu.Lock()
+			a.applyingAt[name] = time.Now().Add(-a.applyTakes)
+			a.mu.Unlock()
+			time.AfterFunc(100*time.Millisecond, func() { a.enqueue(name) })
+		}
+	}
+}
+
+// rolledOut reports whether every node of the informer's store has
+// applied sum and carries no update annotation any more.
+func rolledOut(store cache.Store, sum string, count int) bool {
+	list := store.List()
+	if len(list) != count {
+		return false
+	}
+	for _, obj := range list {
+		n := obj.(*corev1.Node)
+		if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != sum ||
+			nodes.Has(n, deckhousev1.ApprovedAnnotation) || nodes.Has(n, deckhousev1.WaitingForApprovalAnnotation) {
+			return false
+		}
+	}
+	return true
+}
+
+// countApplied is how many nodes of the store have applied sum.
+func countApplied(store cache.Store, sum string) int {
+	n := 0
+	for _, obj := range store.List() {
+		if obj.(*corev1.Node).Annotations[deckhousev1.ConfigurationChecksumAnnotation] == sum {
+			n++
+		}
+	}
+	return n
+}
