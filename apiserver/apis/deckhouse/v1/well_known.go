@@ -209,6 +209,14 @@ const (
 	// applies the rest of the status with server-side apply and Force: with
 	// one manager, each apply would remove the other's conditions.
 	FencingControllerFieldManager = "node-manager-controller-fencing"
+	// BashibleLastRunFieldManager and BashibleLastFailureFieldManager are
+	// the field managers under which bashible, as its node, applies its
+	// Instance's status.lastRun and status.lastFailure (the step history;
+	// templates/tree/bashible.sh.tpl). One manager each, and none shared
+	// with the conditions bashible sets (bashible-<condition type>), so
+	// applying one never removes another.
+	BashibleLastRunFieldManager     = "bashible-last-run"
+	BashibleLastFailureFieldManager = "bashible-last-failure"
 )
 
 // Namespaces.
