@@ -12,7 +12,7 @@
 //   - pure decisions in files of their own, tested without a cluster:
 //     approval/plan.go, csrapproval/decide.go, nodetemplate/template.go,
 //     drain/outcome.go, status/status.go, instances/instance.go,
-//     fencing/decide.go, clusterapi/objects.go.
+//     fencing/decide.go, clusterapi/objects.go, stephistory/history.go.
 //
 // A controller keyed by node group that looks at the group, its nodes and
 // its checksum gets its events from manager.WatchGroups; the others say in
@@ -35,6 +35,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodetemplate"
 	"github.com/node-manager/node-manager/controllers/status"
+	"github.com/node-manager/node-manager/controllers/stephistory"
 )
 
 // All builds every controller node-manager-controller runs, wired to the
@@ -52,6 +53,8 @@ func All(d *manager.Deps) []manager.Controller {
 		checksums.New(d),
 		// Every node's Instance: status, adoption, deletion (node).
 		instances.New(d),
+		// bashible's per-step history on Instances, as metrics (node).
+		stephistory.New(d),
 		// Joining nodes' kubelet client certificates (CSR).
 		csrapproval.New(d),
 		// The group's node template on its nodes (node).

@@ -22,13 +22,16 @@ import (
 
 // fakeAPI is just enough of the API for one run of bashible.sh: the group's
 // NodeGroupBundle, and the node's Node with compare-and-set merge patches of
-// its annotations. Everything else is 404 (Instances: bashible reports
-// conditions best effort).
+// its annotations. With instance set, the node's Instance too, whose status
+// applies are kept by field manager; without, Instances are 404 (bashible
+// reports on them best effort). Everything else is 404.
 type fakeAPI struct {
 	mu          sync.Mutex
 	bundle      map[string]any
 	annotations map[string]any
 	rv          int
+	instance    bool
+	applied     map[string]map[string]any // field manager -> the status it applied
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -69,6 +72,22 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.rv++
 		_ = json.NewEncoder(w).Encode(node())
+	case f.instance && r.Method == http.MethodGet && r.URL.Path == "/apis/deckhouse.io/v1alpha1/instances/n1":
+		_, _ = w.Write([]byte(`{"apiVersion":"deckhouse.io/v1alpha1","kind":"Instance","metadata":{"name":"n1"}}`))
+	case f.instance && r.Method == http.MethodPatch && r.URL.Path == "/apis/deckhouse.io/v1alpha1/instances/n1/status":
+		var p struct {
+			Status map[string]any `json:"status"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(body, &p); err != nil || r.Header.Get("Content-Type") != "application/apply-patch+yaml" {
+			http.Error(w, `{"message":"bad apply"}`, http.StatusBadRequest)
+			return
+		}
+		if f.applied == nil {
+			f.applied = map[string]map[string]any{}
+		}
+		f.applied[r.URL.Query().Get("fieldManager")] = p.Status
+		_, _ = w.Write(body)
 	default:
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = w.Write([]byte(`{"message":"not found"}`))
@@ -76,16 +95,22 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // runAgent runs the group's rendered bashible.sh once, as on a node that has
-// run before (configuration "old"), against api; it returns the output,
-// the node's root and whether the run succeeded.
-func runAgent(t *testing.T, api *fakeAPI) (string, string, bool) {
+// run before (configuration "old"), against api, with --max-retries 1 unless
+// args say otherwise; it returns the output, the node's root and whether
+// the run succeeded.
+func runAgent(t *testing.T, api *fakeAPI, args ...string) (string, string, bool) {
 	t.Helper()
-	b := mustRender(t, builtinTree(t), workerContext(t, nil))
+	return runScript(t, api, mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible, args...)
+}
+
+// runScript is runAgent with the given bashible.sh.
+func runScript(t *testing.T, api *fakeAPI, script string, args ...string) (string, string, bool) {
+	t.Helper()
 	srv := httptest.NewTLSServer(api)
 	t.Cleanup(srv.Close)
 	root := t.TempDir()
 	files := map[string]string{
-		"var/lib/bashible/bashible.sh":            b.Bashible,
+		"var/lib/bashible/bashible.sh":            script,
 		"var/lib/bashible/ca.crt":                 string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})),
 		"var/lib/bashible/bootstrap-token":        "abcdef.0123456789abcdef",
 		"var/lib/bashible/configuration_checksum": "old\n",
@@ -103,7 +128,10 @@ func runAgent(t *testing.T, api *fakeAPI) (string, string, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "var/lib/bashible/bashible.sh"), "--max-retries", "1")
+	if len(args) == 0 {
+		args = []string{"--max-retries", "1"}
+	}
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "var/lib/bashible/bashible.sh")}, args...)...)
 	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+root, "BASHIBLE_NODE_NAME=n1", "BASHIBLE_SKIP_UPDATE=yes",
 		"BASHIBLE_API_ENDPOINTS="+strings.TrimPrefix(srv.URL, "https://"), "BASHIBLE_POLL_SECONDS=1", "BASHIBLE_RETRY_DELAY=0")
 	out, err := cmd.CombinedOutput()

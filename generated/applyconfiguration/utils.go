@@ -94,6 +94,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1.WatchdogSpecApplyConfiguration{}
 
 		// Group=deckhouse.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("BashibleRun"):
+		return &deckhousev1alpha1.BashibleRunApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BashibleStep"):
+		return &deckhousev1alpha1.BashibleStepApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BootstrapStatus"):
 		return &deckhousev1alpha1.BootstrapStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CurrentStatus"):

@@ -225,6 +225,15 @@ const (
 	// status condition RolloutHalted that update approval
 	// (controllers/approval) applies, for the same reason.
 	ApprovalControllerFieldManager = "node-manager-controller-approval"
+
+	// BashibleLastRunFieldManager and BashibleLastFailureFieldManager are
+	// the field managers under which bashible, as its node, applies its
+	// Instance's status.lastRun and status.lastFailure (the step history;
+	// templates/tree/bashible.sh.tpl). One manager each, and none shared
+	// with the conditions bashible sets (bashible-<condition type>), so
+	// applying one never removes another.
+	BashibleLastRunFieldManager     = "bashible-last-run"
+	BashibleLastFailureFieldManager = "bashible-last-failure"
 )
 
 // Namespaces.

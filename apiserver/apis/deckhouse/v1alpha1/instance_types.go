@@ -16,6 +16,7 @@ import (
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.currentStatus.phase`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeRef.name`
 // +kubebuilder:printcolumn:name="Bashible",type=string,JSONPath=`.status.bashibleStatus`
+// +kubebuilder:printcolumn:name="Failed Step",type=string,JSONPath=`.status.lastRun.failedStep`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Instance struct {
@@ -79,6 +80,91 @@ type InstanceStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastRun is, step by step, bashible's latest run that ran steps
+	// (runs that find the node in sync run none and leave it alone). The
+	// node writes it at the end of the run, under its own field manager.
+	// +optional
+	LastRun *BashibleRun `json:"lastRun,omitempty"`
+	// LastFailure is bashible's latest failed run; it stays when later
+	// runs succeed, so the last failure can be read after it is fixed.
+	// +optional
+	LastFailure *BashibleRun `json:"lastFailure,omitempty"`
+}
+
+// BashibleRunResult is how a bashible run ended.
+// +kubebuilder:validation:Enum=Succeeded;Failed;Stopped
+type BashibleRunResult string
+
+const (
+	// BashibleRunSucceeded: every step succeeded.
+	BashibleRunSucceeded BashibleRunResult = "Succeeded"
+	// BashibleRunFailed: a step failed its last attempt; the run ended there.
+	BashibleRunFailed BashibleRunResult = "Failed"
+	// BashibleRunStopped: a step stopped the run (the node waits to be
+	// replaced, approvalMode RollingUpdate); its configuration is not applied.
+	BashibleRunStopped BashibleRunResult = "Stopped"
+)
+
+// MaxReportedSteps is how many steps a BashibleRun lists: a run that ran
+// more lists its last MaxReportedSteps (the failed step, if any, is the
+// last one) and counts the others in OmittedSteps.
+const MaxReportedSteps = 128
+
+// BashibleRun is one bashible run as the node reports it: the steps it
+// ran, in order, with their attempts, durations and exit statuses. Its
+// size is bounded: at most MaxReportedSteps steps of at most 253-byte
+// names, and a message of at most 1024 characters.
+type BashibleRun struct {
+	// Checksum is the configuration the run converged to.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Checksum string `json:"checksum,omitempty"`
+	// StartTime is when the first step started.
+	StartTime metav1.Time `json:"startTime"`
+	// CompletionTime is when the last step ended.
+	CompletionTime metav1.Time `json:"completionTime"`
+	// Result is Succeeded, Failed or Stopped.
+	Result BashibleRunResult `json:"result"`
+	// FailedStep names the step whose last attempt failed (Failed runs only).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	FailedStep string `json:"failedStep,omitempty"`
+	// Message says how the failed step failed, with the last lines of its
+	// output (trace lines left out), truncated.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Steps are the steps the run ran, in order: the last 128
+	// (MaxReportedSteps) of them.
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=atomic
+	// +optional
+	Steps []BashibleStep `json:"steps,omitempty"`
+	// OmittedSteps counts the steps the run ran before those listed.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	OmittedSteps int32 `json:"omittedSteps,omitempty"`
+}
+
+// BashibleStep is one step of a bashible run.
+type BashibleStep struct {
+	// Name is the step's name in the bundle (NNN_name.sh).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Attempts is how many times the step ran in this run (failed
+	// attempts are retried up to bashible's --max-retries).
+	// +kubebuilder:validation:Minimum=1
+	Attempts int32 `json:"attempts"`
+	// DurationMilliseconds is the wall time from the step's first attempt
+	// to the end of its last, the delays between attempts included.
+	// +kubebuilder:validation:Minimum=0
+	DurationMilliseconds int64 `json:"durationMilliseconds"`
+	// ExitCode is the exit status of the last attempt: 0 when the step
+	// succeeded, 124 or 137 when it was killed after its timeout.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	ExitCode int32 `json:"exitCode"`
 }
 
 // NodeRef names a Node.

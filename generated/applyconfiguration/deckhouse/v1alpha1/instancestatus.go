@@ -34,6 +34,13 @@ type InstanceStatusApplyConfiguration struct {
 	Message *string `json:"message,omitempty"`
 	// Conditions: BashibleReady, WaitingApproval, WaitingDisruptionApproval.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// LastRun is, step by step, bashible's latest run that ran steps
+	// (runs that find the node in sync run none and leave it alone). The
+	// node writes it at the end of the run, under its own field manager.
+	LastRun *BashibleRunApplyConfiguration `json:"lastRun,omitempty"`
+	// LastFailure is bashible's latest failed run; it stays when later
+	// runs succeed, so the last failure can be read after it is fixed.
+	LastFailure *BashibleRunApplyConfiguration `json:"lastFailure,omitempty"`
 }
 
 // InstanceStatusApplyConfiguration constructs a declarative configuration of the InstanceStatus type for use with
@@ -116,5 +123,21 @@ func (b *InstanceStatusApplyConfiguration) WithConditions(values ...*v1.Conditio
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithLastRun sets the LastRun field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastRun field is set to the value of the last call.
+func (b *InstanceStatusApplyConfiguration) WithLastRun(value *BashibleRunApplyConfiguration) *InstanceStatusApplyConfiguration {
+	b.LastRun = value
+	return b
+}
+
+// WithLastFailure sets the LastFailure field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastFailure field is set to the value of the last call.
+func (b *InstanceStatusApplyConfiguration) WithLastFailure(value *BashibleRunApplyConfiguration) *InstanceStatusApplyConfiguration {
+	b.LastFailure = value
 	return b
 }

@@ -5,7 +5,9 @@
 # already runs the group's configuration, otherwise fetch the bundle, ask
 # for update approval (a new configuration or a reboot request, on a node
 # that has run before) and run its steps in order, reporting each one; on
-# success record the checksum.
+# success record the checksum. A run that ran steps reports them, with
+# their attempts, durations and exit statuses, on the node's Instance
+# (status.lastRun, and status.lastFailure when it failed).
 #
 # Options: --no-lock (the caller holds the lock), --max-retries N (attempts
 # per step, default 10). Environment, mostly for tests: BASHIBLE_ROOT (a
@@ -2644,6 +2646,59 @@ in_sync() {
   [[ "$(cat "$BASHIBLE_DIR/boot_id" 2>/dev/null || true)" == "$(boot_id)" ]]
 }
 
+# now_ms prints the time in milliseconds, from bash 5's EPOCHREALTIME
+# (seconds with six decimals; LC_ALL=C makes the separator a dot).
+now_ms() {
+  local t=${EPOCHREALTIME/./}
+  echo $(( 10#$t / 1000 ))
+}
+
+# The run's step history: record_step appends one JSON line per step to
+# RUN_STEPS; report_run sends it to the Instance when the run ends. The
+# Instance type bounds it (deckhouse.io/v1alpha1 BashibleRun): at most
+# MAX_REPORTED_STEPS steps, the last ones (the failed step is always the
+# last), the others only counted, and a message of at most 1000 bytes.
+RUN_STEPS=$BASHIBLE_DIR/tmp/run-steps.jsonl
+MAX_REPORTED_STEPS=128
+RUN_START=""
+RUN_FAILURE=""
+
+# record_step NAME ATTEMPTS START-MS EXIT-STATUS
+record_step() {
+  jq -cn --arg n "$1" --argjson a "$2" --argjson d "$(( $(now_ms) - $3 ))" --argjson c "$4" \
+    '{name: $n, attempts: $a, durationMilliseconds: $d, exitCode: $c}' >> "$RUN_STEPS"
+}
+
+# report_run RESULT [FAILED-STEP]: applies the run's steps as the node's
+# Instance's status.lastRun, and for a Failed run as status.lastFailure
+# too, each with server-side apply under a field manager of its own
+# (bashible-last-run, bashible-last-failure): a successful run replaces
+# lastRun whole and leaves lastFailure. Best effort, like
+# bb-instance-condition: a node whose Instance it cannot read reports
+# nothing.
+report_run() {
+  local result=$1 failed=${2:-} name run field manager
+  name=$(bb-node-name)
+  bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" > /dev/null 2>&1 || return 0
+  run=$(jq -cs --arg c "${BASHIBLE_CHECKSUM:-}" --arg start "$RUN_START" --arg finish "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    --arg r "$result" --arg f "$failed" --arg m "${RUN_FAILURE:0:1000}" --argjson max "$MAX_REPORTED_STEPS" \
+    '{checksum: $c, startTime: $start, completionTime: $finish, result: $r, steps: .[-$max:]}
+      + (if length > $max then {omittedSteps: (length - $max)} else {} end)
+      + (if $f == "" then {} else {failedStep: $f, message: $m} end)' "$RUN_STEPS") || {
+    bb-log "could not read this run's step history"
+    return 0
+  }
+  for field in lastRun lastFailure; do
+    [[ "$field" == lastRun || "$result" == Failed ]] || continue
+    manager=bashible-last-run
+    [[ "$field" == lastFailure ]] && manager=bashible-last-failure
+    jq -n --arg n "$name" --arg field "$field" --argjson run "$run" \
+      '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n}, status: {($field): $run}}' |
+      bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=$manager&force=true" \
+        application/apply-patch+yaml > /dev/null || bb-log "could not report the run's steps ($field) on Instance $name"
+  done
+}
+
 # step_timeout STEP prints the step's timeout in seconds.
 step_timeout() {
   local t
@@ -2658,10 +2713,13 @@ step_timeout() {
 # NodeGroupConfiguration written for Deckhouse runs the same here; the
 # built-in steps add -u themselves (their header, lib/_step.tpl). The
 # library sets a trap that fires the step's delayed events when it ends.
+# The step goes into the run's history (record_step); a failed one leaves
+# its note and last output in RUN_FAILURE.
 run_step() {
-  local step=$1 name attempt=1 rc start took timeout trace note
+  local step=$1 name attempt=1 rc start took timeout trace note first_ms
   name=$(basename "$step")
   timeout=$(step_timeout "$step")
+  first_ms=$(now_ms)
   while :; do
     trace=""
     (( attempt >= 3 )) && trace="set -x;"
@@ -2681,6 +2739,7 @@ run_step() {
     ) >> "$BASHIBLE_DIR/step.log" 2>&1 || rc=$?
     took=$(( SECONDS - start ))
     if (( rc == 0 )); then
+      record_step "$name" "$attempt" "$first_ms" 0
       bb-event Normal BashibleStepSucceeded "step $name succeeded in ${took}s (attempt $attempt)"
       return 0
     fi
@@ -2692,9 +2751,11 @@ run_step() {
     bb-log "$note"
     cp "$BASHIBLE_DIR/step.log" "$BASHIBLE_DIR/step.failed.log"
     # The note leaves out trace lines: they may show values a step handles.
-    bb-event Warning BashibleStepFailed "$note; last output: $(grep -v '^+' "$BASHIBLE_DIR/step.log" | tail -n 10 | tail -c 600)"
+    RUN_FAILURE="$note; last output: $(grep -v '^+' "$BASHIBLE_DIR/step.log" | tail -n 10 | tail -c 600)"
+    bb-event Warning BashibleStepFailed "$RUN_FAILURE"
     bb-instance-condition BashibleReady False StepsFailed "$note"
     if (( attempt >= MAX_RETRIES )); then
+      record_step "$name" "$attempt" "$first_ms" "$rc"
       return 1
     fi
     attempt=$(( attempt + 1 ))
@@ -2833,15 +2894,19 @@ main() {
   fi
   bb-log "converging to configuration ${checksum:0:12}"
   bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
+  RUN_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  : > "$RUN_STEPS"
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
     [[ -f "$step" ]] || continue
     run_step "$step" || {
       bb-log "the run failed at $(basename "$step"); configuration ${checksum:0:12} is not applied"
+      report_run Failed "$(basename "$step")"
       return 1
     }
     if bb-flag-is-set stop-run; then
       bb-flag-unset stop-run
       bb-log "$(basename "$step") stopped the run (the node waits to be replaced); configuration ${checksum:0:12} is not applied"
+      report_run Stopped
       return 0
     fi
   done
@@ -2876,6 +2941,7 @@ main() {
     if [[ "$reboot" == reboot ]]; then
       boot_id > "$BASHIBLE_DIR/flags/reboot-answered"
     fi
+    report_run Succeeded
     bb-instance-condition BashibleReady Unknown Rebooting "configuration ${checksum:0:12} applied; rebooting"
     bb-log "rebooting, as asked"
     bb-event Normal BashibleReboot "rebooting, as asked"
@@ -2885,6 +2951,8 @@ main() {
   if [[ "$first_run" == yes ]]; then
     wait_for_join || return 1
   fi
+  # After the join: a first run can read its Instance only as its node.
+  report_run Succeeded
   # The reboot request this run answered (by rebooting before it) is
   # cleared; one made since stays.
   bb-node-annotate "$(jq -n --arg c "$checksum" --arg answered "$reboot" \

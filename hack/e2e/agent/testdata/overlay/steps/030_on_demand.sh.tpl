@@ -6,6 +6,15 @@ if [[ -e "$control/fail" ]]; then
   echo "failing on demand" >&2
   exit 3
 fi
+if [[ -e "$control/flaky" ]]; then
+  # Fails as many attempts as the file says, then succeeds.
+  tries=$(( $(cat "$BASHIBLE_ROOT/flaky-tries" 2>/dev/null || echo 0) + 1 ))
+  echo "$tries" > "$BASHIBLE_ROOT/flaky-tries"
+  if (( tries <= $(cat "$control/flaky") )); then
+    echo "flaky on demand (attempt $tries)" >&2
+    exit 4
+  fi
+fi
 if [[ -e "$control/hang" ]]; then
   echo "hanging on demand"
   sleep 600
