@@ -51,10 +51,12 @@ export GOFLAGS ?= -trimpath
 # long suite running alone at the end. test-durations.sh prints the figures
 # this order comes from at the end of every make test.
 MODULE       = $(shell go list -m)
-E2E_SLOWEST := agent controllers drills join fencing apiserver foundation rootfs fencingagent
+E2E_SLOWEST := controllers agent caps drills join fencing apiserver foundation rootfs fencingagent
 E2E_PKGS     = $(addprefix $(MODULE)/hack/e2e/,$(E2E_SLOWEST)) \
                $(filter-out $(addprefix $(MODULE)/hack/e2e/,$(E2E_SLOWEST)),$(shell go list ./hack/e2e/...))
-E2E_PARALLEL ?= 2
+# Three suites at once: a suite mostly waits (on its control plane, on
+# timers of the behaviour it proves), so two cores serve three.
+E2E_PARALLEL ?= 3
 UNIT_PKGS    = $(shell go list ./... | grep -v '/hack/e2e/')
 GO_TEST_FLAGS ?=
 # Test binaries are linked without DWARF (-w): a quarter less link time for
