@@ -11,6 +11,11 @@ out=$1 pkg=$2 ldflags=${3:-}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 module=$root/${TOOLS_MODULE:-hack/tools}
 name=$(basename "$out")
+# The Makefile compiles the product with -trimpath (GOFLAGS) so that checkouts
+# share the build cache; a tool's dependencies already live at one path, the
+# module cache, and are shared as they are: -trimpath here would only make
+# every tool's first build cold again.
+unset GOFLAGS
 version=$(cd "$module" && go list -m -f '{{.Version}}' "$(go list -f '{{.Module.Path}}' "$pkg")" 2>/dev/null || true)
 
 echo "tools: building $name from $pkg${version:+ $version} (a cold build of the Kubernetes binaries takes minutes; later builds use the Go cache)"
