@@ -55,7 +55,7 @@ func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
 	good := f.NewConfiguration(t, group, "echo good change\n")
 	runEach(t, 2*time.Minute, ns...)
 	f.WaitRolledOut(t, group, good, 5)
-	canary := checkCanaryFirst(t, tl, names, good, mark)
+	canary := checkCanaryFirst(t, tl, group, names, good, mark)
 	t.Logf("(1) %.12s rolled out over 5 nodes running bashible.sh, canary %s first, in %s", good, canary, time.Since(start).Round(time.Millisecond))
 
 	// (2) A step that fails: the canary's run fails, the rollout halts on
@@ -147,7 +147,7 @@ func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
 	fixed := f.NewConfiguration(t, group, "echo the step is fixed\n")
 	runEach(t, 2*time.Minute, ns...)
 	f.WaitRolledOut(t, group, fixed, 5)
-	canary = checkCanaryFirst(t, tl, names, fixed, mark)
+	canary = checkCanaryFirst(t, tl, group, names, fixed, mark)
 	halted(t, group, metav1.ConditionFalse)
 	t.Logf("(4) the fix %.12s rolled out over 5 nodes, canary %s first, in %s", fixed, canary, time.Since(start).Round(time.Millisecond))
 }
@@ -155,13 +155,22 @@ func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
 // checkCanaryFirst fails the test unless, since mark, exactly one node was
 // approved and reported sum before any other was approved (the canary), and
 // the others were approved only after its soak; it returns the canary.
-func checkCanaryFirst(t *testing.T, tl *timeline, names []string, sum string, mark time.Duration) string {
+func checkCanaryFirst(t *testing.T, tl *timeline, group string, names []string, sum string, mark time.Duration) string {
 	t.Helper()
 	p := progressOf(tl, names, sum, mark)
 	if slices.ContainsFunc(p, func(x progress) bool { return x.approved == 0 || x.applied == 0 }) {
 		t.Fatalf("not every node was seen approved and applying %.12s: %+v", sum, p)
 	}
 	canary := p[0]
+	// The controller's own record names it the canary: a node merely
+	// asking first (the runs start apart) is no canary without canaries.
+	ng, err := f.NM.DeckhouseV1().NodeGroups().Get(framework.Context(t), group, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := approval.ParseRollout(ng); r.Checksum != sum || !slices.Equal(r.Canaries, []string{canary.node}) {
+		t.Errorf("the group's rollout record of %.12s names canaries %v; want [%s]", r.Checksum, r.Canaries, canary.node)
+	}
 	for _, x := range p[1:] {
 		if x.approved < canary.applied+soakTime-watchSlack {
 			t.Errorf("%s was approved %s after the canary %s reported %.12s; want it only after the canary converged and soaked %s: %+v",
