@@ -79,19 +79,7 @@ func runEach(t *testing.T, limit time.Duration, ns ...*realNode) []stack.Run {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	runs := make([]stack.Run, len(ns))
-	errs := make([]error, len(ns))
-	var wg sync.WaitGroup
-	for i, n := range ns {
-		wg.Go(func() {
-			runs[i], errs[i] = n.RunOnce(ctx)
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			n.runs = append(n.runs, fmt.Sprintf("--- run %d: exit %d after %s (error %v)\n%s",
-				len(n.runs)+1, runs[i].ExitCode, runs[i].Took.Round(time.Millisecond), errs[i], runs[i].Output))
-		})
-	}
-	wg.Wait()
+	runs, errs := runAll(ctx, ns)
 	for i, n := range ns {
 		switch {
 		case errs[i] != nil:
@@ -103,6 +91,27 @@ func runEach(t *testing.T, limit time.Duration, ns ...*realNode) []stack.Run {
 		}
 	}
 	return runs
+}
+
+// runAll runs bashible.sh (with args) once on every node at the same time
+// and returns the runs, and the errors of those that could not start, in
+// the nodes' order once all have ended; a run still going when ctx ends is
+// killed. Every run's output is kept for the failure log.
+func runAll(ctx context.Context, ns []*realNode, args ...string) ([]stack.Run, []error) {
+	runs := make([]stack.Run, len(ns))
+	errs := make([]error, len(ns))
+	var wg sync.WaitGroup
+	for i, n := range ns {
+		wg.Go(func() {
+			runs[i], errs[i] = n.RunOnce(ctx, args...)
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.runs = append(n.runs, fmt.Sprintf("--- run %d: exit %d after %s (error %v)\n%s",
+				len(n.runs)+1, runs[i].ExitCode, runs[i].Took.Round(time.Millisecond), errs[i], runs[i].Output))
+		})
+	}
+	wg.Wait()
+	return runs, errs
 }
 
 // nodeState is what a node showed of the update protocol at one moment.

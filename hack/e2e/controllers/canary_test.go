@@ -51,11 +51,11 @@ type progress struct {
 	approved, applied time.Duration
 }
 
-func progressOf(tl *timeline, agents []*framework.Agent, sum string, mark time.Duration) []progress {
+func progressOf(tl *timeline, nodes []string, sum string, mark time.Duration) []progress {
 	var out []progress
-	for _, a := range agents {
-		p := progress{node: a.Name}
-		for _, s := range tl.since(a.Name, mark) {
+	for _, name := range nodes {
+		p := progress{node: name}
+		for _, s := range tl.since(name, mark) {
 			if s.update["approved"] && p.approved == 0 {
 				p.approved = s.at
 			}
@@ -78,15 +78,24 @@ func progressOf(tl *timeline, agents []*framework.Agent, sum string, mark time.D
 }
 
 // approvedSince lists the nodes approved after mark.
-func approvedSince(tl *timeline, agents []*framework.Agent, mark time.Duration) []string {
+func approvedSince(tl *timeline, nodes []string, mark time.Duration) []string {
 	var out []string
-	for _, a := range agents {
-		for _, s := range tl.since(a.Name, mark) {
+	for _, name := range nodes {
+		for _, s := range tl.since(name, mark) {
 			if s.update["approved"] {
-				out = append(out, a.Name)
+				out = append(out, name)
 				break
 			}
 		}
+	}
+	return out
+}
+
+// agentNames are the agents' node names.
+func agentNames(agents []*framework.Agent) []string {
+	var out []string
+	for _, a := range agents {
+		out = append(out, a.Name)
 	}
 	return out
 }
@@ -147,7 +156,7 @@ func failingRollout(t *testing.T, group string, agents []*framework.Agent, tl *t
 		a.Paused.Store(false)
 	}
 	h := halted(t, group, metav1.ConditionTrue)
-	approved := approvedSince(tl, agents, mark)
+	approved := approvedSince(tl, agentNames(agents), mark)
 	if len(approved) != 1 {
 		t.Fatalf("approved before the halt: %v; want the canary alone", approved)
 	}
@@ -170,7 +179,7 @@ func failingRollout(t *testing.T, group string, agents []*framework.Agent, tl *t
 func nobodyElseApproved(t *testing.T, tl *timeline, agents []*framework.Agent, canary string, mark time.Duration) {
 	t.Helper()
 	holds(t, soakTime+2*time.Second, "a halted rollout approves nobody", func() error {
-		if got := approvedSince(tl, agents, mark); len(got) != 1 || got[0] != canary {
+		if got := approvedSince(tl, agentNames(agents), mark); len(got) != 1 || got[0] != canary {
 			return fmt.Errorf("approved %v; only the canary %s should be", got, canary)
 		}
 		return nil
@@ -190,7 +199,7 @@ func TestCanaryGoesFirstThenSoakedBatches(t *testing.T) {
 	sum := f.NewConfiguration(t, group, "echo canary\n")
 	f.WaitRolledOut(t, group, sum, 4)
 	t.Logf("4 nodes rolled out (1 canary, then batches of 2 and 1, soaks of %s) in %s", soakTime, time.Since(start).Round(time.Millisecond))
-	p := progressOf(tl, agents, sum, mark)
+	p := progressOf(tl, agentNames(agents), sum, mark)
 	for _, x := range p {
 		if x.approved == 0 || x.applied == 0 {
 			t.Fatalf("%s was not seen approved and applied: %+v", x.node, p)
