@@ -92,6 +92,12 @@ func TestPinRollsAGroupBackToAKeptRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	replica = restarted
+	// The aggregator answers 503 until the Service in front of the replica
+	// has probed it ready again (every second): wait for the API, not a time.
+	framework.Poll(t, "the group served through the aggregator after the restart", func(ctx context.Context) (bool, error) {
+		_, err := f.NM.BashibleV1alpha1().Bashibles().Get(ctx, group, metav1.GetOptions{})
+		return err == nil, nil
+	})
 	assertServesRevision(t, group, sums[0], 1, true)
 	if got := revisionChecksums(kubectlBundle(t, group)); !slices.Equal(got, sums) {
 		t.Errorf("after a restart the revisions are %v, want %v", got, sums)
