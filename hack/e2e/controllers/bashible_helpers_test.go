@@ -53,7 +53,10 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(2 * time.Second)
+		// A kubelet's status period: a faster heartbeat would bump the
+		// Node's resourceVersion under bashible's compare-and-set writes
+		// and make them conflict again and again on a loaded machine.
+		tick := time.NewTicker(10 * time.Second)
 		defer tick.Stop()
 		for {
 			select {

@@ -106,7 +106,9 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	mark = tl.now()
 	start = time.Now()
 	sum = f.NewConfiguration(t, group, "echo real bashible 2\n")
-	for i, run := range runEach(t, time.Minute, ns...) {
+	// Longer than the other rounds: the disrupted node's run also waits
+	// for its drain.
+	for i, run := range runEach(t, 2*time.Minute, ns...) {
 		n := ns[i]
 		gated := false
 		for _, s := range tl.since(n.Name, mark) {
