@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,7 +48,7 @@ func TestFencingFlagsAreValidated(t *testing.T) {
 	o := NewOptions()
 	o.Identity = "x"
 	o.Fencing.MaxNodes, o.Fencing.OutagePercent, o.Fencing.Interval = 0, 150, 0
-	err := o.Validate()
+	err := o.ValidateNodeManager()
 	if err == nil {
 		t.Fatal("invalid fencing options passed")
 	}
@@ -58,7 +59,7 @@ func TestFencingFlagsAreValidated(t *testing.T) {
 	}
 	o = NewOptions()
 	o.Identity, o.Fencing.Margin = "x", time.Second
-	if err := o.Validate(); err != nil {
+	if err := o.ValidateNodeManager(); err != nil {
 		t.Errorf("a short margin is refused at start (%v); it must be shown on the groups instead", err)
 	}
 }
@@ -275,5 +276,35 @@ func TestALostTermStopsTheControllersAndANewTermRunsThemAfresh(t *testing.T) {
 	}
 	if got := wait(stopped, "the second term to stop"); got != second {
 		t.Error("a controller of another term stopped")
+	}
+}
+
+// TestManagerFlagsAreOnlyTheManagers: a binary built on the manager
+// (caps-controller-manager) offers the connection, leader election and
+// serving flags, not node-manager-controller's draining, fencing and
+// Cluster API ones, which mean nothing to it.
+func TestManagerFlagsAreOnlyTheManagers(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("caps", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	for _, name := range []string{"kubeconfig", "identity", "leader-elect", "listen-address", "workers", "authentication-kubeconfig"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("the manager's flags lack --%s", name)
+		}
+	}
+	for _, name := range []string{"fencing-margin", "default-drain-timeout", "cluster-api", "node-name", "fencing-agent-image"} {
+		if fs.Lookup(name) != nil {
+			t.Errorf("the manager's flags offer node-manager-controller's --%s", name)
+		}
+	}
+	o.AddNodeManagerFlags(fs)
+	if err := fs.Parse([]string{"--fencing-margin=1m", "--default-drain-timeout=0s"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.Fencing.Margin != time.Minute {
+		t.Errorf("--fencing-margin parsed to %s", o.Fencing.Margin)
+	}
+	if err := o.ValidateNodeManager(); err == nil || !strings.Contains(err.Error(), "--default-drain-timeout") {
+		t.Errorf("a zero drain timeout passed: %v", err)
 	}
 }

@@ -165,7 +165,9 @@ func NewOptions() *Options {
 	}
 }
 
-// AddFlags registers the options.
+// AddFlags registers the manager's own options, which every binary built
+// on it has: the connection, the identity and leader election, /metrics
+// and the probes, the workers.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster configuration")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of node-manager's Secrets and Lease")
@@ -176,17 +178,23 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "leader Lease duration")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often candidates try to take the Lease")
+	o.Serving.AddFlags(fs)
+}
+
+// AddNodeManagerFlags registers the options of node-manager-controller's
+// controllers (draining, fencing, Cluster API wiring), which
+// caps-controller-manager does not run and so does not offer.
+func (o *Options) AddNodeManagerFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
 	fs.StringVar(&o.FencingAgentImage, "fencing-agent-image", o.FencingAgentImage, "image of the fencing agents' DaemonSets, one per group with spec.fencing")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", o.ClusterAPI, "write the Cluster API objects of static groups with staticInstances (Cluster, MachineDeployments, StaticMachineTemplates) and link Instances to their Machines; needs Cluster API's CRDs and capi-controller-manager")
 	fs.StringVar(&o.ClusterAPIKubeconfig, "cluster-api-kubeconfig", o.ClusterAPIKubeconfig, "kubeconfig file stored in the static-kubeconfig Secret for a capi-controller-manager running outside the cluster; empty means the in-cluster API with capi-controller-manager's own ServiceAccount token")
-	o.Serving.AddFlags(fs)
 	o.Fencing.addFlags(fs)
 }
 
-// Validate checks the options.
+// Validate checks the manager's own options (AddFlags).
 func (o *Options) Validate() error {
 	var errs []error
 	// The identity and the Lease's timing matter only to leader election.
@@ -199,10 +207,16 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.RenewDeadline >= o.LeaseDuration {
 		errs = append(errs, fmt.Errorf("--leader-elect-renew-deadline (%s) must be shorter than --leader-elect-lease-duration (%s)", o.RenewDeadline, o.LeaseDuration))
 	}
+	errs = append(errs, o.Serving.Validate()...)
+	return errors.Join(errs...)
+}
+
+// ValidateNodeManager checks the options AddNodeManagerFlags registers.
+func (o *Options) ValidateNodeManager() error {
+	var errs []error
 	if o.EvictionRetry <= 0 || o.DrainTimeout <= 0 {
 		errs = append(errs, errors.New("--eviction-retry-interval and --default-drain-timeout must be positive"))
 	}
-	errs = append(errs, o.Serving.Validate()...)
 	errs = append(errs, o.Fencing.validate()...)
 	return errors.Join(errs...)
 }

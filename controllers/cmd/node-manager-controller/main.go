@@ -15,7 +15,8 @@ import (
 )
 
 func main() {
-	if err := manager.Main(manager.NewOptions(), nil, nil, controllers.All); err != nil {
+	opts := manager.NewOptions()
+	if err := manager.Main(opts, opts.AddNodeManagerFlags, opts.ValidateNodeManager, controllers.All); err != nil {
 		klog.ErrorS(err, "node-manager-controller failed")
 		klog.Flush()
 		os.Exit(1)
