@@ -304,16 +304,21 @@ func (gt *gate) settle(view []*corev1.Node, now time.Time, d *Decision) {
 }
 
 // room is how many nodes the gate lets be approved now: none while halted
-// or while a batch runs or soaks; otherwise a batch of maxConcurrent
-// (limit), or of the canaries still wanted.
+// or while a batch soaks; otherwise what the batch lacks of its size,
+// maxConcurrent (limit) or the canaries still wanted. A batch that runs is
+// full unless an approval of it never landed (a conflict, an error): its
+// node was dropped from the batch, and its slot is filled again, so a
+// failed write never shrinks a batch for good. Nodes that finished stay
+// in the batch until it soaks, so they keep their slots.
 func (gt *gate) room(limit int) int {
-	if gt.r.Halt != nil || len(gt.r.Batch) > 0 {
+	if gt.r.Halt != nil || gt.r.SoakUntil != nil {
 		return 0
 	}
+	size := limit
 	if left := gt.canaries - len(gt.r.Canaries); left > 0 {
-		return min(left, limit)
+		size = min(left, limit)
 	}
-	return limit
+	return max(size-len(gt.r.Batch), 0)
 }
 
 // admit records an approval in the batch.

@@ -101,6 +101,23 @@ func TestGatedRolloutDecisions(t *testing.T) {
 			approved: []string{"a"}, batch: []string{"a"},
 		},
 		{
+			// The record names c, but its approval never landed (a
+			// conflict): c is dropped from the batch and approved again,
+			// so the batch keeps its two slots and d still waits.
+			name:  "a batch whose approval did not land is filled again, not shrunk",
+			group: gatedGroup(1, 2), rollout: Rollout{Checksum: sum, Canaries: []string{"a"}, Batch: []string{"b", "c"}, BatchStart: at(noon)},
+			nodes:    []*corev1.Node{doneNode("a", true), approvedNode("b"), waitingNode("c"), waitingNode("d")},
+			now:      noon.Add(2 * time.Second),
+			approved: []string{"b", "c"}, batch: []string{"b", "c"}, canaries: []string{"a"},
+		},
+		{
+			name:  "a batch where one node finished is not topped up",
+			group: gatedGroup(1, 2), rollout: Rollout{Checksum: sum, Canaries: []string{"a"}, Batch: []string{"b", "c"}, BatchStart: at(noon)},
+			nodes:    []*corev1.Node{doneNode("a", true), doneNode("b", true), approvedNode("c"), waitingNode("d")},
+			now:      noon.Add(10 * time.Second),
+			approved: []string{"c"}, batch: []string{"b", "c"}, canaries: []string{"a"},
+		},
+		{
 			name:  "the canary applied the configuration: its soak starts, nobody else is approved",
 			group: gatedGroup(1, 3), rollout: batchOf("a"),
 			nodes:    []*corev1.Node{doneNode("a", true), waitingNode("b"), waitingNode("c")},

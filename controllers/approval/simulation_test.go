@@ -62,8 +62,9 @@ type world struct {
 	instances map[string]*deckhousev1alpha1.Instance
 	// resume: a person sets the resume annotation before the next decision.
 	resume bool
-	// halts and soaks count what the gated rollouts went through.
-	halts, soaks *int
+	// halts and soaks count what the gated rollouts went through; lost
+	// counts the approvals whose write was lost.
+	halts, soaks, lost *int
 }
 
 func (w *world) fail(format string, args ...any) {
@@ -127,6 +128,13 @@ func (w *world) controller() {
 			if drainBeforeApproval(w.group) && !nodes.Has(n.node, deckhousev1.DrainedAnnotation) && !w.spared(n.node) {
 				w.fail("node %s: disruption approved without a finished drain (annotations %v)", n.node.Name, n.node.Annotations)
 			}
+		}
+		if v, ok := c.Annotations[deckhousev1.ApprovedAnnotation]; ok && v != nil && w.rng.IntN(8) == 0 {
+			// The approval's write conflicted (the node changed under it)
+			// after the record was written: the batch names a node that
+			// was not approved.
+			*w.lost++
+			continue
 		}
 		c.ApplyTo(n.node)
 	}
@@ -219,6 +227,19 @@ func (w *world) checkGate(in Input, d Decision) {
 	}
 	if granted > 0 && inBatch > limit {
 		w.fail("a batch of %d nodes %v; at most %d", inBatch, r.Batch, limit)
+	}
+	// A batch filled again after a lost approval holds no more nodes than
+	// its size either (nodes out of service already aside).
+	if granted > 0 {
+		members := 0
+		for _, n := range in.Nodes {
+			if slices.Contains(r.Batch, n.Name) && !Disrupted(n) {
+				members++
+			}
+		}
+		if members > limit {
+			w.fail("a batch of %d nodes %v after filling it again; at most %d", members, r.Batch, limit)
+		}
 	}
 	if d.Halted != nil {
 		*w.halts++
@@ -401,7 +422,8 @@ func randomGroup(rng *rand.Rand, i int) *deckhousev1.NodeGroup {
 	return g
 }
 
-// TestSimulatedRollouts runs randomized rollouts and checks the safety
+// TestSimulatedRollouts runs randomized rollouts (an eighth of the
+// approvals written are lost, as a conflicting write is) and checks the safety
 // invariants after every controller pass: never more approved than
 // maxConcurrent by the controller, never more disrupted than maxConcurrent
 // after the controller granted a disruption, never a disruption granted to
@@ -413,11 +435,11 @@ func randomGroup(rng *rand.Rand, i int) *deckhousev1.NodeGroup {
 // annotations left, nothing cordoned.
 func TestSimulatedRollouts(t *testing.T) {
 	const rollouts = 300
-	gated, halts, soaks := 0, 0, 0
+	gated, halts, soaks, lost := 0, 0, 0, 0
 	for i := range rollouts {
 		seed := uint64(i)
 		rng := rand.New(rand.NewPCG(seed, 42))
-		w := &world{t: t, rng: rng, group: randomGroup(rng, i), sum: "sum-0", drains: map[string]int{}, instances: map[string]*deckhousev1alpha1.Instance{}, halts: &halts, soaks: &soaks,
+		w := &world{t: t, rng: rng, group: randomGroup(rng, i), sum: "sum-0", drains: map[string]int{}, instances: map[string]*deckhousev1alpha1.Instance{}, halts: &halts, soaks: &soaks, lost: &lost,
 			now: time.Date(2026, 11, 16, rng.IntN(24), 0, 0, 0, time.UTC)}
 		for j := range 1 + rng.IntN(7) {
 			w.nodes = append(w.nodes, &simNode{node: node(fmt.Sprintf("n%d", j), true, deckhousev1.ConfigurationChecksumAnnotation, "initial", deckhousev1.MachineAnnotation, "m")})
@@ -476,10 +498,10 @@ func TestSimulatedRollouts(t *testing.T) {
 			w.fail("the rollout did not finish (seed %d): %v", seed, states)
 		}
 	}
-	if halts == 0 || soaks == 0 {
-		t.Errorf("the %d gated rollouts never halted (%d) or soaked (%d): the simulation does not test the gate", gated, halts, soaks)
+	if halts == 0 || soaks == 0 || lost == 0 {
+		t.Errorf("the %d gated rollouts never halted (%d), soaked (%d) or lost an approval (%d): the simulation does not test the gate", gated, halts, soaks, lost)
 	}
-	t.Logf("%d randomized rollouts (%d with canaries or a soak time: %d halts, %d soaks) finished with every invariant held", rollouts, gated, halts, soaks)
+	t.Logf("%d randomized rollouts (%d with canaries or a soak time: %d halts, %d soaks; %d approvals lost) finished with every invariant held", rollouts, gated, halts, soaks, lost)
 }
 
 // spared reports whether Deckhouse approves n's disruption without a

@@ -209,8 +209,11 @@ func TestCanaryGoesFirstThenSoakedBatches(t *testing.T) {
 	if batch[0].approved < canary.applied+soakTime-watchSlack {
 		t.Errorf("%s was approved %s after the canary %s applied the configuration; the soak is %s", batch[0].node, batch[0].approved-canary.applied, canary.node, soakTime)
 	}
-	if batch[1].approved > batch[0].applied {
-		t.Errorf("%s and %s should go together (maxConcurrent 2): %+v", batch[0].node, batch[1].node, p)
+	// In one batch: the second is approved before the first's soak could
+	// have ended (not necessarily at once: an approval whose write
+	// conflicted is made again, in the same batch).
+	if batch[1].approved >= batch[0].applied+soakTime-watchSlack {
+		t.Errorf("%s and %s should go in one batch (maxConcurrent 2): %+v", batch[0].node, batch[1].node, p)
 	}
 	if soaked := max(batch[0].applied, batch[1].applied) + soakTime - watchSlack; last.approved < soaked {
 		t.Errorf("%s was approved before the batch before it soaked: %+v", last.node, p)
