@@ -21,7 +21,10 @@
 //     latency, errors, bashible-apiserver's CPU per 1,000 requests, and
 //     kube-apiserver's extra CPU (fleet minus quiet); after the first period
 //     the steps of two groups change, and ngc_change_* say when the new
-//     checksum was served and when every node of the two groups had seen it;
+//     checksum was served and when every node of the two groups had seen it
+//     through its polling GET (as the real bashible learns of a change: a
+//     GET once a minute, no watch), so that figure is up to one period
+//     plus the serve time;
 //   - compare (two periods): every node also GETs a ConfigMap of the same
 //     size as its Bashible, once per period, through the same
 //     authorizers: the p50/p99 of both side by side;
@@ -33,7 +36,9 @@
 //   - watches: every node opens a watch of its bashibles through the
 //     aggregator; the resident memory each costs bashible-apiserver and
 //     kube-apiserver, and the time from a change of a step every group
-//     has until every watcher got its event.
+//     has until every watcher got its event (watch_change_to_all_watchers,
+//     measured through watch events; watches_ended_early counts streams
+//     the server closed before it).
 //
 // bashible-apiserver's and node-manager-controller's resident memory is
 // read at the end of the compare phase.
@@ -524,6 +529,7 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 	figure("watch_change_to_all_watchers", took.Seconds(), "s")
 	figure("bashible_apiserver_cpu_watch_fanout", used["server"]*took.Seconds(), "s")
 	figure("watch_events_after_the_change", float64(w.events.Load()), "count")
+	figure("watches_ended_early", float64(w.ended.Load()), "count")
 	w.types.Range(func(k, v any) bool {
 		figure("watch_events_"+strings.ToLower(k.(string)), float64(v.(*atomic.Int64).Load()), "count")
 		return true
