@@ -96,7 +96,7 @@ func main() {
 	flag.DurationVar(&c.updateTime, "update-time", 3*time.Second, "how long a node of the rollout takes to apply an update")
 	flag.DurationVar(&c.leaseEvery, "lease-every", 30*time.Second, "how often each node's Lease is renewed")
 	flag.BoolVar(&c.watches, "watches", true, "open a watch per node at the end and measure what it costs")
-	flag.StringVar(&c.profileDir, "profile-dir", "", "write bashible-apiserver's heap and CPU profiles of the fleet phase here")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "write bashible-apiserver's heap and CPU profiles and node-manager-controller's heap profile of the fleet phase here")
 	flag.Parse()
 	if c.nodes < 10 || c.groups < 2 {
 		fmt.Fprintln(os.Stderr, "bench-fleet: -nodes must be at least 10 and -groups at least 2")
@@ -183,7 +183,7 @@ func run(c config) error {
 	// controller exits when it loses it: the benchmark gives it the
 	// defaults' order of magnitude.
 	controller, err := env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
-		"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=2s"}})
+		"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=2s", "--profiling"}})
 	if err != nil {
 		return err
 	}
@@ -238,6 +238,9 @@ func run(c config) error {
 	}
 	if c.profileDir != "" {
 		if err := profile(ctx, cp, server, c.profileDir); err != nil {
+			return err
+		}
+		if err := controllerProfile(ctx, controller, c.profileDir); err != nil {
 			return err
 		}
 	}
@@ -547,6 +550,21 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 // profile saves bashible-apiserver's heap profile into dir.
 func profile(ctx context.Context, cp *controlplane.ControlPlane, server *stack.APIServer, dir string) error {
 	return saveProfile(ctx, cp, server, dir, "heap", "/debug/pprof/heap")
+}
+
+// controllerProfile saves node-manager-controller's heap profile into dir
+// (it serves /debug/pprof with --profiling).
+func controllerProfile(ctx context.Context, controller *stack.Controller, dir string) error {
+	code, body, err := controller.Get(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil || code != http.StatusOK {
+		return fmt.Errorf("get node-manager-controller's /debug/pprof/heap: %d: %v", code, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	file := filepath.Join(dir, deckhousev1.NodeManagerControllerName+".heap.pprof")
+	logf("wrote %s", file)
+	return os.WriteFile(file, []byte(body), 0o644)
 }
 
 // saveProfile fetches one of bashible-apiserver's /debug/pprof endpoints
