@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,32 @@ type Published struct {
 	// from the Secret's annotation; empty for a fresh render (the
 	// renderer's tree).
 	TemplatesDigest string `json:"-"`
+
+	// scripts keep the canonical copies of the scripts alive (see intern).
+	scripts []unique.Handle[string]
+}
+
+// intern makes the bundle's scripts canonical copies, shared by every
+// Published that holds the same script: most steps render alike for many
+// groups, and the leader holds each bundle twice, as its renderer's result
+// and as the Store's decoded Secret. Without it a replica kept one copy of
+// every script per group and per form (about 18 MB each at 100 groups of
+// 180 KB). A canonical copy lives while some Published holds its handle.
+func (p *Published) intern() {
+	p.scripts = make([]unique.Handle[string], 0, len(p.Steps)+2)
+	canonical := func(s string) string {
+		h := unique.Make(s)
+		p.scripts = append(p.scripts, h)
+		return h.Value()
+	}
+	p.Bashible = canonical(p.Bashible)
+	p.Bootstrap = canonical(p.Bootstrap)
+	// A new map: the old one may be shared (a render's result).
+	steps := make(map[string]string, len(p.Steps))
+	for name, script := range p.Steps {
+		steps[name] = canonical(script)
+	}
+	p.Steps = steps
 }
 
 // Size is the number of bytes of script the group's nodes receive.
@@ -120,5 +147,6 @@ func decodeBundle(s *corev1.Secret) (*Published, error) {
 	p.ResourceVersion = s.ResourceVersion
 	p.CreationTimestamp = s.CreationTimestamp
 	p.TemplatesDigest = s.Annotations[bashiblev1alpha1.TemplatesDigestAnnotation]
+	p.intern()
 	return &p, nil
 }
