@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -85,6 +86,14 @@ func (p *Published) Size() int {
 	return n
 }
 
+// gzipWriters are reused: a writer at BestCompression allocates about
+// 1 MB of compressor state, which publishing every group at start turned
+// into a burst of garbage the size of a hundred of them.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestCompression) // a valid level never fails
+	return zw
+}}
+
 // encodeSecretData compresses a bundle for a Secret. gzip's header carries
 // no time or name here, so equal bundles encode to equal bytes.
 func encodeSecretData(p *Published) (map[string][]byte, error) {
@@ -93,10 +102,9 @@ func encodeSecretData(p *Published) (map[string][]byte, error) {
 		return nil, fmt.Errorf("encode bundle of %s: %w", p.Group, err)
 	}
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
 	if _, err := zw.Write(raw); err != nil {
 		return nil, err
 	}
