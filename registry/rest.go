@@ -175,22 +175,24 @@ func watchObjects[T any, PT object[T]](ctx context.Context, s *storage, options 
 	if err != nil {
 		return nil, err
 	}
-	rv, initialEvents := "", false
+	rv, initialEvents, bookmarks := "", false, false
 	if options != nil {
 		rv = options.ResourceVersion
 		initialEvents = options.SendInitialEvents != nil && *options.SendInitialEvents
+		bookmarks = options.AllowWatchBookmarks
 	}
 	sub, err := s.source.Watch(rv, initialEvents)
 	if err != nil {
 		return nil, err
 	}
 	w := &watcher{
-		source:  sub,
-		filter:  f,
-		object:  func(p *bundles.Published) runtime.Object { return shared(s, p, build) },
-		initEnd: func(rv string) runtime.Object { return initialEventsEnd(PT(new(T)), rv) },
-		result:  make(chan watch.Event),
-		done:    make(chan struct{}),
+		source:    sub,
+		filter:    f,
+		bookmarks: bookmarks,
+		object:    func(p *bundles.Published) runtime.Object { return shared(s, p, build) },
+		initEnd:   func(rv string) runtime.Object { return initialEventsEnd(PT(new(T)), rv) },
+		result:    make(chan watch.Event),
+		done:      make(chan struct{}),
 	}
 	go w.run(ctx)
 	return w, nil
@@ -257,13 +259,21 @@ func (f filter) matches(p *bundles.Published) bool {
 // watcher turns a source's events into the watch events of one resource,
 // dropping what the caller may not read.
 type watcher struct {
-	source   bundles.Subscription
-	filter   filter
-	object   func(p *bundles.Published) runtime.Object
-	initEnd  func(rv string) runtime.Object
-	result   chan watch.Event
-	done     chan struct{}
-	stopOnce sync.Once
+	source bundles.Subscription
+	filter filter
+	// bookmarks is the client's allowWatchBookmarks. The bookmark that ends
+	// the initial events goes only to a client that allowed bookmarks, as
+	// kube-apiserver's watch cache does: k8s.io/apiserver turns a watch
+	// without a resourceVersion into one with sendInitialEvents but
+	// without bookmarks, and its watch handler panics on an
+	// initial-events-end bookmark sent to such a watch (it ends the
+	// stream, so the watcher would never see a change).
+	bookmarks bool
+	object    func(p *bundles.Published) runtime.Object
+	initEnd   func(rv string) runtime.Object
+	result    chan watch.Event
+	done      chan struct{}
+	stopOnce  sync.Once
 }
 
 func (w *watcher) run(ctx context.Context) {
@@ -281,6 +291,9 @@ func (w *watcher) run(ctx context.Context) {
 			}
 			var out watch.Event
 			if ev.Type == watch.Bookmark {
+				if !w.bookmarks {
+					continue
+				}
 				out = watch.Event{Type: watch.Bookmark, Object: w.initEnd(ev.RV)}
 			} else if w.filter.matches(ev.Published) {
 				out = watch.Event{Type: ev.Type, Object: w.object(ev.Published)}

@@ -523,7 +523,7 @@ func TestWatchFromBeforeTheHistoryIsGone(t *testing.T) {
 func TestWatchWithInitialEventsSendsTheStateThenABookmark(t *testing.T) {
 	f := setUp(t)
 	yes := true
-	w, err := f.storages["bootstrap"].Watch(as(masterToken), &metainternalversion.ListOptions{SendInitialEvents: &yes, ResourceVersion: "5"})
+	w, err := f.storages["bootstrap"].Watch(as(masterToken), &metainternalversion.ListOptions{SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersion: "5"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,6 +536,35 @@ func TestWatchWithInitialEventsSendsTheStateThenABookmark(t *testing.T) {
 	b, ok := ev.Object.(*bashiblev1alpha1.Bootstrap)
 	if ev.Type != watch.Bookmark || !ok || b.ResourceVersion != "12" || b.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
 		t.Fatalf("want a Bootstrap bookmark at 12 ending the initial events, got %s %#v", ev.Type, ev.Object)
+	}
+}
+
+// TestWatchWithoutBookmarksGetsNoBookmark: a watch without a
+// resourceVersion reaches the storage as k8s.io/apiserver defaults it,
+// with sendInitialEvents and without allowWatchBookmarks. It gets the
+// current state and then the changes, and no bookmark, which the
+// apiserver's watch handler would fail on (it panics, ending the stream).
+func TestWatchWithoutBookmarksGetsNoBookmark(t *testing.T) {
+	for _, r := range resources {
+		t.Run(r.name, func(t *testing.T) {
+			f := setUp(t)
+			options := &metainternalversion.ListOptions{Watch: true}
+			metainternalversion.SetListOptionsDefaults(options, true)
+			if options.SendInitialEvents == nil || !*options.SendInitialEvents || options.AllowWatchBookmarks {
+				t.Fatalf("the apiserver's defaults changed: %+v", options)
+			}
+			w, err := f.storages[r.name].Watch(as(nodeW1), options)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			expect(t, next(t, w), watch.Added, "worker", "10")
+			current := worker()
+			current.ResourceVersion = "13"
+			f.source.groups["worker"] = current
+			f.source.send(bundles.Event{Type: watch.Modified, Published: current})
+			expect(t, next(t, w), watch.Modified, "worker", "13")
+		})
 	}
 }
 

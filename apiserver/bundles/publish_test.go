@@ -1,10 +1,13 @@
 package bundles
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -396,4 +399,34 @@ func TestAFollowerKeepsTheLastGoodBundleOfAGroupWhoseSecretWasDeleted(t *testing
 	follower.lead()
 	follower.sync()
 	follower.waitFor("the new leader to restore the deleted bundle", func() bool { return follower.served("worker") == good })
+}
+
+// TestEqualBundlesEncodeToEqualBytes: the Secret of a bundle is the same
+// bytes however often and after whatever else it was encoded (the gzip
+// writers are reused), so the leader never rewrites an unchanged bundle.
+func TestEqualBundlesEncodeToEqualBytes(t *testing.T) {
+	p := &Published{Group: "a", Checksum: "x", Bashible: "#!/bin/bash\n", Steps: map[string]string{"000_a.sh": strings.Repeat("echo a\n", 500)}}
+	first, err := encodeSecretData(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := encodeSecretData(&Published{Group: "b", Checksum: "y", Bashible: strings.Repeat("other\n", 9000)}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := encodeSecretData(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first[deckhousev1.PublishedBundleKey], again[deckhousev1.PublishedBundleKey]) {
+		t.Error("the same bundle encoded to different bytes")
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(again[deckhousev1.PublishedBundleKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	want, _ := json.Marshal(p)
+	if err != nil || !bytes.Equal(raw, want) {
+		t.Errorf("the re-encoded bundle decompresses to %q (%v), want %q", raw, err, want)
+	}
 }

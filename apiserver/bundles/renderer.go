@@ -154,6 +154,7 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 			KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
 			Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
 		}
+		res.Published.intern()
 	}
 	r.mu.Lock()
 	r.cache[ng.Name] = res

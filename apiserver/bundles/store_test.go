@@ -2,8 +2,10 @@ package bundles
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -200,4 +202,27 @@ func TestSlowWatcherIsClosed(t *testing.T) {
 		t.Fatalf("a watcher that fell behind got %d events before its channel closed, want %d", n, capacity)
 	}
 	w.Stop()
+}
+
+// TestEqualScriptsAreHeldOnce: a script two bundles share (most steps
+// render alike for many groups) is held once, however many groups and
+// forms (the Store's, the renderer's) hold it.
+func TestEqualScriptsAreHeldOnce(t *testing.T) {
+	a, err := decodeSecret(secretFor(t, "a", "same", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := decodeSecret(secretFor(t, "b", "same", 11))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unsafe.StringData(a.Steps["000_a.sh"]) != unsafe.StringData(b.Steps["000_a.sh"]) ||
+		unsafe.StringData(a.Bashible) != unsafe.StringData(b.Bashible) {
+		t.Error("two decoded bundles hold separate copies of the same scripts")
+	}
+	rendered := &Published{Bashible: "same", Steps: map[string]string{"000_a.sh": strings.Repeat("a", 1)}}
+	rendered.intern()
+	if unsafe.StringData(rendered.Steps["000_a.sh"]) != unsafe.StringData(a.Steps["000_a.sh"]) {
+		t.Error("a render's result and the decoded Secret hold separate copies of the same step")
+	}
 }

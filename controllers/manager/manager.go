@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -235,7 +236,8 @@ func New(deps *Deps, opts *Options, build Build) *Manager {
 // Leading reports whether this process holds the Lease.
 func (m *Manager) Leading() bool { return m.leading.Load() }
 
-// Handler serves /metrics, /healthz and /readyz. /readyz is true while the
+// Handler serves /metrics, /healthz, /readyz and, with --profiling,
+// /debug/pprof. /readyz is true while the
 // informers of the current term have synced (after a lost term, once the
 // fresh ones have); /healthz is always true: a lost Lease does not end the
 // process, it stands by again.
@@ -252,6 +254,13 @@ func (m *Manager) Handler(gatherer prometheus.Gatherer) http.Handler {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
+	if m.opts.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

@@ -308,3 +308,21 @@ func TestManagerFlagsAreOnlyTheManagers(t *testing.T) {
 		t.Errorf("a zero drain timeout passed: %v", err)
 	}
 }
+
+// TestProfilingIsServedOnlyWhenAskedFor: /debug/pprof is on the handler
+// (behind the same authentication and authorization as /metrics) only with
+// --profiling.
+func TestProfilingIsServedOnlyWhenAskedFor(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		opts := NewOptions()
+		opts.Identity, opts.Profiling = "test", on
+		reg := prometheus.NewRegistry()
+		d := NewDepsForClients(kubefake.NewClientset(), nmfake.NewClientset(), opts, clock.RealClock{}, reg)
+		m := New(d, opts, func(*Deps) []Controller { return nil })
+		rec := httptest.NewRecorder()
+		m.Handler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/heap", nil))
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on]; rec.Code != want {
+			t.Errorf("--profiling=%t: /debug/pprof/heap = %d, want %d", on, rec.Code, want)
+		}
+	}
+}

@@ -26,6 +26,10 @@ type Options struct {
 	// Serving: HTTPS and delegated authentication and authorization of
 	// /metrics (see serving.Options).
 	Serving serving.Options
+	// Profiling serves Go's /debug/pprof next to /metrics, to the same
+	// authenticated and authorized callers (as kube-controller-manager
+	// does): heap and CPU profiles of a controller with a large fleet.
+	Profiling bool
 
 	// LeaderElect runs the controllers only while this process holds the
 	// Lease (the default, so that two replicas never act at once). Without
@@ -174,6 +178,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Identity, "identity", o.Identity, "leader election identity (defaults to the host name)")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics (HTTPS; callers authenticated and authorized by the Kubernetes API), /healthz and /readyz (open)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers per controller")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "serve /debug/pprof on --listen-address, to callers authenticated and authorized as for /metrics (get on the non-resource URL /debug/pprof/*)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "run the controllers only while holding the Lease; false runs them at once, for a process that is sure to be alone")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "leader Lease duration")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew")

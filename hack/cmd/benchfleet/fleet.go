@@ -204,6 +204,9 @@ func (f *fleet) seenFraction(groups ...string) float64 {
 type watches struct {
 	opened, events atomic.Int64
 	failed         atomic.Int64
+	// ended counts streams the server ended while the phase still
+	// watched (each would have to be opened again to see a change).
+	ended atomic.Int64
 	// armed is set when the change is made: events before it are the
 	// watch's initial state.
 	armed atomic.Bool
@@ -251,6 +254,9 @@ func (f *fleet) watch(ctx context.Context, w *watches, n *simNode) {
 			w.events.Add(1)
 			w.got.LoadOrStore(n.name, time.Now())
 		}
+	}
+	if ctx.Err() == nil {
+		w.ended.Add(1)
 	}
 }
 

@@ -21,7 +21,10 @@
 //     latency, errors, bashible-apiserver's CPU per 1,000 requests, and
 //     kube-apiserver's extra CPU (fleet minus quiet); after the first period
 //     the steps of two groups change, and ngc_change_* say when the new
-//     checksum was served and when every node of the two groups had seen it;
+//     checksum was served and when every node of the two groups had seen it
+//     through its polling GET (as the real bashible learns of a change: a
+//     GET once a minute, no watch), so that figure is up to one period
+//     plus the serve time;
 //   - compare (two periods): every node also GETs a ConfigMap of the same
 //     size as its Bashible, once per period, through the same
 //     authorizers: the p50/p99 of both side by side;
@@ -33,7 +36,9 @@
 //   - watches: every node opens a watch of its bashibles through the
 //     aggregator; the resident memory each costs bashible-apiserver and
 //     kube-apiserver, and the time from a change of a step every group
-//     has until every watcher got its event.
+//     has until every watcher got its event (watch_change_to_all_watchers,
+//     measured through watch events; watches_ended_early counts streams
+//     the server closed before it).
 //
 // bashible-apiserver's and node-manager-controller's resident memory is
 // read at the end of the compare phase.
@@ -91,7 +96,7 @@ func main() {
 	flag.DurationVar(&c.updateTime, "update-time", 3*time.Second, "how long a node of the rollout takes to apply an update")
 	flag.DurationVar(&c.leaseEvery, "lease-every", 30*time.Second, "how often each node's Lease is renewed")
 	flag.BoolVar(&c.watches, "watches", true, "open a watch per node at the end and measure what it costs")
-	flag.StringVar(&c.profileDir, "profile-dir", "", "write bashible-apiserver's heap and CPU profiles of the fleet phase here")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "write bashible-apiserver's heap and CPU profiles and node-manager-controller's heap profile of the fleet phase here")
 	flag.Parse()
 	if c.nodes < 10 || c.groups < 2 {
 		fmt.Fprintln(os.Stderr, "bench-fleet: -nodes must be at least 10 and -groups at least 2")
@@ -178,7 +183,7 @@ func run(c config) error {
 	// controller exits when it loses it: the benchmark gives it the
 	// defaults' order of magnitude.
 	controller, err := env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
-		"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=2s"}})
+		"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=2s", "--profiling"}})
 	if err != nil {
 		return err
 	}
@@ -233,6 +238,9 @@ func run(c config) error {
 	}
 	if c.profileDir != "" {
 		if err := profile(ctx, cp, server, c.profileDir); err != nil {
+			return err
+		}
+		if err := controllerProfile(ctx, controller, c.profileDir); err != nil {
 			return err
 		}
 	}
@@ -524,6 +532,7 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 	figure("watch_change_to_all_watchers", took.Seconds(), "s")
 	figure("bashible_apiserver_cpu_watch_fanout", used["server"]*took.Seconds(), "s")
 	figure("watch_events_after_the_change", float64(w.events.Load()), "count")
+	figure("watches_ended_early", float64(w.ended.Load()), "count")
 	w.types.Range(func(k, v any) bool {
 		figure("watch_events_"+strings.ToLower(k.(string)), float64(v.(*atomic.Int64).Load()), "count")
 		return true
@@ -541,6 +550,21 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 // profile saves bashible-apiserver's heap profile into dir.
 func profile(ctx context.Context, cp *controlplane.ControlPlane, server *stack.APIServer, dir string) error {
 	return saveProfile(ctx, cp, server, dir, "heap", "/debug/pprof/heap")
+}
+
+// controllerProfile saves node-manager-controller's heap profile into dir
+// (it serves /debug/pprof with --profiling).
+func controllerProfile(ctx context.Context, controller *stack.Controller, dir string) error {
+	code, body, err := controller.Get(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil || code != http.StatusOK {
+		return fmt.Errorf("get node-manager-controller's /debug/pprof/heap: %d: %v", code, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	file := filepath.Join(dir, deckhousev1.NodeManagerControllerName+".heap.pprof")
+	logf("wrote %s", file)
+	return os.WriteFile(file, []byte(body), 0o644)
 }
 
 // saveProfile fetches one of bashible-apiserver's /debug/pprof endpoints

@@ -129,6 +129,72 @@ func TestWatchResumesAndExpires(t *testing.T) {
 	}
 }
 
+// TestWatchWithoutResourceVersionSeesChanges: a node watching its
+// Bashible from no resourceVersion (as the fleet benchmark's nodes do, and
+// `curl ...?watch=1`) gets its group's current object and then each change.
+// k8s.io/apiserver turns such a watch into one with initial events but
+// without bookmarks; an initial-events-end bookmark sent to it made the
+// apiserver's watch handler panic, which ended every such stream right
+// after the initial events.
+func TestWatchWithoutResourceVersionSeesChanges(t *testing.T) {
+	ctx := framework.Context(t)
+	f.TestNode(t, framework.NewNode("node-watcher", "worker"))
+	f.TestInstance(t, framework.NewInstance("node-watcher", "worker"))
+	cfg, err := f.CP.NodeConfig("node-watcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := framework.BashibleClient(cfg)
+	framework.Poll(t, "the narrower sees the Instance", func(ctx context.Context) (bool, error) {
+		_, err := c.Bashibles().Get(ctx, "worker", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	w, err := c.Bashibles().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=worker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	before := ""
+	for before == "" {
+		ev := nextEvent(t, w)
+		if b, ok := ev.Object.(*bashiblev1alpha1.Bashible); ok && ev.Type == watch.Added && b.Name == "worker" {
+			before = b.Annotations[bashiblev1alpha1.ChecksumAnnotation]
+		} else {
+			t.Fatalf("want worker ADDED first, got %s %#v", ev.Type, ev.Object)
+		}
+	}
+	ngc := f.TestConfiguration(t, "watched-without-rv.sh", deckhousev1alpha1.NodeGroupConfigurationSpec{
+		NodeGroups: []string{"worker"}, Bundles: []string{"*"}, Weight: 92, Content: "true\n",
+	})
+	waitConfigProcessed(t, ngc.Name, ngc.Generation)
+	for {
+		ev := nextEvent(t, w)
+		b, ok := ev.Object.(*bashiblev1alpha1.Bashible)
+		if !ok || ev.Type != watch.Modified || b.Name != "worker" {
+			t.Fatalf("want only worker MODIFIED after the initial state, got %s %#v", ev.Type, ev.Object)
+		}
+		if b.Annotations[bashiblev1alpha1.ChecksumAnnotation] != before {
+			return
+		}
+	}
+}
+
+// nextEvent is w's next event; the test fails when the watch ends or none
+// comes within framework.Poll's bound.
+func nextEvent(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return ev
+	case <-time.After(90 * time.Second):
+		t.Fatal("no watch event within 90 s")
+	}
+	return watch.Event{}
+}
+
 // TestInformersFollowGroups runs a generated client-go informer against the
 // aggregated API.
 func TestInformersFollowGroups(t *testing.T) {
