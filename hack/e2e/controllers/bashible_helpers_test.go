@@ -74,13 +74,20 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	return n
 }
 
+// runLimit bounds a round of bashible runs: generous, as the suite's tests
+// run in parallel, a run of the real bashible.sh (hundreds of processes,
+// forty API calls) takes up to a minute on a loaded 2-core machine, and in
+// a round the nodes' updates may go one after another (maxConcurrent 1, a
+// drain first). It only ends a run that hangs.
+const runLimit = 4 * time.Minute
+
 // runEach runs bashible.sh once on every node at the same time, as their
 // timers would fire, and returns the runs in the nodes' order once all have
-// ended. A run still going after limit is killed. Any run that could not
+// ended. A run still going after runLimit is killed. Any run that could not
 // start, or did not exit 0, fails the test with its output.
-func runEach(t *testing.T, limit time.Duration, ns ...*realNode) []stack.Run {
+func runEach(t *testing.T, ns ...*realNode) []stack.Run {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
 	defer cancel()
 	runs, errs := runAll(ctx, ns)
 	for i, n := range ns {
@@ -88,7 +95,7 @@ func runEach(t *testing.T, limit time.Duration, ns ...*realNode) []stack.Run {
 		case errs[i] != nil:
 			t.Fatalf("bashible on %s: %v\n%s", n.Name, errs[i], runs[i].Output)
 		case ctx.Err() != nil && runs[i].ExitCode != 0:
-			t.Fatalf("bashible on %s was still running after %s (killed):\n%s", n.Name, limit, runs[i].Output)
+			t.Fatalf("bashible on %s was still running after %s (killed):\n%s", n.Name, runLimit, runs[i].Output)
 		case runs[i].ExitCode != 0:
 			t.Fatalf("bashible on %s exited %d:\n%s", n.Name, runs[i].ExitCode, runs[i].Output)
 		}
