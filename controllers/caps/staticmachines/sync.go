@@ -211,6 +211,22 @@ func taskOf(phase deckhousev1alpha2.StaticInstancePhase, adopt bool) taskKind {
 	return taskNone
 }
 
+// eventAction is the action of an Event about the instance in s, which
+// events.k8s.io/v1 requires (an Event without one is refused): the SSH
+// operation of the phase; outside one, "cleanup" for a machine being
+// deleted (its host is to be cleaned, or refused to be) and "release"
+// otherwise (a Running instance whose labels stopped matching: its machine
+// is deleted).
+func eventAction(s situation) string {
+	if kind := taskOf(s.phase, s.adopt); kind != taskNone {
+		return string(kind)
+	}
+	if s.deleting {
+		return string(taskCleanup)
+	}
+	return "release"
+}
+
 // carryOut writes what st changes, each object only when it differs, and
 // starts the SSH operation st asks for.
 func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1.StaticMachine, inst *deckhousev1alpha2.StaticInstance,
@@ -278,7 +294,7 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 		if e.Warning {
 			typ = corev1.EventTypeWarning
 		}
-		c.d.Recorder.Eventf(inst, sm, typ, e.Reason, string(taskOf(s.phase, s.adopt)), "%s", e.Note)
+		c.d.Recorder.Eventf(inst, sm, typ, e.Reason, eventAction(s), "%s", e.Note)
 	}
 
 	if st.provisioned && node != nil {
