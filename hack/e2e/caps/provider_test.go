@@ -335,12 +335,16 @@ func checkBundleApplied(t *testing.T, h host, group, served string) {
 // runs cleanup_static_node.sh on its host and the instance is Pending
 // again. The host released is then handed over as an existing node
 // (skip-bootstrap-phase): count 2 adopts it, writing only the two files.
-// The host never allowed is never picked.
+// Deleting the Instance of the other node replaces its machine with a
+// fourth host: node-manager-controller deletes the Machine, the host is
+// drained, cleaned and released, and the MachineSet's new Machine
+// bootstraps the spare. The host never allowed is never picked.
 func TestStaticInstancesJoinAndLeave(t *testing.T) {
 	const group = "caps-static"
 	showCAPSLog(t)
 	logins := framework.NewSSHLogins(t)
-	hosts := startHosts(t, logins, "caps", 3)
+	// hosts[3] is the spare, given its StaticInstance later.
+	hosts := startHosts(t, logins, "caps", 4)
 	port := int32(hosts[0].Port)
 	testCredentials(t, "caps-root", deckhousev1alpha2.SSHCredentialsSpec{User: "root", PrivateSSHKey: b64(logins.RootKey), SSHPort: port})
 	testCredentials(t, "caps-sudo", deckhousev1alpha2.SSHCredentialsSpec{User: logins.SudoUser, PrivateSSHKey: b64(logins.SudoKey), SSHPort: port})
@@ -475,9 +479,73 @@ func TestStaticInstancesJoinAndLeave(t *testing.T) {
 		t.Errorf("the host labelled allow-bootstrap=false was picked: %v, %v", inst, err)
 	}
 
+	// Deleting the Instance of the other node replaces its machine with the
+	// spare, the host Pending the longest (never the one not allowed).
+	victim, spare := hosts[0], hosts[3]
+	if released.instance == victim.instance {
+		victim = hosts[1]
+	}
+	testInstance(t, spare, "caps-root", role, nil)
+	replaceByDeletingInstance(t, victim, spare, group, served)
+	if inst, err := instance(framework.Context(t), hosts[2].instance); err != nil || inst.Status.MachineRef != nil {
+		t.Errorf("the host labelled allow-bootstrap=false was picked: %v, %v", inst, err)
+	}
+
 	// Empty the group before the instances go (a Running instance may not be deleted).
 	patchGroup(t, group, `{"spec":{"staticInstances":{"count":0}}}`)
-	for _, h := range hosts[:2] {
+	for _, h := range []host{released, spare} {
 		waitPhase(t, h.instance, deckhousev1alpha2.StaticInstancePending, false)
+	}
+}
+
+// replaceByDeletingInstance deletes the Instance of victim's node and
+// checks what follows: node-manager-controller deletes the Machine its
+// machineRef names, Cluster API drains and deletes the node, CAPS cleans
+// the host and releases it (Pending), the Instance goes once its Machine
+// has, and the MachineSet's new Machine bootstraps spare with the bundle.
+func replaceByDeletingInstance(t *testing.T, victim, spare host, group, served string) {
+	t.Helper()
+	ctx := framework.Context(t)
+	si, err := instance(ctx, victim.instance)
+	if err != nil || si.Status.MachineRef == nil {
+		t.Fatalf("StaticInstance %s should be bound: %v %v", victim.instance, err, si)
+	}
+	sm, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).Get(ctx, si.Status.MachineRef.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine := machineOf(sm)
+	instances := f.NM.DeckhouseV1alpha1().Instances()
+	framework.Poll(t, "Instance "+victim.Name+" names its Machine "+machine, func(ctx context.Context) (bool, error) {
+		inst, err := instances.Get(ctx, victim.Name, metav1.GetOptions{})
+		return err == nil && inst.Status.MachineRef != nil && inst.Status.MachineRef.Name == machine, nil
+	})
+	if err := instances.Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete Instance %s: %v", victim.Name, err)
+	}
+	waitPhase(t, victim.instance, deckhousev1alpha2.StaticInstancePending, false)
+	if victim.has("var/lib/bashible") || !victim.has("var/tmp/cleaned") {
+		t.Errorf("%s: cleanup_static_node.sh did not run after its Instance was deleted: /var/lib/bashible exists %t, /var/tmp/cleaned exists %t",
+			victim.Name, victim.has("var/lib/bashible"), victim.has("var/tmp/cleaned"))
+	}
+	framework.Poll(t, "Machine "+machine+", Node and Instance "+victim.Name+" gone", func(ctx context.Context) (bool, error) {
+		for _, m := range listMachines(ctx) {
+			if m.Name == machine {
+				return false, nil
+			}
+		}
+		_, errNode := f.Kube.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
+		_, errInst := instances.Get(ctx, victim.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(errNode) && apierrors.IsNotFound(errInst), nil
+	})
+
+	joinHost(t, spare, group)
+	inst := waitPhase(t, spare.instance, deckhousev1alpha2.StaticInstanceRunning, true)
+	checkBundleApplied(t, spare, group, served)
+	if sm, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).Get(ctx, inst.Status.MachineRef.Name, metav1.GetOptions{}); err != nil || machineOf(sm) == machine {
+		t.Errorf("the spare should back a new Machine, not %s: %v %v", machine, err, sm)
+	}
+	if si, err := instance(ctx, victim.instance); err != nil || si.Status.MachineRef != nil {
+		t.Errorf("the host just released was picked again instead of the spare: %v %v", err, si)
 	}
 }
