@@ -338,7 +338,9 @@ func checkBundleApplied(t *testing.T, h host, group, served string) {
 // Deleting the Instance of the other node replaces its machine with a
 // fourth host: node-manager-controller deletes the Machine, the host is
 // drained, cleaned and released, and the MachineSet's new Machine
-// bootstraps the spare. The host never allowed is never picked.
+// bootstraps the spare. An instance whose labels stop matching the group's
+// selector is released the same way. The host never allowed is never
+// picked.
 func TestStaticInstancesJoinAndLeave(t *testing.T) {
 	const group = "caps-static"
 	showCAPSLog(t)
@@ -491,11 +493,23 @@ func TestStaticInstancesJoinAndLeave(t *testing.T) {
 		t.Errorf("the host labelled allow-bootstrap=false was picked: %v, %v", inst, err)
 	}
 
+	// The spare's labels stop matching the group's selector: its machine
+	// goes, its host is cleaned and released. The victim's instance goes
+	// first, so the MachineSet's new Machine finds no free host.
+	if err := f.NM.DeckhouseV1alpha2().StaticInstances().Delete(framework.Context(t), victim.instance, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the Pending StaticInstance %s: %v", victim.instance, err)
+	}
+	patchInstance(t, spare.instance, `{"metadata":{"labels":{"role":null}}}`)
+	f.WaitEventNote(t, spare.instance, "StaticInstanceNodeGroupLeaved", "no longer match")
+	waitPhase(t, spare.instance, deckhousev1alpha2.StaticInstancePending, false)
+	if spare.has("var/lib/bashible") || !spare.has("var/tmp/cleaned") {
+		t.Errorf("%s: not cleaned after its labels stopped matching: /var/lib/bashible exists %t, /var/tmp/cleaned exists %t",
+			spare.Name, spare.has("var/lib/bashible"), spare.has("var/tmp/cleaned"))
+	}
+
 	// Empty the group before the instances go (a Running instance may not be deleted).
 	patchGroup(t, group, `{"spec":{"staticInstances":{"count":0}}}`)
-	for _, h := range []host{released, spare} {
-		waitPhase(t, h.instance, deckhousev1alpha2.StaticInstancePending, false)
-	}
+	waitPhase(t, released.instance, deckhousev1alpha2.StaticInstancePending, false)
 }
 
 // replaceByDeletingInstance deletes the Instance of victim's node and
