@@ -470,10 +470,19 @@ func TestStaticInstancesJoinAndLeave(t *testing.T) {
 	if strings.Join(names, " ") != "machine-name node-spec-provider-id" {
 		t.Errorf("adoption wrote %v to /var/lib/bashible, want only machine-name and node-spec-provider-id", names)
 	}
-	node, err := f.Kube.CoreV1().Nodes().Get(framework.Context(t), released.Name, metav1.GetOptions{})
-	if err != nil || node.Spec.ProviderID != strings.TrimSpace(framework.ReadFile(t, released.file(hostssh.ProviderIDFile))) {
-		t.Errorf("the adopted Node's providerID should be the one written to the host: %v, %v", node, err)
-	}
+	// CAPS gives the Node the machine's providerID once it has reported
+	// the instance Running.
+	written := strings.TrimSpace(framework.ReadFile(t, released.file(hostssh.ProviderIDFile)))
+	framework.Poll(t, "the adopted Node's providerID the one written to the host", func(ctx context.Context) (bool, error) {
+		node, err := f.Kube.CoreV1().Nodes().Get(ctx, released.Name, metav1.GetOptions{})
+		if err != nil || node.Spec.ProviderID == "" {
+			return false, nil
+		}
+		if node.Spec.ProviderID != written {
+			return false, fmt.Errorf("providerID %q, the host has %q", node.Spec.ProviderID, written)
+		}
+		return true, nil
+	})
 	if inst.Status.NodeRef == nil || inst.Status.NodeRef.Name != released.Name {
 		t.Errorf("adopted instance's nodeRef %v, want %s", inst.Status.NodeRef, released.Name)
 	}
