@@ -45,6 +45,10 @@ const (
 	FrontProxyClientName = "front-proxy-client"
 	// AdminUser is the CN of the admin client certificate (group system:masters).
 	AdminUser = "node-manager-admin"
+	// APIServerDNSName is a name kube-apiserver's serving certificate
+	// holds, as a real cluster's does: simulated hosts that resolve it to
+	// loopback reach the API by it (stack.PublishLocalAPIServer).
+	APIServerDNSName = "kubernetes.default.svc.cluster.local"
 )
 
 // Config says where the binaries are and how to run the control plane.
@@ -259,7 +263,7 @@ func (cp *ControlPlane) writeCertificates() error {
 		return err
 	}
 	serving, err := cp.ca.servingCert("kube-apiserver",
-		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", APIServerDNSName},
 		[]net.IP{net.IPv4(10, 96, 0, 1)})
 	if err != nil {
 		return err

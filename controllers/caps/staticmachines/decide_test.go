@@ -96,6 +96,10 @@ func TestDecide(t *testing.T) {
 		if !equalStep(got, c.want) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, describe(got), describe(c.want))
 		}
+		// kube-apiserver refuses an events.k8s.io/v1 Event without an action.
+		if got.event != nil && eventAction(c.s) == "" {
+			t.Errorf("%s: the Event %s has no action", c.name, got.event.Reason)
+		}
 	}
 }
 

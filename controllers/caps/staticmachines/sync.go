@@ -90,11 +90,28 @@ func (c *Controller) syncMachine(ctx context.Context, key, ns, name string) erro
 		if deleting {
 			return c.removeFinalizer(ctx, sm)
 		}
-		if inst, sm, err = c.bind(ctx, key, sm, now); err != nil || inst == nil {
+		if inst, err = c.bind(ctx, key, sm, now); err != nil || inst == nil {
 			return err
 		}
 	}
+	// The machine's providerID names its instance, written after the
+	// binding and checked on every sync: a write refused (Cluster API
+	// updates a new StaticMachine too) is made again here, never skipped,
+	// so the bootstrap never writes an empty provider id to the host.
+	if want := providerIDOf(inst); sm.Spec.ProviderID != want {
+		sm = sm.DeepCopy()
+		sm.Spec.ProviderID = want
+		if sm, err = c.d.NodeManager.InfrastructureV1alpha1().StaticMachines(sm.Namespace).Update(ctx, sm, metav1.UpdateOptions{FieldManager: deckhousev1.CAPSControllerManagerName}); err != nil {
+			return fmt.Errorf("setting the providerID of StaticMachine %s/%s: %w", ns, name, err)
+		}
+		c.writes.WithLabelValues("StaticMachine").Inc()
+	}
 	return c.advance(ctx, key, sm, inst, now)
+}
+
+// providerIDOf is the providerID of the machine inst backs.
+func providerIDOf(inst *deckhousev1alpha2.StaticInstance) string {
+	return infrav1alpha1.ProviderIDPrefix + string(inst.UID)
 }
 
 // boundInstance is the instance whose machineRef is sm (nil: none).
@@ -114,18 +131,18 @@ func (c *Controller) boundInstance(sm *infrav1alpha1.StaticMachine) *deckhousev1
 // bind picks a free instance for sm and binds it: the instance's
 // machineRef is written first, with the resourceVersion read (two machines
 // that pick the same instance: one write fails with a conflict and that
-// machine picks again), then the machine's providerID. No free instance:
-// look again in a minute (an instance in Error becomes free after a while)
-// or when one is freed.
-func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.StaticMachine, now time.Time) (*deckhousev1alpha2.StaticInstance, *infrav1alpha1.StaticMachine, error) {
+// machine picks again); syncMachine then writes the machine's providerID.
+// No free instance: look again in a minute (an instance in Error becomes
+// free after a while) or when one is freed.
+func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.StaticMachine, now time.Time) (*deckhousev1alpha2.StaticInstance, error) {
 	sel, err := instanceSelector(sm.Spec.LabelSelector)
 	if err != nil {
 		klog.ErrorS(err, "StaticMachine's labelSelector is invalid; it gets no host until its group's staticInstances.labelSelector is fixed", "staticMachine", klog.KObj(sm))
-		return nil, sm, nil
+		return nil, nil
 	}
 	all, err := c.instances.List(everything)
 	if err != nil {
-		return nil, sm, err
+		return nil, err
 	}
 	candidates := make([]*deckhousev1alpha2.StaticInstance, 0, len(all))
 	for _, inst := range all {
@@ -142,7 +159,7 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 	pick := pickInstance(candidates, sel, now)
 	if pick == nil {
 		c.queue.AddAfter(key, time.Minute)
-		return nil, sm, nil
+		return nil, nil
 	}
 	inst := pick.DeepCopy()
 	inst.Status.MachineRef = &corev1.ObjectReference{APIVersion: infrav1alpha1.SchemeGroupVersion.String(), Kind: "StaticMachine",
@@ -150,19 +167,11 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 	inst.Status.NodeRef = nil
 	inst, err = c.d.NodeManager.DeckhouseV1alpha2().StaticInstances().UpdateStatus(ctx, inst, metav1.UpdateOptions{FieldManager: deckhousev1.CAPSControllerManagerName})
 	if err != nil {
-		return nil, sm, fmt.Errorf("binding StaticInstance %s to StaticMachine %s/%s: %w", pick.Name, sm.Namespace, sm.Name, err)
+		return nil, fmt.Errorf("binding StaticInstance %s to StaticMachine %s/%s: %w", pick.Name, sm.Namespace, sm.Name, err)
 	}
 	c.writes.WithLabelValues("StaticInstance").Inc()
 	klog.InfoS("StaticInstance picked", "staticInstance", inst.Name, "staticMachine", klog.KObj(sm), "address", inst.Spec.Address)
-	if want := infrav1alpha1.ProviderIDPrefix + string(inst.UID); sm.Spec.ProviderID != want {
-		sm = sm.DeepCopy()
-		sm.Spec.ProviderID = want
-		if sm, err = c.d.NodeManager.InfrastructureV1alpha1().StaticMachines(sm.Namespace).Update(ctx, sm, metav1.UpdateOptions{FieldManager: deckhousev1.CAPSControllerManagerName}); err != nil {
-			return nil, nil, fmt.Errorf("setting the providerID of StaticMachine %s/%s: %w", sm.Namespace, sm.Name, err)
-		}
-		c.writes.WithLabelValues("StaticMachine").Inc()
-	}
-	return inst, sm, nil
+	return inst, nil
 }
 
 // advance reads the bound instance's situation, decides, and carries the
@@ -209,6 +218,22 @@ func taskOf(phase deckhousev1alpha2.StaticInstancePhase, adopt bool) taskKind {
 		return taskCleanup
 	}
 	return taskNone
+}
+
+// eventAction is the action of an Event about the instance in s, which
+// events.k8s.io/v1 requires (an Event without one is refused): the SSH
+// operation of the phase; outside one, "cleanup" for a machine being
+// deleted (its host is to be cleaned, or refused to be) and "release"
+// otherwise (a Running instance whose labels stopped matching: its machine
+// is deleted).
+func eventAction(s situation) string {
+	if kind := taskOf(s.phase, s.adopt); kind != taskNone {
+		return string(kind)
+	}
+	if s.deleting {
+		return string(taskCleanup)
+	}
+	return "release"
 }
 
 // carryOut writes what st changes, each object only when it differs, and
@@ -278,7 +303,7 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 		if e.Warning {
 			typ = corev1.EventTypeWarning
 		}
-		c.d.Recorder.Eventf(inst, sm, typ, e.Reason, string(taskOf(s.phase, s.adopt)), "%s", e.Note)
+		c.d.Recorder.Eventf(inst, sm, typ, e.Reason, eventAction(s), "%s", e.Note)
 	}
 
 	if st.provisioned && node != nil {

@@ -4,9 +4,11 @@
 // that keeps SSH keys and passwords readable only by caps-controller-manager
 // and cluster admins, all against a real kube-apiserver; the SSH layer
 // against Debian's sshd in simulated hosts; and caps-controller-manager
-// itself, as its ServiceAccount, with the real capi-controller-manager and
-// node-manager-controller (--cluster-api), joining, cleaning, adopting and
-// resuming simulated hosts over SSH.
+// itself, as its ServiceAccount, with the real capi-controller-manager,
+// node-manager-controller (--cluster-api) and bashible-apiserver, joining
+// (the group's real bootstrap, which fetches the bundle from the local
+// control plane and runs bashible on the host), cleaning, adopting,
+// replacing and resuming simulated hosts over SSH.
 package caps
 
 import (
@@ -66,12 +68,17 @@ func setUp(ctx context.Context) (func(), error) {
 	if err := waitPoliciesEnforced(ctx); err != nil {
 		return nil, err
 	}
-	// The API endpoints the manual-bootstrap scripts carry (the local
-	// kube-apiserver has no endpoint reconciler); a documentation address:
-	// the scripts' fetch of the bundle fails there, after the token is on
-	// the host.
-	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10"); err != nil {
+	// The API endpoint the manual-bootstrap scripts and the bundles carry
+	// (the local kube-apiserver has no endpoint reconciler): the local
+	// kube-apiserver itself, which the simulated hosts reach, so their
+	// bootstrap fetches its bundle from here and bashible applies it.
+	if _, err := stack.PublishLocalAPIServer(ctx, f.Kube, f.CP); err != nil {
 		return nil, err
+	}
+	// bashible-apiserver serves the bundles, with the steps that are
+	// harmless on a simulated host (framework.OverlayDir).
+	if _, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{TemplatesDir: f.OverlayDir()}); err != nil {
+		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
 	if _, err := f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
 		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig}}); err != nil {

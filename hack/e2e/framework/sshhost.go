@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/node-manager/node-manager/controllers/caps/hostssh"
+	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/e2e/framework/debianroot"
 )
 
@@ -73,7 +74,10 @@ func randomWord(t testing.TB) string {
 // Address:Port. Its sessions see only the root: sshd is PID 1 there, and
 // killing it (Stop) ends every process of the host at once, as a power
 // loss would; the root's files stay, and Start boots sshd again. Nothing
-// runs on the test machine itself, and no host account is made.
+// runs on the test machine itself, and no host account is made. The host
+// shares the machine's network and resolves controlplane.APIServerDNSName
+// to 127.0.0.1, so it reaches the local control plane by the endpoint
+// stack.PublishLocalAPIServer publishes.
 type SSHHost struct {
 	Name, Root, Address string
 	Port                int
@@ -107,6 +111,7 @@ func StartSSHHost(t *testing.T, name, root, address string, port int, logins *SS
 		"printf 'ListenAddress %s\\nHostKey /etc/ssh/ssh_host_ed25519_key\\nPasswordAuthentication yes\\nPermitRootLogin prohibit-password\\nUseDNS no\\n' " +
 			q(net.JoinHostPort(address, strconv.Itoa(port))) + " > /etc/ssh/sshd_config.d/e2e.conf",
 		"printf '127.0.1.1 %s\\n' " + q(name) + " >> /etc/hosts",
+		"printf '127.0.0.1 %s\\n' " + q(controlplane.APIServerDNSName) + " >> /etc/hosts",
 	}, "\n")
 	if out, err := debianroot.Run(t, root, nil, setup); err != nil {
 		t.Fatalf("prepare SSH host %s: %v\n%s", name, err, out)
