@@ -25,8 +25,7 @@ type Controller struct {
 	// instances are counted per group for status.instances.
 	instances nmlistersv1alpha1.InstanceLister
 
-	mu       sync.Mutex
-	exported map[string][]string // group -> nodes with node_group_node_status series
+	mu sync.Mutex // serializes export
 }
 
 // New wires the controller to the shared informers: a change of a group,
@@ -34,7 +33,7 @@ type Controller struct {
 // group.
 func New(d *manager.Deps) *Controller {
 	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
-	c := &Controller{d: d, metrics: newMetrics(d.Registry), exported: map[string][]string{}, instances: inst.Lister()}
+	c := &Controller{d: d, metrics: newMetrics(d.Registry), instances: inst.Lister()}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue)
 	c.watch.Synced = append(c.watch.Synced, inst.Informer().HasSynced)

@@ -1,7 +1,7 @@
 package status
 
 import (
-	"slices"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -18,22 +18,21 @@ import (
 // group and kind of wait. Labels are node and group names and the fixed
 // state and kind lists: nothing unbounded such as error text.
 type Metrics struct {
-	NodeStatus *prometheus.GaugeVec
-	NodeReady  *prometheus.GaugeVec
-	Waiting    *prometheus.GaugeVec
-	Approved   *prometheus.GaugeVec
+	// Nodes makes node_group_node_status and node_manager_node_ready.
+	Nodes    *NodeSeries
+	Waiting  *prometheus.GaugeVec
+	Approved *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		NodeStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "node_group_node_status",
-			Help: "The node's update state: 1 for its current status, 0 for the others.",
-		}, []string{"node", "node_group", "status"}),
-		NodeReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "node_manager_node_ready",
-			Help: "1 while the node's Ready condition is True, 0 otherwise; one series per node of a group.",
-		}, []string{"node", "node_group"}),
+		Nodes: &NodeSeries{
+			groups: map[string]map[string]nodeState{},
+			status: prometheus.NewDesc("node_group_node_status",
+				"The node's update state: 1 for its current status, 0 for the others.", []string{"node", "node_group", "status"}, nil),
+			ready: prometheus.NewDesc("node_manager_node_ready",
+				"1 while the node's Ready condition is True, 0 otherwise; one series per node of a group.", []string{"node", "node_group"}, nil),
+		},
 		Waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "node_manager_nodes_waiting",
 			Help: "Nodes of a group waiting for an update approval (kind=update), a disruption approval (kind=disruption) or a person's disruption approval (kind=manual_disruption).",
@@ -43,36 +42,79 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "node_manager_nodes_approved",
 		Help: "Nodes of a group holding an update approval (whatever step of the update they are at).",
 	}, []string{"node_group"})
-	reg.MustRegister(m.NodeStatus, m.NodeReady, m.Waiting, m.Approved)
+	reg.MustRegister(m.Nodes, m.Waiting, m.Approved)
 	return m
 }
 
-// export sets the one-hot node states of a group and drops the series of
-// nodes that left it (g nil: the group is gone).
+// NodeSeries is the collector of the per-node series: it keeps each node's
+// update state and readiness (a few bytes a node) and makes the series
+// when scraped. GaugeVecs kept fourteen series with their label pairs for
+// every node, half the controller's heap with 5,000 nodes.
+type NodeSeries struct {
+	status, ready *prometheus.Desc
+
+	mu     sync.Mutex
+	groups map[string]map[string]nodeState // group -> node -> its state
+}
+
+type nodeState struct {
+	state string // one of approval.States
+	ready bool
+}
+
+// Describe implements prometheus.Collector.
+func (s *NodeSeries) Describe(ch chan<- *prometheus.Desc) {
+	ch <- s.status
+	ch <- s.ready
+}
+
+// Collect implements prometheus.Collector.
+func (s *NodeSeries) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for group, ns := range s.groups {
+		for node, st := range ns {
+			for _, state := range approval.States {
+				ch <- prometheus.MustNewConstMetric(s.status, prometheus.GaugeValue, one(state == st.state), node, group, state)
+			}
+			ch <- prometheus.MustNewConstMetric(s.ready, prometheus.GaugeValue, one(st.ready), node, group)
+		}
+	}
+}
+
+// set replaces the group's nodes (nil: the group is gone, and so are its
+// series).
+func (s *NodeSeries) set(group string, ns map[string]nodeState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ns == nil {
+		delete(s.groups, group)
+		return
+	}
+	s.groups[group] = ns
+}
+
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// export sets the one-hot node states of a group; nodes that left it lose
+// their series (g nil: the group is gone).
 func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1.Node, checksum string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var names []string
+	states := make(map[string]nodeState, len(ns))
 	waiting := map[string]float64{"update": 0, "disruption": 0, "manual_disruption": 0}
 	approved := 0.0
 	for _, n := range ns {
-		names = append(names, n.Name)
 		if nodes.Has(n, deckhousev1.ApprovedAnnotation) {
 			approved++
 		}
-		ready := 0.0
-		if nodes.IsReady(n) {
-			ready = 1
-		}
-		c.metrics.NodeReady.WithLabelValues(n.Name, group).Set(ready)
 		state := approval.State(n, g, checksum)
-		for _, s := range approval.States {
-			v := 0.0
-			if s == state {
-				v = 1
-			}
-			c.metrics.NodeStatus.WithLabelValues(n.Name, group, s).Set(v)
-		}
+		states[n.Name] = nodeState{state: state, ready: nodes.IsReady(n)}
 		switch state {
 		case approval.StateWaitingForApproval:
 			waiting["update"]++
@@ -82,23 +124,15 @@ func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1
 			waiting["manual_disruption"]++
 		}
 	}
-	for _, old := range c.exported[group] {
-		if !slices.Contains(names, old) {
-			for _, s := range approval.States {
-				c.metrics.NodeStatus.DeleteLabelValues(old, group, s)
-			}
-			c.metrics.NodeReady.DeleteLabelValues(old, group)
-		}
-	}
 	if g == nil {
-		delete(c.exported, group)
+		c.metrics.Nodes.set(group, nil)
 		for kind := range waiting {
 			c.metrics.Waiting.DeleteLabelValues(group, kind)
 		}
 		c.metrics.Approved.DeleteLabelValues(group)
 		return
 	}
-	c.exported[group] = names
+	c.metrics.Nodes.set(group, states)
 	for kind, v := range waiting {
 		c.metrics.Waiting.WithLabelValues(group, kind).Set(v)
 	}
