@@ -68,3 +68,26 @@ func TestSlimPassesWhatIsNotAnObject(t *testing.T) {
 		t.Errorf("slim(%v) = %v, %v; want it unchanged", tomb, got, err)
 	}
 }
+
+// TestSlimLeavesItsInputAlone: the fields are dropped from a copy; the
+// object handed in (which a fake clientset shares with its store) keeps
+// them.
+func TestSlimLeavesItsInputAlone(t *testing.T) {
+	in := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", ManagedFields: managed},
+		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"pause"}}}}}
+	got, err := slim(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := got.(*corev1.Node)
+	if out == in || out.ManagedFields != nil || out.Status.Images != nil || out.Name != "w1" {
+		t.Errorf("slim returned %+v", out)
+	}
+	if in.ManagedFields == nil || in.Status.Images == nil {
+		t.Errorf("slim wrote to its input: %+v", in)
+	}
+	plain := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w2"}}
+	if got, _ := slim(plain); got != plain {
+		t.Error("an object with nothing to drop should pass as it is")
+	}
+}
