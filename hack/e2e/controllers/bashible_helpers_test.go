@@ -27,22 +27,6 @@ type realNode struct {
 	runs []string
 }
 
-// realBashible holds a slot for each test running the real bashible.sh.
-// Those tests are bound by the CPU (a run starts hundreds of processes):
-// all four at once, beside the rest of the suite and two other suites on
-// a loaded 2-core machine, made each run take minutes; two at a time keep
-// a run's pace while the light tests go on around them.
-var realBashible = make(chan struct{}, 2)
-
-// runsRealBashible waits for a slot for the test, which runs the real
-// bashible.sh on its nodes, and holds it until the test ends. Call it
-// right after t.Parallel.
-func runsRealBashible(t *testing.T) {
-	t.Helper()
-	realBashible <- struct{}{}
-	t.Cleanup(func() { <-realBashible })
-}
-
 // newRealNode registers name in group with a root under dir and installs
 // bashible.sh, as after bootstrap: its next run is its first.
 func newRealNode(t *testing.T, dir, name, group string) *realNode {
@@ -52,11 +36,6 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A node waiting for approval (or for its disruption) reads its Node
-	// every poll: curl, jq and a few more processes. Every 3 s, not 1: with
-	// the suite's tests in parallel, a dozen nodes polling every second
-	// took as much CPU as the runs they waited for, and slowed those.
-	sn.Env = append(sn.Env, "BASHIBLE_POLL_SECONDS=3")
 	n := &realNode{SimNode: sn}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -95,20 +74,13 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	return n
 }
 
-// runLimit bounds a round of bashible runs: generous, as a run of the real
-// bashible.sh (hundreds of processes, forty API calls) takes a minute or
-// more on a loaded 2-core machine with the suite's tests in parallel, and
-// in a round the nodes' updates may go one after another (maxConcurrent 1,
-// a drain, a reboot). It only ends a run that hangs.
-const runLimit = 8 * time.Minute
-
 // runEach runs bashible.sh once on every node at the same time, as their
 // timers would fire, and returns the runs in the nodes' order once all have
-// ended. A run still going after runLimit is killed. Any run that could not
+// ended. A run still going after limit is killed. Any run that could not
 // start, or did not exit 0, fails the test with its output.
-func runEach(t *testing.T, ns ...*realNode) []stack.Run {
+func runEach(t *testing.T, limit time.Duration, ns ...*realNode) []stack.Run {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	runs, errs := runAll(ctx, ns)
 	for i, n := range ns {
@@ -116,7 +88,7 @@ func runEach(t *testing.T, ns ...*realNode) []stack.Run {
 		case errs[i] != nil:
 			t.Fatalf("bashible on %s: %v\n%s", n.Name, errs[i], runs[i].Output)
 		case ctx.Err() != nil && runs[i].ExitCode != 0:
-			t.Fatalf("bashible on %s was still running after %s (killed):\n%s", n.Name, runLimit, runs[i].Output)
+			t.Fatalf("bashible on %s was still running after %s (killed):\n%s", n.Name, limit, runs[i].Output)
 		case runs[i].ExitCode != 0:
 			t.Fatalf("bashible on %s exited %d:\n%s", n.Name, runs[i].ExitCode, runs[i].Output)
 		}

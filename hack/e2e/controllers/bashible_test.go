@@ -23,8 +23,6 @@ import (
 // mode the controller drains it, approves the disruption, and uncordons
 // the node once it has applied the configuration.
 func TestRolloutWithRealBashible(t *testing.T) {
-	t.Parallel()
-	runsRealBashible(t)
 	const group = "real"
 	// Runs after the group's deletion: the next test (or -count) with this
 	// name starts without the old group's bundle.
@@ -46,7 +44,7 @@ func TestRolloutWithRealBashible(t *testing.T) {
 
 	// Joining: the first runs converge without asking for approval.
 	joined := f.Checksum(t, group)
-	runEach(t, ns...)
+	runEach(t, time.Minute, ns...)
 	f.WaitRolledOut(t, group, joined, 3)
 	m.Check(t, 0)
 	for _, n := range ns {
@@ -63,7 +61,7 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	mark := tl.now()
 	start := time.Now()
 	sum := f.NewConfiguration(t, group, "echo real bashible 1\n")
-	for i, run := range runEach(t, ns...) {
+	for i, run := range runEach(t, time.Minute, ns...) {
 		n := ns[i]
 		if !strings.Contains(run.Output, fmt.Sprintf("configuration %.12s applied", sum)) {
 			t.Errorf("the run on %s should apply %.12s:\n%s", n.Name, sum, run.Output)
@@ -108,8 +106,9 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	mark = tl.now()
 	start = time.Now()
 	sum = f.NewConfiguration(t, group, "echo real bashible 2\n")
-	// The disrupted node's run also waits for its drain (runLimit allows it).
-	for i, run := range runEach(t, ns...) {
+	// Longer than the other rounds: the disrupted node's run also waits
+	// for its drain.
+	for i, run := range runEach(t, 2*time.Minute, ns...) {
 		n := ns[i]
 		gated := false
 		for _, s := range tl.since(n.Name, mark) {

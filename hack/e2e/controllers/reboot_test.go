@@ -26,8 +26,6 @@ import (
 // request — one node at a time (maxConcurrent 1): never more than one node
 // approved or disrupted at once.
 func TestRebootRequestsWithRealBashible(t *testing.T) {
-	t.Parallel()
-	runsRealBashible(t)
 	const group = "reboots"
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		one := intstr.FromInt32(1)
@@ -37,7 +35,7 @@ func TestRebootRequestsWithRealBashible(t *testing.T) {
 	dir := t.TempDir()
 	ns := []*realNode{newRealNode(t, dir, "reboots-0", group), newRealNode(t, dir, "reboots-1", group), newRealNode(t, dir, "reboots-2", group)}
 	sum := f.Checksum(t, group)
-	runEach(t, ns...)
+	runEach(t, time.Minute, ns...)
 	f.WaitRolledOut(t, group, sum, 3)
 
 	tl := recordTimeline(t, group)
@@ -64,7 +62,7 @@ printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" 
 	var wg sync.WaitGroup
 	for _, n := range ns {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			for !done(n) && ctx.Err() == nil {
 				run, err := n.RunOnce(ctx)
