@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,10 @@ import (
 // an Event on the Node names the pod and the budget, and the update goes on.
 func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
 	const group = "deadline"
-	timeout := int32(3)
+	// Seconds, not minutes, and still well past the drain's first
+	// eviction on a loaded machine (the deadline counts from before the
+	// cordon; a pod never asked to leave would be deleted unnamed).
+	timeout := int32(10)
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.NodeDrainTimeoutSecond = &timeout })
 	n := f.TestAgent(t, "deadline-a", group)
 	f.TestAgent(t, "deadline-b", group)
@@ -39,7 +43,7 @@ func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
 		}
 		return len(evs) > 0, err
 	})
-	for _, want := range []string{"pod default/" + pod.Name, "PodDisruptionBudget default/deadline-db", "3s"} {
+	for _, want := range []string{"pod default/" + pod.Name, "PodDisruptionBudget default/deadline-db", fmt.Sprintf("%ds", timeout)} {
 		if !strings.Contains(deleted.Note, want) {
 			t.Errorf("the event says %q; want it to name %q", deleted.Note, want)
 		}
@@ -47,7 +51,7 @@ func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
 	if r := deleted.Related; r == nil || r.Kind != "Pod" || r.Name != pod.Name || r.UID != pod.UID {
 		t.Errorf("the event's related object is %+v; want the deleted pod", r)
 	}
-	// Not before the deadline: the drain was asked for at least 3 s earlier.
+	// Not before the deadline: the drain was asked for at least the deadline earlier.
 	requested, err := nodeEvents(framework.Context(t), n.Name, "DrainRequested")
 	if err != nil || len(requested) == 0 {
 		t.Fatalf("no DrainRequested event for %s: %v", n.Name, err)
