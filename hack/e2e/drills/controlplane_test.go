@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -39,6 +40,25 @@ func startRollout(t *testing.T, group string) (*framework.Monitor, string, []*fr
 		return m.MaxApproved() > 0, nil
 	})
 	return m, sum, agents
+}
+
+// monitorMarker is an annotation only the drills write, to see the
+// Monitor catch up.
+const monitorMarker = "drills.node-manager.test/marker"
+
+// waitMonitorCaughtUp writes a marker on node and waits until the Monitor
+// has seen it, and so every write to the group's Nodes before it.
+func waitMonitorCaughtUp(t *testing.T, m *framework.Monitor, node string) {
+	t.Helper()
+	mark := strconv.FormatInt(time.Now().UnixNano(), 10)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, monitorMarker, mark)
+	framework.Poll(t, "the marker on "+node+" written", func(ctx context.Context) (bool, error) {
+		_, err := f.Kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err == nil, nil
+	})
+	framework.Poll(t, "the Monitor caught up with the marker on "+node, func(context.Context) (bool, error) {
+		return m.Annotation(node, monitorMarker) == mark, nil
+	})
 }
 
 // checkRolledOutOnce waits for the rollout of sum to finish and checks
@@ -138,11 +158,24 @@ func controlPlaneDrill(t *testing.T, group, what string, restart func(context.Co
 	if publishedSum != sum {
 		t.Fatalf("published checksum %s, served %s", publishedSum, sum)
 	}
+	// The nodes' agents wait while the API is away (they could not reach
+	// it anyway) and until the Monitor has caught up after it: an informer
+	// that relists after a restart delivers the nodes one by one, so
+	// updates made while it was backing off would look like two nodes
+	// approved at once, or an approval never seen. The controller is not
+	// paused: whatever it does meanwhile is seen.
+	for _, a := range agents {
+		a.Paused.Store(true)
+	}
 	start := time.Now()
 	if err := restart(framework.Context(t)); err != nil {
 		t.Fatalf("restart %s: %v", what, err)
 	}
 	restarted := time.Since(start)
+	waitMonitorCaughtUp(t, m, agents[0].Name)
+	for _, a := range agents {
+		a.Paused.Store(false)
+	}
 	checkRolledOutOnce(t, m, group, sum, agents)
 	rolledOut := time.Since(start)
 	if rv2, sum2 := published(t, group); rv2 != rv || sum2 != sum {

@@ -246,6 +246,7 @@ type Monitor struct {
 	maxApproved int
 	approvals   map[string]int
 	violations  []string
+	state       map[string]*corev1.Node // the group's Nodes as last seen
 }
 
 // WatchNodes calls seen with every event of the group's Nodes, in order,
@@ -292,8 +293,8 @@ func (f *Framework) WatchNodes(t *testing.T, group string, seen func(watch.Event
 // WatchGroup starts a Monitor of the group's Nodes for the rest of the test.
 func (f *Framework) WatchGroup(t *testing.T, group string) *Monitor {
 	t.Helper()
-	m := &Monitor{approvals: map[string]int{}}
-	state := map[string]*corev1.Node{}
+	m := &Monitor{approvals: map[string]int{}, state: map[string]*corev1.Node{}}
+	state := m.state
 	f.WatchNodes(t, group, func(typ watch.EventType, n *corev1.Node) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -317,6 +318,19 @@ func (f *Framework) WatchGroup(t *testing.T, group string) *Monitor {
 		}
 	})
 	return m
+}
+
+// Annotation is the value of the node's annotation key as the Monitor
+// has seen it last ("" when absent or the node unseen): a test writes a
+// marker and waits for it to know the Monitor has caught up with every
+// write before it.
+func (m *Monitor) Annotation(node, key string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.state[node]; n != nil {
+		return n.Annotations[key]
+	}
+	return ""
 }
 
 // Reset forgets the most nodes approved at once.
