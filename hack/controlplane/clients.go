@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -112,6 +114,24 @@ func (cp *ControlPlane) CreateBootstrapToken(ctx context.Context, nodeGroup stri
 	}
 	if _, err := client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		return BootstrapToken{}, fmt.Errorf("create bootstrap token secret: %w", err)
+	}
+	// kube-apiserver's bootstrap-token authenticator reads the Secret from
+	// its informer, which may not have it yet: until then the token is
+	// Unauthorized. Return once it authenticates, as a kubelet would retry
+	// (an expired token never does, and is returned at once).
+	if ttl <= 0 {
+		return tok, nil
+	}
+	tc, err := kubernetes.NewForConfig(cp.BootstrapTokenConfig(tok))
+	if err != nil {
+		return BootstrapToken{}, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := tc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return BootstrapToken{}, fmt.Errorf("bootstrap token %s never authenticated with kube-apiserver: %w", tok.ID, err)
 	}
 	return tok, nil
 }
