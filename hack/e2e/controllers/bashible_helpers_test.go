@@ -74,6 +74,12 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	return n
 }
 
+// runLimit bounds a round of runs of the real bashible.sh: it catches a
+// run that hangs, and is no measure of speed. A run is hundreds of
+// processes; on CI's loaded 2-core machine a round took over the 1 and 2
+// minutes it had before.
+const runLimit = 5 * time.Minute
+
 // runEach runs bashible.sh once on every node at the same time, as their
 // timers would fire, and returns the runs in the nodes' order once all have
 // ended. A run still going after limit is killed. Any run that could not

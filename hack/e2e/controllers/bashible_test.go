@@ -44,7 +44,7 @@ func TestRolloutWithRealBashible(t *testing.T) {
 
 	// Joining: the first runs converge without asking for approval.
 	joined := f.Checksum(t, group)
-	runEach(t, time.Minute, ns...)
+	runEach(t, runLimit, ns...)
 	f.WaitRolledOut(t, group, joined, 3)
 	m.Check(t, 0)
 	for _, n := range ns {
@@ -61,7 +61,7 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	mark := tl.now()
 	start := time.Now()
 	sum := f.NewConfiguration(t, group, "echo real bashible 1\n")
-	for i, run := range runEach(t, time.Minute, ns...) {
+	for i, run := range runEach(t, runLimit, ns...) {
 		n := ns[i]
 		if !strings.Contains(run.Output, fmt.Sprintf("configuration %.12s applied", sum)) {
 			t.Errorf("the run on %s should apply %.12s:\n%s", n.Name, sum, run.Output)
@@ -106,9 +106,7 @@ func TestRolloutWithRealBashible(t *testing.T) {
 	mark = tl.now()
 	start = time.Now()
 	sum = f.NewConfiguration(t, group, "echo real bashible 2\n")
-	// Longer than the other rounds: the disrupted node's run also waits
-	// for its drain.
-	for i, run := range runEach(t, 2*time.Minute, ns...) {
+	for i, run := range runEach(t, runLimit, ns...) {
 		n := ns[i]
 		gated := false
 		for _, s := range tl.since(n.Name, mark) {

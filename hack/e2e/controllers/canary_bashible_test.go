@@ -45,7 +45,7 @@ func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
 		ns, names = append(ns, n), append(names, n.Name)
 	}
 	joined := f.Checksum(t, group)
-	runEach(t, 2*time.Minute, ns...)
+	runEach(t, runLimit, ns...)
 	f.WaitRolledOut(t, group, joined, 5)
 	tl := recordTimeline(t, group)
 
@@ -53,7 +53,7 @@ func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
 	start := time.Now()
 	mark := tl.now()
 	good := f.NewConfiguration(t, group, "echo good change\n")
-	runEach(t, 2*time.Minute, ns...)
+	runEach(t, runLimit, ns...)
 	f.WaitRolledOut(t, group, good, 5)
 	canary := checkCanaryFirst(t, tl, group, names, good, mark)
 	t.Logf("(1) %.12s rolled out over 5 nodes running bashible.sh, canary %s first, in %s", good, canary, time.Since(start).Round(time.Millisecond))
@@ -132,7 +132,7 @@ func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
 	}
 	updateGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.Update.PinnedRevision = ptr.To(rev) })
 	f.WaitChecksum(t, group, func(sum string) bool { return sum == good })
-	runEach(t, 2*time.Minute, ns...)
+	runEach(t, runLimit, ns...)
 	framework.Poll(t, failed+" reports the pinned revision's checksum", func(ctx context.Context) (bool, error) {
 		return annotation(ctx, failed, deckhousev1.ConfigurationChecksumAnnotation) == good, nil
 	})
@@ -145,7 +145,7 @@ func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
 	f.WaitChecksum(t, group, func(sum string) bool { return sum == bad })
 	mark = tl.now()
 	fixed := f.NewConfiguration(t, group, "echo the step is fixed\n")
-	runEach(t, 2*time.Minute, ns...)
+	runEach(t, runLimit, ns...)
 	f.WaitRolledOut(t, group, fixed, 5)
 	canary = checkCanaryFirst(t, tl, group, names, fixed, mark)
 	halted(t, group, metav1.ConditionFalse)

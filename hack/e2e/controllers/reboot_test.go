@@ -35,7 +35,7 @@ func TestRebootRequestsWithRealBashible(t *testing.T) {
 	dir := t.TempDir()
 	ns := []*realNode{newRealNode(t, dir, "reboots-0", group), newRealNode(t, dir, "reboots-1", group), newRealNode(t, dir, "reboots-2", group)}
 	sum := f.Checksum(t, group)
-	runEach(t, time.Minute, ns...)
+	runEach(t, runLimit, ns...)
 	f.WaitRolledOut(t, group, sum, 3)
 
 	tl := recordTimeline(t, group)
