@@ -51,6 +51,11 @@ func (c *Controller) publishLatest() error {
 	ctx, cancel, ok := c.term.termContext(*leaderCtx)
 	defer cancel()
 	if !ok {
+		// The last renewal began more than RenewDeadline ago, yet client-go
+		// has not ended the term: a late renewal may still extend it. Look
+		// again after a retry period rather than drop what changed; if the
+		// term ends instead, the next one publishes at its start.
+		c.publishQ.AddAfter(publishKey, c.cfg.RetryPeriod)
 		return nil
 	}
 	in, err := c.inputs()

@@ -237,6 +237,34 @@ func TestLeaderRestoresATamperedBundleWhileTheGroupFailsToRender(t *testing.T) {
 	p.waitFor("the leader to re-create the deleted bundle", func() bool { return p.served("worker") == good })
 }
 
+// TestAPublishInALateRenewalsGapIsRetried: client-go keeps a term until
+// renewals have failed for RenewDeadline, while the leader stops writing
+// RenewDeadline after its last renewal began; a publish in between, on a
+// loaded machine, must wait for the late renewal, not be dropped (it was,
+// and a group's change then waited for some other group's render: CI
+// caught TestAGroupWithATemplateBombDoesNotDelayAnotherGroupsChange so).
+func TestAPublishInALateRenewalsGapIsRetried(t *testing.T) {
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("worker")))
+	t.Cleanup(p.publishQ.ShutDown)
+	p.lead()
+	p.term.validUntil.Store(time.Now().Add(-time.Millisecond).UnixNano()) // the renewal is late
+	if err := p.renderGroup("worker"); err != nil {
+		t.Fatal(err)
+	}
+	// One turn of the publish worker, while the renewal is late.
+	key, _ := p.publishQ.Get()
+	if err := p.publishLatest(); err != nil {
+		t.Fatal(err)
+	}
+	p.publishQ.Done(key)
+	if p.served("worker") != "" {
+		t.Fatal("published outside the term")
+	}
+	p.term.renewed(time.Now(), resourcelock.LeaderElectionRecord{HolderIdentity: p.term.Identity()}, nil)
+	go wait.UntilWithContext(p.ctx, p.publishWorker, time.Second)
+	p.waitFor("the publish after the late renewal", func() bool { return p.served("worker") != "" })
+}
+
 func TestNewLeaderRestoresTheBundleItLoadedWhenTheGroupFailsToRender(t *testing.T) {
 	first := newPublisher(t, fakeKube(), fakeNodeManager(group("worker")))
 	first.lead()
