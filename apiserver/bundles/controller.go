@@ -90,8 +90,10 @@ type Controller struct {
 	term *termLock
 
 	resultsMu sync.Mutex
-	// results is every group's latest render.
-	results map[string]*Result
+	// results is every group's latest render; renderedFrom, the version of
+	// every NodeGroupConfiguration that render read.
+	results      map[string]*Result
+	renderedFrom map[string]map[string]configVersion
 	// dirty groups have a render queued; inflight ones, one running.
 	dirty, inflight map[string]bool
 	// allRendered records that every group had a result once: until then
@@ -127,7 +129,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		publishQ: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles-publish"}),
-		results: map[string]*Result{}, dirty: map[string]bool{}, inflight: map[string]bool{},
+		results: map[string]*Result{}, renderedFrom: map[string]map[string]configVersion{}, dirty: map[string]bool{}, inflight: map[string]bool{},
 		lastGood:  newLastGood(),
 		revisions: newRevisions(cfg.Kube, cfg.Namespace, cfg.RevisionHistory),
 	}

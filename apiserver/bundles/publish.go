@@ -81,10 +81,22 @@ func (c *Controller) publishLatest() error {
 	return c.publish(ctx, in, results)
 }
 
-// allSettled reports whether every existing group ngc selects is settled.
+// allSettled reports whether ngc's status can be told: every existing
+// group it selects, or whose latest render still applied it, has no render
+// queued or running, and its latest render read this very spec of ngc. The
+// last condition matters because an informer's cache shows a change before
+// its handlers have queued the renders: a group can look settled while its
+// result is older than the configuration (a new one would be reported as
+// matching no group).
 func (c *Controller) allSettled(ngc *deckhousev1alpha1.NodeGroupConfiguration, ngs []*deckhousev1.NodeGroup) bool {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
 	for _, ng := range ngs {
-		if (slices.Contains(ngc.Spec.NodeGroups, "*") || slices.Contains(ngc.Spec.NodeGroups, ng.Name)) && !c.settled(ng.Name) {
+		selected := slices.Contains(ngc.Spec.NodeGroups, "*") || slices.Contains(ngc.Spec.NodeGroups, ng.Name)
+		if r := c.results[ng.Name]; !selected && (r == nil || !slices.Contains(r.Custom, ngc.Name)) {
+			continue
+		}
+		if v, read := c.renderedFrom[ng.Name][ngc.Name]; !read || v != versionOf(ngc) || c.dirty[ng.Name] || c.inflight[ng.Name] {
 			return false
 		}
 	}

@@ -265,6 +265,56 @@ func TestAPublishInALateRenewalsGapIsRetried(t *testing.T) {
 	p.waitFor("the publish after the late renewal", func() bool { return p.served("worker") != "" })
 }
 
+// TestANewConfigurationIsReportedOnlyFromRendersThatReadIt: the informer's
+// cache shows a new NodeGroupConfiguration before its handler queues the
+// renders; a publish in between saw every group settled and reported the
+// configuration from renders that predate it ("No node group matches
+// spec.nodeGroups"), as CI caught in
+// TestAConfigurationsStatusWaitsForEveryGroupItSelects.
+func TestANewConfigurationIsReportedOnlyFromRendersThatReadIt(t *testing.T) {
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("worker")))
+	// settle waits for a handler to mark the group unsettled and takes the
+	// mark away, as if the render it queued had run.
+	settle := func(what string) {
+		p.waitFor(what, func() bool {
+			p.resultsMu.Lock()
+			defer p.resultsMu.Unlock()
+			if !p.dirty["worker"] {
+				return false
+			}
+			delete(p.dirty, "worker")
+			return true
+		})
+	}
+	p.lead()
+	p.sync()
+	settle("the group's first status to come back from the API")
+	p.addConfig(config("new.sh", []string{"worker"}, "echo new"))
+	// The informer's cache has new.sh; as if its handler had not run yet,
+	// nothing marks the group unsettled.
+	settle("the handler to mark the group unsettled")
+	if err := p.publishLatest(); err != nil {
+		t.Fatal(err)
+	}
+	rendered := func() *metav1.Condition {
+		ngc, err := p.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(p.ctx, "new.sh", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(ngc.Status.Conditions, ConditionRendered)
+	}
+	if c := rendered(); c != nil {
+		t.Fatalf("new.sh was reported before any render read it: %q", c.Message)
+	}
+	// The group's own status changes with its bundle and queues it again,
+	// so render and publish until the report comes.
+	p.waitFor("new.sh's report from a render that read it", func() bool {
+		p.sync()
+		c := rendered()
+		return c != nil && c.Message == "Rendered for node groups worker"
+	})
+}
+
 func TestNewLeaderRestoresTheBundleItLoadedWhenTheGroupFailsToRender(t *testing.T) {
 	first := newPublisher(t, fakeKube(), fakeNodeManager(group("worker")))
 	first.lead()

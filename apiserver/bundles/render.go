@@ -6,9 +6,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -50,6 +52,7 @@ func (c *Controller) renderGroup(group string) error {
 		c.resultsMu.Lock()
 		_, had := c.results[group]
 		delete(c.results, group)
+		delete(c.renderedFrom, group)
 		c.resultsMu.Unlock()
 		c.cfg.Renderer.Forget(group)
 		c.cfg.Metrics.ForgetGroup(group)
@@ -75,8 +78,13 @@ func (c *Controller) renderGroup(group string) error {
 			klog.InfoS("Node group failed to render; it keeps its last good bundle", "group", r.Group, "failures", failureMessages(r.Failures))
 		}
 	}
+	from := make(map[string]configVersion, len(in.Configs))
+	for _, ngc := range in.Configs {
+		from[ngc.Name] = versionOf(ngc)
+	}
 	c.resultsMu.Lock()
 	c.results[group] = r
+	c.renderedFrom[group] = from
 	c.resultsMu.Unlock()
 	// Even an unchanged result may settle a NodeGroupConfiguration whose
 	// status waited for this group.
@@ -118,12 +126,15 @@ func (c *Controller) inputs() (Inputs, error) {
 	return in, nil
 }
 
-// settled reports whether group's latest result reflects every change
-// seen so far: no render of it is queued or running.
-func (c *Controller) settled(group string) bool {
-	c.resultsMu.Lock()
-	defer c.resultsMu.Unlock()
-	return !c.dirty[group] && !c.inflight[group]
+// configVersion identifies one spec of one NodeGroupConfiguration object:
+// a configuration deleted and created again starts its generations anew.
+type configVersion struct {
+	uid        types.UID
+	generation int64
+}
+
+func versionOf(ngc *deckhousev1alpha1.NodeGroupConfiguration) configVersion {
+	return configVersion{uid: ngc.UID, generation: ngc.Generation}
 }
 
 // failureMessages are the messages of a render's failures, for logs and
