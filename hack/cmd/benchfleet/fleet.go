@@ -6,13 +6,17 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
@@ -204,6 +208,9 @@ func (f *fleet) seenFraction(groups ...string) float64 {
 type watches struct {
 	opened, events atomic.Int64
 	failed         atomic.Int64
+	// reasons counts failures by reason (an HTTP status, or the class of
+	// a connection error), and keeps the first message of each.
+	reasons sync.Map
 	// ended counts streams the server ended while the phase still
 	// watched (each would have to be opened again to see a change).
 	ended atomic.Int64
@@ -223,19 +230,20 @@ func (f *fleet) watch(ctx context.Context, w *watches, n *simNode) {
 	url := fmt.Sprintf("%s%s/bashibles?watch=1&fieldSelector=metadata.name%%3D%s", f.server, apiPath, n.group)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		w.failed.Add(1)
+		w.fail("request", err.Error())
 		return
 	}
 	resp, err := c.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.failed.Add(1)
+			w.fail(errorClass(err), err.Error())
 		}
 		return
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		w.failed.Add(1)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		w.fail("status_"+strconv.Itoa(resp.StatusCode), string(body))
 		return
 	}
 	w.opened.Add(1)
@@ -258,6 +266,37 @@ func (f *fleet) watch(ctx context.Context, w *watches, n *simNode) {
 	if ctx.Err() == nil {
 		w.ended.Add(1)
 	}
+}
+
+// watchFailure is one reason watches failed to open: how many, and the
+// first message.
+type watchFailure struct {
+	count atomic.Int64
+	first string
+}
+
+func (w *watches) fail(reason, message string) {
+	w.failed.Add(1)
+	f, _ := w.reasons.LoadOrStore(reason, &watchFailure{first: message})
+	f.(*watchFailure).count.Add(1)
+}
+
+// errorClass names the kind of a connection error, for the report.
+func errorClass(err error) string {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection_reset"
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return "too_many_open_files"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "no_local_port"
+	}
+	return "other_error"
 }
 
 // recorder collects request latencies and errors.

@@ -495,6 +495,12 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 	opened := w.opened.Load()
 	figure("watches_open", float64(opened), "count")
 	figure("watches_failed", float64(w.failed.Load()), "count")
+	w.reasons.Range(func(k, v any) bool {
+		f := v.(*watchFailure)
+		figure("watches_failed_"+k.(string), float64(f.count.Load()), "count")
+		logf("watches failed with %s, %d times; the first: %s", k, f.count.Load(), strings.TrimSpace(f.first))
+		return true
+	})
 	if opened == 0 {
 		return errors.Join(fmt.Errorf("none of %d watches opened", want), err)
 	}
