@@ -382,7 +382,7 @@ func next(t *testing.T, w watch.Interface) watch.Event {
 			t.Fatal("the watch closed")
 		}
 		return ev
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no watch event")
 	}
 	return watch.Event{}
@@ -576,7 +576,7 @@ func TestStoppedWatchStopsItsSubscription(t *testing.T) {
 	}
 	expect(t, next(t, w), watch.Added, "master", "12")
 	w.Stop()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !f.source.allStopped() {
 		if time.Now().After(deadline) {
 			t.Fatal("the source's subscription was not stopped with the watch")

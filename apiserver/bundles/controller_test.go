@@ -3,13 +3,16 @@ package bundles
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -17,9 +20,21 @@ import (
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
 
+// running is a Controller runController started, its fake clients, and
+// the clocks of what it did.
+type running struct {
+	c    *Controller
+	kube *kubefake.Clientset
+	nm   *nmfake.Clientset
+	// sandboxed says when each NodeGroupConfiguration's render ended,
+	// writes when each Secret was written.
+	sandboxed *timedSandbox
+	writes    *secretWrites
+}
+
 // runController runs a leader with fake clients and a sandboxed renderer
 // whose templates may take timeout.
-func runController(t *testing.T, timeout time.Duration, groups []string, configs ...*deckhousev1alpha1.NodeGroupConfiguration) (*Controller, *kubefake.Clientset, *nmfake.Clientset) {
+func runController(t *testing.T, timeout time.Duration, groups []string, configs ...*deckhousev1alpha1.NodeGroupConfiguration) *running {
 	t.Helper()
 	var objects []runtime.Object
 	for _, g := range groups {
@@ -33,9 +48,13 @@ func runController(t *testing.T, timeout time.Duration, groups []string, configs
 	// types, so NodeGroup status reports fail here (and are retried); what
 	// these tests read is the published Secrets.
 	nm := nmfake.NewSimpleClientset(objects...)
+	// Reactors are added before the controller runs: the fake clientset
+	// does not lock its reactor chain against a concurrent change.
+	writes := recordSecretWrites(kube)
 	ctx, cancel := context.WithCancel(context.Background())
+	renderer, sandboxed := timedSandboxedRenderer(t, timeout, 64<<20)
 	c := NewController(ControllerConfig{Kube: kube, NodeMgr: nm, Namespace: testNamespace, Identity: "test",
-		Renderer: sandboxedRenderer(t, timeout, 64<<20), Store: NewStore(nil), Metrics: NewMetrics(), Workers: 2,
+		Renderer: renderer, Store: NewStore(nil), Metrics: NewMetrics(), Workers: 2,
 		LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
 	done := make(chan struct{})
 	go func() {
@@ -45,7 +64,7 @@ func runController(t *testing.T, timeout time.Duration, groups []string, configs
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return c, kube, nm
+	return &running{c: c, kube: kube, nm: nm, sandboxed: sandboxed, writes: writes}
 }
 
 // publishedChecksum is the checksum of group's published bundle, "" when
@@ -58,16 +77,14 @@ func publishedChecksum(ctx context.Context, kube *kubefake.Clientset, group stri
 	return s.Annotations[bashiblev1alpha1.ChecksumAnnotation]
 }
 
-func waitPublished(t *testing.T, kube *kubefake.Clientset, group string, within time.Duration, ok func(string) bool) time.Duration {
+func waitPublished(t *testing.T, kube *kubefake.Clientset, group string, within time.Duration, ok func(string) bool) {
 	t.Helper()
-	start := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
 		return ok(publishedChecksum(ctx, kube, group)), nil
 	})
 	if err != nil {
 		t.Fatalf("group %s: no bundle published within %s", group, within)
 	}
-	return time.Since(start)
 }
 
 func TestAGroupWithATemplateBombDoesNotDelayAnotherGroupsChange(t *testing.T) {
@@ -76,42 +93,100 @@ func TestAGroupWithATemplateBombDoesNotDelayAnotherGroupsChange(t *testing.T) {
 	// starved one) fit inside it on any machine. Group a starts harmless,
 	// so the first publish does not wait for a bomb.
 	const timeout = 20 * time.Second
-	_, kube, nm := runController(t, timeout, []string{"a", "b"},
+	r := runController(t, timeout, []string{"a", "b"},
 		config("bomb.sh", []string{"a"}, "echo a"), config("b.sh", []string{"b"}, "echo b"))
 	ctx := context.Background()
 	first := ""
-	waitPublished(t, kube, "b", time.Minute, func(sum string) bool { first = sum; return sum != "" })
+	waitPublished(t, r.kube, "b", time.Minute, func(sum string) bool { first = sum; return sum != "" })
 
 	// Group a renders a bomb, which takes the whole timeout, while group b
 	// gets a change.
+	changed := time.Now()
 	for _, change := range []struct{ name, content string }{{"bomb.sh", spinBomb}, {"b.sh", "echo b changed"}} {
-		ngc, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, change.name, metav1.GetOptions{})
+		ngc, err := r.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, change.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ngc.Spec.Content = change.content
-		if _, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, ngc, metav1.UpdateOptions{}); err != nil {
+		if _, err := r.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, ngc, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	latency := waitPublished(t, kube, "b", time.Minute, func(sum string) bool { return sum != "" && sum != first })
-	t.Logf("group b's change was published after %s while group a rendered a template that takes %s", latency, timeout)
-	if latency >= timeout {
-		t.Errorf("group b's change waited %s, as long as group a's bad template (%s)", latency, timeout)
+	var second string
+	waitPublished(t, r.kube, "b", time.Minute, func(sum string) bool { second = sum; return sum != "" && sum != first })
+	published, ok := r.writes.first(deckhousev1.PublishedBundleSecretPrefix+"b", second)
+	if !ok {
+		t.Fatalf("group b's checksum %s is published, but no write of it was seen", second)
+	}
+	// Ordering, not a wall-clock margin: b's change must be written
+	// while a's bomb still renders (or before it began), whatever the
+	// machine's load makes of both.
+	bombEnded, ended := r.sandboxed.Ended(spinBomb)
+	t.Logf("group b's change was published %s after it was made, while group a's bomb (timeout %s) still rendered: %t",
+		published.Sub(changed), timeout, !ended || published.Before(bombEnded))
+	if ended && !published.Before(bombEnded) {
+		t.Errorf("group b's change was published %s after it was made, only after group a's bomb had rendered for its whole timeout (it ended %s after the change)",
+			published.Sub(changed), bombEnded.Sub(changed))
 	}
 }
 
+// secretWrites records when each Secret was written with each checksum.
+type secretWrites struct {
+	mu     sync.Mutex
+	writes []secretWrite
+}
+
+type secretWrite struct {
+	name, checksum string
+	at             time.Time
+}
+
+// recordSecretWrites records every create and update of a Secret that
+// kube makes from now on; it must be called before kube is used.
+func recordSecretWrites(kube *kubefake.Clientset) *secretWrites {
+	w := &secretWrites{}
+	write := k8stesting.ObjectReaction(kube.Tracker())
+	record := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := write(a)
+		if s, ok := obj.(*corev1.Secret); ok && err == nil {
+			w.mu.Lock()
+			w.writes = append(w.writes, secretWrite{name: s.Name, checksum: s.Annotations[bashiblev1alpha1.ChecksumAnnotation], at: time.Now()})
+			w.mu.Unlock()
+		}
+		return handled, obj, err
+	}
+	kube.PrependReactor("create", "secrets", record)
+	kube.PrependReactor("update", "secrets", record)
+	return w
+}
+
+// first is when the Secret name was first written with checksum.
+func (w *secretWrites) first(name, checksum string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.writes {
+		if s.name == name && s.checksum == checksum {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
 func TestReadyDoesNotWaitForARender(t *testing.T) {
-	c, _, _ := runController(t, 5*time.Second, []string{"a"}, config("bomb.sh", []string{"a"}, spinBomb))
+	// A long timeout: a wide window for the ordering below, free (the
+	// test ends when ready, and stops the bomb with the sandbox).
+	r := runController(t, 20*time.Second, []string{"a"}, config("bomb.sh", []string{"a"}, spinBomb))
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return c.Ready() == nil, nil
+		return r.c.Ready() == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("never ready: %v", c.Ready())
+		t.Fatalf("never ready: %v", r.c.Ready())
 	}
-	if took := time.Since(start); took >= 5*time.Second {
-		t.Errorf("ready only after %s, as long as the group's bad template", took)
+	// Ordering, not a wall-clock margin: ready while the group's bomb
+	// still renders (or before it began).
+	if ended, ok := r.sandboxed.Ended(spinBomb); ok {
+		t.Errorf("ready only after %s, once the group's bad template had rendered for its whole timeout (it ended after %s)", time.Since(start), ended.Sub(start))
 	}
 }
 
@@ -120,7 +195,8 @@ func TestAConfigurationsStatusWaitsForEveryGroupItSelects(t *testing.T) {
 	slow := config("slow.sh", []string{"slow"}, `{{ range until 100000 }}{{ range until 10 }}{{ end }}{{ end }}{{ .nodeGroup.name }}`)
 	// Slow's render must finish, however starved the machine: the timeout
 	// is far from what it takes on a quiet one (about a second).
-	_, kube, nm := runController(t, 2*time.Minute, []string{"fast", "slow"}, slow)
+	r := runController(t, 2*time.Minute, []string{"fast", "slow"}, slow)
+	kube, nm := r.kube, r.nm
 	waitPublished(t, kube, "slow", 3*time.Minute, func(sum string) bool { return sum != "" })
 	ctx := context.Background()
 	broken, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().Create(ctx, config("all.sh", []string{"*"}, `{{ fail "not yet" }}`), metav1.CreateOptions{})

@@ -37,7 +37,7 @@ func next(t *testing.T, w Subscription) Event {
 			t.Fatal("watch closed")
 		}
 		return ev
-	case <-time.After(2 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no event")
 	}
 	return Event{}

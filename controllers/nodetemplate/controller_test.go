@@ -118,7 +118,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 		if !strings.Contains(e, ReasonSkippedKeys) || !strings.Contains(e, "taint "+deckhousev1.UninitializedTaint+":NoSchedule") {
 			t.Errorf("event = %q, want a %s warning naming the uninitialized taint", e, ReasonSkippedKeys)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("no warning about the template's reserved taint")
 	}
 
