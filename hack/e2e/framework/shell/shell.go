@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,26 +31,47 @@ func Check(t testing.TB, name, script string) {
 // test lists with its reasons.
 func CheckTolerating(t testing.TB, name, script string, tolerated ...string) {
 	t.Helper()
-	bashN := exec.Command("bash", "-n")
-	bashN.Stdin = strings.NewReader(script)
-	if out, err := bashN.CombinedOutput(); err != nil {
-		t.Errorf("%s: bash -n: %v\n%s", name, err, out)
+	if err := bashN(script); err != nil {
+		t.Errorf("%s: %v", name, err)
 	}
-	sc, err := exec.LookPath("shellcheck")
-	if err != nil {
-		t.Fatal("shellcheck is not installed; `make debian-tools` installs it from Debian packages")
-	}
-	args := []string{"--shell=bash", "--severity=style"}
-	if len(tolerated) > 0 {
-		args = append(args, "--exclude="+strings.Join(tolerated, ","))
-	}
-	cmd := exec.Command(sc, append(args, "-")...)
+	cmd := exec.Command(shellcheck(t), append(shellcheckArgs(tolerated), "-")...)
 	cmd.Stdin = strings.NewReader(script)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Errorf("%s: shellcheck: %v\n%s", name, err, out.String())
 	}
+}
+
+// bashN is what bash -n says of script: nil when bash parses it.
+func bashN(script string) error {
+	cmd := exec.Command("bash", "-n")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("bash -n: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// shellcheck is the path of the shellcheck binary; the test stops when
+// there is none.
+func shellcheck(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("shellcheck")
+	if err != nil {
+		t.Fatal("shellcheck is not installed; `make debian-tools` installs it from Debian packages")
+	}
+	return path
+}
+
+// shellcheckArgs are the options of every shellcheck run: bash, every
+// severity down to style, tolerated findings excluded.
+func shellcheckArgs(tolerated []string) []string {
+	args := []string{"--shell=bash", "--severity=style"}
+	if len(tolerated) > 0 {
+		args = append(args, "--exclude="+strings.Join(tolerated, ","))
+	}
+	return args
 }
 
 // runTimeout bounds one run of a script.
