@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -87,8 +88,14 @@ func renderedFiles(b *Bundle) map[string]string {
 }
 
 // TestGolden renders every fixture with the built-in tree and compares the
-// result with testdata/golden/<fixture>/; every script must pass bash -n
-// and shellcheck. Run with -update to rewrite the golden files.
+// result with testdata/golden/<fixture>/; every script, and every script a
+// script writes from a here-document, must pass bash -n and shellcheck.
+// Run with -update to rewrite the golden files.
+//
+// The fixtures render side by side (each owns its golden directory, which
+// -update rewrites, and the tree is read-only), and their scripts are
+// checked together once all are rendered: shellcheck costs less over many
+// scripts at once than one process per script.
 func TestGolden(t *testing.T) {
 	tree, err := LoadTree(Builtin())
 	if err != nil {
@@ -98,41 +105,56 @@ func TestGolden(t *testing.T) {
 	if err != nil || len(fixtures) == 0 {
 		t.Fatalf("no fixtures: %v", err)
 	}
-	for _, path := range fixtures {
-		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
-		t.Run(name, func(t *testing.T) {
-			ctx, custom := loadFixture(t, path)
-			bundle, failures := tree.Render(&ctx, custom)
-			if failures != nil {
-				t.Fatalf("render failed: %v", failures)
-			}
-			files := renderedFiles(bundle)
-			dir := filepath.Join("testdata", "golden", name)
-			if *update {
-				if err := os.RemoveAll(dir); err != nil {
-					t.Fatal(err)
-				}
+	var mu sync.Mutex
+	scripts := map[string]string{} // by <fixture>/<file>
+	t.Run("fixtures", func(t *testing.T) {
+		for _, path := range fixtures {
+			name := strings.TrimSuffix(filepath.Base(path), ".yaml")
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				files := renderGolden(t, tree, path, filepath.Join("testdata", "golden", name))
+				mu.Lock()
+				defer mu.Unlock()
 				for file, content := range files {
-					p := filepath.Join(dir, file)
-					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			compareGolden(t, dir, files)
-			for file, content := range files {
-				if strings.HasSuffix(file, ".sh") {
-					shell.Check(t, file, content)
-					for i, script := range embeddedScripts(content) {
-						shell.Check(t, fmt.Sprintf("%s (embedded script %d)", file, i+1), script)
+					if strings.HasSuffix(file, ".sh") {
+						scripts[name+"/"+file] = content
+						for i, script := range embeddedScripts(content) {
+							scripts[fmt.Sprintf("%s/%s (embedded script %d)", name, file, i+1)] = script
+						}
 					}
 				}
-			}
-		})
+			})
+		}
+	})
+	shell.CheckAll(t, scripts)
+}
+
+// renderGolden renders the fixture at path, rewrites its golden directory
+// dir under -update, compares the rendered files with it and returns them.
+func renderGolden(t *testing.T, tree *Tree, path, dir string) map[string]string {
+	t.Helper()
+	ctx, custom := loadFixture(t, path)
+	bundle, failures := tree.Render(&ctx, custom)
+	if failures != nil {
+		t.Fatalf("render failed: %v", failures)
 	}
+	files := renderedFiles(bundle)
+	if *update {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		for file, content := range files {
+			p := filepath.Join(dir, file)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	compareGolden(t, dir, files)
+	return files
 }
 
 func compareGolden(t *testing.T, dir string, files map[string]string) {

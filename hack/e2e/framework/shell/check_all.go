@@ -55,7 +55,7 @@ func CheckAll(t testing.TB, scripts map[string]string, tolerated ...string) {
 	byFile := make(map[string]string, len(names))
 	files := make([]string, len(names))
 	for i, name := range names {
-		files[i] = filepath.Join(dir, fmt.Sprintf("%03d_%s", i, unsafeInFileNames.ReplaceAllString(name, "_")))
+		files[i] = filepath.Join(dir, fmt.Sprintf("%03d_%s", i, strings.Trim(unsafeInFileNames.ReplaceAllString(name, "_"), "_")))
 		if err := os.WriteFile(files[i], []byte(scripts[name]), 0o600); err != nil {
 			t.Fatalf("write %s for shellcheck: %v", name, err)
 		}
