@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -84,15 +86,35 @@ type bbCase struct {
 // libraryOf returns the node library bashible.sh writes to lib.sh.
 func libraryOf(t *testing.T) string {
 	t.Helper()
-	b := mustRender(t, builtinTree(t), workerContext(t, nil))
+	lib, err := renderLibrary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lib
+}
+
+// renderLibrary renders the worker group's library once for every test
+// that runs it: the render is the same each time.
+var renderLibrary = sync.OnceValues(func() (string, error) {
+	tree, err := loadBuiltinTree()
+	if err != nil {
+		return "", err
+	}
+	var ctx Context
+	if ctx, err = newWorkerContext(nil); err != nil {
+		return "", err
+	}
+	b, failures := tree.Render(&ctx, nil)
+	if failures != nil {
+		return "", fmt.Errorf("render: %v", failures)
+	}
 	for _, s := range embeddedScripts(b.Bashible) {
 		if strings.Contains(s, "# Library of bashible") {
-			return s
+			return s, nil
 		}
 	}
-	t.Fatal("bashible.sh embeds no library")
-	return ""
-}
+	return "", errors.New("bashible.sh embeds no library")
+})
 
 func runBashbooster(t *testing.T, lib string, options string, c bbCase) {
 	t.Helper()

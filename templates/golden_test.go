@@ -95,12 +95,11 @@ func renderedFiles(b *Bundle) map[string]string {
 // The fixtures render side by side (each owns its golden directory, which
 // -update rewrites, and the tree is read-only), and their scripts are
 // checked together once all are rendered: shellcheck costs less over many
-// scripts at once than one process per script.
+// scripts at once than one process per script. TestGolden itself is not
+// parallel: it runs before the parallel tests, so its fixtures do not
+// wait for their slots behind the package's slow script runs.
 func TestGolden(t *testing.T) {
-	tree, err := LoadTree(Builtin())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tree := builtinTree(t)
 	fixtures, err := filepath.Glob("testdata/fixtures/*.yaml")
 	if err != nil || len(fixtures) == 0 {
 		t.Fatalf("no fixtures: %v", err)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,30 +14,42 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
+// builtinTree is the built-in template tree, loaded once for every test
+// of the package: a Tree is read-only once loaded (the server renders one
+// from many goroutines), and loading it under -race costs a tenth of a
+// second that tests calling it per render paid each time.
 func builtinTree(t *testing.T) *Tree {
 	t.Helper()
-	tree, err := LoadTree(Builtin())
+	tree, err := loadBuiltinTree()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tree
 }
 
+var loadBuiltinTree = sync.OnceValues(func() (*Tree, error) { return LoadTree(Builtin()) })
+
 func workerContext(t *testing.T, mutate func(*deckhousev1.NodeGroup)) Context {
 	t.Helper()
+	ctx, err := newWorkerContext(mutate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+// newWorkerContext is the context of a static group "worker" with the
+// default cluster configuration, changed by mutate.
+func newWorkerContext(mutate func(*deckhousev1.NodeGroup)) (Context, error) {
 	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
 	if mutate != nil {
 		mutate(ng)
 	}
 	settings, err := ParseClusterConfiguration(nil)
 	if err != nil {
-		t.Fatal(err)
+		return Context{}, err
 	}
-	ctx, err := NewContext(ng, settings, []string{"10.0.0.1:6443"}, testCA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ctx
+	return NewContext(ng, settings, []string{"10.0.0.1:6443"}, testCA)
 }
 
 func mustRender(t *testing.T, tree *Tree, ctx Context, custom ...CustomStep) *Bundle {
