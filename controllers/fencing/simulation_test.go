@@ -46,7 +46,10 @@ type simNode struct {
 //     guard holds then.
 func TestSimulatedClustersAreFencedSafely(t *testing.T) {
 	for seed := range uint64(300) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { simulate(t, rand.New(rand.NewPCG(seed, 13))) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel() // a cluster of its own from its own seed; Decide is a pure function
+			simulate(t, rand.New(rand.NewPCG(seed, 13)))
+		})
 	}
 }
 
