@@ -40,6 +40,15 @@ const (
 	BundlesNamespace = deckhousev1.BundlesNamespace
 )
 
+// Build is BuildBinaries in the repository this process runs in.
+func Build() error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	return BuildBinaries(root)
+}
+
 // BuildBinaries builds node-manager's binaries into <root>/bin.
 func BuildBinaries(root string) error {
 	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/",

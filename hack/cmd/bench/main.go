@@ -219,6 +219,9 @@ func benchWorker(tree *templates.Tree) error {
 func benchServe(duration time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	if err := stack.Build(); err != nil {
+		return err
+	}
 	env, err := stack.NewEnvironment(ctx)
 	if err != nil {
 		return err

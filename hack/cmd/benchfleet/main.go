@@ -143,6 +143,9 @@ func run(c config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	setupStart := time.Now()
+	if err := stack.Build(); err != nil {
+		return err
+	}
 	env, err := stack.NewEnvironment(ctx)
 	if err != nil {
 		return err

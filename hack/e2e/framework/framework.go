@@ -97,9 +97,8 @@ func (f *Framework) Run(m *testing.M, setUp func(ctx context.Context) (cleanup f
 	// build is bounded by go build itself, and on a loaded machine three
 	// suites building at once took the whole set-up time and left none
 	// for the control plane (CI-like load: etcd "not healthy" at 4 min).
-	// NewEnvironment's own build is then a no-op.
 	if !f.opts.Bare {
-		if err := buildStack(); err != nil {
+		if err := stack.Build(); err != nil {
 			fmt.Fprintf(os.Stderr, "set up the e2e environment: %v\n", err)
 			return 1
 		}
@@ -180,15 +179,6 @@ func (f *Framework) start(ctx context.Context) error {
 	f.Kube = kubernetes.NewForConfigOrDie(cfg)
 	f.NM = versioned.NewForConfigOrDie(cfg)
 	return nil
-}
-
-// buildStack builds the binaries of node-manager's stack into <repo>/bin.
-func buildStack() error {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
-	return stack.BuildBinaries(root)
 }
 
 func installCRDs(ctx context.Context, cp *controlplane.ControlPlane, root string) error {
