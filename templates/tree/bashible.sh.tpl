@@ -58,6 +58,8 @@ fi
 # Scratch space for this run, under the lock, removed when the run ends.
 [[ ! -e "$BASHIBLE_DIR/tmp" ]] || rm -rf "$BASHIBLE_DIR/tmp"
 mkdir -p "$BASHIBLE_DIR/tmp"
+# The library's API requests keep their files here until the run ends.
+export BASHIBLE_RUN_TMP=$BASHIBLE_DIR/tmp
 trap 'rm -rf "$BASHIBLE_DIR/tmp"' EXIT
 
 # The library, written only when it changed, then used here and by every step.

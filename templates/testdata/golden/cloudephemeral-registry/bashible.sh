@@ -58,6 +58,8 @@ fi
 # Scratch space for this run, under the lock, removed when the run ends.
 [[ ! -e "$BASHIBLE_DIR/tmp" ]] || rm -rf "$BASHIBLE_DIR/tmp"
 mkdir -p "$BASHIBLE_DIR/tmp"
+# The library's API requests keep their files here until the run ends.
+export BASHIBLE_RUN_TMP=$BASHIBLE_DIR/tmp
 trap 'rm -rf "$BASHIBLE_DIR/tmp"' EXIT
 
 # The library, written only when it changed, then used here and by every step.
@@ -199,7 +201,7 @@ bb-kube-api-untraced() {
     return 1
   fi
   # The request's files are this process's own, in the run's scratch
-  # space (owner-only), and are emptied once the answer is read.
+  # space (owner-only), emptied once the answer is read; bb-kube-api-forget.
   local dir=$BASHIBLE_DIR/tmp endpoint code out data=""
   [[ -d "$dir" ]] || (umask 077 && mkdir -p "$dir")
   local body=$dir/api.$BASHPID
@@ -246,10 +248,17 @@ bb-kube-api-untraced() {
   return 1
 }
 
-# bb-kube-api-forget BODY empties a request's files.
+# bb-kube-api-forget BODY empties a request's files. In a run of
+# bashible.sh (BASHIBLE_RUN_TMP is its scratch space, which it removes when
+# it ends) they stay, empty, for the process's next request; outside a run
+# they are removed.
 bb-kube-api-forget() {
-  : > "$1"
-  [[ ! -e "$1.in" ]] || : > "$1.in"
+  if [[ "${BASHIBLE_RUN_TMP:-}" == "$BASHIBLE_DIR/tmp" ]]; then
+    : > "$1"
+    [[ ! -e "$1.in" ]] || : > "$1.in"
+  else
+    rm -f "$1" "$1.in" "$1.code"
+  fi
 }
 
 # bb-node-get prints this node's Node object.
