@@ -2,9 +2,16 @@ package templates
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,6 +39,7 @@ type fakeAPI struct {
 	rv          int
 	instance    bool
 	applied     map[string]map[string]any // field manager -> the status it applied
+	events      []map[string]any          // the Events it was sent, decoded
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -72,6 +80,16 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.rv++
 		_ = json.NewEncoder(w).Encode(node())
+	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/default/events":
+		body, _ := io.ReadAll(r.Body)
+		var ev map[string]any
+		if err := json.Unmarshal(body, &ev); err != nil {
+			http.Error(w, `{"message":"bad event"}`, http.StatusBadRequest)
+			return
+		}
+		f.events = append(f.events, ev)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
 	case f.instance && r.Method == http.MethodGet && r.URL.Path == "/apis/deckhouse.io/v1alpha1/instances/n1":
 		_, _ = w.Write([]byte(`{"apiVersion":"deckhouse.io/v1alpha1","kind":"Instance","metadata":{"name":"n1"}}`))
 	case f.instance && r.Method == http.MethodPatch && r.URL.Path == "/apis/deckhouse.io/v1alpha1/instances/n1/status":
@@ -103,8 +121,44 @@ func runAgent(t *testing.T, api *fakeAPI, args ...string) (string, string, bool)
 	return runScript(t, api, mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible, args...)
 }
 
+// runAgentAsJoinedNode is runAgent on a node that has its kubelet client
+// certificate (a self-signed one: the fake API asks for none), so bashible
+// also records Events.
+func runAgentAsJoinedNode(t *testing.T, api *fakeAPI, args ...string) (string, string, bool) {
+	t.Helper()
+	return runScriptOn(t, api, mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible, map[string]string{
+		"var/lib/kubelet/pki/kubelet-client-current.pem": selfSignedCertAndKey(t, "system:node:n1")}, args...)
+}
+
+// selfSignedCertAndKey returns a PEM certificate for cn followed by its key.
+func selfSignedCertAndKey(t *testing.T, cn string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})) +
+		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+}
+
 // runScript is runAgent with the given bashible.sh.
 func runScript(t *testing.T, api *fakeAPI, script string, args ...string) (string, string, bool) {
+	t.Helper()
+	return runScriptOn(t, api, script, nil, args...)
+}
+
+// runScriptOn is runScript on a node that also has extra's files.
+func runScriptOn(t *testing.T, api *fakeAPI, script string, extra map[string]string, args ...string) (string, string, bool) {
 	t.Helper()
 	srv := httptest.NewTLSServer(api)
 	t.Cleanup(srv.Close)
@@ -117,6 +171,9 @@ func runScript(t *testing.T, api *fakeAPI, script string, args ...string) (strin
 		"var/lib/bashible/boot_id":                "boot-1\n",
 		"proc/sys/kernel/random/boot_id":          "boot-1\n",
 		"etc/os-release":                          "ID=debian\nVERSION_ID=12\n",
+	}
+	for name, content := range extra {
+		files[name] = content
 	}
 	for name, content := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o700); err != nil {
@@ -178,13 +235,17 @@ func TestAgentRefusesABundleThatCouldPoseAsAnotherStep(t *testing.T) {
 	}
 }
 
-// Every step is written byte for byte as served, whatever its content, and
-// the steps run only once the update is approved.
+// Every step is written byte for byte as served, whatever its content (each
+// is read back by its length in bytes), and the steps run only once the
+// update is approved.
 func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
 	steps := map[string]string{
-		"000_-odd.name_.sh": "echo first >> \"$BASHIBLE_ROOT/trace\"\n# $(not run) `nor this` \\ \"quoted\" ünïcode\n",
+		"000_-odd.name_.sh": "echo first >> \"$BASHIBLE_ROOT/trace\"\n# $(not run) `nor this` \\ \"quoted\" ünïcode 日本\u2028\r\n",
 		"020_marker.sh":     "echo marker >> \"$BASHIBLE_ROOT/trace\"", // no final newline
 		"030_blank.sh":      "\n\n",
+		"040_empty.sh":      "",
+		"050_controls.sh":   "# \x01\x1b[0m\x7f\t\r\n# 020_marker.sh\n# 3\n# exit 1\n\n\n",
+		"060_large.sh":      strings.Repeat("# a comment line of a large step, in which nothing runs\n", 4000),
 	}
 	api := &fakeAPI{bundle: bundleOf(steps), annotations: map[string]any{
 		deckhousev1.ConfigurationChecksumAnnotation: "old", deckhousev1.ApprovedAnnotation: ""}}
@@ -205,6 +266,39 @@ func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
 		t.Errorf("annotations after the run: %v", api.annotations)
 	}
 }
+
+// A failing step's output reaches the API as it was printed: in the Event
+// about the step and in the Instance's lastFailure, each a JSON document
+// bashible builds itself (bb-json-string), whatever the output holds.
+func TestAgentReportsAFailingStepsOutputWhateverItHolds(t *testing.T) {
+	output := `quotes " and \ backslashes, a tab	and a bell \a; {"injected": true}, ünïcode, 100%s`
+	steps := map[string]string{
+		"010_fails.sh": "printf '%s\\n' " + shellQuoteForTest(output) + "; printf 'the\\x07bell\\n'; exit 3\n",
+	}
+	api := &fakeAPI{instance: true, bundle: bundleOf(steps), annotations: map[string]any{
+		deckhousev1.ConfigurationChecksumAnnotation: "old", deckhousev1.ApprovedAnnotation: ""}}
+	out, _, ok := runAgentAsJoinedNode(t, api)
+	if ok {
+		t.Fatalf("the run should fail:\n%s", out)
+	}
+	var failed []string
+	for _, ev := range api.events {
+		if ev["reason"] == "BashibleStepFailed" {
+			failed = append(failed, fmt.Sprint(ev["note"]))
+		}
+	}
+	if len(failed) != 1 || !strings.Contains(failed[0], output) || !strings.Contains(failed[0], "the\abell") ||
+		!strings.Contains(failed[0], "step 010_fails.sh failed with exit status 3") {
+		t.Errorf("BashibleStepFailed notes %q, want one holding %q, then the bell line\n%s", failed, output, out)
+	}
+	last, _ := api.applied["bashible-last-failure"]["lastFailure"].(map[string]any)
+	if msg := fmt.Sprint(last["message"]); !strings.Contains(msg, output) || last["failedStep"] != "010_fails.sh" {
+		t.Errorf("Instance lastFailure %v, want step 010_fails.sh and a message holding %q", last, output)
+	}
+}
+
+// shellQuoteForTest single-quotes s for bash.
+func shellQuoteForTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Users' steps run with Deckhouse's shell options (-eEo pipefail, no
 // nounset): a NodeGroupConfiguration that reads an unset variable works as

@@ -45,7 +45,7 @@ while (( $# > 0 )); do
   shift
 done
 
-mkdir -p "$BASHIBLE_DIR" "$(dirname "$LOCK_FILE")"
+[[ -d "$BASHIBLE_DIR" && -d "${LOCK_FILE%/*}" ]] || mkdir -p "$BASHIBLE_DIR" "${LOCK_FILE%/*}"
 if [[ "$USE_LOCK" == yes ]]; then
   exec {lock_fd}> "$LOCK_FILE"
   if ! flock --nonblock "$lock_fd"; then
@@ -56,8 +56,10 @@ if [[ "$USE_LOCK" == yes ]]; then
   export BASHIBLE_LOCK_FD=$lock_fd
 fi
 # Scratch space for this run, under the lock, removed when the run ends.
-rm -rf "$BASHIBLE_DIR/tmp"
+[[ ! -e "$BASHIBLE_DIR/tmp" ]] || rm -rf "$BASHIBLE_DIR/tmp"
 mkdir -p "$BASHIBLE_DIR/tmp"
+# The library's API requests keep their files here until the run ends.
+export BASHIBLE_RUN_TMP=$BASHIBLE_DIR/tmp
 trap 'rm -rf "$BASHIBLE_DIR/tmp"' EXIT
 
 # The library, written only when it changed, then used here and by every step.
@@ -89,13 +91,16 @@ self_update() {
     rm -f "$new"
     return 1
   fi
-  if [[ ! -s "$new" ]] || [[ "$(head -n 1 "$new")" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
-    bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
-    bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
+  # The same script as this one needs no check (most runs).
+  if cmp -s "$new" "$BASHIBLE_DIR/bashible.sh"; then
     rm -f "$new"
     return 0
   fi
-  if cmp -s "$new" "$BASHIBLE_DIR/bashible.sh"; then
+  local first=""
+  IFS= read -r first < "$new" || true
+  if [[ ! -s "$new" ]] || [[ "$first" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
+    bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
+    bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
     rm -f "$new"
     return 0
   fi
@@ -112,22 +117,34 @@ self_update() {
 }
 
 # boot_id identifies this boot of the machine; it changes on every reboot.
-boot_id() { cat "${BASHIBLE_ROOT}/proc/sys/kernel/random/boot_id"; }
+boot_id() {
+  local id
+  IFS= read -r id < "${BASHIBLE_ROOT}/proc/sys/kernel/random/boot_id"
+  echo "$id"
+}
+
+# stored FILE prints the first line of FILE, nothing if it is missing.
+stored() {
+  local line=""
+  [[ ! -f "$1" ]] || IFS= read -r line < "$1" || true
+  echo "$line"
+}
 
 # in_sync reports whether the node already runs CHECKSUM: same stored
 # checksum, no reboot requested, and no reboot since the last run.
 in_sync() {
   local checksum=$1 node=$2
-  [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" == "$checksum" ]] || return 1
+  [[ "$(stored "$BASHIBLE_DIR/configuration_checksum")" == "$checksum" ]] || return 1
   ! bb-node-has-annotation "$node" update.node.deckhouse.io/reboot || return 1
-  [[ "$(cat "$BASHIBLE_DIR/boot_id" 2>/dev/null || true)" == "$(boot_id)" ]]
+  [[ "$(stored "$BASHIBLE_DIR/boot_id")" == "$(boot_id)" ]]
 }
 
-# now_ms prints the time in milliseconds, from bash 5's EPOCHREALTIME
-# (seconds with six decimals; LC_ALL=C makes the separator a dot).
+# now_ms VAR sets VAR to the time in milliseconds, from bash 5's
+# EPOCHREALTIME (seconds with six decimals; LC_ALL=C makes the separator a
+# dot).
 now_ms() {
   local t=${EPOCHREALTIME/./}
-  echo $(( 10#$t / 1000 ))
+  printf -v "$1" '%d' $(( 10#$t / 1000 ))
 }
 
 # The run's step history: record_step appends one JSON line per step to
@@ -140,10 +157,13 @@ MAX_REPORTED_STEPS=128
 RUN_START=""
 RUN_FAILURE=""
 
-# record_step NAME ATTEMPTS START-MS EXIT-STATUS
+# record_step NAME ATTEMPTS START-MS EXIT-STATUS. The name is a step's,
+# checked by fetch_steps; the others are numbers.
 record_step() {
-  jq -cn --arg n "$1" --argjson a "$2" --argjson d "$(( $(now_ms) - $3 ))" --argjson c "$4" \
-    '{name: $n, attempts: $a, durationMilliseconds: $d, exitCode: $c}' >> "$RUN_STEPS"
+  local now name
+  now_ms now
+  bb-json-string name "$1"
+  printf '{"name":%s,"attempts":%d,"durationMilliseconds":%d,"exitCode":%d}\n' "$name" "$2" $(( now - $3 )) "$4" >> "$RUN_STEPS"
 }
 
 # report_run RESULT [FAILED-STEP]: applies the run's steps as the node's
@@ -154,10 +174,11 @@ record_step() {
 # bb-instance-condition: a node whose Instance it cannot read reports
 # nothing.
 report_run() {
-  local result=$1 failed=${2:-} name run field manager
-  name=$(bb-node-name)
+  local result=$1 failed=${2:-} name run field manager j finish
+  bb-node-name-into name
   bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" > /dev/null 2>&1 || return 0
-  run=$(jq -cs --arg c "${BASHIBLE_CHECKSUM:-}" --arg start "$RUN_START" --arg finish "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+  bb-utc-now finish
+  run=$(jq -cs --arg c "${BASHIBLE_CHECKSUM:-}" --arg start "$RUN_START" --arg finish "$finish" \
     --arg r "$result" --arg f "$failed" --arg m "${RUN_FAILURE:0:1000}" --argjson max "$MAX_REPORTED_STEPS" \
     '{checksum: $c, startTime: $start, completionTime: $finish, result: $r, steps: .[-$max:]}
       + (if length > $max then {omittedSteps: (length - $max)} else {} end)
@@ -169,18 +190,23 @@ report_run() {
     [[ "$field" == lastRun || "$result" == Failed ]] || continue
     manager=bashible-last-run
     [[ "$field" == lastFailure ]] && manager=bashible-last-failure
-    jq -n --arg n "$name" --arg field "$field" --argjson run "$run" \
-      '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n}, status: {($field): $run}}' |
-      bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=$manager&force=true" \
-        application/apply-patch+yaml > /dev/null || bb-log "could not report the run's steps ($field) on Instance $name"
+    bb-json-string j "$name"
+    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=$manager&force=true" \
+      application/apply-patch+yaml "{\"apiVersion\":\"deckhouse.io/v1alpha1\",\"kind\":\"Instance\",\"metadata\":{\"name\":$j},\"status\":{\"$field\":$run}}" \
+      > /dev/null || bb-log "could not report the run's steps ($field) on Instance $name"
   done
 }
 
-# step_timeout STEP prints the step's timeout in seconds.
+# step_timeout VAR STEP sets VAR to the step's timeout in seconds: its
+# first line "# bashible-timeout: <seconds>", or STEP_TIMEOUT.
 step_timeout() {
-  local t
-  t=$(sed -n 's/^# bashible-timeout: *\([0-9][0-9]*\) *$/\1/p' "$1" | head -n 1)
-  echo "${t:-$STEP_TIMEOUT}"
+  local text="" re=$'(^|\n)# bashible-timeout: *([0-9]+) *(\n|$)'
+  IFS= read -r -d '' text < "$2" || true
+  if [[ "$text" =~ $re ]]; then
+    printf -v "$1" '%s' "${BASH_REMATCH[2]}"
+  else
+    printf -v "$1" '%s' "$STEP_TIMEOUT"
+  fi
 }
 
 # run_step STEP: runs it in a fresh bash with the library, retrying a
@@ -194,9 +220,9 @@ step_timeout() {
 # its note and last output in RUN_FAILURE.
 run_step() {
   local step=$1 name attempt=1 rc start took timeout trace note first_ms
-  name=$(basename "$step")
-  timeout=$(step_timeout "$step")
-  first_ms=$(now_ms)
+  name=${step##*/}
+  step_timeout timeout "$step"
+  now_ms first_ms
   while :; do
     trace=""
     (( attempt >= 3 )) && trace="set -x;"
@@ -241,41 +267,64 @@ run_step() {
 }
 
 # fetch_steps writes the bundle's steps to a new directory, then swaps it
-# in, so a half-written bundle is never run. The bundle is read one key at
-# a time, by name, so no content can make a step of another name: every
-# name must be a step name (checked whole, a newline included), every value
-# a string without a NUL byte (bash cannot run one, and it is how a value
-# could pose as a name). Otherwise, or without steps, the whole bundle is
-# refused and the node keeps the steps it has.
+# in, so a half-written bundle is never run. No content can make a step of
+# another name: every name must be a step name (checked whole, a newline
+# included), every value a string without a NUL byte (bash cannot hold
+# one, and it is how a value could pose as a name). One jq checks that and
+# writes each step as its name, its length in bytes and its content; each
+# step is read back by that exact length (LC_ALL=C: bash counts bytes) and
+# must have it. Otherwise, or without steps, the whole bundle is refused
+# and the node keeps the steps it has.
 fetch_steps() {
-  local json=$1 new keys key count=0
-  if ! jq -e '.data | type == "object" and length > 0 and all(.[]; type == "string")' <<< "$json" > /dev/null 2>&1; then
-    bb-log "refusing a bundle without steps, or with a step that is not text"
-    return 1
-  fi
-  if ! jq -e --arg re "$STEP_NAME_RE" '.data | keys | all(test($re))' <<< "$json" > /dev/null; then
-    bb-log "refusing the bundle: a step name is not NNN_<letters, digits, - _ .> (at most 250 bytes): $(jq -c --arg re "$STEP_NAME_RE" '[.data | keys[] | select(test($re) | not)] | .[:3]' <<< "$json" | head -c 600)"
-    return 1
-  fi
-  if ! jq -e '.data | all(.[]; explode | all(. != 0))' <<< "$json" > /dev/null; then
-    bb-log "refusing the bundle: step $(jq -r '[.data | to_entries[] | select(.value | explode | any(. == 0)) | .key][0]' <<< "$json") holds a NUL byte"
-    return 1
-  fi
+  local json=$1 new frames verdict key len content count=0 expected
+  frames=$BASHIBLE_DIR/tmp/bundle_frames
   # Called in a condition, so set -e does not hold here: every command
   # that can fail says so.
-  keys=$(jq -r '.data | keys[]' <<< "$json") || return 1
-  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX") || return 1
-  while IFS= read -r key; do
-    # Checked again here: what is written is exactly what jq checked.
-    if [[ ! "$key" =~ $STEP_NAME_RE_BASH ]] || [[ -e "$new/$key" ]]; then
-      bb-log "refusing a step named '$key'"
+  jq -j --arg re "$STEP_NAME_RE" '
+    if (.data | type == "object" and length > 0 and all(.[]; type == "string")) | not then
+      "refused\na bundle without steps, or with a step that is not text\n"
+    elif (.data | keys | all(test($re))) | not then
+      "refused\na step name is not NNN_<letters, digits, - _ .> (at most 250 bytes): \([.data | keys[] | select(test($re) | not)] | .[:3] | tojson)\n"
+    elif (.data | all(.[]; explode | all(. != 0))) | not then
+      "refused\nstep \([.data | to_entries[] | select(.value | explode | any(. == 0)) | .key][0]) holds a NUL byte\n"
+    else
+      "steps\n\(.data | length)\n", (.data | to_entries[] | "\(.key)\n\(.value | utf8bytelength)\n\(.value)")
+    end' <<< "$json" > "$frames" 2>/dev/null || { bb-log "refusing a bundle that is not an object"; return 1; }
+  {
+    if ! IFS= read -r verdict || ! IFS= read -r expected; then
+      bb-log "refusing a bundle that could not be read"
       return 1
     fi
-    jq -j --arg k "$key" '.data[$k] | strings' <<< "$json" > "$new/$key" || { bb-log "could not write step $key"; return 1; }
-    count=$(( count + 1 ))
-  done <<< "$keys"
-  if (( count != $(jq '.data | length' <<< "$json") )); then
-    bb-log "refusing the bundle: $count steps were written, the bundle has $(jq '.data | length' <<< "$json")"
+    if [[ "$verdict" != steps ]]; then
+      bb-log "refusing the bundle: ${expected:0:600}"
+      return 1
+    fi
+    new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX") || return 1
+    while IFS= read -r key; do
+      # Checked again here: what is written is exactly what jq checked.
+      if [[ ! "$key" =~ $STEP_NAME_RE_BASH ]] || [[ -e "$new/$key" ]]; then
+        bb-log "refusing a step named '$key'"
+        return 1
+      fi
+      if ! IFS= read -r len || [[ ! "$len" =~ ^[0-9]+$ ]]; then
+        bb-log "refusing the bundle: no length for step $key"
+        return 1
+      fi
+      content=""
+      if (( len > 0 )); then
+        IFS= read -r -N "$len" content || true
+      fi
+      if (( ${#content} != len )); then
+        bb-log "refusing the bundle: step $key has ${#content} bytes, not $len"
+        return 1
+      fi
+      printf '%s' "$content" > "$new/$key" || { bb-log "could not write step $key"; return 1; }
+      count=$(( count + 1 ))
+    done
+  } < "$frames"
+  : > "$frames"
+  if (( count != expected )); then
+    bb-log "refusing the bundle: $count steps were written, the bundle has $expected"
     return 1
   fi
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
@@ -315,7 +364,7 @@ reboot_request() {
   if ! bb-node-has-annotation "$1" update.node.deckhouse.io/reboot; then
     echo none
   elif [[ -s "$BASHIBLE_DIR/flags/reboot-answered" ]] &&
-      [[ "$(cat "$BASHIBLE_DIR/flags/reboot-answered")" != "$(boot_id)" ]]; then
+      [[ "$(stored "$BASHIBLE_DIR/flags/reboot-answered")" != "$(boot_id)" ]]; then
     echo answered
   else
     echo reboot
@@ -328,7 +377,7 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step reboot=none approval=no flag first_run=no
+  local json checksum node="{}" step reboot=none approval=no flag first_run=no quoted file
   json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
   checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
   [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
@@ -338,7 +387,8 @@ main() {
     reboot=$(reboot_request "$node")
     if in_sync "$checksum" "$node"; then
       if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
-        bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c}')"
+        bb-json-string quoted "$checksum"
+        bb-node-annotate "{\"node.deckhouse.io/configuration-checksum\":$quoted}"
       fi
       bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} is applied; nothing to do"
       return 0
@@ -347,7 +397,7 @@ main() {
     # approved before any step runs. A converge of the configuration the
     # node has (after a reboot) needs no approval unless a step asks for a
     # disruption, and then bb-disruption-gate asks for it.
-    if [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" != "$checksum" || "$reboot" == reboot ]]; then
+    if [[ "$(stored "$BASHIBLE_DIR/configuration_checksum")" != "$checksum" || "$reboot" == reboot ]]; then
       approval=yes
     fi
   else
@@ -371,18 +421,18 @@ main() {
   fi
   bb-log "converging to configuration ${checksum:0:12}"
   bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
-  RUN_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  bb-utc-now RUN_START
   : > "$RUN_STEPS"
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
     [[ -f "$step" ]] || continue
     run_step "$step" || {
-      bb-log "the run failed at $(basename "$step"); configuration ${checksum:0:12} is not applied"
-      report_run Failed "$(basename "$step")"
+      bb-log "the run failed at ${step##*/}; configuration ${checksum:0:12} is not applied"
+      report_run Failed "${step##*/}"
       return 1
     }
     if bb-flag-is-set stop-run; then
       bb-flag-unset stop-run
-      bb-log "$(basename "$step") stopped the run (the node waits to be replaced); configuration ${checksum:0:12} is not applied"
+      bb-log "${step##*/} stopped the run (the node waits to be replaced); configuration ${checksum:0:12} is not applied"
       report_run Stopped
       return 0
     fi
@@ -398,13 +448,16 @@ main() {
   bb-flag-unset disruption
   # What the steps' bashbooster helpers changed is handled now: the next
   # run refreshes package lists again and fires change events only anew.
-  rm -f "$BB_SYNC_UNHANDLED_FILES_STORE" "$BB_APT_UNHANDLED_PACKAGES_STORE" "$BB_YUM_UNHANDLED_PACKAGES_STORE" \
-    "$BB_DNF_UNHANDLED_PACKAGES_STORE" "$BB_ZYPPER_UNHANDLED_PACKAGES_STORE"
+  for file in "$BB_SYNC_UNHANDLED_FILES_STORE" "$BB_APT_UNHANDLED_PACKAGES_STORE" "$BB_YUM_UNHANDLED_PACKAGES_STORE" \
+    "$BB_DNF_UNHANDLED_PACKAGES_STORE" "$BB_ZYPPER_UNHANDLED_PACKAGES_STORE"; do
+    [[ ! -e "$file" ]] || rm -f "$file"
+  done
   for flag in apt-updated apt-rpm-updated yum-updated dnf-updated zypper-updated; do
     bb-flag-unset "$flag"
   done
   # Once joined, the node needs its bootstrap token no more.
-  if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]]; then
+  if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] &&
+      [[ -e "$BASHIBLE_DIR/bootstrap-token" || -e "$BASHIBLE_DIR/bootstrap-token-header" ]]; then
     rm -f "$BASHIBLE_DIR/bootstrap-token" "$BASHIBLE_DIR/bootstrap-token-header"
   fi
   # A reboot (asked for by a step or by the reboot annotation) comes last,
@@ -432,9 +485,13 @@ main() {
   report_run Succeeded
   # The reboot request this run answered (by rebooting before it) is
   # cleared; one made since stays.
-  bb-node-annotate "$(jq -n --arg c "$checksum" --arg answered "$reboot" \
-    '{"node.deckhouse.io/configuration-checksum": $c} + if $answered == "answered" then {"update.node.deckhouse.io/reboot": null} else {} end')"
-  rm -f "$BASHIBLE_DIR/flags/reboot-answered"
+  bb-json-string quoted "$checksum"
+  if [[ "$reboot" == answered ]]; then
+    bb-node-annotate "{\"node.deckhouse.io/configuration-checksum\":$quoted,\"update.node.deckhouse.io/reboot\":null}"
+  else
+    bb-node-annotate "{\"node.deckhouse.io/configuration-checksum\":$quoted}"
+  fi
+  bb-flag-unset reboot-answered
   bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
   bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
   bb-log "configuration ${checksum:0:12} applied"

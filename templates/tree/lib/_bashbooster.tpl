@@ -86,7 +86,14 @@ bb-log-level-name() {
 # first helper on the call stack that is not a logging one, otherwise
 # BB_LOG_PREFIX.
 bb-log-prefix() {
-  local i=2 fn
+  local prefix
+  bb-log-prefix-into prefix
+  echo "$prefix"
+}
+
+# bb-log-prefix-into VAR sets VAR to bb-log-prefix's answer.
+bb-log-prefix-into() {
+  local i=1 fn
   while (( i < ${#FUNCNAME[@]} )); do
     case "${FUNCNAME[$i]}" in
       bb-log*|bb-exit|bb-exit-helper|bb-exit-on-error|bb-cleanup) i=$(( i + 1 )) ;;
@@ -96,22 +103,26 @@ bb-log-prefix() {
   fn=${FUNCNAME[$i]:-}
   if [[ "$fn" == bb-* ]]; then
     fn=${fn#bb-}
-    echo "bb-${fn%%-*}"
+    printf -v "$1" '%s' "bb-${fn%%-*}"
   else
-    echo "$BB_LOG_PREFIX"
+    printf -v "$1" '%s' "$BB_LOG_PREFIX"
   fi
 }
 
 # bb-log-msg LEVEL MESSAGE logs MESSAGE (backslash escapes interpreted) at
 # LEVEL through BB_LOG_FORMAT, which may use PREFIX, TIME, LEVEL, MESSAGE,
-# COLOR and NOCOLOR.
+# COLOR and NOCOLOR. A line below BB_LOG_LEVEL costs no process, and TIME
+# is taken only when the format uses it.
 # shellcheck disable=SC2034 # the variables are read by the format
 bb-log-msg() {
-  local code=$(( ${1:-0} ))
-  (( code >= $(bb-log-level-code) )) || return 0
-  local MESSAGE=${2:-} PREFIX TIME LEVEL=${BB_LOG_LEVEL_NAME[$code]:-$code} COLOR=${BB_LOG_COLORS[$code]:-} NOCOLOR=${BB_LOG_COLORS[NC]:-}
-  PREFIX=$(bb-log-prefix)
-  TIME=$(eval "$BB_LOG_TIME")
+  local code=$(( ${1:-0} )) threshold=${BB_LOG_LEVEL:-$BB_LOG_INFO}
+  [[ "$threshold" =~ ^[0-9]+$ ]] || threshold=${BB_LOG_LEVEL_CODE[$threshold]:-$BB_LOG_INFO}
+  (( code >= threshold )) || return 0
+  local MESSAGE=${2:-} PREFIX TIME="" LEVEL=${BB_LOG_LEVEL_NAME[$code]:-$code} COLOR=${BB_LOG_COLORS[$code]:-} NOCOLOR=${BB_LOG_COLORS[NC]:-}
+  bb-log-prefix-into PREFIX
+  if [[ "$BB_LOG_FORMAT" == *TIME* ]]; then
+    TIME=$(eval "$BB_LOG_TIME")
+  fi
   eval "printf '%b\n' \"$BB_LOG_FORMAT\"" >&2
 }
 
@@ -278,12 +289,28 @@ bb-workspace-init() {
   if [[ ! -d "$BB_WORKSPACE" ]]; then
     mkdir -p "$BB_WORKSPACE" || bb-exit "$BB_ERROR_WORKSPACE_CREATION_FAILED" "Failed to initialize workspace at '$BB_WORKSPACE'"
   fi
-  BB_WORKSPACE=$(cd "$BB_WORKSPACE" && pwd)
+  if [[ "$BB_WORKSPACE" != /* ]]; then
+    BB_WORKSPACE=$(cd "$BB_WORKSPACE" && pwd)
+  fi
+}
+
+# bb-dir-list DIR sets BB_DIR_ENTRIES to DIR's entries, dot files
+# included, without starting a process.
+bb-dir-list() {
+  local nullglob=0 dotglob=0
+  shopt -q nullglob && nullglob=1
+  shopt -q dotglob && dotglob=1
+  shopt -s nullglob dotglob
+  BB_DIR_ENTRIES=("$1"/*)
+  (( nullglob )) || shopt -u nullglob
+  (( dotglob )) || shopt -u dotglob
 }
 
 bb-workspace-cleanup() {
   bb-log-debug "Cleaning up workspace at '$BB_WORKSPACE'"
-  if [[ -d "$BB_WORKSPACE" && -z "$(ls -A "$BB_WORKSPACE")" ]]; then
+  [[ -d "$BB_WORKSPACE" ]] || return 0
+  bb-dir-list "$BB_WORKSPACE"
+  if (( ${#BB_DIR_ENTRIES[@]} == 0 )); then
     bb-log-debug "Workspace is empty. Removing"
     rm -rf "$BB_WORKSPACE"
   else
@@ -292,18 +319,16 @@ bb-workspace-cleanup() {
 }
 
 # bb-tmp-name prints a fresh name: the time and two random numbers.
-bb-tmp-name() { echo "$(date +%s)$RANDOM$RANDOM"; }
+bb-tmp-name() { echo "$EPOCHSECONDS$RANDOM$RANDOM"; }
 
-bb-tmp-init() {
-  BB_TMP_DIR=$BB_WORKSPACE/tmp_$(bb-tmp-name)
-  mkdir -p "$BB_TMP_DIR"
-}
+# bb-tmp-init names the step's temporary directory; bb-event-init makes it.
+bb-tmp-init() { BB_TMP_DIR=$BB_WORKSPACE/tmp_$EPOCHSECONDS$RANDOM$RANDOM; }
 
 # bb-tmp-file creates an empty file (mode from the umask, as touch makes
 # it) in the step's temporary directory and prints its path.
 bb-tmp-file() {
   local file
-  mkdir -p "$BB_TMP_DIR"
+  [[ -d "$BB_TMP_DIR" ]] || mkdir -p "$BB_TMP_DIR"
   file=$(mktemp "$BB_TMP_DIR/XXXXXXXXXX")
   chmod "$(printf '%o' $(( 0666 & ~$(umask) )))" "$file"
   echo "$file"
@@ -313,13 +338,24 @@ bb-tmp-file() {
 # prints its path.
 bb-tmp-dir() {
   local dir
-  mkdir -p "$BB_TMP_DIR"
+  [[ -d "$BB_TMP_DIR" ]] || mkdir -p "$BB_TMP_DIR"
   dir=$(mktemp -d "$BB_TMP_DIR/XXXXXXXXXX")
   chmod "$(printf '%o' $(( 0777 & ~$(umask) )))" "$dir"
   echo "$dir"
 }
 
-bb-tmp-cleanup() { rm -rf "$BB_TMP_DIR"; }
+# bb-tmp-cleanup removes the step's temporary directory, and the workspace
+# with it when that holds nothing else (bb-workspace-cleanup would remove
+# it next: one process instead of two).
+bb-tmp-cleanup() {
+  [[ -e "$BB_TMP_DIR" ]] || return 0
+  bb-dir-list "$BB_WORKSPACE"
+  if [[ "${#BB_DIR_ENTRIES[@]}" == 1 && "${BB_DIR_ENTRIES[0]}" == "$BB_TMP_DIR" ]]; then
+    rm -rf "$BB_WORKSPACE"
+  else
+    rm -rf "$BB_TMP_DIR"
+  fi
+}
 
 # bb-template FILE prints FILE with its $VARIABLES and $(commands) expanded,
 # as in a here-document.
@@ -336,7 +372,13 @@ BB_TEMPLATE_END"
 declare -gA BB_EVENT_DEPTH=()
 BB_EVENT_MAX_DEPTH=1000
 
-bb-event-init() { BB_EVENT_DIR=$(bb-tmp-dir); }
+# bb-event-init makes the step's events directory in its temporary
+# directory, and so those and the workspace: one process (mode from the
+# umask, as bb-tmp-dir makes one).
+bb-event-init() {
+  BB_EVENT_DIR=$BB_TMP_DIR/events
+  mkdir -p "$BB_EVENT_DIR" || bb-exit "$BB_ERROR_WORKSPACE_CREATION_FAILED" "Failed to initialize workspace at '$BB_WORKSPACE'"
+}
 
 # bb-event-file EVENT prints the file of EVENT's handlers.
 bb-event-file() { echo "$BB_EVENT_DIR/${1//\//%2F}.handlers"; }
@@ -435,7 +477,9 @@ bb-flag-clean() {
   rm -rf "$BB_FLAG_DIR"
 }
 bb-flag-cleanup() {
-  if [[ -d "$BB_FLAG_DIR" && -z "$(ls -A "$BB_FLAG_DIR")" ]]; then
+  [[ -d "$BB_FLAG_DIR" ]] || return 0
+  bb-dir-list "$BB_FLAG_DIR"
+  if (( ${#BB_DIR_ENTRIES[@]} == 0 )); then
     bb-log-debug "Flag directory is empty"
     bb-flag-clean
   fi
@@ -834,9 +878,10 @@ _bb_detect_os_context() {
     return 0
   fi
   # shellcheck disable=SC1090 # os-release is a shell fragment by definition
-  id=$(. "$os_release" && echo "${ID:-}")
-  # shellcheck disable=SC1090
-  id_like=$(. "$os_release" && echo "${ID_LIKE:-}")
+  id=$(. "$os_release" && printf '%s\n%s|' "${ID:-}" "${ID_LIKE:-}")
+  id_like=${id#*$'\n'}
+  id_like=${id_like%|}
+  id=${id%%$'\n'*}
   case "$id" in
     debian) BB_DETECTED_FAMILY=debian BB_DETECTED_BUNDLE=debian BB_DETECTED_PKG_MGR=apt ;;
     ubuntu) BB_DETECTED_FAMILY=debian BB_DETECTED_BUNDLE=ubuntu-lts BB_DETECTED_PKG_MGR=apt ;;
@@ -2007,7 +2052,10 @@ bb-ctrd-v2-has-registry-fields() { bb-ctrd-has-table "$1" 'plugins."io.container
 # exits: it fires bb-cleanup, then the delayed events, once each, then
 # removes the temporary files; the step's exit status is kept, or the first
 # failure of that.
-bb-workspace-init
+# An absolute workspace is made with the events directory, in one process.
+if [[ "$BB_WORKSPACE" != /* ]]; then
+  bb-workspace-init
+fi
 bb-tmp-init
 bb-event-init
 bb-download-init

@@ -17,9 +17,49 @@ BASHIBLE_APPROVAL_MODE={{ .nodeGroup.disruptions.approvalMode | squote }}
 read -r -a BASHIBLE_ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-{{ join " " .normal.apiserverEndpoints }}}"
 BASHIBLE_POLL_SECONDS=${BASHIBLE_POLL_SECONDS:-10}
 
+# A process start is the costly part of a run (a run starts several
+# hundred otherwise, most of them for a date, a temporary file or a JSON
+# document): the helpers below use bash itself where they can. What they
+# make, they make exactly as the commands they replace did.
+
+# bb-utc-now VAR [FORMAT]: sets VAR to the time in UTC, as strftime FORMAT
+# (default 2006-01-02T15:04:05Z's form).
+bb-utc-now() {
+  TZ=UTC0 printf -v "$1" "%(${2:-%Y-%m-%dT%H:%M:%SZ})T" -1
+}
+
+# bb-json-string VAR TEXT: sets VAR to TEXT as a JSON string, quotes
+# included. Text with bytes outside ASCII goes through jq, which also
+# replaces what is not UTF-8; plain ASCII is escaped here.
+bb-json-string() {
+  local _bb_s=$2 _bb_i _bb_c _bb_e
+  if [[ "$_bb_s" == *[![:ascii:]]* ]]; then
+    _bb_s=$(jq -n --arg s "$2" '$s') || return 1
+    printf -v "$1" '%s' "$_bb_s"
+    return 0
+  fi
+  _bb_s=${_bb_s//\\/\\\\}
+  _bb_s=${_bb_s//\"/\\\"}
+  if [[ "$_bb_s" == *[[:cntrl:]]* ]]; then
+    _bb_s=${_bb_s//$'\n'/\\n}
+    _bb_s=${_bb_s//$'\t'/\\t}
+    _bb_s=${_bb_s//$'\r'/\\r}
+    for _bb_i in {1..31} 127; do
+      printf -v _bb_c '%02x' "$_bb_i"
+      printf -v _bb_c '%b' "\\x$_bb_c"
+      [[ "$_bb_s" == *"$_bb_c"* ]] || continue
+      printf -v _bb_e '\\u%04x' "$_bb_i"
+      _bb_s=${_bb_s//"$_bb_c"/"$_bb_e"}
+    done
+  fi
+  printf -v "$1" '"%s"' "$_bb_s"
+}
+
 # bb-log MESSAGE...: a line with the time and the step's name, on stderr.
 bb-log() {
-  printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${BASHIBLE_STEP:-bashible}" "$*" >&2
+  local now
+  bb-utc-now now
+  printf '%s %s: %s\n' "$now" "${BASHIBLE_STEP:-bashible}" "$*" >&2
 }
 
 # Flags carry facts between steps of one run (and across runs until unset),
@@ -34,24 +74,36 @@ bb-flag-set() {
   bb-log-info "Creating flag '$1' at '$BB_FLAG_DIR'"
   touch "$BB_FLAG_DIR/$1"
 }
-bb-flag-unset() { rm -f "$BB_FLAG_DIR/$1"; }
+bb-flag-unset() {
+  [[ ! -e "$BB_FLAG_DIR/$1" && ! -L "$BB_FLAG_DIR/$1" ]] || rm -f "$BB_FLAG_DIR/$1"
+}
 bb-flag-is-set() { [[ -f "$BB_FLAG_DIR/$1" ]]; }
 bb-flag?() { bb-flag-is-set "$@"; }
 
 # bb-node-name prints this node's name.
 bb-node-name() {
-  if [[ -n "${BASHIBLE_NODE_NAME:-}" ]]; then
-    echo "$BASHIBLE_NODE_NAME"
-  elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
-    cat "$BASHIBLE_DIR/discovered-node-name"
-  else
-    # What the kubelet registers by default: the host name, lowercased.
-    uname -n | tr '[:upper:]' '[:lower:]'
-  fi
+  local name
+  bb-node-name-into name
+  echo "$name"
 }
 
-# bb-kube-api METHOD PATH [CONTENT-TYPE]: one request to the API, body on
-# stdin for writes, response body on stdout. Credentials: the kubelet's
+# bb-node-name-into VAR sets VAR to this node's name.
+bb-node-name-into() {
+  local _bb_name
+  if [[ -n "${BASHIBLE_NODE_NAME:-}" ]]; then
+    _bb_name=$BASHIBLE_NODE_NAME
+  elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
+    IFS= read -r _bb_name < "$BASHIBLE_DIR/discovered-node-name" || true
+  else
+    # What the kubelet registers by default: the host name, lowercased.
+    _bb_name=$(uname -n)
+    _bb_name=${_bb_name,,}
+  fi
+  printf -v "$1" '%s' "$_bb_name"
+}
+
+# bb-kube-api METHOD PATH [CONTENT-TYPE [BODY]]: one request to the API, the
+# body of a write as BODY or on stdin, response body on stdout. Credentials: the kubelet's
 # client certificate once the node has joined, the bootstrap token before
 # (from a header file, so it never appears in a process list or a log).
 # Endpoints are tried in turn; an HTTP error stops at once with the
@@ -72,37 +124,44 @@ bb-kube-api() {
 # anything else.
 bb-kube-api-untraced() {
   local method=$1 path=$2 ctype=${3:-application/json}
-  local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
+  local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem token
   # The API is reached directly, never through a proxy from the environment.
   local -a args=(--silent --show-error --noproxy '*' --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
   if [[ -s "$cert" ]]; then
     args+=(--cert "$cert" --key "$cert")
   elif [[ -s "$BASHIBLE_DIR/bootstrap-token" ]]; then
-    (umask 077 && printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header")
+    IFS= read -r token < "$BASHIBLE_DIR/bootstrap-token" || true
+    (umask 077 && printf 'Authorization: Bearer %s\n' "$token" > "$BASHIBLE_DIR/bootstrap-token-header")
     args+=(-H "@$BASHIBLE_DIR/bootstrap-token-header")
   else
     bb-log "no credentials: neither the kubelet certificate nor $BASHIBLE_DIR/bootstrap-token exists"
     return 1
   fi
+  # The request's files are this process's own, in the run's scratch
+  # space (owner-only), emptied once the answer is read; bb-kube-api-forget.
+  local dir=$BASHIBLE_DIR/tmp endpoint code out data=""
+  [[ -d "$dir" ]] || (umask 077 && mkdir -p "$dir")
+  local body=$dir/api.$BASHPID
   if [[ "$method" != GET ]]; then
-    args+=(-H "Content-Type: $ctype" --data-binary @-)
-  fi
-  local body endpoint code out
-  mkdir -p "$BASHIBLE_DIR/tmp"
-  body=$(umask 077 && mktemp "$BASHIBLE_DIR/tmp/api.XXXXXX")
-  if [[ "$method" != GET ]]; then
-    cat > "$body.in"
+    if (( $# >= 4 )); then
+      data=$4
+    else
+      IFS= read -r -d '' data || true
+    fi
+    printf '%s' "$data" > "$body.in"
+    args+=(-H "Content-Type: $ctype" --data-binary "@$body.in")
   fi
   for endpoint in "${BASHIBLE_ENDPOINTS[@]}"; do
-    if [[ "$method" != GET ]]; then
-      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" < "$body.in" 2>/dev/null) || code=000
-    else
-      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" 2>/dev/null) || code=000
-    fi
-    case "$code" in
+    : > "$body"
+    code=""
+    curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" > "$body.code" 2>/dev/null || true
+    IFS= read -r code < "$body.code" || true
+    case "${code:-000}" in
       2??)
-        cat "$body"
-        rm -f "$body" "$body.in"
+        out=""
+        IFS= read -r -d '' out < "$body" || true
+        bb-kube-api-forget "$body"
+        printf '%s' "$out"
         return 0
         ;;
       000)
@@ -110,28 +169,51 @@ bb-kube-api-untraced() {
         ;;
       *)
         out=$(jq -r '.message // empty' "$body" 2>/dev/null || true)
-        bb-log "$method $path: HTTP $code from $endpoint: ${out:-$(head -c 300 "$body")}"
-        rm -f "$body" "$body.in"
+        if [[ -z "$out" ]]; then
+          IFS= read -r -N 300 out < "$body" || true
+        fi
+        bb-log "$method $path: HTTP $code from $endpoint: $out"
+        bb-kube-api-forget "$body"
         [[ "$code" == 409 ]] && return 9
         [[ "$code" == 404 ]] && return 4
         return 1
         ;;
     esac
   done
-  rm -f "$body" "$body.in"
+  bb-kube-api-forget "$body"
   bb-log "$method $path: no API endpoint answered (tried: ${BASHIBLE_ENDPOINTS[*]:-none})"
   return 1
 }
 
+# bb-kube-api-forget BODY empties a request's files. In a run of
+# bashible.sh (BASHIBLE_RUN_TMP is its scratch space, which it removes when
+# it ends) they stay, empty, for the process's next request; outside a run
+# they are removed.
+bb-kube-api-forget() {
+  if [[ "${BASHIBLE_RUN_TMP:-}" == "$BASHIBLE_DIR/tmp" ]]; then
+    : > "$1"
+    [[ ! -e "$1.in" ]] || : > "$1.in"
+  else
+    rm -f "$1" "$1.in" "$1.code"
+  fi
+}
+
 # bb-node-get prints this node's Node object.
-bb-node-get() { bb-kube-api GET "/api/v1/nodes/$(bb-node-name)"; }
+bb-node-get() {
+  local name
+  bb-node-name-into name
+  bb-kube-api GET "/api/v1/nodes/$name"
+}
 
 # bb-node-annotate-cas RESOURCE-VERSION ANNOTATIONS-JSON: merge-patches the
 # Node's annotations (null removes one), only if the Node is still at
 # RESOURCE-VERSION: a compare-and-set, so two writers never both win.
 bb-node-annotate-cas() {
-  jq -n --arg rv "$1" --argjson a "$2" '{metadata: {resourceVersion: $rv, annotations: $a}}' |
-    bb-kube-api PATCH "/api/v1/nodes/$(bb-node-name)" application/merge-patch+json > /dev/null
+  local name rv
+  bb-node-name-into name
+  bb-json-string rv "$1"
+  bb-kube-api PATCH "/api/v1/nodes/$name" application/merge-patch+json \
+    "{\"metadata\":{\"resourceVersion\":$rv,\"annotations\":$2}}" > /dev/null
 }
 
 # bb-node-annotate ANNOTATIONS-JSON: read, then compare-and-set, retrying
@@ -160,32 +242,40 @@ bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has
 # transition time changes only with the status. Best effort: a node whose
 # Instance does not exist yet reports nothing.
 bb-instance-condition() {
-  local type=$1 status=$2 reason=$3 message=$4 name current since
-  name=$(bb-node-name)
+  local type=$1 status=$2 reason=$3 message=$4 name current since body j
+  bb-node-name-into name
   current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
   since=$(jq -r --arg t "$type" --arg s "$status" \
     '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current" 2>/dev/null) || return 0
-  since=${since:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
-  jq -n --arg n "$name" --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "${message:0:1000}" --arg since "$since" \
-    '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n},
-      status: {conditions: [{type: $t, status: $s, reason: $r, message: $m, lastTransitionTime: $since}]}}' |
-    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
-      application/apply-patch+yaml > /dev/null || bb-log "could not set $type on Instance $name"
+  [[ -n "$since" ]] || bb-utc-now since
+  bb-json-string j "$name"
+  body="{\"apiVersion\":\"deckhouse.io/v1alpha1\",\"kind\":\"Instance\",\"metadata\":{\"name\":$j},\"status\":{\"conditions\":[{"
+  bb-json-string j "$type"; body+="\"type\":$j,"
+  bb-json-string j "$status"; body+="\"status\":$j,"
+  bb-json-string j "$reason"; body+="\"reason\":$j,"
+  bb-json-string j "${message:0:1000}"; body+="\"message\":$j,"
+  bb-json-string j "$since"; body+="\"lastTransitionTime\":$j}]}}"
+  bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
+    application/apply-patch+yaml "$body" > /dev/null || bb-log "could not set $type on Instance $name"
 }
 
 # bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
 # Only a joined node reports; a bootstrap token may not create Events.
 bb-event() {
   [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] || return 0
-  local name
-  name=$(bb-node-name)
-  jq -n --arg n "$name" --arg type "$1" --arg reason "$2" --arg note "${3:0:1000}" --arg now "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)" \
-    '{apiVersion: "events.k8s.io/v1", kind: "Event",
-      metadata: {generateName: ("bashible-" + $n + "-"), namespace: "default", labels: {"bashible.deckhouse.io/node": $n}},
-      eventTime: $now, reportingController: "bashible", reportingInstance: $n, action: "Converge",
-      type: $type, reason: $reason, note: $note,
-      regarding: {apiVersion: "v1", kind: "Node", name: $n}}' |
-    bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events > /dev/null || bb-log "could not record event $2"
+  local name now t=${EPOCHREALTIME/[!0-9]/.} n body j
+  bb-node-name-into name
+  TZ=UTC0 printf -v now '%(%Y-%m-%dT%H:%M:%S)T.%sZ' "${t%.*}" "${t#*.}"
+  bb-json-string n "$name"
+  bb-json-string j "bashible-$name-"
+  body="{\"apiVersion\":\"events.k8s.io/v1\",\"kind\":\"Event\","
+  body+="\"metadata\":{\"generateName\":$j,\"namespace\":\"default\",\"labels\":{\"bashible.deckhouse.io/node\":$n}},"
+  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,\"action\":\"Converge\","
+  bb-json-string j "$1"; body+="\"type\":$j,"
+  bb-json-string j "$2"; body+="\"reason\":$j,"
+  bb-json-string j "${3:0:1000}"; body+="\"note\":$j,"
+  body+="\"regarding\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":$n}}"
+  bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events application/json "$body" > /dev/null || bb-log "could not record event $2"
 }
 
 # bb-wait-for-update-approval: asks for update approval and waits for it,
@@ -247,7 +337,9 @@ bb-disruption-gate() {
     return 0
   fi
   # Approved for this configuration already (the flag holds its checksum).
-  if [[ "$(cat "$BASHIBLE_DIR/flags/disruption" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
+  local approved_for=""
+  [[ ! -s "$BASHIBLE_DIR/flags/disruption" ]] || IFS= read -r approved_for < "$BASHIBLE_DIR/flags/disruption" || true
+  if [[ "$approved_for" == "${BASHIBLE_CHECKSUM:-}" ]]; then
     return 0
   fi
   local node

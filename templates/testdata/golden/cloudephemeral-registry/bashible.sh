@@ -45,7 +45,7 @@ while (( $# > 0 )); do
   shift
 done
 
-mkdir -p "$BASHIBLE_DIR" "$(dirname "$LOCK_FILE")"
+[[ -d "$BASHIBLE_DIR" && -d "${LOCK_FILE%/*}" ]] || mkdir -p "$BASHIBLE_DIR" "${LOCK_FILE%/*}"
 if [[ "$USE_LOCK" == yes ]]; then
   exec {lock_fd}> "$LOCK_FILE"
   if ! flock --nonblock "$lock_fd"; then
@@ -56,8 +56,10 @@ if [[ "$USE_LOCK" == yes ]]; then
   export BASHIBLE_LOCK_FD=$lock_fd
 fi
 # Scratch space for this run, under the lock, removed when the run ends.
-rm -rf "$BASHIBLE_DIR/tmp"
+[[ ! -e "$BASHIBLE_DIR/tmp" ]] || rm -rf "$BASHIBLE_DIR/tmp"
 mkdir -p "$BASHIBLE_DIR/tmp"
+# The library's API requests keep their files here until the run ends.
+export BASHIBLE_RUN_TMP=$BASHIBLE_DIR/tmp
 trap 'rm -rf "$BASHIBLE_DIR/tmp"' EXIT
 
 # The library, written only when it changed, then used here and by every step.
@@ -78,9 +80,49 @@ BASHIBLE_APPROVAL_MODE='Automatic'
 read -r -a BASHIBLE_ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-10.0.0.10:6443}"
 BASHIBLE_POLL_SECONDS=${BASHIBLE_POLL_SECONDS:-10}
 
+# A process start is the costly part of a run (a run starts several
+# hundred otherwise, most of them for a date, a temporary file or a JSON
+# document): the helpers below use bash itself where they can. What they
+# make, they make exactly as the commands they replace did.
+
+# bb-utc-now VAR [FORMAT]: sets VAR to the time in UTC, as strftime FORMAT
+# (default 2006-01-02T15:04:05Z's form).
+bb-utc-now() {
+  TZ=UTC0 printf -v "$1" "%(${2:-%Y-%m-%dT%H:%M:%SZ})T" -1
+}
+
+# bb-json-string VAR TEXT: sets VAR to TEXT as a JSON string, quotes
+# included. Text with bytes outside ASCII goes through jq, which also
+# replaces what is not UTF-8; plain ASCII is escaped here.
+bb-json-string() {
+  local _bb_s=$2 _bb_i _bb_c _bb_e
+  if [[ "$_bb_s" == *[![:ascii:]]* ]]; then
+    _bb_s=$(jq -n --arg s "$2" '$s') || return 1
+    printf -v "$1" '%s' "$_bb_s"
+    return 0
+  fi
+  _bb_s=${_bb_s//\\/\\\\}
+  _bb_s=${_bb_s//\"/\\\"}
+  if [[ "$_bb_s" == *[[:cntrl:]]* ]]; then
+    _bb_s=${_bb_s//$'\n'/\\n}
+    _bb_s=${_bb_s//$'\t'/\\t}
+    _bb_s=${_bb_s//$'\r'/\\r}
+    for _bb_i in {1..31} 127; do
+      printf -v _bb_c '%02x' "$_bb_i"
+      printf -v _bb_c '%b' "\\x$_bb_c"
+      [[ "$_bb_s" == *"$_bb_c"* ]] || continue
+      printf -v _bb_e '\\u%04x' "$_bb_i"
+      _bb_s=${_bb_s//"$_bb_c"/"$_bb_e"}
+    done
+  fi
+  printf -v "$1" '"%s"' "$_bb_s"
+}
+
 # bb-log MESSAGE...: a line with the time and the step's name, on stderr.
 bb-log() {
-  printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${BASHIBLE_STEP:-bashible}" "$*" >&2
+  local now
+  bb-utc-now now
+  printf '%s %s: %s\n' "$now" "${BASHIBLE_STEP:-bashible}" "$*" >&2
 }
 
 # Flags carry facts between steps of one run (and across runs until unset),
@@ -95,24 +137,36 @@ bb-flag-set() {
   bb-log-info "Creating flag '$1' at '$BB_FLAG_DIR'"
   touch "$BB_FLAG_DIR/$1"
 }
-bb-flag-unset() { rm -f "$BB_FLAG_DIR/$1"; }
+bb-flag-unset() {
+  [[ ! -e "$BB_FLAG_DIR/$1" && ! -L "$BB_FLAG_DIR/$1" ]] || rm -f "$BB_FLAG_DIR/$1"
+}
 bb-flag-is-set() { [[ -f "$BB_FLAG_DIR/$1" ]]; }
 bb-flag?() { bb-flag-is-set "$@"; }
 
 # bb-node-name prints this node's name.
 bb-node-name() {
-  if [[ -n "${BASHIBLE_NODE_NAME:-}" ]]; then
-    echo "$BASHIBLE_NODE_NAME"
-  elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
-    cat "$BASHIBLE_DIR/discovered-node-name"
-  else
-    # What the kubelet registers by default: the host name, lowercased.
-    uname -n | tr '[:upper:]' '[:lower:]'
-  fi
+  local name
+  bb-node-name-into name
+  echo "$name"
 }
 
-# bb-kube-api METHOD PATH [CONTENT-TYPE]: one request to the API, body on
-# stdin for writes, response body on stdout. Credentials: the kubelet's
+# bb-node-name-into VAR sets VAR to this node's name.
+bb-node-name-into() {
+  local _bb_name
+  if [[ -n "${BASHIBLE_NODE_NAME:-}" ]]; then
+    _bb_name=$BASHIBLE_NODE_NAME
+  elif [[ -s "$BASHIBLE_DIR/discovered-node-name" ]]; then
+    IFS= read -r _bb_name < "$BASHIBLE_DIR/discovered-node-name" || true
+  else
+    # What the kubelet registers by default: the host name, lowercased.
+    _bb_name=$(uname -n)
+    _bb_name=${_bb_name,,}
+  fi
+  printf -v "$1" '%s' "$_bb_name"
+}
+
+# bb-kube-api METHOD PATH [CONTENT-TYPE [BODY]]: one request to the API, the
+# body of a write as BODY or on stdin, response body on stdout. Credentials: the kubelet's
 # client certificate once the node has joined, the bootstrap token before
 # (from a header file, so it never appears in a process list or a log).
 # Endpoints are tried in turn; an HTTP error stops at once with the
@@ -133,37 +187,44 @@ bb-kube-api() {
 # anything else.
 bb-kube-api-untraced() {
   local method=$1 path=$2 ctype=${3:-application/json}
-  local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
+  local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem token
   # The API is reached directly, never through a proxy from the environment.
   local -a args=(--silent --show-error --noproxy '*' --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
   if [[ -s "$cert" ]]; then
     args+=(--cert "$cert" --key "$cert")
   elif [[ -s "$BASHIBLE_DIR/bootstrap-token" ]]; then
-    (umask 077 && printf 'Authorization: Bearer %s\n' "$(cat "$BASHIBLE_DIR/bootstrap-token")" > "$BASHIBLE_DIR/bootstrap-token-header")
+    IFS= read -r token < "$BASHIBLE_DIR/bootstrap-token" || true
+    (umask 077 && printf 'Authorization: Bearer %s\n' "$token" > "$BASHIBLE_DIR/bootstrap-token-header")
     args+=(-H "@$BASHIBLE_DIR/bootstrap-token-header")
   else
     bb-log "no credentials: neither the kubelet certificate nor $BASHIBLE_DIR/bootstrap-token exists"
     return 1
   fi
+  # The request's files are this process's own, in the run's scratch
+  # space (owner-only), emptied once the answer is read; bb-kube-api-forget.
+  local dir=$BASHIBLE_DIR/tmp endpoint code out data=""
+  [[ -d "$dir" ]] || (umask 077 && mkdir -p "$dir")
+  local body=$dir/api.$BASHPID
   if [[ "$method" != GET ]]; then
-    args+=(-H "Content-Type: $ctype" --data-binary @-)
-  fi
-  local body endpoint code out
-  mkdir -p "$BASHIBLE_DIR/tmp"
-  body=$(umask 077 && mktemp "$BASHIBLE_DIR/tmp/api.XXXXXX")
-  if [[ "$method" != GET ]]; then
-    cat > "$body.in"
+    if (( $# >= 4 )); then
+      data=$4
+    else
+      IFS= read -r -d '' data || true
+    fi
+    printf '%s' "$data" > "$body.in"
+    args+=(-H "Content-Type: $ctype" --data-binary "@$body.in")
   fi
   for endpoint in "${BASHIBLE_ENDPOINTS[@]}"; do
-    if [[ "$method" != GET ]]; then
-      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" < "$body.in" 2>/dev/null) || code=000
-    else
-      code=$(curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" 2>/dev/null) || code=000
-    fi
-    case "$code" in
+    : > "$body"
+    code=""
+    curl "${args[@]}" -o "$body" -w '%{http_code}' "https://$endpoint$path" > "$body.code" 2>/dev/null || true
+    IFS= read -r code < "$body.code" || true
+    case "${code:-000}" in
       2??)
-        cat "$body"
-        rm -f "$body" "$body.in"
+        out=""
+        IFS= read -r -d '' out < "$body" || true
+        bb-kube-api-forget "$body"
+        printf '%s' "$out"
         return 0
         ;;
       000)
@@ -171,28 +232,51 @@ bb-kube-api-untraced() {
         ;;
       *)
         out=$(jq -r '.message // empty' "$body" 2>/dev/null || true)
-        bb-log "$method $path: HTTP $code from $endpoint: ${out:-$(head -c 300 "$body")}"
-        rm -f "$body" "$body.in"
+        if [[ -z "$out" ]]; then
+          IFS= read -r -N 300 out < "$body" || true
+        fi
+        bb-log "$method $path: HTTP $code from $endpoint: $out"
+        bb-kube-api-forget "$body"
         [[ "$code" == 409 ]] && return 9
         [[ "$code" == 404 ]] && return 4
         return 1
         ;;
     esac
   done
-  rm -f "$body" "$body.in"
+  bb-kube-api-forget "$body"
   bb-log "$method $path: no API endpoint answered (tried: ${BASHIBLE_ENDPOINTS[*]:-none})"
   return 1
 }
 
+# bb-kube-api-forget BODY empties a request's files. In a run of
+# bashible.sh (BASHIBLE_RUN_TMP is its scratch space, which it removes when
+# it ends) they stay, empty, for the process's next request; outside a run
+# they are removed.
+bb-kube-api-forget() {
+  if [[ "${BASHIBLE_RUN_TMP:-}" == "$BASHIBLE_DIR/tmp" ]]; then
+    : > "$1"
+    [[ ! -e "$1.in" ]] || : > "$1.in"
+  else
+    rm -f "$1" "$1.in" "$1.code"
+  fi
+}
+
 # bb-node-get prints this node's Node object.
-bb-node-get() { bb-kube-api GET "/api/v1/nodes/$(bb-node-name)"; }
+bb-node-get() {
+  local name
+  bb-node-name-into name
+  bb-kube-api GET "/api/v1/nodes/$name"
+}
 
 # bb-node-annotate-cas RESOURCE-VERSION ANNOTATIONS-JSON: merge-patches the
 # Node's annotations (null removes one), only if the Node is still at
 # RESOURCE-VERSION: a compare-and-set, so two writers never both win.
 bb-node-annotate-cas() {
-  jq -n --arg rv "$1" --argjson a "$2" '{metadata: {resourceVersion: $rv, annotations: $a}}' |
-    bb-kube-api PATCH "/api/v1/nodes/$(bb-node-name)" application/merge-patch+json > /dev/null
+  local name rv
+  bb-node-name-into name
+  bb-json-string rv "$1"
+  bb-kube-api PATCH "/api/v1/nodes/$name" application/merge-patch+json \
+    "{\"metadata\":{\"resourceVersion\":$rv,\"annotations\":$2}}" > /dev/null
 }
 
 # bb-node-annotate ANNOTATIONS-JSON: read, then compare-and-set, retrying
@@ -221,32 +305,40 @@ bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has
 # transition time changes only with the status. Best effort: a node whose
 # Instance does not exist yet reports nothing.
 bb-instance-condition() {
-  local type=$1 status=$2 reason=$3 message=$4 name current since
-  name=$(bb-node-name)
+  local type=$1 status=$2 reason=$3 message=$4 name current since body j
+  bb-node-name-into name
   current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
   since=$(jq -r --arg t "$type" --arg s "$status" \
     '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current" 2>/dev/null) || return 0
-  since=${since:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
-  jq -n --arg n "$name" --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "${message:0:1000}" --arg since "$since" \
-    '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n},
-      status: {conditions: [{type: $t, status: $s, reason: $r, message: $m, lastTransitionTime: $since}]}}' |
-    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
-      application/apply-patch+yaml > /dev/null || bb-log "could not set $type on Instance $name"
+  [[ -n "$since" ]] || bb-utc-now since
+  bb-json-string j "$name"
+  body="{\"apiVersion\":\"deckhouse.io/v1alpha1\",\"kind\":\"Instance\",\"metadata\":{\"name\":$j},\"status\":{\"conditions\":[{"
+  bb-json-string j "$type"; body+="\"type\":$j,"
+  bb-json-string j "$status"; body+="\"status\":$j,"
+  bb-json-string j "$reason"; body+="\"reason\":$j,"
+  bb-json-string j "${message:0:1000}"; body+="\"message\":$j,"
+  bb-json-string j "$since"; body+="\"lastTransitionTime\":$j}]}}"
+  bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
+    application/apply-patch+yaml "$body" > /dev/null || bb-log "could not set $type on Instance $name"
 }
 
 # bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
 # Only a joined node reports; a bootstrap token may not create Events.
 bb-event() {
   [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] || return 0
-  local name
-  name=$(bb-node-name)
-  jq -n --arg n "$name" --arg type "$1" --arg reason "$2" --arg note "${3:0:1000}" --arg now "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)" \
-    '{apiVersion: "events.k8s.io/v1", kind: "Event",
-      metadata: {generateName: ("bashible-" + $n + "-"), namespace: "default", labels: {"bashible.deckhouse.io/node": $n}},
-      eventTime: $now, reportingController: "bashible", reportingInstance: $n, action: "Converge",
-      type: $type, reason: $reason, note: $note,
-      regarding: {apiVersion: "v1", kind: "Node", name: $n}}' |
-    bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events > /dev/null || bb-log "could not record event $2"
+  local name now t=${EPOCHREALTIME/[!0-9]/.} n body j
+  bb-node-name-into name
+  TZ=UTC0 printf -v now '%(%Y-%m-%dT%H:%M:%S)T.%sZ' "${t%.*}" "${t#*.}"
+  bb-json-string n "$name"
+  bb-json-string j "bashible-$name-"
+  body="{\"apiVersion\":\"events.k8s.io/v1\",\"kind\":\"Event\","
+  body+="\"metadata\":{\"generateName\":$j,\"namespace\":\"default\",\"labels\":{\"bashible.deckhouse.io/node\":$n}},"
+  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,\"action\":\"Converge\","
+  bb-json-string j "$1"; body+="\"type\":$j,"
+  bb-json-string j "$2"; body+="\"reason\":$j,"
+  bb-json-string j "${3:0:1000}"; body+="\"note\":$j,"
+  body+="\"regarding\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":$n}}"
+  bb-kube-api POST /apis/events.k8s.io/v1/namespaces/default/events application/json "$body" > /dev/null || bb-log "could not record event $2"
 }
 
 # bb-wait-for-update-approval: asks for update approval and waits for it,
@@ -308,7 +400,9 @@ bb-disruption-gate() {
     return 0
   fi
   # Approved for this configuration already (the flag holds its checksum).
-  if [[ "$(cat "$BASHIBLE_DIR/flags/disruption" 2>/dev/null || true)" == "${BASHIBLE_CHECKSUM:-}" ]]; then
+  local approved_for=""
+  [[ ! -s "$BASHIBLE_DIR/flags/disruption" ]] || IFS= read -r approved_for < "$BASHIBLE_DIR/flags/disruption" || true
+  if [[ "$approved_for" == "${BASHIBLE_CHECKSUM:-}" ]]; then
     return 0
   fi
   local node
@@ -641,7 +735,14 @@ bb-log-level-name() {
 # first helper on the call stack that is not a logging one, otherwise
 # BB_LOG_PREFIX.
 bb-log-prefix() {
-  local i=2 fn
+  local prefix
+  bb-log-prefix-into prefix
+  echo "$prefix"
+}
+
+# bb-log-prefix-into VAR sets VAR to bb-log-prefix's answer.
+bb-log-prefix-into() {
+  local i=1 fn
   while (( i < ${#FUNCNAME[@]} )); do
     case "${FUNCNAME[$i]}" in
       bb-log*|bb-exit|bb-exit-helper|bb-exit-on-error|bb-cleanup) i=$(( i + 1 )) ;;
@@ -651,22 +752,26 @@ bb-log-prefix() {
   fn=${FUNCNAME[$i]:-}
   if [[ "$fn" == bb-* ]]; then
     fn=${fn#bb-}
-    echo "bb-${fn%%-*}"
+    printf -v "$1" '%s' "bb-${fn%%-*}"
   else
-    echo "$BB_LOG_PREFIX"
+    printf -v "$1" '%s' "$BB_LOG_PREFIX"
   fi
 }
 
 # bb-log-msg LEVEL MESSAGE logs MESSAGE (backslash escapes interpreted) at
 # LEVEL through BB_LOG_FORMAT, which may use PREFIX, TIME, LEVEL, MESSAGE,
-# COLOR and NOCOLOR.
+# COLOR and NOCOLOR. A line below BB_LOG_LEVEL costs no process, and TIME
+# is taken only when the format uses it.
 # shellcheck disable=SC2034 # the variables are read by the format
 bb-log-msg() {
-  local code=$(( ${1:-0} ))
-  (( code >= $(bb-log-level-code) )) || return 0
-  local MESSAGE=${2:-} PREFIX TIME LEVEL=${BB_LOG_LEVEL_NAME[$code]:-$code} COLOR=${BB_LOG_COLORS[$code]:-} NOCOLOR=${BB_LOG_COLORS[NC]:-}
-  PREFIX=$(bb-log-prefix)
-  TIME=$(eval "$BB_LOG_TIME")
+  local code=$(( ${1:-0} )) threshold=${BB_LOG_LEVEL:-$BB_LOG_INFO}
+  [[ "$threshold" =~ ^[0-9]+$ ]] || threshold=${BB_LOG_LEVEL_CODE[$threshold]:-$BB_LOG_INFO}
+  (( code >= threshold )) || return 0
+  local MESSAGE=${2:-} PREFIX TIME="" LEVEL=${BB_LOG_LEVEL_NAME[$code]:-$code} COLOR=${BB_LOG_COLORS[$code]:-} NOCOLOR=${BB_LOG_COLORS[NC]:-}
+  bb-log-prefix-into PREFIX
+  if [[ "$BB_LOG_FORMAT" == *TIME* ]]; then
+    TIME=$(eval "$BB_LOG_TIME")
+  fi
   eval "printf '%b\n' \"$BB_LOG_FORMAT\"" >&2
 }
 
@@ -833,12 +938,28 @@ bb-workspace-init() {
   if [[ ! -d "$BB_WORKSPACE" ]]; then
     mkdir -p "$BB_WORKSPACE" || bb-exit "$BB_ERROR_WORKSPACE_CREATION_FAILED" "Failed to initialize workspace at '$BB_WORKSPACE'"
   fi
-  BB_WORKSPACE=$(cd "$BB_WORKSPACE" && pwd)
+  if [[ "$BB_WORKSPACE" != /* ]]; then
+    BB_WORKSPACE=$(cd "$BB_WORKSPACE" && pwd)
+  fi
+}
+
+# bb-dir-list DIR sets BB_DIR_ENTRIES to DIR's entries, dot files
+# included, without starting a process.
+bb-dir-list() {
+  local nullglob=0 dotglob=0
+  shopt -q nullglob && nullglob=1
+  shopt -q dotglob && dotglob=1
+  shopt -s nullglob dotglob
+  BB_DIR_ENTRIES=("$1"/*)
+  (( nullglob )) || shopt -u nullglob
+  (( dotglob )) || shopt -u dotglob
 }
 
 bb-workspace-cleanup() {
   bb-log-debug "Cleaning up workspace at '$BB_WORKSPACE'"
-  if [[ -d "$BB_WORKSPACE" && -z "$(ls -A "$BB_WORKSPACE")" ]]; then
+  [[ -d "$BB_WORKSPACE" ]] || return 0
+  bb-dir-list "$BB_WORKSPACE"
+  if (( ${#BB_DIR_ENTRIES[@]} == 0 )); then
     bb-log-debug "Workspace is empty. Removing"
     rm -rf "$BB_WORKSPACE"
   else
@@ -847,18 +968,16 @@ bb-workspace-cleanup() {
 }
 
 # bb-tmp-name prints a fresh name: the time and two random numbers.
-bb-tmp-name() { echo "$(date +%s)$RANDOM$RANDOM"; }
+bb-tmp-name() { echo "$EPOCHSECONDS$RANDOM$RANDOM"; }
 
-bb-tmp-init() {
-  BB_TMP_DIR=$BB_WORKSPACE/tmp_$(bb-tmp-name)
-  mkdir -p "$BB_TMP_DIR"
-}
+# bb-tmp-init names the step's temporary directory; bb-event-init makes it.
+bb-tmp-init() { BB_TMP_DIR=$BB_WORKSPACE/tmp_$EPOCHSECONDS$RANDOM$RANDOM; }
 
 # bb-tmp-file creates an empty file (mode from the umask, as touch makes
 # it) in the step's temporary directory and prints its path.
 bb-tmp-file() {
   local file
-  mkdir -p "$BB_TMP_DIR"
+  [[ -d "$BB_TMP_DIR" ]] || mkdir -p "$BB_TMP_DIR"
   file=$(mktemp "$BB_TMP_DIR/XXXXXXXXXX")
   chmod "$(printf '%o' $(( 0666 & ~$(umask) )))" "$file"
   echo "$file"
@@ -868,13 +987,24 @@ bb-tmp-file() {
 # prints its path.
 bb-tmp-dir() {
   local dir
-  mkdir -p "$BB_TMP_DIR"
+  [[ -d "$BB_TMP_DIR" ]] || mkdir -p "$BB_TMP_DIR"
   dir=$(mktemp -d "$BB_TMP_DIR/XXXXXXXXXX")
   chmod "$(printf '%o' $(( 0777 & ~$(umask) )))" "$dir"
   echo "$dir"
 }
 
-bb-tmp-cleanup() { rm -rf "$BB_TMP_DIR"; }
+# bb-tmp-cleanup removes the step's temporary directory, and the workspace
+# with it when that holds nothing else (bb-workspace-cleanup would remove
+# it next: one process instead of two).
+bb-tmp-cleanup() {
+  [[ -e "$BB_TMP_DIR" ]] || return 0
+  bb-dir-list "$BB_WORKSPACE"
+  if [[ "${#BB_DIR_ENTRIES[@]}" == 1 && "${BB_DIR_ENTRIES[0]}" == "$BB_TMP_DIR" ]]; then
+    rm -rf "$BB_WORKSPACE"
+  else
+    rm -rf "$BB_TMP_DIR"
+  fi
+}
 
 # bb-template FILE prints FILE with its $VARIABLES and $(commands) expanded,
 # as in a here-document.
@@ -891,7 +1021,13 @@ BB_TEMPLATE_END"
 declare -gA BB_EVENT_DEPTH=()
 BB_EVENT_MAX_DEPTH=1000
 
-bb-event-init() { BB_EVENT_DIR=$(bb-tmp-dir); }
+# bb-event-init makes the step's events directory in its temporary
+# directory, and so those and the workspace: one process (mode from the
+# umask, as bb-tmp-dir makes one).
+bb-event-init() {
+  BB_EVENT_DIR=$BB_TMP_DIR/events
+  mkdir -p "$BB_EVENT_DIR" || bb-exit "$BB_ERROR_WORKSPACE_CREATION_FAILED" "Failed to initialize workspace at '$BB_WORKSPACE'"
+}
 
 # bb-event-file EVENT prints the file of EVENT's handlers.
 bb-event-file() { echo "$BB_EVENT_DIR/${1//\//%2F}.handlers"; }
@@ -990,7 +1126,9 @@ bb-flag-clean() {
   rm -rf "$BB_FLAG_DIR"
 }
 bb-flag-cleanup() {
-  if [[ -d "$BB_FLAG_DIR" && -z "$(ls -A "$BB_FLAG_DIR")" ]]; then
+  [[ -d "$BB_FLAG_DIR" ]] || return 0
+  bb-dir-list "$BB_FLAG_DIR"
+  if (( ${#BB_DIR_ENTRIES[@]} == 0 )); then
     bb-log-debug "Flag directory is empty"
     bb-flag-clean
   fi
@@ -1389,9 +1527,10 @@ _bb_detect_os_context() {
     return 0
   fi
   # shellcheck disable=SC1090 # os-release is a shell fragment by definition
-  id=$(. "$os_release" && echo "${ID:-}")
-  # shellcheck disable=SC1090
-  id_like=$(. "$os_release" && echo "${ID_LIKE:-}")
+  id=$(. "$os_release" && printf '%s\n%s|' "${ID:-}" "${ID_LIKE:-}")
+  id_like=${id#*$'\n'}
+  id_like=${id_like%|}
+  id=${id%%$'\n'*}
   case "$id" in
     debian) BB_DETECTED_FAMILY=debian BB_DETECTED_BUNDLE=debian BB_DETECTED_PKG_MGR=apt ;;
     ubuntu) BB_DETECTED_FAMILY=debian BB_DETECTED_BUNDLE=ubuntu-lts BB_DETECTED_PKG_MGR=apt ;;
@@ -2562,7 +2701,10 @@ bb-ctrd-v2-has-registry-fields() { bb-ctrd-has-table "$1" 'plugins."io.container
 # exits: it fires bb-cleanup, then the delayed events, once each, then
 # removes the temporary files; the step's exit status is kept, or the first
 # failure of that.
-bb-workspace-init
+# An absolute workspace is made with the events directory, in one process.
+if [[ "$BB_WORKSPACE" != /* ]]; then
+  bb-workspace-init
+fi
 bb-tmp-init
 bb-event-init
 bb-download-init
@@ -2612,13 +2754,16 @@ self_update() {
     rm -f "$new"
     return 1
   fi
-  if [[ ! -s "$new" ]] || [[ "$(head -n 1 "$new")" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
-    bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
-    bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
+  # The same script as this one needs no check (most runs).
+  if cmp -s "$new" "$BASHIBLE_DIR/bashible.sh"; then
     rm -f "$new"
     return 0
   fi
-  if cmp -s "$new" "$BASHIBLE_DIR/bashible.sh"; then
+  local first=""
+  IFS= read -r first < "$new" || true
+  if [[ ! -s "$new" ]] || [[ "$first" != "#!/usr/bin/env bash" ]] || ! bash -n "$new" 2>/dev/null; then
+    bb-log "refusing the served bashible.sh: it is empty or not a valid bash script; keeping the current one"
+    bb-event Warning BashibleUpdateRefused "the served bashible.sh is empty or not valid bash; the node keeps the one it has"
     rm -f "$new"
     return 0
   fi
@@ -2635,22 +2780,34 @@ self_update() {
 }
 
 # boot_id identifies this boot of the machine; it changes on every reboot.
-boot_id() { cat "${BASHIBLE_ROOT}/proc/sys/kernel/random/boot_id"; }
+boot_id() {
+  local id
+  IFS= read -r id < "${BASHIBLE_ROOT}/proc/sys/kernel/random/boot_id"
+  echo "$id"
+}
+
+# stored FILE prints the first line of FILE, nothing if it is missing.
+stored() {
+  local line=""
+  [[ ! -f "$1" ]] || IFS= read -r line < "$1" || true
+  echo "$line"
+}
 
 # in_sync reports whether the node already runs CHECKSUM: same stored
 # checksum, no reboot requested, and no reboot since the last run.
 in_sync() {
   local checksum=$1 node=$2
-  [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" == "$checksum" ]] || return 1
+  [[ "$(stored "$BASHIBLE_DIR/configuration_checksum")" == "$checksum" ]] || return 1
   ! bb-node-has-annotation "$node" update.node.deckhouse.io/reboot || return 1
-  [[ "$(cat "$BASHIBLE_DIR/boot_id" 2>/dev/null || true)" == "$(boot_id)" ]]
+  [[ "$(stored "$BASHIBLE_DIR/boot_id")" == "$(boot_id)" ]]
 }
 
-# now_ms prints the time in milliseconds, from bash 5's EPOCHREALTIME
-# (seconds with six decimals; LC_ALL=C makes the separator a dot).
+# now_ms VAR sets VAR to the time in milliseconds, from bash 5's
+# EPOCHREALTIME (seconds with six decimals; LC_ALL=C makes the separator a
+# dot).
 now_ms() {
   local t=${EPOCHREALTIME/./}
-  echo $(( 10#$t / 1000 ))
+  printf -v "$1" '%d' $(( 10#$t / 1000 ))
 }
 
 # The run's step history: record_step appends one JSON line per step to
@@ -2663,10 +2820,13 @@ MAX_REPORTED_STEPS=128
 RUN_START=""
 RUN_FAILURE=""
 
-# record_step NAME ATTEMPTS START-MS EXIT-STATUS
+# record_step NAME ATTEMPTS START-MS EXIT-STATUS. The name is a step's,
+# checked by fetch_steps; the others are numbers.
 record_step() {
-  jq -cn --arg n "$1" --argjson a "$2" --argjson d "$(( $(now_ms) - $3 ))" --argjson c "$4" \
-    '{name: $n, attempts: $a, durationMilliseconds: $d, exitCode: $c}' >> "$RUN_STEPS"
+  local now name
+  now_ms now
+  bb-json-string name "$1"
+  printf '{"name":%s,"attempts":%d,"durationMilliseconds":%d,"exitCode":%d}\n' "$name" "$2" $(( now - $3 )) "$4" >> "$RUN_STEPS"
 }
 
 # report_run RESULT [FAILED-STEP]: applies the run's steps as the node's
@@ -2677,10 +2837,11 @@ record_step() {
 # bb-instance-condition: a node whose Instance it cannot read reports
 # nothing.
 report_run() {
-  local result=$1 failed=${2:-} name run field manager
-  name=$(bb-node-name)
+  local result=$1 failed=${2:-} name run field manager j finish
+  bb-node-name-into name
   bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" > /dev/null 2>&1 || return 0
-  run=$(jq -cs --arg c "${BASHIBLE_CHECKSUM:-}" --arg start "$RUN_START" --arg finish "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+  bb-utc-now finish
+  run=$(jq -cs --arg c "${BASHIBLE_CHECKSUM:-}" --arg start "$RUN_START" --arg finish "$finish" \
     --arg r "$result" --arg f "$failed" --arg m "${RUN_FAILURE:0:1000}" --argjson max "$MAX_REPORTED_STEPS" \
     '{checksum: $c, startTime: $start, completionTime: $finish, result: $r, steps: .[-$max:]}
       + (if length > $max then {omittedSteps: (length - $max)} else {} end)
@@ -2692,18 +2853,23 @@ report_run() {
     [[ "$field" == lastRun || "$result" == Failed ]] || continue
     manager=bashible-last-run
     [[ "$field" == lastFailure ]] && manager=bashible-last-failure
-    jq -n --arg n "$name" --arg field "$field" --argjson run "$run" \
-      '{apiVersion: "deckhouse.io/v1alpha1", kind: "Instance", metadata: {name: $n}, status: {($field): $run}}' |
-      bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=$manager&force=true" \
-        application/apply-patch+yaml > /dev/null || bb-log "could not report the run's steps ($field) on Instance $name"
+    bb-json-string j "$name"
+    bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=$manager&force=true" \
+      application/apply-patch+yaml "{\"apiVersion\":\"deckhouse.io/v1alpha1\",\"kind\":\"Instance\",\"metadata\":{\"name\":$j},\"status\":{\"$field\":$run}}" \
+      > /dev/null || bb-log "could not report the run's steps ($field) on Instance $name"
   done
 }
 
-# step_timeout STEP prints the step's timeout in seconds.
+# step_timeout VAR STEP sets VAR to the step's timeout in seconds: its
+# first line "# bashible-timeout: <seconds>", or STEP_TIMEOUT.
 step_timeout() {
-  local t
-  t=$(sed -n 's/^# bashible-timeout: *\([0-9][0-9]*\) *$/\1/p' "$1" | head -n 1)
-  echo "${t:-$STEP_TIMEOUT}"
+  local text="" re=$'(^|\n)# bashible-timeout: *([0-9]+) *(\n|$)'
+  IFS= read -r -d '' text < "$2" || true
+  if [[ "$text" =~ $re ]]; then
+    printf -v "$1" '%s' "${BASH_REMATCH[2]}"
+  else
+    printf -v "$1" '%s' "$STEP_TIMEOUT"
+  fi
 }
 
 # run_step STEP: runs it in a fresh bash with the library, retrying a
@@ -2717,9 +2883,9 @@ step_timeout() {
 # its note and last output in RUN_FAILURE.
 run_step() {
   local step=$1 name attempt=1 rc start took timeout trace note first_ms
-  name=$(basename "$step")
-  timeout=$(step_timeout "$step")
-  first_ms=$(now_ms)
+  name=${step##*/}
+  step_timeout timeout "$step"
+  now_ms first_ms
   while :; do
     trace=""
     (( attempt >= 3 )) && trace="set -x;"
@@ -2764,41 +2930,64 @@ run_step() {
 }
 
 # fetch_steps writes the bundle's steps to a new directory, then swaps it
-# in, so a half-written bundle is never run. The bundle is read one key at
-# a time, by name, so no content can make a step of another name: every
-# name must be a step name (checked whole, a newline included), every value
-# a string without a NUL byte (bash cannot run one, and it is how a value
-# could pose as a name). Otherwise, or without steps, the whole bundle is
-# refused and the node keeps the steps it has.
+# in, so a half-written bundle is never run. No content can make a step of
+# another name: every name must be a step name (checked whole, a newline
+# included), every value a string without a NUL byte (bash cannot hold
+# one, and it is how a value could pose as a name). One jq checks that and
+# writes each step as its name, its length in bytes and its content; each
+# step is read back by that exact length (LC_ALL=C: bash counts bytes) and
+# must have it. Otherwise, or without steps, the whole bundle is refused
+# and the node keeps the steps it has.
 fetch_steps() {
-  local json=$1 new keys key count=0
-  if ! jq -e '.data | type == "object" and length > 0 and all(.[]; type == "string")' <<< "$json" > /dev/null 2>&1; then
-    bb-log "refusing a bundle without steps, or with a step that is not text"
-    return 1
-  fi
-  if ! jq -e --arg re "$STEP_NAME_RE" '.data | keys | all(test($re))' <<< "$json" > /dev/null; then
-    bb-log "refusing the bundle: a step name is not NNN_<letters, digits, - _ .> (at most 250 bytes): $(jq -c --arg re "$STEP_NAME_RE" '[.data | keys[] | select(test($re) | not)] | .[:3]' <<< "$json" | head -c 600)"
-    return 1
-  fi
-  if ! jq -e '.data | all(.[]; explode | all(. != 0))' <<< "$json" > /dev/null; then
-    bb-log "refusing the bundle: step $(jq -r '[.data | to_entries[] | select(.value | explode | any(. == 0)) | .key][0]' <<< "$json") holds a NUL byte"
-    return 1
-  fi
+  local json=$1 new frames verdict key len content count=0 expected
+  frames=$BASHIBLE_DIR/tmp/bundle_frames
   # Called in a condition, so set -e does not hold here: every command
   # that can fail says so.
-  keys=$(jq -r '.data | keys[]' <<< "$json") || return 1
-  new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX") || return 1
-  while IFS= read -r key; do
-    # Checked again here: what is written is exactly what jq checked.
-    if [[ ! "$key" =~ $STEP_NAME_RE_BASH ]] || [[ -e "$new/$key" ]]; then
-      bb-log "refusing a step named '$key'"
+  jq -j --arg re "$STEP_NAME_RE" '
+    if (.data | type == "object" and length > 0 and all(.[]; type == "string")) | not then
+      "refused\na bundle without steps, or with a step that is not text\n"
+    elif (.data | keys | all(test($re))) | not then
+      "refused\na step name is not NNN_<letters, digits, - _ .> (at most 250 bytes): \([.data | keys[] | select(test($re) | not)] | .[:3] | tojson)\n"
+    elif (.data | all(.[]; explode | all(. != 0))) | not then
+      "refused\nstep \([.data | to_entries[] | select(.value | explode | any(. == 0)) | .key][0]) holds a NUL byte\n"
+    else
+      "steps\n\(.data | length)\n", (.data | to_entries[] | "\(.key)\n\(.value | utf8bytelength)\n\(.value)")
+    end' <<< "$json" > "$frames" 2>/dev/null || { bb-log "refusing a bundle that is not an object"; return 1; }
+  {
+    if ! IFS= read -r verdict || ! IFS= read -r expected; then
+      bb-log "refusing a bundle that could not be read"
       return 1
     fi
-    jq -j --arg k "$key" '.data[$k] | strings' <<< "$json" > "$new/$key" || { bb-log "could not write step $key"; return 1; }
-    count=$(( count + 1 ))
-  done <<< "$keys"
-  if (( count != $(jq '.data | length' <<< "$json") )); then
-    bb-log "refusing the bundle: $count steps were written, the bundle has $(jq '.data | length' <<< "$json")"
+    if [[ "$verdict" != steps ]]; then
+      bb-log "refusing the bundle: ${expected:0:600}"
+      return 1
+    fi
+    new=$(mktemp -d "$BASHIBLE_DIR/tmp/bundle_steps.XXXXXX") || return 1
+    while IFS= read -r key; do
+      # Checked again here: what is written is exactly what jq checked.
+      if [[ ! "$key" =~ $STEP_NAME_RE_BASH ]] || [[ -e "$new/$key" ]]; then
+        bb-log "refusing a step named '$key'"
+        return 1
+      fi
+      if ! IFS= read -r len || [[ ! "$len" =~ ^[0-9]+$ ]]; then
+        bb-log "refusing the bundle: no length for step $key"
+        return 1
+      fi
+      content=""
+      if (( len > 0 )); then
+        IFS= read -r -N "$len" content || true
+      fi
+      if (( ${#content} != len )); then
+        bb-log "refusing the bundle: step $key has ${#content} bytes, not $len"
+        return 1
+      fi
+      printf '%s' "$content" > "$new/$key" || { bb-log "could not write step $key"; return 1; }
+      count=$(( count + 1 ))
+    done
+  } < "$frames"
+  : > "$frames"
+  if (( count != expected )); then
+    bb-log "refusing the bundle: $count steps were written, the bundle has $expected"
     return 1
   fi
   rm -rf "$BASHIBLE_DIR/bundle_steps.old"
@@ -2838,7 +3027,7 @@ reboot_request() {
   if ! bb-node-has-annotation "$1" update.node.deckhouse.io/reboot; then
     echo none
   elif [[ -s "$BASHIBLE_DIR/flags/reboot-answered" ]] &&
-      [[ "$(cat "$BASHIBLE_DIR/flags/reboot-answered")" != "$(boot_id)" ]]; then
+      [[ "$(stored "$BASHIBLE_DIR/flags/reboot-answered")" != "$(boot_id)" ]]; then
     echo answered
   else
     echo reboot
@@ -2851,7 +3040,7 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step reboot=none approval=no flag first_run=no
+  local json checksum node="{}" step reboot=none approval=no flag first_run=no quoted file
   json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
   checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
   [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
@@ -2861,7 +3050,8 @@ main() {
     reboot=$(reboot_request "$node")
     if in_sync "$checksum" "$node"; then
       if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
-        bb-node-annotate "$(jq -n --arg c "$checksum" '{"node.deckhouse.io/configuration-checksum": $c}')"
+        bb-json-string quoted "$checksum"
+        bb-node-annotate "{\"node.deckhouse.io/configuration-checksum\":$quoted}"
       fi
       bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} is applied; nothing to do"
       return 0
@@ -2870,7 +3060,7 @@ main() {
     # approved before any step runs. A converge of the configuration the
     # node has (after a reboot) needs no approval unless a step asks for a
     # disruption, and then bb-disruption-gate asks for it.
-    if [[ "$(cat "$BASHIBLE_DIR/configuration_checksum" 2>/dev/null || true)" != "$checksum" || "$reboot" == reboot ]]; then
+    if [[ "$(stored "$BASHIBLE_DIR/configuration_checksum")" != "$checksum" || "$reboot" == reboot ]]; then
       approval=yes
     fi
   else
@@ -2894,18 +3084,18 @@ main() {
   fi
   bb-log "converging to configuration ${checksum:0:12}"
   bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
-  RUN_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  bb-utc-now RUN_START
   : > "$RUN_STEPS"
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
     [[ -f "$step" ]] || continue
     run_step "$step" || {
-      bb-log "the run failed at $(basename "$step"); configuration ${checksum:0:12} is not applied"
-      report_run Failed "$(basename "$step")"
+      bb-log "the run failed at ${step##*/}; configuration ${checksum:0:12} is not applied"
+      report_run Failed "${step##*/}"
       return 1
     }
     if bb-flag-is-set stop-run; then
       bb-flag-unset stop-run
-      bb-log "$(basename "$step") stopped the run (the node waits to be replaced); configuration ${checksum:0:12} is not applied"
+      bb-log "${step##*/} stopped the run (the node waits to be replaced); configuration ${checksum:0:12} is not applied"
       report_run Stopped
       return 0
     fi
@@ -2921,13 +3111,16 @@ main() {
   bb-flag-unset disruption
   # What the steps' bashbooster helpers changed is handled now: the next
   # run refreshes package lists again and fires change events only anew.
-  rm -f "$BB_SYNC_UNHANDLED_FILES_STORE" "$BB_APT_UNHANDLED_PACKAGES_STORE" "$BB_YUM_UNHANDLED_PACKAGES_STORE" \
-    "$BB_DNF_UNHANDLED_PACKAGES_STORE" "$BB_ZYPPER_UNHANDLED_PACKAGES_STORE"
+  for file in "$BB_SYNC_UNHANDLED_FILES_STORE" "$BB_APT_UNHANDLED_PACKAGES_STORE" "$BB_YUM_UNHANDLED_PACKAGES_STORE" \
+    "$BB_DNF_UNHANDLED_PACKAGES_STORE" "$BB_ZYPPER_UNHANDLED_PACKAGES_STORE"; do
+    [[ ! -e "$file" ]] || rm -f "$file"
+  done
   for flag in apt-updated apt-rpm-updated yum-updated dnf-updated zypper-updated; do
     bb-flag-unset "$flag"
   done
   # Once joined, the node needs its bootstrap token no more.
-  if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]]; then
+  if [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] &&
+      [[ -e "$BASHIBLE_DIR/bootstrap-token" || -e "$BASHIBLE_DIR/bootstrap-token-header" ]]; then
     rm -f "$BASHIBLE_DIR/bootstrap-token" "$BASHIBLE_DIR/bootstrap-token-header"
   fi
   # A reboot (asked for by a step or by the reboot annotation) comes last,
@@ -2955,9 +3148,13 @@ main() {
   report_run Succeeded
   # The reboot request this run answered (by rebooting before it) is
   # cleared; one made since stays.
-  bb-node-annotate "$(jq -n --arg c "$checksum" --arg answered "$reboot" \
-    '{"node.deckhouse.io/configuration-checksum": $c} + if $answered == "answered" then {"update.node.deckhouse.io/reboot": null} else {} end')"
-  rm -f "$BASHIBLE_DIR/flags/reboot-answered"
+  bb-json-string quoted "$checksum"
+  if [[ "$reboot" == answered ]]; then
+    bb-node-annotate "{\"node.deckhouse.io/configuration-checksum\":$quoted,\"update.node.deckhouse.io/reboot\":null}"
+  else
+    bb-node-annotate "{\"node.deckhouse.io/configuration-checksum\":$quoted}"
+  fi
+  bb-flag-unset reboot-answered
   bb-instance-condition BashibleReady True StepsCompleted "configuration ${checksum:0:12} applied"
   bb-event Normal BashibleConverged "configuration ${checksum:0:12} applied"
   bb-log "configuration ${checksum:0:12} applied"
