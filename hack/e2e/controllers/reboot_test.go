@@ -27,6 +27,7 @@ import (
 // approved or disrupted at once.
 func TestRebootRequestsWithRealBashible(t *testing.T) {
 	t.Parallel()
+	runsRealBashible(t)
 	const group = "reboots"
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		one := intstr.FromInt32(1)

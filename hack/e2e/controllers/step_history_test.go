@@ -14,6 +14,7 @@ import (
 // retries, the failure and both runs' step durations, by group and step.
 func TestStepHistoryBecomesMetrics(t *testing.T) {
 	t.Parallel()
+	runsRealBashible(t)
 	const group, step = "history", "030_on_demand.sh"
 	newGroup(t, group, nil)
 	dir := t.TempDir()
