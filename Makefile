@@ -186,8 +186,11 @@ test: verify-generated lint test-unit test-rules test-fuzz test-e2e ## everythin
 	@echo "test: all checks passed"
 
 .PHONY: bench
-bench: $(CONTROL_PLANE) ## render and serving benchmarks on this machine, one `name: value unit` per line
+bench: $(CONTROL_PLANE) debian-tools ## render, serving and bashible-run benchmarks on this machine, one `name: value unit` per line
 	go run ./hack/cmd/bench
+	@# One bashible.sh run applying 40 steps against a fake API (templates.BenchmarkAgentRun).
+	@go test -run '^$$' -bench '^BenchmarkAgentRun$$' -benchtime 3x ./templates | \
+		awk '$$1 ~ /^BenchmarkAgentRun/ { printf "bashible_run_40_steps: %.0f ms\nbashible_run_40_steps_cpu: %s ms\n", $$3 / 1e6, $$5 }'
 
 # BENCH_FLEET_FLAGS: for example -nodes 200 while developing (see hack/cmd/benchfleet).
 BENCH_FLEET_FLAGS ?=

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,14 +125,14 @@ func runAgent(t *testing.T, api *fakeAPI, args ...string) (string, string, bool)
 // runAgentAsJoinedNode is runAgent on a node that has its kubelet client
 // certificate (a self-signed one: the fake API asks for none), so bashible
 // also records Events.
-func runAgentAsJoinedNode(t *testing.T, api *fakeAPI, args ...string) (string, string, bool) {
+func runAgentAsJoinedNode(t testing.TB, api *fakeAPI, args ...string) (string, string, bool) {
 	t.Helper()
 	return runScriptOn(t, api, mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible, map[string]string{
 		"var/lib/kubelet/pki/kubelet-client-current.pem": selfSignedCertAndKey(t, "system:node:n1")}, args...)
 }
 
 // selfSignedCertAndKey returns a PEM certificate for cn followed by its key.
-func selfSignedCertAndKey(t *testing.T, cn string) string {
+func selfSignedCertAndKey(t testing.TB, cn string) string {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -158,7 +159,7 @@ func runScript(t *testing.T, api *fakeAPI, script string, args ...string) (strin
 }
 
 // runScriptOn is runScript on a node that also has extra's files.
-func runScriptOn(t *testing.T, api *fakeAPI, script string, extra map[string]string, args ...string) (string, string, bool) {
+func runScriptOn(t testing.TB, api *fakeAPI, script string, extra map[string]string, args ...string) (string, string, bool) {
 	t.Helper()
 	srv := httptest.NewTLSServer(api)
 	t.Cleanup(srv.Close)
@@ -291,7 +292,7 @@ func TestAgentReportsAFailingStepsOutputWhateverItHolds(t *testing.T) {
 		!strings.Contains(failed[0], "step 010_fails.sh failed with exit status 3") {
 		t.Errorf("BashibleStepFailed notes %q, want one holding %q, then the bell line\n%s", failed, output, out)
 	}
-	last, _ := api.applied["bashible-last-failure"]["lastFailure"].(map[string]any)
+	last, _ := api.applied[deckhousev1.BashibleLastFailureFieldManager]["lastFailure"].(map[string]any)
 	if msg := fmt.Sprint(last["message"]); !strings.Contains(msg, output) || last["failedStep"] != "010_fails.sh" {
 		t.Errorf("Instance lastFailure %v, want step 010_fails.sh and a message holding %q", last, output)
 	}
@@ -343,4 +344,31 @@ echo "body done" >> "$BASHIBLE_ROOT/trace"
 	if trace, _ := os.ReadFile(filepath.Join(root, "trace")); len(trace) != 0 {
 		t.Errorf("the built-in step went on past the unset variable: %q", trace)
 	}
+}
+
+// BenchmarkAgentRun is one run of bashible.sh on a joined node that applies
+// a new configuration of 40 steps which do nothing, against the fake API:
+// what bashible itself costs a node per change (make bench prints it).
+// Besides the time per run it reports the CPU of the run's processes.
+func BenchmarkAgentRun(b *testing.B) {
+	steps := map[string]string{}
+	for i := range 40 {
+		steps[fmt.Sprintf("%03d_step-%d.sh", i*10, i)] = "true\n"
+	}
+	script := mustRender(b, builtinTree(b), workerContext(b, nil)).Bashible
+	cert := map[string]string{"var/lib/kubelet/pki/kubelet-client-current.pem": selfSignedCertAndKey(b, "system:node:n1")}
+	var cpu time.Duration
+	for b.Loop() {
+		api := &fakeAPI{instance: true, bundle: bundleOf(steps), annotations: map[string]any{
+			deckhousev1.ConfigurationChecksumAnnotation: "old", deckhousev1.ApprovedAnnotation: ""}}
+		var before, after syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &before)
+		out, _, ok := runScriptOn(b, api, script, cert)
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &after)
+		if !ok || len(api.events) < 40 {
+			b.Fatalf("the run failed or recorded %d Events:\n%s", len(api.events), out)
+		}
+		cpu += time.Duration(after.Utime.Nano() - before.Utime.Nano() + after.Stime.Nano() - before.Stime.Nano())
+	}
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/run")
 }

@@ -18,7 +18,7 @@ import (
 // of the package: a Tree is read-only once loaded (the server renders one
 // from many goroutines), and loading it under -race costs a tenth of a
 // second that tests calling it per render paid each time.
-func builtinTree(t *testing.T) *Tree {
+func builtinTree(t testing.TB) *Tree {
 	t.Helper()
 	tree, err := loadBuiltinTree()
 	if err != nil {
@@ -29,7 +29,7 @@ func builtinTree(t *testing.T) *Tree {
 
 var loadBuiltinTree = sync.OnceValues(func() (*Tree, error) { return LoadTree(Builtin()) })
 
-func workerContext(t *testing.T, mutate func(*deckhousev1.NodeGroup)) Context {
+func workerContext(t testing.TB, mutate func(*deckhousev1.NodeGroup)) Context {
 	t.Helper()
 	ctx, err := newWorkerContext(mutate)
 	if err != nil {
@@ -52,7 +52,7 @@ func newWorkerContext(mutate func(*deckhousev1.NodeGroup)) (Context, error) {
 	return NewContext(ng, settings, []string{"10.0.0.1:6443"}, testCA)
 }
 
-func mustRender(t *testing.T, tree *Tree, ctx Context, custom ...CustomStep) *Bundle {
+func mustRender(t testing.TB, tree *Tree, ctx Context, custom ...CustomStep) *Bundle {
 	t.Helper()
 	b, failures := tree.Render(&ctx, custom)
 	if failures != nil {
