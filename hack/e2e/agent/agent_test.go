@@ -64,6 +64,19 @@ func instanceCondition(t *testing.T, node, condType string) *metav1.Condition {
 	return meta.FindStatusCondition(inst.Status.Conditions, condType)
 }
 
+// ownGroup creates a Static NodeGroup with the approval mode for one test
+// and waits until its bundle is served. A test that changes its group's
+// configuration runs on a group of its own, so that the tests running
+// beside it (t.Parallel) keep the configuration of theirs.
+func ownGroup(t *testing.T, name string, mode deckhousev1.ApprovalMode) string {
+	t.Helper()
+	f.TestGroup(t, framework.NewGroup(name, func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: mode}
+	}))
+	f.WaitChecksum(t, name, func(sum string) bool { return sum != "" })
+	return name
+}
+
 // changeBundle adds a NodeGroupConfiguration of weight 40 for group and
 // waits until the group serves a new checksum.
 func changeBundle(t *testing.T, name, group, content string) string {
@@ -79,6 +92,7 @@ func changeBundleWeight(t *testing.T, name, group string, weight int32, content 
 }
 
 func TestFirstRunConvergesWithoutApproval(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "first-1", "sim")
 	run := mustRun(t, n)
 	want := f.Checksum(t, "sim")
@@ -113,12 +127,14 @@ func TestFirstRunConvergesWithoutApproval(t *testing.T) {
 }
 
 func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
-	nodes := []*stack.SimNode{newNode(t, "appr-1", "sim"), newNode(t, "appr-2", "sim"), newNode(t, "appr-3", "sim")}
+	t.Parallel()
+	group := ownGroup(t, "appr", deckhousev1.ApprovalManual)
+	nodes := []*stack.SimNode{newNode(t, "appr-1", group), newNode(t, "appr-2", group), newNode(t, "appr-3", group)}
 	for _, n := range nodes {
 		mustRun(t, n)
 	}
-	old := f.Checksum(t, "sim")
-	next := changeBundle(t, "approval-probe.sh", "sim", "echo probe\n")
+	old := f.Checksum(t, group)
+	next := changeBundle(t, "approval-probe.sh", group, "echo probe\n")
 
 	type running struct {
 		cmd *exec.Cmd
@@ -177,6 +193,7 @@ func TestUpdateWaitsForApprovalNodeByNode(t *testing.T) {
 }
 
 func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "fail-1", "sim")
 	if err := n.Control("fail", true); err != nil {
 		t.Fatal(err)
@@ -218,6 +235,7 @@ func TestFailingStepIsRetriedReportedAndFailsTheRun(t *testing.T) {
 }
 
 func TestHungStepIsKilledAndTheLockReleased(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "hang-1", "sim")
 	n.Env = []string{"BASHIBLE_STEP_TIMEOUT=2"}
 	if err := n.Control("hang", true); err != nil {
@@ -243,6 +261,7 @@ func TestHungStepIsKilledAndTheLockReleased(t *testing.T) {
 }
 
 func TestConcurrentRunsOneRunsOneExits(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "lock-1", "sim")
 	if err := n.Control("slow", true); err != nil {
 		t.Fatal(err)
@@ -264,6 +283,7 @@ func TestConcurrentRunsOneRunsOneExits(t *testing.T) {
 }
 
 func TestARebootForcesAConvergeWithoutApproval(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "reboot-1", "sim")
 	mustRun(t, n)
 	applied := strings.Count(n.Read("applied-checksums"), "\n")
@@ -304,6 +324,7 @@ printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" 
 // a disruption, reboots once as the run's last action, and reports (and
 // clears the request) only from the run after the reboot.
 func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "reboot-3", "sim")
 	mustRun(t, n)
 	sum := f.Checksum(t, "sim")
@@ -375,9 +396,11 @@ func TestRebootRequestIsApprovedDisruptedThenRebootsOnceAndIsCleared(t *testing.
 // A NodeGroupConfiguration of weight 0 sorts before every built-in step; it
 // must still run only once the update is approved.
 func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
-	n := newNode(t, "early-1", "sim")
+	t.Parallel()
+	group := ownGroup(t, "early", deckhousev1.ApprovalManual)
+	n := newNode(t, "early-1", group)
 	mustRun(t, n)
-	changeBundleWeight(t, "0-early.sh", "sim", 0, `touch "$BASHIBLE_ROOT/early-marker"`+"\n")
+	changeBundleWeight(t, "0-early.sh", group, 0, `touch "$BASHIBLE_ROOT/early-marker"`+"\n")
 	cmd, out, err := n.Start(framework.Context(t))
 	if err != nil {
 		t.Fatal(err)
@@ -405,12 +428,14 @@ func TestAWeightZeroStepWaitsForUpdateApproval(t *testing.T) {
 }
 
 func TestDisruptionGateAndRollingUpdate(t *testing.T) {
-	n := newNode(t, "disrupt-1", "sim")
+	t.Parallel()
+	manual := ownGroup(t, "disrupt", deckhousev1.ApprovalManual)
+	n := newNode(t, "disrupt-1", manual)
 	mustRun(t, n)
 	if err := n.Control("disrupt", true); err != nil {
 		t.Fatal(err)
 	}
-	changeBundle(t, "disruption-probe.sh", "sim", "echo disrupt\n")
+	changeBundle(t, "disruption-probe.sh", manual, "echo disrupt\n")
 	empty := ""
 	if err := n.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
@@ -439,12 +464,13 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 	}
 
 	// RollingUpdate: the node asks to be replaced and stops.
-	r := newNode(t, "rolling-1", "rolling")
+	rolling := ownGroup(t, "rolling", deckhousev1.ApprovalRollingUpdate)
+	r := newNode(t, "rolling-1", rolling)
 	mustRun(t, r)
 	if err := r.Control("disrupt", true); err != nil {
 		t.Fatal(err)
 	}
-	next := changeBundle(t, "rolling-probe.sh", "rolling", "echo rolling\n")
+	next := changeBundle(t, "rolling-probe.sh", rolling, "echo rolling\n")
 	if err := r.Annotate(framework.Context(t), f.CP, map[string]*string{deckhousev1.ApprovedAnnotation: &empty}); err != nil {
 		t.Fatal(err)
 	}
@@ -458,6 +484,7 @@ func TestDisruptionGateAndRollingUpdate(t *testing.T) {
 }
 
 func TestNodeIsRefusedAnotherGroupWithAClearError(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "scope-1", "sim")
 	cmd := exec.CommandContext(framework.Context(t), "bash", "-c",
 		`source "$1"; bb-kube-api GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/other`, "probe", n.Path("var/lib/bashible/lib.sh"))

@@ -3,6 +3,11 @@
 // directory as their root, real node client certificates) against a
 // template overlay whose steps are harmless, with assertions on Node
 // annotations, Events, Instance conditions and the nodes' files.
+//
+// The tests run in parallel (t.Parallel) on the suite's control plane and
+// bashible-apiserver: each has nodes of its own, and a test that changes a
+// group's configuration has a group of its own. The one test that replaces
+// the shared bashible-apiserver stays serial, and so runs before the rest.
 package agent
 
 import (
@@ -24,7 +29,10 @@ var (
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
 func setUp(ctx context.Context) (func(), error) {
-	for name, mode := range map[string]deckhousev1.ApprovalMode{"sim": deckhousev1.ApprovalManual, "rolling": deckhousev1.ApprovalRollingUpdate, "other": deckhousev1.ApprovalAutomatic} {
+	// The groups the tests share: none changes their configuration (a test
+	// that does makes a group of its own, ownGroup), so tests that run in
+	// parallel see the same bundle of sim throughout.
+	for name, mode := range map[string]deckhousev1.ApprovalMode{"sim": deckhousev1.ApprovalManual, "other": deckhousev1.ApprovalAutomatic} {
 		ng := framework.NewGroup(name, func(ng *deckhousev1.NodeGroup) {
 			ng.Spec.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: mode}
 		})

@@ -21,6 +21,7 @@ var safeOnSimulatedNodes = map[string]string{
 // above with the reason it is safe. A new built-in step fails this test
 // until it gets one, instead of running on the test machine.
 func TestOverlayStandsInForEveryMachineStep(t *testing.T) {
+	t.Parallel()
 	builtin, err := os.ReadDir(filepath.Join(f.Root, "templates", "tree", "steps"))
 	if err != nil {
 		t.Fatal(err)

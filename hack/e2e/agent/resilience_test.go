@@ -90,6 +90,7 @@ func (p *proxy) restore(t *testing.T) {
 }
 
 func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "outage-1", "sim")
 	px := newProxy(t, n.Endpoint)
 	n.Endpoint = px.addr
@@ -153,6 +154,7 @@ func TestAPIOutageFailsTheRunCleanly(t *testing.T) {
 }
 
 func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
+	t.Parallel()
 	ctx := framework.Context(t)
 	n, err := stack.NewSimNode(ctx, f.CP, t.TempDir(), "boot-1", "sim")
 	if err != nil {
@@ -215,6 +217,9 @@ func TestBootstrapWithTokenJoinsAndConverges(t *testing.T) {
 	}
 }
 
+// TestServedGarbageAgentIsRefused replaces the suite's bashible-apiserver,
+// which every other test reads: it stays serial (Go runs the serial tests
+// before the parallel ones), so that no other test fetches the garbage.
 func TestServedGarbageAgentIsRefused(t *testing.T) {
 	n := newNode(t, "garbage-1", "sim")
 	mustRun(t, n)
@@ -291,6 +296,7 @@ func TestServedGarbageAgentIsRefused(t *testing.T) {
 // that differs from the node's is run first, and replaces the node's only
 // when that run succeeds.
 func TestSelfUpdateKeepsTheNewAgentOnlyIfItsRunSucceeds(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "selfupdate-1", "sim")
 	mustRun(t, n)
 	served := n.Read("var/lib/bashible/bashible.sh")

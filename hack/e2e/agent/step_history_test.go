@@ -27,6 +27,7 @@ func instanceStatus(t *testing.T, node string) deckhousev1alpha1.InstanceStatus 
 // of a second count) and exit statuses; a run that fails shows the failed
 // step as lastRun and lastFailure, and in `kubectl get instances`.
 func TestStepHistoryIsReportedOnTheInstance(t *testing.T) {
+	t.Parallel()
 	flaky := newNode(t, "hist-flaky", "sim")
 	if err := flaky.Write("control/flaky", "2"); err != nil {
 		t.Fatal(err)

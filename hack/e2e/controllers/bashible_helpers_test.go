@@ -27,6 +27,22 @@ type realNode struct {
 	runs []string
 }
 
+// realBashible holds a slot for each test running the real bashible.sh.
+// Those tests are bound by the CPU (a run starts hundreds of processes):
+// all four at once, beside the rest of the suite and two other suites on
+// a loaded 2-core machine, made each run take minutes; two at a time keep
+// a run's pace while the light tests go on around them.
+var realBashible = make(chan struct{}, 2)
+
+// runsRealBashible waits for a slot for the test, which runs the real
+// bashible.sh on its nodes, and holds it until the test ends. Call it
+// right after t.Parallel.
+func runsRealBashible(t *testing.T) {
+	t.Helper()
+	realBashible <- struct{}{}
+	t.Cleanup(func() { <-realBashible })
+}
+
 // newRealNode registers name in group with a root under dir and installs
 // bashible.sh, as after bootstrap: its next run is its first.
 func newRealNode(t *testing.T, dir, name, group string) *realNode {
@@ -36,6 +52,11 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A node waiting for approval (or for its disruption) reads its Node
+	// every poll: curl, jq and a few more processes. Every 3 s, not 1: with
+	// the suite's tests in parallel, a dozen nodes polling every second
+	// took as much CPU as the runs they waited for, and slowed those.
+	sn.Env = append(sn.Env, "BASHIBLE_POLL_SECONDS=3")
 	n := &realNode{SimNode: sn}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -74,11 +95,12 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	return n
 }
 
-// runLimit bounds a round of runs of the real bashible.sh: it catches a
-// run that hangs, and is no measure of speed. A run is hundreds of
-// processes; on CI's loaded 2-core machine a round took over the 1 and 2
-// minutes it had before.
-const runLimit = 5 * time.Minute
+// runLimit bounds a round of bashible runs: generous, as a run of the real
+// bashible.sh (hundreds of processes, forty API calls) takes a minute or
+// more on a loaded 2-core machine with the suite's tests in parallel, and
+// in a round the nodes' updates may go one after another (maxConcurrent 1,
+// a drain, a reboot). It only ends a run that hangs.
+const runLimit = 8 * time.Minute
 
 // runEach runs bashible.sh once on every node at the same time, as their
 // timers would fire, and returns the runs in the nodes' order once all have

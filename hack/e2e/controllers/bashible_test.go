@@ -23,6 +23,8 @@ import (
 // mode the controller drains it, approves the disruption, and uncordons
 // the node once it has applied the configuration.
 func TestRolloutWithRealBashible(t *testing.T) {
+	t.Parallel()
+	runsRealBashible(t)
 	const group = "real"
 	// Runs after the group's deletion: the next test (or -count) with this
 	// name starts without the old group's bundle.

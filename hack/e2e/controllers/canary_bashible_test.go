@@ -26,6 +26,8 @@ import (
 // brings the canary back to the previous checksum; a fix resumes the
 // rollout over all five.
 func TestCanaryHaltPinAndFixWithRealBashible(t *testing.T) {
+	t.Parallel()
+	runsRealBashible(t)
 	const group = "canary-real"
 	t.Cleanup(func() {
 		framework.Poll(t, "the deleted group's bundle gone", func(ctx context.Context) (bool, error) {

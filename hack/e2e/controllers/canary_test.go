@@ -191,6 +191,7 @@ func nobodyElseApproved(t *testing.T, tl *timeline, agents []*framework.Agent, c
 // has applied the configuration and soaked; then two; the last one only
 // after those two have soaked.
 func TestCanaryGoesFirstThenSoakedBatches(t *testing.T) {
+	t.Parallel()
 	const group = "canary"
 	agents := canaryGroup(t, group, 4)
 	tl := recordTimeline(t, group)
@@ -228,6 +229,7 @@ func TestCanaryGoesFirstThenSoakedBatches(t *testing.T) {
 // an Event and the metric, and nobody else is approved; a new
 // configuration (the fix) resumes it, canary first.
 func TestFailingCanaryHaltsTheRolloutUntilAFix(t *testing.T) {
+	t.Parallel()
 	const group = "canary-halt"
 	agents := canaryGroup(t, group, 4)
 	tl := recordTimeline(t, group)
@@ -247,6 +249,7 @@ func TestFailingCanaryHaltsTheRolloutUntilAFix(t *testing.T) {
 // own recovery (its step passes on a retry: a person looks first); the
 // resume annotation lets the rollout go on, and is removed.
 func TestResumeAnnotationResumesAHaltedRollout(t *testing.T) {
+	t.Parallel()
 	const group = "canary-resume"
 	agents := canaryGroup(t, group, 4)
 	tl := recordTimeline(t, group)

@@ -21,6 +21,7 @@ import (
 // refuses is retried until the group's deadline, then the pod is deleted,
 // an Event on the Node names the pod and the budget, and the update goes on.
 func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
+	t.Parallel()
 	const group = "deadline"
 	// Seconds, not minutes, and still well past the drain's first
 	// eviction on a loaded machine (the deadline counts from before the
@@ -68,6 +69,7 @@ func TestDrainDeletesPodHeldByBudgetAtTheDeadline(t *testing.T) {
 // TestOneNodeWorkerGroupIsDrained: only the only master and the controller's
 // own node skip the drain; a worker group's only node is drained like any.
 func TestOneNodeWorkerGroupIsDrained(t *testing.T) {
+	t.Parallel()
 	const group = "single"
 	newGroup(t, group, nil)
 	n := f.TestAgent(t, "single-a", group)
@@ -92,6 +94,7 @@ func TestOneNodeWorkerGroupIsDrained(t *testing.T) {
 // TestForeignCordonSurvivesTheUpdate: a node someone cordoned before the
 // update is drained for it, and stays cordoned when the update is done.
 func TestForeignCordonSurvivesTheUpdate(t *testing.T) {
+	t.Parallel()
 	const group = "cordon"
 	newGroup(t, group, nil)
 	n := f.TestAgent(t, "cordon-a", group)

@@ -66,6 +66,7 @@ func reads(t *testing.T, cfg *rest.Config, group, when string) {
 // to another group, changes nothing: its Instance is neither deleted nor
 // relabelled, and it reads only its own group's bundles.
 func TestNodeCannotMoveItselfIntoAnotherGroup(t *testing.T) {
+	t.Parallel()
 	ctx := framework.Context(t)
 	newGroup(t, "move-a", nil)
 	newGroup(t, "move-b", nil)
@@ -166,6 +167,7 @@ func decision(t *testing.T, name string) *certificatesv1.CertificateSigningReque
 // fresh name it is approved, the node's Instance pins it to the token's
 // group, and the issued certificate reads only that group's bundles.
 func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
+	t.Parallel()
 	ctx := framework.Context(t)
 	newGroup(t, "csr-a", nil)
 	newGroup(t, "csr-b", nil)
@@ -243,6 +245,7 @@ func TestBootstrapTokenObtainsACertificateOnlyForANodeOfItsGroup(t *testing.T) {
 // TestNodeWritesOnlyItsOwnInstanceStatus: the ValidatingAdmissionPolicy
 // limits a node to the status of the Instance named like it.
 func TestNodeWritesOnlyItsOwnInstanceStatus(t *testing.T) {
+	t.Parallel()
 	ctx := framework.Context(t)
 	for _, name := range []string{"vap-a", "vap-b"} {
 		// Made by hand (not managed by node-manager), so that no
@@ -269,6 +272,7 @@ func TestNodeWritesOnlyItsOwnInstanceStatus(t *testing.T) {
 // approval gets the node's status once it registers, and is deleted once
 // the Node is gone.
 func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
+	t.Parallel()
 	const group = "inst"
 	newGroup(t, group, nil)
 	pinInstance(t, "inst-a", group)
@@ -295,6 +299,7 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 // certificate, is not adopted from its own label: it gets a Warning Event
 // and no Instance, so it reads nothing.
 func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
+	t.Parallel()
 	newGroup(t, "late", nil)
 	f.TestAgent(t, "late-node", "late")
 	framework.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
@@ -311,6 +316,7 @@ func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
 // that join — the token's group, not the label it registers with — and
 // reads that group's bundle only; the group's status counts it.
 func TestNodeWhoseInstanceWasLostGetsTheGroupOfItsJoin(t *testing.T) {
+	t.Parallel()
 	ctx := framework.Context(t)
 	const name, group, decoy = "lost-node", "lost", "lost-decoy"
 	newGroup(t, group, nil)

@@ -3,6 +3,11 @@
 // local control plane and a registered bashible-apiserver, with nodes
 // played by Go agents that follow bashible's protocol — and, in one test,
 // by the real bashible.sh.
+//
+// The tests run in parallel (t.Parallel) against one controller: each has
+// its own NodeGroups, nodes, pods and budgets, and asserts only on those
+// (metrics and Events by their group's or node's name). The failover test,
+// which kills the controller, stays serial: Go runs it before the rest.
 package controllers
 
 import (
@@ -21,7 +26,8 @@ import (
 var (
 	f = framework.New(framework.Options{})
 	// ctrl is the controller the tests run against; the failover test
-	// replaces it with the survivor.
+	// (serial, so it runs before the parallel tests) replaces it with the
+	// survivor.
 	ctrl *stack.Controller
 )
 

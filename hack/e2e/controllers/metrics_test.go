@@ -22,6 +22,7 @@ import (
 // Prometheus operator's prometheus-k8s ServiceAccount) scrapes it with its
 // token, as Prometheus does.
 func TestMetricsNeedAnAuthorizedIdentity(t *testing.T) {
+	t.Parallel()
 	ctx := framework.Context(t)
 	const namespace, prometheus, stranger = "monitoring", "prometheus-k8s", "stranger"
 	if _, err := f.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {

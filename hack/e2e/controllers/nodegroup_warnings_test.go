@@ -46,6 +46,7 @@ func waitInertFields(t *testing.T, group string, want metav1.ConditionStatus, pa
 // apply prints a warning naming each field and why, and the group's
 // InertFields condition lists them until they are removed.
 func TestInertFieldsAreAcceptedWithAWarningAndACondition(t *testing.T) {
+	t.Parallel()
 	deleteGroupAtEnd(t, "inert")
 	warnings := f.KubectlApply(t, `
 apiVersion: deckhouse.io/v1
@@ -92,6 +93,7 @@ spec:
 // node-manager's own key space and another deckhouse.io key apply with a
 // warning each.
 func TestTemplateKeysDeckhouseDocumentsApplyWithoutWarnings(t *testing.T) {
+	t.Parallel()
 	deleteGroupAtEnd(t, "system")
 	// Published in Deckhouse's node-manager EXAMPLES.md, "System nodes".
 	warnings := f.KubectlApply(t, `

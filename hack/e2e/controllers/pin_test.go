@@ -13,6 +13,7 @@ import (
 // go back to the pinned revision through the usual update approval, and
 // to the current configuration once the pin is removed.
 func TestPinnedGroupRollsBackAndResumes(t *testing.T) {
+	t.Parallel()
 	const group = "pinned"
 	newGroup(t, group, nil)
 	for i := range 2 {

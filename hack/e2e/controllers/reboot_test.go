@@ -26,6 +26,8 @@ import (
 // request — one node at a time (maxConcurrent 1): never more than one node
 // approved or disrupted at once.
 func TestRebootRequestsWithRealBashible(t *testing.T) {
+	t.Parallel()
+	runsRealBashible(t)
 	const group = "reboots"
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		one := intstr.FromInt32(1)
@@ -62,7 +64,7 @@ printf '00000000-0000-4000-8000-%012d\n' "$(( $(wc -l < "$1/reboots") + 100 ))" 
 	var wg sync.WaitGroup
 	for _, n := range ns {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), runLimit)
 			defer cancel()
 			for !done(n) && ctx.Err() == nil {
 				run, err := n.RunOnce(ctx)

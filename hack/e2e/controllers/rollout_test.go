@@ -20,6 +20,7 @@ import (
 )
 
 func TestRolloutRespectsMaxConcurrent(t *testing.T) {
+	t.Parallel()
 	const group = "rollout"
 	newGroup(t, group, nil)
 	for i := range 5 {
@@ -63,6 +64,7 @@ func TestRolloutRespectsMaxConcurrent(t *testing.T) {
 }
 
 func TestNotReadyGroupWaitsButNotReadyNodeGoesFirst(t *testing.T) {
+	t.Parallel()
 	const group = "unhealthy"
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		mc := intstr.FromInt32(2)
@@ -100,6 +102,7 @@ func TestNotReadyGroupWaitsButNotReadyNodeGoesFirst(t *testing.T) {
 }
 
 func TestManualDisruptionWaitsForAPerson(t *testing.T) {
+	t.Parallel()
 	const group = "manual"
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		s.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalManual}
@@ -130,6 +133,7 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 }
 
 func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
+	t.Parallel()
 	const group = "windowed"
 	later := time.Now().UTC().Add(3 * time.Hour)
 	closed := []deckhousev1.DisruptionWindow{{From: later.Format("15:04"), To: later.Add(time.Hour).Format("15:04")}}
@@ -172,8 +176,11 @@ func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
 // drain-failed naming the budget and the pod, the alert's metric is set,
 // and the pod stays until the budget lets it go.
 func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
+	t.Parallel()
 	const group = "pdb"
-	timeout := int32(3)
+	// As in TestDrainDeletesPodHeldByBudgetAtTheDeadline: past the drain's
+	// first eviction, so the budget that refused it is known.
+	timeout := int32(10)
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
 		s.NodeDrainTimeoutSecond = &timeout
 		s.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic,
@@ -239,6 +246,7 @@ func TestDrainBlockedByPodDisruptionBudget(t *testing.T) {
 }
 
 func TestDrainIsCancelledWhenTheAnnotationGoes(t *testing.T) {
+	t.Parallel()
 	const group = "cancel"
 	timeout := int32(600)
 	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) { s.NodeDrainTimeoutSecond = &timeout })

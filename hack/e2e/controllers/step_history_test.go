@@ -13,6 +13,8 @@ import (
 // one whose step fails; node-manager-controller's /metrics count the
 // retries, the failure and both runs' step durations, by group and step.
 func TestStepHistoryBecomesMetrics(t *testing.T) {
+	t.Parallel()
+	runsRealBashible(t)
 	const group, step = "history", "030_on_demand.sh"
 	newGroup(t, group, nil)
 	dir := t.TempDir()

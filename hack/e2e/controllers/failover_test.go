@@ -24,8 +24,9 @@ func leaseHolder(ctx context.Context) string {
 	return *l.Spec.HolderIdentity
 }
 
-// TestLeaderFailoverMidRollout runs last in the suite: it kills the
-// controller the other tests used, mid-rollout, and leaves the survivor.
+// TestLeaderFailoverMidRollout kills the suite's controller mid-rollout
+// and leaves the survivor. It is the suite's one serial test: Go runs it
+// before the parallel ones, which then run against the survivor.
 func TestLeaderFailoverMidRollout(t *testing.T) {
 	const group = "failover"
 	newGroup(t, group, nil)
