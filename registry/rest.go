@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
@@ -185,6 +186,13 @@ func watchObjects[T any, PT object[T]](ctx context.Context, s *storage, options 
 	if err != nil {
 		return nil, err
 	}
+	// API Priority and Fairness counts a watch against its priority
+	// level's seats until the storage says the watch is set up (the watch
+	// cache and etcd storage of k8s.io/apiserver say so; a storage of its
+	// own must too). Without it every open watch holds a seat for as long
+	// as it lives: a few hundred watching nodes fill the system level, and
+	// every further request of every node is refused with 429.
+	utilflowcontrol.WatchInitialized(ctx)
 	w := &watcher{
 		source:    sub,
 		filter:    f,

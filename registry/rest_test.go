@@ -25,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
@@ -584,6 +585,47 @@ func TestStoppedWatchStopsItsSubscription(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for range w.ResultChan() {
+	}
+}
+
+// seat is the signal API Priority and Fairness waits on before it gives
+// a watch's seat back (see filters.WithPriorityAndFairness).
+type seat struct{ released chan struct{} }
+
+func (s *seat) Signal() {
+	select {
+	case <-s.released:
+	default:
+		close(s.released)
+	}
+}
+
+func (s *seat) Wait() { <-s.released }
+
+// TestWatchGivesBackItsPriorityAndFairnessSeat: APF counts a watch against
+// its priority level until the storage signals that the watch is set up;
+// one that never signals holds the seat while it is open, and a few
+// hundred watching nodes then fill the level (HTTP 429 for every further
+// request of every node).
+func TestWatchGivesBackItsPriorityAndFairnessSeat(t *testing.T) {
+	for _, r := range resources {
+		t.Run(r.name, func(t *testing.T) {
+			f := setUp(t)
+			s := &seat{released: make(chan struct{})}
+			ctx := utilflowcontrol.WithInitializationSignal(as(admin), s)
+			w, err := f.storages[r.name].Watch(ctx, &metainternalversion.ListOptions{ResourceVersion: "12"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			select {
+			case <-s.released:
+			default:
+				t.Fatal("the watch is set up but holds its API Priority and Fairness seat: call flowcontrol.WatchInitialized")
+			}
+			f.source.send(changed(watch.Modified, worker(), "13"))
+			expect(t, next(t, w), watch.Modified, "worker", "13")
+		})
 	}
 }
 

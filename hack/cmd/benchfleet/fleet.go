@@ -208,6 +208,9 @@ func (f *fleet) seenFraction(groups ...string) float64 {
 type watches struct {
 	opened, events atomic.Int64
 	failed         atomic.Int64
+	// retried429 counts the 429 answers a watch was opened again after
+	// (see watchAttempts).
+	retried429 atomic.Int64
 	// reasons counts failures by reason (an HTTP status, or the class of
 	// a connection error), and keeps the first message of each.
 	reasons sync.Map
@@ -223,29 +226,47 @@ type watches struct {
 	got sync.Map
 }
 
+// watchAttempts bounds how often a node opens its watch: a 429 (API
+// Priority and Fairness refusing a request it has no seat or queue room
+// for) is tried again after its Retry-After, as client-go does, plus up to
+// half of it again so that refused nodes do not all come back at once.
+const watchAttempts = 5
+
 func (f *fleet) watch(ctx context.Context, w *watches, n *simNode) {
 	c := &http.Client{Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: f.roots, Certificates: []tls.Certificate{n.cert}, MinVersion: tls.VersionTLS12},
 	}}
 	url := fmt.Sprintf("%s%s/bashibles?watch=1&fieldSelector=metadata.name%%3D%s", f.server, apiPath, n.group)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		w.fail("request", err.Error())
-		return
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.fail(errorClass(err), err.Error())
+	var resp *http.Response
+	for attempt := 1; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			w.fail("request", err.Error())
+			return
 		}
-		return
+		resp, err = c.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.fail(errorClass(err), err.Error())
+			}
+			return
+		}
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || attempt == watchAttempts {
+			w.fail("status_"+strconv.Itoa(resp.StatusCode), string(body))
+			return
+		}
+		w.retried429.Add(1)
+		wait := retryAfter(resp.Header.Get("Retry-After"))
+		if !sleep(ctx, wait+rand.N(wait/2+1)) {
+			return
+		}
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		w.fail("status_"+strconv.Itoa(resp.StatusCode), string(body))
-		return
-	}
 	w.opened.Add(1)
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -266,6 +287,15 @@ func (f *fleet) watch(ctx context.Context, w *watches, n *simNode) {
 	if ctx.Err() == nil {
 		w.ended.Add(1)
 	}
+}
+
+// retryAfter is a Retry-After header's delay in seconds; one second when
+// it is missing or not a number of seconds.
+func retryAfter(header string) time.Duration {
+	if s, err := strconv.Atoi(header); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return time.Second
 }
 
 // watchFailure is one reason watches failed to open: how many, and the

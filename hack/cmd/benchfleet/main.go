@@ -34,7 +34,9 @@
 //     time until every node has applied it beside the ideal,
 //     ceil(nodes / maxConcurrent) × update time;
 //   - watches: every node opens a watch of its bashibles through the
-//     aggregator; the resident memory each costs bashible-apiserver and
+//     aggregator (a 429 is tried again after its Retry-After, at most
+//     watchAttempts times in all, as client-go would; watches_retried_429
+//     counts those tries); the resident memory each costs bashible-apiserver and
 //     kube-apiserver, and the time from a change of a step every group
 //     has until every watcher got its event (watch_change_to_all_watchers,
 //     measured through watch events; watches_ended_early counts streams
@@ -498,6 +500,7 @@ func watchPhase(ctx context.Context, f *fleet, nm versioned.Interface, cpu cpuMe
 	opened := w.opened.Load()
 	figure("watches_open", float64(opened), "count")
 	figure("watches_failed", float64(w.failed.Load()), "count")
+	figure("watches_retried_429", float64(w.retried429.Load()), "count")
 	w.reasons.Range(func(k, v any) bool {
 		f := v.(*watchFailure)
 		figure("watches_failed_"+k.(string), float64(f.count.Load()), "count")
