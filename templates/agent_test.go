@@ -372,3 +372,38 @@ func BenchmarkAgentRun(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/run")
 }
+
+// A node waits for its approval by reading its Node every few seconds, for
+// as long as a person takes: each read, in a subshell of its own, must
+// leave no request files behind in the run's scratch space, however many
+// there are. The run's own shell keeps one set for its next request.
+func TestAgentRequestsLeaveNoFilesBehind(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "lib.sh")
+	writeFile(t, lib, libraryOf(t))
+	script := `#!/usr/bin/env bash
+set -Eeuo pipefail
+export LC_ALL=C BASHIBLE_RUN_TMP=$BASHIBLE_ROOT/var/lib/bashible/tmp
+mkdir -p "$BASHIBLE_RUN_TMP"
+source ` + shellQuoteForTest(lib) + `
+for i in {1..25}; do
+  node=$(bb-node-get)
+  [[ "$node" == *'"name":"n1"'* ]]
+done
+bb-node-annotate '{"polled":"25"}'
+bb-kube-api GET /api/v1/nodes/n1 > /dev/null
+shopt -s nullglob dotglob
+files=("$BASHIBLE_RUN_TMP"/api.*)
+echo "request files: ${#files[@]}"
+`
+	api := &fakeAPI{annotations: map[string]any{}}
+	out, _, ok := runScript(t, api, script)
+	if !ok {
+		t.Fatalf("the requests failed:\n%s", out)
+	}
+	if api.annotations["polled"] != "25" {
+		t.Errorf("the node's annotations after the requests: %v\n%s", api.annotations, out)
+	}
+	if !strings.Contains(out, "request files: 3\n") {
+		t.Errorf("after 28 requests the scratch space should hold only the shell's own three request files (its request's body, the answer and its status):\n%s", out)
+	}
+}

@@ -248,12 +248,15 @@ bb-kube-api-untraced() {
   return 1
 }
 
-# bb-kube-api-forget BODY empties a request's files. In a run of
-# bashible.sh (BASHIBLE_RUN_TMP is its scratch space, which it removes when
-# it ends) they stay, empty, for the process's next request; outside a run
-# they are removed.
+# bb-kube-api-forget BODY empties a request's files. The shell of a run of
+# bashible.sh, or of one of its steps, keeps them, empty, for its next
+# request (BASHIBLE_RUN_TMP is the run's scratch space, which the run
+# removes when it ends). A subshell ($(bb-kube-api ...)) is gone after its
+# request, and a new one has a new process id: it removes them, or a node
+# polling for its approval for days would pile up files. So does any
+# request outside a run.
 bb-kube-api-forget() {
-  if [[ "${BASHIBLE_RUN_TMP:-}" == "$BASHIBLE_DIR/tmp" ]]; then
+  if [[ "${BASHIBLE_RUN_TMP:-}" == "$BASHIBLE_DIR/tmp" && "$BASHPID" == "$$" ]]; then
     : > "$1"
     [[ ! -e "$1.in" ]] || : > "$1.in"
   else
