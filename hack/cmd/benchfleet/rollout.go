@@ -137,14 +137,16 @@ func (a *agents) step(ctx context.Context, name string) {
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
 	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
-		// A conflict: the next event of the node brings it back; keep the
-		// applying start if the checksum report failed.
+		// A conflict (the informer is behind: the node's event is on its
+		// way) or a write a loaded kube-apiserver failed, which no event
+		// follows: look again shortly, as bashible tries again. A failed
+		// checksum report keeps its update applied.
 		if set[deckhousev1.ConfigurationChecksumAnnotation] == target {
 			a.mu.Lock()
 			a.applyingAt[name] = time.Now().Add(-a.applyTakes)
 			a.mu.Unlock()
-			time.AfterFunc(100*time.Millisecond, func() { a.enqueue(name) })
 		}
+		time.AfterFunc(100*time.Millisecond, func() { a.enqueue(name) })
 	}
 }
 

@@ -1,13 +1,23 @@
 package main
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 // TestCountRolloutSaysWhatHoldsAStalledRollout is the state both 5,000-node
@@ -48,5 +58,37 @@ func TestCountRolloutSaysWhatHoldsAStalledRollout(t *testing.T) {
 	}
 	if n := countApplied(store, "new"); n != 4 {
 		t.Errorf("applied %d, want 4", n)
+	}
+}
+
+// TestAgentAsksAgainAfterAFailedWrite: a write a loaded kube-apiserver
+// fails is followed by no event of the node, so the agent must look again
+// by itself, or the node never asks for its update.
+func TestAgentAsksAgainAfterAFailedWrite(t *testing.T) {
+	t.Parallel()
+	n := fleetNodeWithReady("node-00000", corev1.ConditionTrue)
+	n.Annotations = map[string]string{deckhousev1.ConfigurationChecksumAnnotation: "old"}
+	kube := fake.NewClientset(n)
+	// The first two writes fail: the node's Add event and setTarget may
+	// both have it look, and both looks must fail.
+	var failed atomic.Int32
+	kube.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failed.Add(1) <= 2 {
+			return true, nil, apierrors.NewServiceUnavailable("the server is overloaded")
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, _, err := runAgents(ctx, kube, rolloutGroup, time.Millisecond, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.setTarget("new", []string{n.Name})
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		return err == nil && nodes.Has(got, deckhousev1.WaitingForApprovalAnnotation), nil
+	}); err != nil {
+		t.Fatalf("the node did not ask for approval after its first write failed (failed: %v): %v", failed.Load(), err)
 	}
 }
