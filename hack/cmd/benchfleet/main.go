@@ -180,7 +180,8 @@ func run(c config) error {
 	}
 	leaseCtx, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
-	go renewLeases(leaseCtx, kube, l, c.leaseEvery)
+	passes := &leasePasses{}
+	go renewLeases(leaseCtx, kube, l, c.leaseEvery, passes)
 	kl, err := runKubelets(leaseCtx, kube, kubeletStatusEvery, c.kubeletStatus)
 	if err != nil {
 		return err
@@ -239,6 +240,9 @@ func run(c config) error {
 	if err := comparePhase(ctx, c, f, cpu, configMapURL); err != nil {
 		return err
 	}
+	logf("after the compare phase: %d of %d nodes not Ready, %d marked not Ready so far; %s",
+		kl.notReady(), len(l.nodes), kl.marked.Load(), passes)
+	figure("lease_pass_longest", time.Duration(passes.longest.Load()).Seconds(), "s")
 	for name, pid := range map[string]int{"bashible_apiserver_rss": server.PID(), "controller_rss": controller.PID(), "kube_apiserver_rss": kas} {
 		rss, err := procstat.Resident(pid)
 		if err != nil {
@@ -255,7 +259,7 @@ func run(c config) error {
 			return err
 		}
 	}
-	if err := rolloutPhase(ctx, c, kube, nm, cpu, l, kl); err != nil {
+	if err := rolloutPhase(ctx, c, kube, nm, cpu, l, kl, passes); err != nil {
 		return err
 	}
 	if c.watches {
@@ -430,9 +434,10 @@ func comparePhase(ctx context.Context, c config, f *fleet, cpu cpuMeter, configM
 // Every 10 s it logs where the group's nodes stand and how many of the
 // fleet's are not Ready; a rollout that does not finish in time is
 // reported with that state and what holds it.
-func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm versioned.Interface, cpu cpuMeter, l layout, kl *kubelets) error {
+func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm versioned.Interface, cpu cpuMeter, l layout, kl *kubelets, passes *leasePasses) error {
 	members := l.members[rolloutGroup]
-	logf("rollout phase (%d nodes; %d of the fleet's %d nodes not Ready, %d marked not Ready so far)", len(members), kl.notReady(), len(l.nodes), kl.marked.Load())
+	logf("rollout phase (%d nodes; %d of the fleet's %d nodes not Ready, %d marked not Ready so far; %s)",
+		len(members), kl.notReady(), len(l.nodes), kl.marked.Load(), passes)
 	figure("rollout_start_fleet_not_ready", float64(kl.notReady()), "nodes")
 	agentCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -471,8 +476,8 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 			next = time.Now().Add(10 * time.Second)
 			fleetNotReady := kl.notReady()
 			maxNotReady = max(maxNotReady, fleetNotReady)
-			logf("rollout after %s: %s; fleet: %d of %d not Ready", time.Since(servedAt).Round(time.Second),
-				countRollout(informer.GetStore(), target), fleetNotReady, len(l.nodes))
+			logf("rollout after %s: %s; fleet: %d of %d not Ready, %s", time.Since(servedAt).Round(time.Second),
+				countRollout(informer.GetStore(), target), fleetNotReady, len(l.nodes), passes)
 		}
 		return rolledOut(informer.GetStore(), target, len(members)), nil
 	})
