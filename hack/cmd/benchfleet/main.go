@@ -477,14 +477,14 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 			fleetNotReady := kl.notReady()
 			maxNotReady = max(maxNotReady, fleetNotReady)
 			logf("rollout after %s: %s; fleet: %d of %d not Ready, %s", time.Since(servedAt).Round(time.Second),
-				countRollout(informer.GetStore(), target), fleetNotReady, len(l.nodes), passes)
+				countRollout(informer.GetStore(), target, perBatch), fleetNotReady, len(l.nodes), passes)
 		}
 		return rolledOut(informer.GetStore(), target, len(members)), nil
 	})
 	figure("rollout_fleet_marked_not_ready", float64(kl.marked.Load()-markedBefore), "count")
 	figure("rollout_fleet_max_not_ready", float64(maxNotReady), "nodes")
 	if err != nil {
-		state := countRollout(informer.GetStore(), target)
+		state := countRollout(informer.GetStore(), target, perBatch)
 		figure("rollout_nodes_done_within_limit", float64(countApplied(informer.GetStore(), target)), "nodes")
 		figure("rollout_stalled_nodes_not_ready", float64(state.notReady), "nodes")
 		figure("rollout_stalled_nodes_approved", float64(state.approved), "nodes")

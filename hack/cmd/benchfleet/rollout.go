@@ -179,11 +179,14 @@ type rolloutCounts struct {
 	approved, appliedNotReady int
 	// waiting ask for an approval.
 	waiting int
+	// limit is maxConcurrent: the update slots.
+	limit int
 }
 
-// countRollout is where the nodes of the store stand on the way to sum.
-func countRollout(store cache.Store, sum string) rolloutCounts {
-	var c rolloutCounts
+// countRollout is where the nodes of the store stand on the way to sum,
+// with limit update slots.
+func countRollout(store cache.Store, sum string, limit int) rolloutCounts {
+	c := rolloutCounts{limit: limit}
 	for _, obj := range store.List() {
 		n := obj.(*corev1.Node)
 		c.nodes++
@@ -220,6 +223,9 @@ func (c rolloutCounts) why() string {
 			"and approves nobody Ready while the group has nodes that are not", c.appliedNotReady)
 	case c.notReady > 0 && c.waiting > 0:
 		return fmt.Sprintf("%d nodes of the group are not Ready: update approval approves Ready nodes only while every node of the group is Ready", c.notReady)
+	case c.waiting > 0 && c.approved < c.limit:
+		return fmt.Sprintf("only %d of the %d update slots are taken while %d nodes wait: the controller approves slower than nodes finish "+
+			"(its requests to the API; see its log)", c.approved, c.limit, c.waiting)
 	case c.approved > 0:
 		return "approved nodes have not reported the update yet (the agents are behind)"
 	case c.waiting > 0:

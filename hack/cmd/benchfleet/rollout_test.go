@@ -48,13 +48,17 @@ func TestCountRolloutSaysWhatHoldsAStalledRollout(t *testing.T) {
 	add("waiting-2", corev1.ConditionUnknown, "", deckhousev1.WaitingForApprovalAnnotation)
 	add("old", corev1.ConditionTrue, "old")
 
-	c := countRollout(store, "new")
-	want := rolloutCounts{nodes: 8, notReady: 3, done: 1, approved: 4, appliedNotReady: 2, waiting: 2}
+	c := countRollout(store, "new", 5)
+	want := rolloutCounts{nodes: 8, notReady: 3, done: 1, approved: 4, appliedNotReady: 2, waiting: 2, limit: 5}
 	if c != want {
 		t.Errorf("counts %+v, want %+v", c, want)
 	}
 	if why := c.why(); !strings.Contains(why, "2 approved nodes applied the update but are not Ready") {
 		t.Errorf("why: %q; want the approved nodes that applied it and are not Ready named first", why)
+	}
+	healthy := rolloutCounts{nodes: 8, done: 3, approved: 2, waiting: 3, limit: 5}
+	if why := healthy.why(); !strings.Contains(why, "only 2 of the 5 update slots are taken while 3 nodes wait") {
+		t.Errorf("why: %q; want the free slots named when no node is NotReady", why)
 	}
 	if n := countApplied(store, "new"); n != 4 {
 		t.Errorf("applied %d, want 4", n)
