@@ -134,10 +134,12 @@ type Controller interface {
 	Run(ctx context.Context, workers int)
 }
 
-// NewDeps builds clients, informers and the event recorder.
+// NewDeps builds clients (at opts.APIQPS and opts.APIBurst), informers and
+// the event recorder.
 func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Registerer) (*Deps, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = opts.Component
+	cfg.QPS, cfg.Burst = opts.APIQPS, opts.APIBurst
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)

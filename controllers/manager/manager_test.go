@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 
@@ -324,5 +325,34 @@ func TestProfilingIsServedOnlyWhenAskedFor(t *testing.T) {
 		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on]; rec.Code != want {
 			t.Errorf("--profiling=%t: /debug/pprof/heap = %d, want %d", on, rec.Code, want)
 		}
+	}
+}
+
+// TestClientsSendAtTheConfiguredRate: client-go's default of 5 requests a
+// second (burst 10) made every approval of a 1,000-node rollout wait
+// behind the node template's writes; the clients NewDeps builds send
+// --kube-api-burst requests at once.
+func TestClientsSendAtTheConfiguredRate(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Node","apiVersion":"v1","metadata":{"name":"node-0"}}`))
+	}))
+	defer srv.Close()
+	opts := NewOptions()
+	d, err := NewDeps(&rest.Config{Host: srv.URL}, opts, clock.RealClock{}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40 // four seconds' worth at client-go's default rate
+	start := time.Now()
+	for range n {
+		if _, err := d.Kube.CoreV1().Nodes().Get(context.Background(), "node-0", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took > 2*time.Second || requests.Load() != n {
+		t.Errorf("%d requests took %s (%d served); with --kube-api-burst=%d they go at once", n, took, requests.Load(), opts.APIBurst)
 	}
 }

@@ -23,6 +23,15 @@ type Options struct {
 	Identity      string
 	ListenAddress string
 	Workers       int
+	// APIQPS and APIBurst bound the requests every controller of the
+	// process sends together (client-go's token bucket). client-go's own
+	// default, 5 per second, is for tools, not for a controller of
+	// thousands of nodes: there every approval waited behind the node
+	// template's writes of the whole fleet, and a rollout over a
+	// 1,000-node group moved one batch in minutes. kube-apiserver's
+	// priority and fairness protects the server.
+	APIQPS   float32
+	APIBurst int
 	// Serving: HTTPS and delegated authentication and authorization of
 	// /metrics (see serving.Options).
 	Serving serving.Options
@@ -155,6 +164,8 @@ func NewOptions() *Options {
 		Identity:      host,
 		ListenAddress: ":9680",
 		Workers:       2,
+		APIQPS:        50,
+		APIBurst:      100,
 		LeaderElect:   true,
 		LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second,
@@ -178,6 +189,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Identity, "identity", o.Identity, "leader election identity (defaults to the host name)")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics (HTTPS; callers authenticated and authorized by the Kubernetes API), /healthz and /readyz (open)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers per controller")
+	fs.Float32Var(&o.APIQPS, "kube-api-qps", o.APIQPS, "requests per second to the Kubernetes API, all controllers together")
+	fs.IntVar(&o.APIBurst, "kube-api-burst", o.APIBurst, "requests to the Kubernetes API allowed at once above --kube-api-qps")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "serve /debug/pprof on --listen-address, to callers authenticated and authorized as for /metrics (get on the non-resource URL /debug/pprof/*)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "run the controllers only while holding the Lease; false runs them at once, for a process that is sure to be alone")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "leader Lease duration")
@@ -208,6 +221,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers=%d: at least 1 is needed", o.Workers))
+	}
+	if o.APIQPS <= 0 || o.APIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps=%g and --kube-api-burst=%d: both must be positive", o.APIQPS, o.APIBurst))
 	}
 	if o.LeaderElect && o.RenewDeadline >= o.LeaseDuration {
 		errs = append(errs, fmt.Errorf("--leader-elect-renew-deadline (%s) must be shorter than --leader-elect-lease-duration (%s)", o.RenewDeadline, o.LeaseDuration))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -153,18 +154,41 @@ func resources() corev1.ResourceList {
 	return corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}
 }
 
+// leasePasses records how long the renewals' passes over every node's
+// Lease take: a pass longer than kube-controller-manager's grace period
+// (50 s) means nodes are marked NotReady.
+type leasePasses struct{ last, longest atomic.Int64 }
+
+func (p *leasePasses) done(took time.Duration) {
+	p.last.Store(int64(took))
+	if int64(took) > p.longest.Load() {
+		p.longest.Store(int64(took))
+	}
+}
+
+func (p *leasePasses) String() string {
+	return fmt.Sprintf("last Lease pass %s, longest %s", time.Duration(p.last.Load()).Round(time.Second), time.Duration(p.longest.Load()).Round(time.Second))
+}
+
 // renewLeases renews every node's Lease once per every, spread evenly, as
 // the kubelets would (kube-controller-manager's node lifecycle controller
 // marks a node whose Lease is not renewed within 50 s NotReady). It runs
 // in both the quiet and the loaded phases, so it cancels out of the
-// fleet's extra CPU.
-func renewLeases(ctx context.Context, kube kubernetes.Interface, l layout, every time.Duration) {
+// fleet's extra CPU. At most 8 renewals are in flight: when kube-apiserver
+// answers slower than 8 per gap, the passes take longer than every, and
+// passes records by how much.
+func renewLeases(ctx context.Context, kube kubernetes.Interface, l layout, every time.Duration, passes *leasePasses) {
 	leases := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	gap := every / time.Duration(len(l.nodes))
 	tick := time.NewTicker(gap)
 	defer tick.Stop()
 	sem := make(chan struct{}, 8)
+	passStart := time.Now()
 	for i := 0; ; i = (i + 1) % len(l.nodes) {
+		if i == 0 {
+			passes.done(time.Since(passStart))
+			passStart = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -83,6 +83,7 @@ type config struct {
 	period        time.Duration
 	updateTime    time.Duration
 	leaseEvery    time.Duration
+	kubeletStatus bool
 	watches       bool
 	profileDir    string
 }
@@ -97,6 +98,7 @@ func main() {
 	flag.DurationVar(&c.period, "period", 30*time.Second, "bashible's one-minute timer, compressed")
 	flag.DurationVar(&c.updateTime, "update-time", 3*time.Second, "how long a node of the rollout takes to apply an update")
 	flag.DurationVar(&c.leaseEvery, "lease-every", 30*time.Second, "how often each node's Lease is renewed")
+	flag.BoolVar(&c.kubeletStatus, "kubelet-status", true, "report a node Ready again 10 s after kube-controller-manager marked it otherwise, as a live kubelet's status loop does (false: a node marked NotReady stays so)")
 	flag.BoolVar(&c.watches, "watches", true, "open a watch per node at the end and measure what it costs")
 	flag.StringVar(&c.profileDir, "profile-dir", "", "write bashible-apiserver's heap and CPU profiles and node-manager-controller's heap profile of the fleet phase here")
 	flag.Parse()
@@ -178,7 +180,12 @@ func run(c config) error {
 	}
 	leaseCtx, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
-	go renewLeases(leaseCtx, kube, l, c.leaseEvery)
+	passes := &leasePasses{}
+	go renewLeases(leaseCtx, kube, l, c.leaseEvery, passes)
+	kl, err := runKubelets(leaseCtx, kube, kubeletStatusEvery, c.kubeletStatus)
+	if err != nil {
+		return err
+	}
 
 	configMapURL, size, err := sameSizeConfigMap(ctx, cp, kube, l.groups[1])
 	if err != nil {
@@ -233,6 +240,9 @@ func run(c config) error {
 	if err := comparePhase(ctx, c, f, cpu, configMapURL); err != nil {
 		return err
 	}
+	logf("after the compare phase: %d of %d nodes not Ready, %d marked not Ready so far; %s",
+		kl.notReady(), len(l.nodes), kl.marked.Load(), passes)
+	figure("lease_pass_longest", time.Duration(passes.longest.Load()).Seconds(), "s")
 	for name, pid := range map[string]int{"bashible_apiserver_rss": server.PID(), "controller_rss": controller.PID(), "kube_apiserver_rss": kas} {
 		rss, err := procstat.Resident(pid)
 		if err != nil {
@@ -249,7 +259,7 @@ func run(c config) error {
 			return err
 		}
 	}
-	if err := rolloutPhase(ctx, c, kube, nm, cpu, l); err != nil {
+	if err := rolloutPhase(ctx, c, kube, nm, cpu, l, kl, passes); err != nil {
 		return err
 	}
 	if c.watches {
@@ -421,9 +431,14 @@ func comparePhase(ctx context.Context, c config, f *fleet, cpu cpuMeter, configM
 }
 
 // rolloutPhase changes the rollout group's step and times the rollout.
-func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm versioned.Interface, cpu cpuMeter, l layout) error {
+// Every 10 s it logs where the group's nodes stand and how many of the
+// fleet's are not Ready; a rollout that does not finish in time is
+// reported with that state and what holds it.
+func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm versioned.Interface, cpu cpuMeter, l layout, kl *kubelets, passes *leasePasses) error {
 	members := l.members[rolloutGroup]
-	logf("rollout phase (%d nodes)", len(members))
+	logf("rollout phase (%d nodes; %d of the fleet's %d nodes not Ready, %d marked not Ready so far; %s)",
+		len(members), kl.notReady(), len(l.nodes), kl.marked.Load(), passes)
+	figure("rollout_start_fleet_not_ready", float64(kl.notReady()), "nodes")
 	agentCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	a, informer, err := runAgents(agentCtx, kube, rolloutGroup, c.updateTime, 8)
@@ -448,17 +463,35 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 	}
 	target := now[rolloutGroup]
 	servedAt := time.Now()
+	markedBefore := kl.marked.Load()
 	a.setTarget(target, members)
 	perBatch := max(1, len(members)*10/100)
 	batches := math.Ceil(float64(len(members)) / float64(perBatch))
 	ideal := time.Duration(batches) * c.updateTime
 	limit := 4*ideal + time.Minute
+	var maxNotReady int
+	next := time.Now()
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, limit, true, func(context.Context) (bool, error) {
+		if time.Now().After(next) {
+			next = time.Now().Add(10 * time.Second)
+			fleetNotReady := kl.notReady()
+			maxNotReady = max(maxNotReady, fleetNotReady)
+			logf("rollout after %s: %s; fleet: %d of %d not Ready, %s", time.Since(servedAt).Round(time.Second),
+				countRollout(informer.GetStore(), target, perBatch), fleetNotReady, len(l.nodes), passes)
+		}
 		return rolledOut(informer.GetStore(), target, len(members)), nil
 	})
+	figure("rollout_fleet_marked_not_ready", float64(kl.marked.Load()-markedBefore), "count")
+	figure("rollout_fleet_max_not_ready", float64(maxNotReady), "nodes")
 	if err != nil {
+		state := countRollout(informer.GetStore(), target, perBatch)
 		figure("rollout_nodes_done_within_limit", float64(countApplied(informer.GetStore(), target)), "nodes")
-		logf("the rollout over %d nodes did not finish within %s", len(members), limit)
+		figure("rollout_stalled_nodes_not_ready", float64(state.notReady), "nodes")
+		figure("rollout_stalled_nodes_approved", float64(state.approved), "nodes")
+		figure("rollout_stalled_nodes_applied_not_ready", float64(state.appliedNotReady), "nodes")
+		figure("rollout_stalled_nodes_waiting", float64(state.waiting), "nodes")
+		logf("the rollout over %d nodes did not finish within %s: %s. Why: %s. The group: %s",
+			len(members), limit, state, state.why(), groupState(ctx, nm))
 		return nil
 	}
 	took := time.Since(servedAt)
@@ -471,6 +504,22 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 	figure("rollout_render_seconds", servedAt.Sub(start).Seconds(), "s")
 	figure("controller_cpu_rollout", used["controller"], "cores")
 	return nil
+}
+
+// groupState is the rollout group's status in one line: its node counts
+// and its conditions that are True.
+func groupState(ctx context.Context, nm versioned.Interface) string {
+	g, err := nm.DeckhouseV1().NodeGroups().Get(ctx, rolloutGroup, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("NodeGroup %s could not be read: %v", rolloutGroup, err)
+	}
+	out := fmt.Sprintf("nodes %d, ready %d, upToDate %d", g.Status.Nodes, g.Status.Ready, g.Status.UpToDate)
+	for _, cond := range g.Status.Conditions {
+		if cond.Status == metav1.ConditionTrue {
+			out += fmt.Sprintf("; %s: %s", cond.Type, cond.Message)
+		}
+	}
+	return out
 }
 
 // watchPhase opens a watch per node, measures what they cost, then the

@@ -137,14 +137,16 @@ func (a *agents) step(ctx context.Context, name string) {
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
 	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
-		// A conflict: the next event of the node brings it back; keep the
-		// applying start if the checksum report failed.
+		// A conflict (the informer is behind: the node's event is on its
+		// way) or a write a loaded kube-apiserver failed, which no event
+		// follows: look again shortly, as bashible tries again. A failed
+		// checksum report keeps its update applied.
 		if set[deckhousev1.ConfigurationChecksumAnnotation] == target {
 			a.mu.Lock()
 			a.applyingAt[name] = time.Now().Add(-a.applyTakes)
 			a.mu.Unlock()
-			time.AfterFunc(100*time.Millisecond, func() { a.enqueue(name) })
 		}
+		time.AfterFunc(100*time.Millisecond, func() { a.enqueue(name) })
 	}
 }
 
@@ -163,6 +165,73 @@ func rolledOut(store cache.Store, sum string, count int) bool {
 		}
 	}
 	return true
+}
+
+// rolloutCounts is where the nodes of a rollout stand: what a reader of
+// a rollout that did not finish needs to know why.
+type rolloutCounts struct {
+	nodes, notReady int
+	// done applied the target and carry no update annotation.
+	done int
+	// approved hold an update approval; appliedNotReady of them applied
+	// the target but are not Ready, so update approval keeps their slot
+	// (it releases a slot only for a Ready node).
+	approved, appliedNotReady int
+	// waiting ask for an approval.
+	waiting int
+	// limit is maxConcurrent: the update slots.
+	limit int
+}
+
+// countRollout is where the nodes of the store stand on the way to sum,
+// with limit update slots.
+func countRollout(store cache.Store, sum string, limit int) rolloutCounts {
+	c := rolloutCounts{limit: limit}
+	for _, obj := range store.List() {
+		n := obj.(*corev1.Node)
+		c.nodes++
+		ready := nodes.IsReady(n)
+		if !ready {
+			c.notReady++
+		}
+		applied := n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == sum
+		switch {
+		case nodes.Has(n, deckhousev1.ApprovedAnnotation):
+			c.approved++
+			if applied && !ready {
+				c.appliedNotReady++
+			}
+		case nodes.Has(n, deckhousev1.WaitingForApprovalAnnotation):
+			c.waiting++
+		case applied:
+			c.done++
+		}
+	}
+	return c
+}
+
+func (c rolloutCounts) String() string {
+	return fmt.Sprintf("%d of %d nodes done, %d approved (%d of them applied the update but are not Ready), %d waiting for approval; %d not Ready",
+		c.done, c.nodes, c.approved, c.appliedNotReady, c.waiting, c.notReady)
+}
+
+// why says, for a rollout that stopped in this state, what holds it.
+func (c rolloutCounts) why() string {
+	switch {
+	case c.appliedNotReady > 0:
+		return fmt.Sprintf("%d approved nodes applied the update but are not Ready: update approval releases the slot only of a Ready node, "+
+			"and approves nobody Ready while the group has nodes that are not", c.appliedNotReady)
+	case c.notReady > 0 && c.waiting > 0:
+		return fmt.Sprintf("%d nodes of the group are not Ready: update approval approves Ready nodes only while every node of the group is Ready", c.notReady)
+	case c.waiting > 0 && c.approved < c.limit:
+		return fmt.Sprintf("only %d of the %d update slots are taken while %d nodes wait: the controller approves slower than nodes finish "+
+			"(its requests to the API; see its log)", c.approved, c.limit, c.waiting)
+	case c.approved > 0:
+		return "approved nodes have not reported the update yet (the agents are behind)"
+	case c.waiting > 0:
+		return "nodes wait for an approval the controller has not given (see node-manager-controller's log)"
+	}
+	return "every node is done or has not asked yet"
 }
 
 // countApplied is how many nodes of the store have applied sum.

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/nodes"
+)
+
+// TestCountRolloutSaysWhatHoldsAStalledRollout is the state both 5,000-node
+// runs stopped in: the first batch applied the update while not Ready,
+// so it keeps its approvals and the rest waits.
+func TestCountRolloutSaysWhatHoldsAStalledRollout(t *testing.T) {
+	t.Parallel()
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	add := func(name string, ready corev1.ConditionStatus, sum string, annotations ...string) {
+		n := fleetNodeWithReady(name, ready)
+		n.Annotations = map[string]string{}
+		if sum != "" {
+			n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] = sum
+		}
+		for _, a := range annotations {
+			n.Annotations[a] = ""
+		}
+		if err := store.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("done", corev1.ConditionTrue, "new")
+	add("held-1", corev1.ConditionUnknown, "new", deckhousev1.ApprovedAnnotation)
+	add("held-2", corev1.ConditionUnknown, "new", deckhousev1.ApprovedAnnotation)
+	add("applying", corev1.ConditionTrue, "", deckhousev1.ApprovedAnnotation)
+	add("reported", corev1.ConditionTrue, "new", deckhousev1.ApprovedAnnotation)
+	add("waiting-1", corev1.ConditionTrue, "", deckhousev1.WaitingForApprovalAnnotation)
+	add("waiting-2", corev1.ConditionUnknown, "", deckhousev1.WaitingForApprovalAnnotation)
+	add("old", corev1.ConditionTrue, "old")
+
+	c := countRollout(store, "new", 5)
+	want := rolloutCounts{nodes: 8, notReady: 3, done: 1, approved: 4, appliedNotReady: 2, waiting: 2, limit: 5}
+	if c != want {
+		t.Errorf("counts %+v, want %+v", c, want)
+	}
+	if why := c.why(); !strings.Contains(why, "2 approved nodes applied the update but are not Ready") {
+		t.Errorf("why: %q; want the approved nodes that applied it and are not Ready named first", why)
+	}
+	healthy := rolloutCounts{nodes: 8, done: 3, approved: 2, waiting: 3, limit: 5}
+	if why := healthy.why(); !strings.Contains(why, "only 2 of the 5 update slots are taken while 3 nodes wait") {
+		t.Errorf("why: %q; want the free slots named when no node is NotReady", why)
+	}
+	if n := countApplied(store, "new"); n != 4 {
+		t.Errorf("applied %d, want 4", n)
+	}
+}
+
+// TestAgentAsksAgainAfterAFailedWrite: a write a loaded kube-apiserver
+// fails is followed by no event of the node, so the agent must look again
+// by itself, or the node never asks for its update.
+func TestAgentAsksAgainAfterAFailedWrite(t *testing.T) {
+	t.Parallel()
+	n := fleetNodeWithReady("node-00000", corev1.ConditionTrue)
+	n.Annotations = map[string]string{deckhousev1.ConfigurationChecksumAnnotation: "old"}
+	kube := fake.NewClientset(n)
+	// The first two writes fail: the node's Add event and setTarget may
+	// both have it look, and both looks must fail.
+	var failed atomic.Int32
+	kube.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failed.Add(1) <= 2 {
+			return true, nil, apierrors.NewServiceUnavailable("the server is overloaded")
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, _, err := runAgents(ctx, kube, rolloutGroup, time.Millisecond, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.setTarget("new", []string{n.Name})
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		return err == nil && nodes.Has(got, deckhousev1.WaitingForApprovalAnnotation), nil
+	}); err != nil {
+		t.Fatalf("the node did not ask for approval after its first write failed (failed: %v): %v", failed.Load(), err)
+	}
+}
