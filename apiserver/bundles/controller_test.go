@@ -51,6 +51,7 @@ func runController(t *testing.T, timeout time.Duration, groups []string, configs
 	// Reactors are added before the controller runs: the fake clientset
 	// does not lock its reactor chain against a concurrent change.
 	writes := recordSecretWrites(kube)
+	statusWritesKeepTheSpec(nm)
 	ctx, cancel := context.WithCancel(context.Background())
 	renderer, sandboxed := timedSandboxedRenderer(t, timeout, 64<<20)
 	c := NewController(ControllerConfig{Kube: kube, NodeMgr: nm, Namespace: testNamespace, Identity: "test",
@@ -158,6 +159,34 @@ func recordSecretWrites(kube *kubefake.Clientset) *secretWrites {
 	kube.PrependReactor("create", "secrets", record)
 	kube.PrependReactor("update", "secrets", record)
 	return w
+}
+
+// statusWritesKeepTheSpec makes the simple clientset's UpdateStatus of a
+// NodeGroupConfiguration change only the status, as the API's status
+// subresource does. Without it the controller's status report, built from
+// what its informer last saw, writes that spec back over a test's change
+// made meanwhile (seen on a loaded machine: group b's change was lost and
+// group a went back to its first content).
+func statusWritesKeepTheSpec(nm *nmfake.Clientset) {
+	tracker := nm.Tracker()
+	gvr := deckhousev1alpha1.SchemeGroupVersion.WithResource("nodegroupconfigurations")
+	nm.PrependReactor("update", "nodegroupconfigurations", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		u, ok := a.(k8stesting.UpdateAction)
+		if !ok || u.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		written := u.GetObject().(*deckhousev1alpha1.NodeGroupConfiguration)
+		stored, err := tracker.Get(gvr, "", written.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		updated := stored.(*deckhousev1alpha1.NodeGroupConfiguration).DeepCopy()
+		updated.Status = *written.Status.DeepCopy()
+		if err := tracker.Update(gvr, updated, ""); err != nil {
+			return true, nil, err
+		}
+		return true, updated, nil
+	})
 }
 
 // first is when the Secret name was first written with checksum.
