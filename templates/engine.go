@@ -48,6 +48,9 @@ type Engine struct {
 	untrusted Untrusted
 	// Timeout bounds one render; zero means DefaultTimeout.
 	Timeout time.Duration
+	// compiled pools the texts rendered so far (compiled.go); copies of
+	// an engine share it, as they share base.
+	compiled *compiledSets
 }
 
 // NewEngine returns an engine whose renders can use the named library
@@ -63,7 +66,7 @@ func NewEngine(library map[string]string) (*Engine, error) {
 		}
 	}
 	guardLoops(base)
-	return &Engine{base: base, library: maps.Clone(library)}, nil
+	return &Engine{base: base, library: maps.Clone(library), compiled: &compiledSets{}}, nil
 }
 
 func noRender(string, any) (string, error) {
@@ -237,40 +240,14 @@ func rangeLimit(v any) (reflect.Value, error) {
 }
 
 func (e *Engine) render(name, text string, data any, b *budget) (string, error) {
-	t, err := e.base.Clone()
+	c, pool, err := e.acquire(name, text)
 	if err != nil {
-		return "", newRenderError(name, err)
+		return "", err
 	}
-	t = t.New(name)
-	t.Funcs(template.FuncMap{
-		"include": func(tmpl string, data any) (string, error) {
-			defer b.leave()
-			if err := b.enter("include " + tmpl); err != nil {
-				return "", err
-			}
-			buf := &limitedBuffer{budget: b}
-			if err := t.ExecuteTemplate(buf, tmpl, data); err != nil {
-				// Keep the included block's own position: text/template
-				// wraps this error, and newRenderError finds it again.
-				return "", newRenderError(tmpl, err)
-			}
-			return buf.buf.String(), nil
-		},
-		"tpl": func(text string, data any) (string, error) {
-			defer b.leave()
-			if err := b.enter("tpl"); err != nil {
-				return "", err
-			}
-			return e.render(name+"/tpl", text, data, b)
-		},
-		tickFunc: b.tick,
-	})
-	if _, err := t.Parse(text); err != nil {
-		return "", newRenderError(name, err)
-	}
-	guardLoops(t)
+	defer release(pool, c)
+	c.budget = b
 	out := &limitedBuffer{budget: b}
-	if err := t.Execute(out, data); err != nil {
+	if err := c.t.Execute(out, data); err != nil {
 		return "", newRenderError(name, err)
 	}
 	return out.buf.String(), nil

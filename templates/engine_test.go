@@ -2,7 +2,9 @@ package templates
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -173,4 +175,52 @@ func TestLoopsThatWriteNothingStopAtTheDeadline(t *testing.T) {
 			t.Errorf("%s: the process used %s of CPU in the second after the render failed", text, used)
 		}
 	}
+}
+
+// A text is parsed once and its parsed set reused (compiled.go); every
+// render must still behave as on a fresh clone of the library: with its
+// own data and its own budget, and unaffected by what other texts define.
+func TestEngineReusesAParsedTextAsIfFresh(t *testing.T) {
+	e := mustEngine(t, map[string]string{"lib/_x.tpl": `{{ define "greet" }}hello {{ .name }}{{ end }}`})
+	// A text that redefines the library's template uses its own definition,
+	// and another text still gets the library's, before and after.
+	redefines := `{{ define "greet" }}HIJACKED{{ end }}{{ include "greet" . }}`
+	plain := `{{ include "greet" . }}`
+	for range 3 {
+		if got, err := e.Render("plain", plain, map[string]any{"name": "a"}); err != nil || got != "hello a" {
+			t.Fatalf("plain = %q, %v; want %q", got, err, "hello a")
+		}
+		if got, err := e.Render("redefines", redefines, nil); err != nil || got != "HIJACKED" {
+			t.Fatalf("redefines = %q, %v; want HIJACKED", got, err)
+		}
+	}
+	// The same text under another name is its own template: errors name it.
+	if _, err := e.Render("other", `{{ .missing.x }}`, map[string]any{}); err == nil || !strings.Contains(err.Error(), "other") {
+		t.Errorf("error %v does not name the template", err)
+	}
+	// A render that used up its budget leaves none of it to the next.
+	big := `{{ range until .n }}{{ repeat 100000 "x" }}{{ end }}`
+	if _, err := e.Render("big", big, map[string]any{"n": 100}); err == nil {
+		t.Fatal("10 MB of output rendered, want the output limit")
+	}
+	if out, err := e.Render("big", big, map[string]any{"n": 2}); err != nil || len(out) != 200000 {
+		t.Fatalf("a small render of the same text: %d bytes, %v", len(out), err)
+	}
+	// Renders of one text at once, nesting tpl of the same text, each
+	// write their own data.
+	nested := `{{ .name }}{{ if .inner }}:{{ tpl "{{ .name }}" (dict "name" (print .name "-inner")) }}{{ end }}`
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			name := fmt.Sprintf("n%d", i)
+			for range 20 {
+				got, err := e.Render("nested", nested, map[string]any{"name": name, "inner": true})
+				if want := name + ":" + name + "-inner"; err != nil || got != want {
+					t.Errorf("nested = %q, %v; want %q", got, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
