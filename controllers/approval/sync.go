@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,34 +78,21 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	// landed: a slot freed by a finished node must really be free (its
 	// patch may fail) before another node takes it, so maxConcurrent holds
 	// at every moment.
-	var errs []error
-	written := map[string]bool{}
-	var grants []string
+	var others, grants []string
 	for _, name := range slices.Sorted(maps.Keys(d.Changes)) {
-		ch := d.Changes[name]
-		if isGrant(ch) {
+		if isGrant(d.Changes[name]) {
 			grants = append(grants, name)
-			continue
+		} else {
+			others = append(others, name)
 		}
-		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], ch); err != nil {
-			// A conflict means the node changed under us: decide again on
-			// the new state rather than writing this one.
-			errs = append(errs, err)
-			continue
-		}
-		written[name] = true
-		klog.InfoS("Updated node for its update", "group", group, "node", name, "change", ch.String())
 	}
-	for _, name := range grants {
-		if len(errs) > 0 {
-			break
-		}
-		if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], d.Changes[name]); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		written[name] = true
-		klog.InfoS("Granted an update slot", "group", group, "node", name, "change", d.Changes[name].String())
+	// A conflict means the node changed under us: decide again on the new
+	// state rather than writing this one.
+	written, errs := c.patchAll(ctx, group, others, byName, d.Changes, "Updated node for its update")
+	if len(errs) == 0 {
+		var granted map[string]bool
+		granted, errs = c.patchAll(ctx, group, grants, byName, d.Changes, "Granted an update slot")
+		maps.Copy(written, granted)
 	}
 	for _, e := range d.Events {
 		if n := byName[e.Node]; n != nil && written[e.Node] {
@@ -118,6 +106,39 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		return fmt.Errorf("group %s: %w", group, err)
 	}
 	return nil
+}
+
+// patchConcurrency is how many node writes one sync makes at once. A
+// finished batch frees its slots and a new batch takes them in one sync;
+// written one after another, a batch of a hundred nodes took a round trip
+// each on the way out and again on the way in.
+const patchConcurrency = 16
+
+// patchAll writes the changes of names, patchConcurrency at a time, and
+// says which were written and what failed.
+func (c *Controller) patchAll(ctx context.Context, group string, names []string, byName map[string]*corev1.Node, changes map[string]*nodes.Change, msg string) (map[string]bool, []error) {
+	var mu sync.Mutex
+	var errs []error
+	written := map[string]bool{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, patchConcurrency)
+	for _, name := range names {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, byName[name], changes[name])
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			written[name] = true
+			klog.InfoS(msg, "group", group, "node", name, "change", changes[name].String())
+		})
+	}
+	wg.Wait()
+	return written, errs
 }
 
 func groupRef(g *deckhousev1.NodeGroup) *deckhousev1.NodeGroup {
