@@ -22,16 +22,22 @@ type compiled struct {
 
 // compiledSets pools compiled templates by name and text. The pools are
 // emptied by the garbage collector when idle (sync.Pool), and the index of
-// pools starts over when it holds maxCompiledTexts texts, which bounds what
-// a stream of ever-new texts keeps.
+// pools starts over when it holds maxCompiledTexts texts or
+// maxCompiledBytes of them, which bounds what a stream of ever-new texts
+// keeps (a sandbox worker's memory limit must not be reached by texts
+// that rendered long ago).
 type compiledSets struct {
 	mu    sync.Mutex
 	pools map[compiledKey]*sync.Pool
+	bytes int
 }
 
 type compiledKey struct{ name, text string }
 
-const maxCompiledTexts = 1024
+const (
+	maxCompiledTexts = 1024
+	maxCompiledBytes = 8 << 20
+)
 
 func (s *compiledSets) pool(k compiledKey) *sync.Pool {
 	s.mu.Lock()
@@ -39,9 +45,11 @@ func (s *compiledSets) pool(k compiledKey) *sync.Pool {
 	if p := s.pools[k]; p != nil {
 		return p
 	}
-	if s.pools == nil || len(s.pools) >= maxCompiledTexts {
-		s.pools = make(map[compiledKey]*sync.Pool)
+	size := len(k.name) + len(k.text)
+	if s.pools == nil || len(s.pools) >= maxCompiledTexts || s.bytes+size > maxCompiledBytes {
+		s.pools, s.bytes = make(map[compiledKey]*sync.Pool), 0
 	}
+	s.bytes += size
 	p := &sync.Pool{}
 	s.pools[k] = p
 	return p

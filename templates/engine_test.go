@@ -224,3 +224,25 @@ func TestEngineReusesAParsedTextAsIfFresh(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The index of parsed texts forgets old texts before it keeps more than
+// maxCompiledTexts of them or maxCompiledBytes in all.
+func TestParsedTextsAreBounded(t *testing.T) {
+	var s compiledSets
+	big := strings.Repeat("x", 1<<20)
+	for i := range 3 * maxCompiledBytes >> 20 {
+		s.pool(compiledKey{fmt.Sprint(i), big})
+		if s.bytes > maxCompiledBytes {
+			t.Fatalf("after %d texts of 1 MiB the index holds %d bytes", i+1, s.bytes)
+		}
+	}
+	for i := range 3 * maxCompiledTexts {
+		s.pool(compiledKey{fmt.Sprint(i), "small"})
+		if len(s.pools) > maxCompiledTexts {
+			t.Fatalf("after %d texts the index holds %d", i+1, len(s.pools))
+		}
+	}
+	if p := s.pool(compiledKey{"a", "small"}); p != s.pool(compiledKey{"a", "small"}) {
+		t.Error("one text got two pools")
+	}
+}
