@@ -45,6 +45,7 @@ const joinTimeout = 4 * time.Minute
 // the approval protocol with only the kubelet restarted.
 func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	debianroot.RequireRoot(t)
+	recapOnFailure(t)
 	ctx := context.Background()
 
 	// The cluster as an air-gapped one is set up: binaries from a package
@@ -52,7 +53,7 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	sandbox := templates.BuiltinVersions().SandboxImage
 	ref, tag, ok := strings.Cut(strings.TrimPrefix(sandbox, "registry.k8s.io/"), ":")
 	if !ok || ref == sandbox {
-		t.Fatalf("the sandbox image %s is not registry.k8s.io/<name>:<tag>", sandbox)
+		fatalf(t, "the sandbox image %s is not registry.k8s.io/<name>:<tag>", sandbox)
 	}
 	images := startPauseRegistry(t, ref, tag)
 	source := framework.StartPackageSource(t)
@@ -116,17 +117,18 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	registered := time.Since(start)
 	t.Logf("bootstrap.sh start → Node registered: %s", registered.Round(100*time.Millisecond))
 	if node.Labels[deckhousev1.NodeGroupLabel] != group || node.Labels[deckhousev1.NodeTypeLabel] != string(deckhousev1.NodeTypeStatic) {
-		t.Errorf("the Node registered with labels %v, want the group's", node.Labels)
+		errorf(t, "the Node registered with labels %v, want the group's", node.Labels)
 	}
 	checkCSRApproved(t)
 	inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil || inst.Labels[deckhousev1.NodeGroupLabel] != group {
-		t.Errorf("Instance %s of group %s: %v %v", nodeName, group, err, inst)
+		errorf(t, "Instance %s of group %s: %v %v", nodeName, group, err, inst)
 	}
 
 	// The network module's part, which the bundle leaves to it as Deckhouse
 	// does: the CNI plugins (Debian's containernetworking-plugins, from the
 	// machine's package cache) and a bridge configuration.
+	enter("installing the CNI plugins on the machine")
 	m.MustRun(installCNI)
 
 	// Ready: the group's checksum recorded, the taint removed by the node
@@ -143,13 +145,13 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	readyAfter := time.Since(start)
 	t.Logf("bootstrap.sh start → Node Ready: %s", readyAfter.Round(100*time.Millisecond))
 	if err := <-bootstrap; err != nil {
-		t.Fatalf("bootstrap.sh: %v\n%s", err, tail(bootstrapOut, 40))
+		fatalf(t, "bootstrap.sh: %v\n%s", err, tail(bootstrapOut, 40))
 	}
 	bootstrap <- nil
 	// The first run recorded the configuration itself, once the kubelet had
 	// joined (bashible waits for that when it ends first).
 	if !strings.Contains(bootstrapOut, "bashible: configuration "+served[:12]+" applied") {
-		t.Errorf("the first run should apply %s:\n%s", served[:12], tail(bootstrapOut, 20))
+		errorf(t, "the first run should apply %s:\n%s", served[:12], tail(bootstrapOut, 20))
 	}
 	waitFor(t, "NodeGroup "+group+" status nodes: 1, ready: 1", time.Minute, func(ctx context.Context) (bool, error) {
 		g, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
@@ -167,7 +169,7 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 		},
 	}
 	if _, err := f.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	t.Cleanup(func() { deletePod(t, pod) })
 	waitFor(t, "pod "+pod.Name+" Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
@@ -183,23 +185,24 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	})
 	t.Logf("bootstrap.sh start → pod Running: %s (pod IP %s)", time.Since(start).Round(100*time.Millisecond), pod.Status.PodIP)
 	if _, subnet, _ := net.ParseCIDR(podSubnet); !subnet.Contains(net.ParseIP(pod.Status.PodIP)) {
-		t.Errorf("the pod has IP %q, want one of the CNI range %s", pod.Status.PodIP, podSubnet)
+		errorf(t, "the pod has IP %q, want one of the CNI range %s", pod.Status.PodIP, podSubnet)
 	}
 	if !images.pulled() {
-		t.Error("the pause image was not pulled through the registry mirror")
+		errorf(t, "the pause image was not pulled through the registry mirror")
 	}
 
 	// An update: a new maxPods reaches the running node through
 	// bashible.timer and the approval protocol; only the kubelet restarts.
+	enter("reading the machine's unit start times before the update")
 	before := unitStarts(t, m)
 	update := time.Now()
 	g, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	g.Spec.Kubelet.MaxPods = ptr.To[int32](150)
 	if _, err := f.NM.DeckhouseV1().NodeGroups().Update(ctx, g, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	newSum := f.WaitChecksum(t, group, func(s string) bool { return s != "" && s != served })
 	waitFor(t, "the Node to apply maxPods 150", joinTimeout, func(ctx context.Context) (bool, error) {
@@ -226,10 +229,11 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 		}
 		return approved && applied, nil
 	})
+	enter("reading the machine's unit start times after the update")
 	after := unitStarts(t, m)
 	for unit, started := range before {
 		if restarted := after[unit] != started; restarted != (unit == "kubelet.service") {
-			t.Errorf("%s restarted: %v (before %s, after %s); a new maxPods restarts only the kubelet", unit, restarted, started, after[unit])
+			errorf(t, "%s restarted: %v (before %s, after %s); a new maxPods restarts only the kubelet", unit, restarted, started, after[unit])
 		}
 	}
 }
@@ -406,9 +410,51 @@ func deletePod(t *testing.T, pod *corev1.Pod) {
 // 90 seconds (a whole bundle run, bashible.timer's period).
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
+	enter("waiting for " + what)
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
+		fatalf(t, "waiting for %s: %v", what, err)
 	}
+}
+
+// progress is where the test stands and its first failure, recapped as
+// the last lines of a failed run's output: below the machine's journal and
+// its clean-up, which is all a CI excerpt of the output may show.
+var progress struct{ phase, failure string }
+
+// enter records the phase the test is in.
+func enter(phase string) { progress.phase = phase }
+
+func errorf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	record(fmt.Sprintf(format, args...))
+	t.Error(fmt.Sprintf(format, args...))
+}
+
+func fatalf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	record(fmt.Sprintf(format, args...))
+	t.Fatal(fmt.Sprintf(format, args...))
+}
+
+func record(failure string) {
+	if progress.failure == "" {
+		progress.failure = progress.phase + ": " + tail(failure, 12)
+	}
+}
+
+// recapOnFailure is registered first, so its clean-up runs last.
+func recapOnFailure(t *testing.T) {
+	progress.phase, progress.failure = "setting up", ""
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if progress.failure == "" {
+			// A helper failed the test on its own (a command on the machine, a framework call).
+			progress.failure = progress.phase + ": see the first error above"
+		}
+		t.Logf("RECAP: the test failed while %s", progress.failure)
+	})
 }
 
 func ready(n *corev1.Node) bool {

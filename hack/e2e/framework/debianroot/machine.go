@@ -289,7 +289,7 @@ func (m *Machine) cleanUp(before hostState) {
 	// Cgroups the machine made: removed deepest first; one still holding
 	// a process is reported.
 	var removed []string
-	defer func() { t.Logf("removed the cgroups machine %s made: %v", m.Name, removed) }()
+	defer func() { t.Logf("removed the %d cgroups machine %s made", len(removed), m.Name) }()
 	for dir, old := range before.cgroups {
 		for _, sub := range subdirs(dir) {
 			if slices.Contains(old, sub) {
