@@ -76,7 +76,8 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	m := debianroot.Boot(t, root, nodeName)
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := m.Run(context.Background(), "journalctl --no-pager -n 80 -u kubelet -u containerd -u bashible -u kubernetes-api-proxy; tail -n 40 /var/lib/bashible/step.log 2>/dev/null || true")
+			// Each unit's own tail: the kubelet alone fills any shared one.
+			out, _ := m.Run(context.Background(), "for u in kubelet containerd kubernetes-api-proxy bashible; do echo \"--- $u\"; journalctl --no-pager -n 25 -u $u; done; echo '--- step.log'; tail -n 40 /var/lib/bashible/step.log 2>/dev/null || true")
 			t.Logf("the machine's journal:\n%s", out)
 		}
 	})
