@@ -16,60 +16,93 @@ import (
 // only holds the templates its own text defines.
 type compiled struct {
 	t *template.Template
-	// budget is the budget of the render using the set; nil while pooled.
+	// budget is the budget of the render using the set; nil while idle.
 	budget *budget
+	// lastSize is the length of the set's last output.
+	lastSize int
 }
 
-// compiledSets pools compiled templates by name and text. The pools are
-// emptied by the garbage collector when idle (sync.Pool), and the index of
-// pools starts over when it holds maxCompiledTexts texts or
-// maxCompiledBytes of them, which bounds what a stream of ever-new texts
-// keeps (a sandbox worker's memory limit must not be reached by texts
-// that rendered long ago).
+// compiledSets pools compiled templates by name and text. Each text keeps
+// one idle set for certain (spare): a sync.Pool alone is emptied by every
+// other garbage collection, and a full render of 100 groups allocates
+// enough to collect several times, so most of its renders parsed again.
+// Sets beyond the spare (renders of one text running at once) go to the
+// text's sync.Pool, which the collector empties when idle. The index starts
+// over when it holds maxCompiledTexts texts or maxCompiledBytes of them,
+// which bounds what a stream of ever-new texts keeps (a sandbox worker's
+// memory limit must not be reached by texts that rendered long ago): a
+// set costs about 22 KB besides its text's parse tree.
 type compiledSets struct {
 	mu    sync.Mutex
-	pools map[compiledKey]*sync.Pool
+	texts map[compiledKey]*compiledText
 	bytes int
 }
 
 type compiledKey struct{ name, text string }
 
+// compiledText is one text's idle sets.
+type compiledText struct {
+	spare *compiled // guarded by compiledSets.mu
+	more  sync.Pool
+}
+
 const (
-	maxCompiledTexts = 1024
-	maxCompiledBytes = 8 << 20
+	maxCompiledTexts = 512
+	maxCompiledBytes = 4 << 20
 )
 
-func (s *compiledSets) pool(k compiledKey) *sync.Pool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p := s.pools[k]; p != nil {
+func (s *compiledSets) text(k compiledKey) *compiledText {
+	if p := s.texts[k]; p != nil {
 		return p
 	}
 	size := len(k.name) + len(k.text)
-	if s.pools == nil || len(s.pools) >= maxCompiledTexts || s.bytes+size > maxCompiledBytes {
-		s.pools, s.bytes = make(map[compiledKey]*sync.Pool), 0
+	if s.texts == nil || len(s.texts) >= maxCompiledTexts || s.bytes+size > maxCompiledBytes {
+		s.texts, s.bytes = make(map[compiledKey]*compiledText), 0
 	}
 	s.bytes += size
-	p := &sync.Pool{}
-	s.pools[k] = p
+	p := &compiledText{}
+	s.texts[k] = p
 	return p
 }
 
-// acquire returns a compiled template of text for one render, parsing it
-// when none is free; release gives it back. A text that does not parse
-// is not pooled: its error is returned each time.
-func (e *Engine) acquire(name, text string) (*compiled, *sync.Pool, error) {
-	p := e.compiled.pool(compiledKey{name, text})
-	if c, ok := p.Get().(*compiled); ok {
-		return c, p, nil
+// get returns an idle set of k's text, or nil.
+func (s *compiledSets) get(k compiledKey) (*compiledText, *compiled) {
+	s.mu.Lock()
+	p := s.text(k)
+	c := p.spare
+	p.spare = nil
+	s.mu.Unlock()
+	if c == nil {
+		c, _ = p.more.Get().(*compiled)
 	}
-	c, err := e.compile(name, text)
-	return c, p, err
+	return p, c
 }
 
-func release(p *sync.Pool, c *compiled) {
+// put makes c idle again.
+func (s *compiledSets) put(p *compiledText, c *compiled) {
 	c.budget = nil
-	p.Put(c)
+	s.mu.Lock()
+	if p.spare == nil {
+		p.spare, c = c, nil
+	}
+	s.mu.Unlock()
+	if c != nil {
+		p.more.Put(c)
+	}
+}
+
+// acquire returns a compiled template of text for one render, parsing it
+// when none is idle, and the function that gives it back. A text that does
+// not parse is not kept: its error is returned each time.
+func (e *Engine) acquire(name, text string) (*compiled, func(), error) {
+	p, c := e.compiled.get(compiledKey{name, text})
+	if c == nil {
+		var err error
+		if c, err = e.compile(name, text); err != nil {
+			return nil, nil, err
+		}
+	}
+	return c, func() { e.compiled.put(p, c) }, nil
 }
 
 // compile parses text, named name, on a clone of the library, with the

@@ -240,23 +240,28 @@ func rangeLimit(v any) (reflect.Value, error) {
 }
 
 func (e *Engine) render(name, text string, data any, b *budget) (string, error) {
-	c, pool, err := e.acquire(name, text)
+	c, release, err := e.acquire(name, text)
 	if err != nil {
 		return "", err
 	}
-	defer release(pool, c)
+	defer release()
 	c.budget = b
 	out := &limitedBuffer{budget: b}
+	// The text's last output size: most renders of a text are about as
+	// long, and growing the buffer by doubling copied each one several
+	// times.
+	out.buf.Grow(c.lastSize)
 	if err := c.t.Execute(out, data); err != nil {
 		return "", newRenderError(name, err)
 	}
+	c.lastSize = out.buf.Len()
 	return out.buf.String(), nil
 }
 
 // limitedBuffer charges every write to the render's budget and fails once
 // the render has written too much or run out of time, which stops it.
 type limitedBuffer struct {
-	buf    bytes.Buffer
+	buf    strings.Builder
 	budget *budget
 }
 

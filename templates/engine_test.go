@@ -3,6 +3,7 @@ package templates
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -231,18 +232,50 @@ func TestParsedTextsAreBounded(t *testing.T) {
 	var s compiledSets
 	big := strings.Repeat("x", 1<<20)
 	for i := range 3 * maxCompiledBytes >> 20 {
-		s.pool(compiledKey{fmt.Sprint(i), big})
+		s.get(compiledKey{fmt.Sprint(i), big})
 		if s.bytes > maxCompiledBytes {
 			t.Fatalf("after %d texts of 1 MiB the index holds %d bytes", i+1, s.bytes)
 		}
 	}
 	for i := range 3 * maxCompiledTexts {
-		s.pool(compiledKey{fmt.Sprint(i), "small"})
-		if len(s.pools) > maxCompiledTexts {
-			t.Fatalf("after %d texts the index holds %d", i+1, len(s.pools))
+		s.get(compiledKey{fmt.Sprint(i), "small"})
+		if len(s.texts) > maxCompiledTexts {
+			t.Fatalf("after %d texts the index holds %d", i+1, len(s.texts))
 		}
 	}
-	if p := s.pool(compiledKey{"a", "small"}); p != s.pool(compiledKey{"a", "small"}) {
-		t.Error("one text got two pools")
+	if p, _ := s.get(compiledKey{"a", "small"}); p != s.texts[compiledKey{"a", "small"}] {
+		t.Error("one text got two entries")
+	}
+}
+
+// A text's idle set outlives garbage collections: a full render collects
+// several times, and a set left only to a sync.Pool was parsed again after
+// each.
+func TestAnIdleParsedSetSurvivesCollections(t *testing.T) {
+	e := mustEngine(t, nil)
+	k := compiledKey{"step", "{{ .x }}"}
+	c, release, err := e.acquire(k.name, k.text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	runtime.GC()
+	runtime.GC()
+	again, release, err := e.acquire(k.name, k.text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if again != c {
+		t.Error("the text was parsed again after two collections")
+	}
+	// A second render at once gets a set of its own.
+	other, releaseOther, err := e.acquire(k.name, k.text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseOther()
+	if other == again {
+		t.Error("two renders at once share a parsed set")
 	}
 }

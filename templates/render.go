@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"regexp"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -209,7 +211,7 @@ func Checksum(bashible string, steps map[string]string) string {
 	h := sha256.New()
 	write := func(name, content string) {
 		fmt.Fprintf(h, "%d:%s\x00%d:", len(name), name, len(content))
-		h.Write([]byte(content))
+		hashString(h, content)
 	}
 	write("bashible.sh", bashible)
 	names := make([]string, 0, len(steps))
@@ -221,4 +223,11 @@ func Checksum(bashible string, steps map[string]string) string {
 		write(name, steps[name])
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// hashString writes s to h without copying it: a full render hashes about
+// 17 MB of scripts, and a []byte conversion copied each of them. A hash
+// neither keeps nor changes what it is given (io.Writer's contract).
+func hashString(h hash.Hash, s string) {
+	h.Write(unsafe.Slice(unsafe.StringData(s), len(s)))
 }

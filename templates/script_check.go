@@ -67,9 +67,9 @@ func (c *checkCache) add(k [sha256.Size]byte) {
 // its here-documents, each length-prefixed so no two inputs share a key.
 func scriptKey(script string, multiline []string) [sha256.Size]byte {
 	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s", len(script), script)
-	for _, v := range multiline {
-		fmt.Fprintf(h, "%d:%s", len(v), v)
+	for _, v := range append([]string{script}, multiline...) {
+		fmt.Fprintf(h, "%d:", len(v))
+		hashString(h, v)
 	}
 	var k [sha256.Size]byte
 	h.Sum(k[:0])
