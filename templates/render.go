@@ -97,6 +97,7 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 		return nil, []Failure{{Err: err}}
 	}
 	multiline := ctx.multilineValues()
+	var encoded []byte // values' JSON, for the sandbox (renderUntrusted)
 	var failures []Failure
 	render := func(name, text string) string {
 		out, err := t.engine.Render(name, text, values)
@@ -136,7 +137,7 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 			failures = append(failures, Failure{Custom: s.Name, Err: fmt.Errorf("step %s is a built-in step and cannot be replaced; change the weight or the name", file)})
 			continue
 		}
-		out, err := t.engine.RenderUntrusted("NodeGroupConfiguration/"+s.Name, s.Content, values)
+		out, err := t.engine.renderUntrusted("NodeGroupConfiguration/"+s.Name, s.Content, values, &encoded)
 		if err == nil {
 			if err = checkControlCharacters(out, true); err != nil {
 				err = fmt.Errorf("the rendered step: %w", err)

@@ -2,9 +2,11 @@ package bundles
 
 import (
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
@@ -64,13 +66,16 @@ type timedSandbox struct {
 type sandboxRender struct {
 	name, text string
 	start, end time.Time
+	// values is the first byte of the values' encoding: renders given
+	// the same encoding have the same one.
+	values *byte
 }
 
-func (s *timedSandbox) Render(name, text string, data any) (string, error) {
+func (s *timedSandbox) RenderJSON(name, text string, values []byte) (string, error) {
 	start := time.Now()
-	out, err := s.Untrusted.Render(name, text, data)
+	out, err := s.Untrusted.RenderJSON(name, text, values)
 	s.mu.Lock()
-	s.renders = append(s.renders, sandboxRender{name: name, text: text, start: start, end: time.Now()})
+	s.renders = append(s.renders, sandboxRender{name: name, text: text, start: start, end: time.Now(), values: unsafe.SliceData(values)})
 	s.mu.Unlock()
 	return out, err
 }
@@ -137,6 +142,33 @@ func TestTemplateBombsFailWithinTheirDeadlineAndLeaveNoCPUBurning(t *testing.T) 
 				t.Errorf("the server and its workers used %s of CPU in the 2s after the render failed", used)
 			}
 		})
+	}
+}
+
+// A group's NodeGroupConfigurations go to the sandbox with one encoding of
+// the group's context, made once: encoding it for each of them was most
+// of what the sandbox cost a full render.
+func TestAGroupsConfigurationsShareOneEncodingOfItsContext(t *testing.T) {
+	r, sandboxed := timedSandboxedRenderer(t, 10*time.Second, 64<<20)
+	in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a"), group("b")},
+		Configs: []*deckhousev1alpha1.NodeGroupConfiguration{
+			config("one.sh", []string{"*"}, "echo {{ .nodeGroup.name }}"),
+			config("two.sh", []string{"*"}, "echo two"),
+			config("three.sh", []string{"*"}, "echo three")}}
+	for g, res := range r.RenderAll(in) {
+		if res.Published == nil {
+			t.Fatalf("group %s: %v", g, res.Failures)
+		}
+		if got := res.Published.Steps["050_one.sh"]; !strings.Contains(got, "echo "+g) {
+			t.Errorf("group %s: one.sh rendered %q, want its own group's name", g, got)
+		}
+	}
+	encodings := map[*byte]bool{}
+	for _, render := range sandboxed.renders {
+		encodings[render.values] = true
+	}
+	if len(sandboxed.renders) != 6 || len(encodings) != 2 {
+		t.Errorf("%d renders in the sandbox with %d encodings of the context; want 6 with 2, one per group", len(sandboxed.renders), len(encodings))
 	}
 }
 

@@ -148,6 +148,12 @@ func (p *Pool) Render(name, text string, data any) (string, error) {
 	if err != nil {
 		return "", &templates.RenderError{Template: name, Message: fmt.Sprintf("encode the render context: %v", err)}
 	}
+	return p.RenderJSON(name, text, values)
+}
+
+// RenderJSON is Render with the data given as its JSON encoding
+// (templates.Untrusted): a group's NodeGroupConfigurations share one.
+func (p *Pool) RenderJSON(name, text string, values []byte) (string, error) {
 	req := request{Name: name, Text: text}
 	p.slots <- struct{}{}
 	defer func() { <-p.slots }()
