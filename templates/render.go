@@ -97,7 +97,6 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 		return nil, []Failure{{Err: err}}
 	}
 	multiline := ctx.multilineValues()
-	var encoded []byte // values' JSON, for the sandbox (renderUntrusted)
 	var failures []Failure
 	render := func(name, text string) string {
 		out, err := t.engine.Render(name, text, values)
@@ -119,15 +118,28 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 	}
 
 	// Custom steps in name order, so collisions are attributed the same way
-	// on every replica.
+	// on every replica. The steps that pass their own checks render
+	// together (in the sandbox, one request); their results are then taken
+	// in that order, so a step that failed to render claims no file, as
+	// if each had rendered in turn.
 	custom = slices.Clone(custom)
 	slices.SortFunc(custom, func(a, b CustomStep) int { return strings.Compare(a.Name, b.Name) })
+	refused := make([]error, len(custom))
+	var texts []NamedText
+	for i, s := range custom {
+		if refused[i] = s.check(); refused[i] == nil {
+			texts = append(texts, NamedText{Name: "NodeGroupConfiguration/" + s.Name, Text: s.Content})
+		}
+	}
+	outs, errs := t.engine.renderUntrusted(texts, values)
 	owner := map[string]string{}
-	for _, s := range custom {
-		if err := s.check(); err != nil {
-			failures = append(failures, Failure{Custom: s.Name, Err: err})
+	for i, s := range custom {
+		if refused[i] != nil {
+			failures = append(failures, Failure{Custom: s.Name, Err: refused[i]})
 			continue
 		}
+		out, err := outs[0], errs[0]
+		outs, errs = outs[1:], errs[1:]
 		file := s.FileName()
 		switch {
 		case owner[file] != "":
@@ -137,7 +149,6 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 			failures = append(failures, Failure{Custom: s.Name, Err: fmt.Errorf("step %s is a built-in step and cannot be replaced; change the weight or the name", file)})
 			continue
 		}
-		out, err := t.engine.renderUntrusted("NodeGroupConfiguration/"+s.Name, s.Content, values, &encoded)
 		if err == nil {
 			if err = checkControlCharacters(out, true); err != nil {
 				err = fmt.Errorf("the rendered step: %w", err)

@@ -148,41 +148,57 @@ func (p *Pool) Render(name, text string, data any) (string, error) {
 	if err != nil {
 		return "", &templates.RenderError{Template: name, Message: fmt.Sprintf("encode the render context: %v", err)}
 	}
-	return p.RenderJSON(name, text, values)
+	outs, errs := p.RenderJSON([]templates.NamedText{{Name: name, Text: text}}, values)
+	return outs[0], errs[0]
 }
 
-// RenderJSON is Render with the data given as its JSON encoding
-// (templates.Untrusted): a group's NodeGroupConfigurations share one.
-func (p *Pool) RenderJSON(name, text string, values []byte) (string, error) {
-	req := request{Name: name, Text: text}
+// RenderJSON renders each of texts with the data given as its JSON
+// encoding (templates.Untrusted), in one request to one worker. Each
+// template has its own limits, as in Render: one that a worker is stopped
+// for fails alone, and the templates after it render in a new worker.
+func (p *Pool) RenderJSON(texts []templates.NamedText, values []byte) ([]string, []error) {
+	outs, errs := make([]string, len(texts)), make([]error, len(texts))
 	p.slots <- struct{}{}
 	defer func() { <-p.slots }()
 
 	// A worker that died between requests (or was retired) is replaced
-	// once; a second failure is this template's.
-	for attempt := 0; ; attempt++ {
+	// once; a second failure is the next template's.
+	for next, attempt := 0, 0; next < len(texts); {
 		w, err := p.get()
 		if err != nil {
-			return "", &templates.RenderError{Template: name, Message: err.Error()}
+			for i := next; i < len(texts); i++ {
+				errs[i] = &templates.RenderError{Template: texts[i].Name, Message: err.Error()}
+			}
+			break
 		}
-		out, retire, err := w.render(req, values, p.cfg)
-		if retire || err != nil && !isTemplateError(err) {
+		answered, retire, err := w.render(texts[next:], values, p.cfg, outs[next:], errs[next:])
+		if retire || err != nil {
 			p.stop(w)
 		} else {
 			p.put(w)
 		}
+		next += answered
+		if answered > 0 {
+			attempt = 0
+		}
 		var died *workerDied
-		if errors.As(err, &died) && died.beforeRequest && attempt == 0 {
-			continue
-		}
-		if died != nil {
-			if p.closed.Load() {
-				return "", &templates.RenderError{Template: name, Message: "the render sandbox is shut down"}
+		switch {
+		case err == nil:
+		case errors.As(err, &died) && died.beforeRequest && attempt == 0:
+			// Nothing of texts[next] ran: the worker had stopped before
+			// the request, or retired after the template before it.
+			attempt++
+		default:
+			msg := err.Error()
+			if died != nil && p.closed.Load() {
+				msg = "the render sandbox is shut down"
 			}
-			return "", &templates.RenderError{Template: name, Message: died.Error()}
+			// The template the worker was rendering when it stopped.
+			errs[next] = &templates.RenderError{Template: texts[next].Name, Message: msg}
+			next++
 		}
-		return out, err
 	}
+	return outs, errs
 }
 
 func isTemplateError(err error) bool {
@@ -292,44 +308,64 @@ func (p *Pool) Check() error {
 	return nil
 }
 
-// render sends one request and reads its response, killing the worker
-// when it takes longer than cfg.Timeout (plus a grace period).
-func (w *worker) render(req request, values []byte, cfg Config) (out string, retire bool, err error) {
+// render sends one request for texts and reads the responses into outs
+// and errs as they come: answered is how many templates were answered.
+// The worker is killed when one template takes longer than cfg.Timeout
+// (plus a grace period); err, when set, is why the worker stopped during
+// texts[answered], or could not be used at all. retire says the worker
+// must not be used again.
+func (w *worker) render(texts []templates.NamedText, values []byte, cfg Config, outs []string, errs []error) (answered int, retire bool, err error) {
+	req := request{Templates: texts}
 	if !bytes.Equal(values, w.lastValues) {
 		req.Values = values
 	}
 	frame, err := json.Marshal(req)
 	if err != nil {
-		return "", true, err
+		return 0, true, err
 	}
 	w.lastValues = values
 	if err := writeFrame(w.stdin, frame); err != nil {
-		return "", true, w.died(cfg, true, false)
+		return 0, true, w.died(cfg, true, false)
 	}
-	var killed atomic.Bool
-	var readErr error
-	timer := time.AfterFunc(cfg.Timeout+killGrace, func() {
-		killed.Store(true)
-		_ = w.cmd.Process.Kill()
-	})
-	frame, readErr = readFrame(w.stdout)
-	if !timer.Stop() || killed.Load() {
-		// The kill raced the answer: use the answer, not the worker.
-		defer func() { retire = true }()
+	for i, t := range texts {
+		var killed atomic.Bool
+		timer := time.AfterFunc(cfg.Timeout+killGrace, func() {
+			killed.Store(true)
+			_ = w.cmd.Process.Kill()
+		})
+		frame, readErr := readFrame(w.stdout)
+		if !timer.Stop() || killed.Load() {
+			// The kill raced the answer: use the answer, not the worker.
+			retire = true
+		}
+		if readErr != nil {
+			return i, true, w.died(cfg, false, killed.Load())
+		}
+		var done bool
+		outs[i], errs[i], done, err = response(t.Name, frame, cfg)
+		if err != nil {
+			return i, true, err
+		}
+		if done {
+			return i + 1, true, nil
+		}
 	}
-	if readErr != nil {
-		return "", true, w.died(cfg, false, killed.Load())
-	}
+	return len(texts), retire, nil
+}
+
+// response decodes a worker's answer for the template named name; done
+// says the worker retired after it.
+func response(name string, frame []byte, cfg Config) (out string, renderErr error, done bool, err error) {
 	if len(frame) == 0 {
-		return "", true, errors.New("the render worker sent an empty response")
+		return "", nil, false, errors.New("the render worker sent an empty response")
 	}
 	switch frame[0] {
 	case tagOutput:
-		return string(frame[1:]), false, nil
+		return string(frame[1:]), nil, false, nil
 	case tagError, tagErrorRetire:
 		var re templates.RenderError
 		if err := json.Unmarshal(frame[1:], &re); err != nil {
-			return "", true, fmt.Errorf("the render worker sent an unreadable error: %w", err)
+			return "", nil, false, fmt.Errorf("the render worker sent an unreadable error: %w", err)
 		}
 		retire := frame[0] == tagErrorRetire
 		if retire && re.Line == 0 {
@@ -337,9 +373,9 @@ func (w *worker) render(req request, values []byte, cfg Config) (out string, ret
 			// exits, which stops it.
 			re.Message = fmt.Sprintf("rendering took longer than %s and was stopped", cfg.Timeout)
 		}
-		return "", retire, &re
+		return "", &re, retire, nil
 	default:
-		return "", true, fmt.Errorf("the render worker sent an unknown response %d", frame[0])
+		return "", nil, false, fmt.Errorf("the render worker sent an unknown response %d", frame[0])
 	}
 }
 

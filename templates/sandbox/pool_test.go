@@ -140,3 +140,51 @@ func TestAMemoryBombKillsOnlyItsWorker(t *testing.T) {
 		t.Errorf("the next render: %q, %v", out, err)
 	}
 }
+
+// A group's templates are one request; each keeps its own limits, one
+// that its worker is stopped for fails alone, and the ones after it render
+// in a new worker, with the values and nothing a template before changed.
+func TestABatchKeepsEachTemplatesLimitsAndFailures(t *testing.T) {
+	p := newPool(t, Config{Workers: 1, Timeout: 10 * time.Second, CPU: time.Second, Memory: 128 << 20})
+	texts := []templates.NamedText{
+		{Name: "a", Text: `{{ include "greet" . }}`},
+		{Name: "cpu", Text: `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`},
+		{Name: "b", Text: `{{ $_ := set . "name" "changed" }}{{ .name }}`},
+		{Name: "memory", Text: `{{ $l := list }}{{ range until 1000 }}{{ $l = append $l (repeat 4000000 "x") }}{{ end }}`},
+		{Name: "c", Text: `{{ .name }}`},
+		{Name: "fails", Text: `{{ fail "no" }}`},
+		{Name: "d", Text: `{{ range 2 }}d{{ end }}`},
+	}
+	outs, errs := p.RenderJSON(texts, []byte(`{"name":"batch"}`))
+	want := map[string]string{"a": "hello batch", "b": "changed", "c": "batch", "d": "dd"}
+	wantErr := map[string]string{
+		"cpu":    "template cpu: rendering took more than 1s of CPU and was stopped",
+		"memory": "template memory: rendering used more than 128 MiB and was stopped",
+		"fails":  "template fails, line 1: <fail \"no\">: error calling fail: no",
+	}
+	for i, text := range texts {
+		if outs[i] != want[text.Name] || errorText(errs[i]) != wantErr[text.Name] {
+			t.Errorf("%s: %q, %v; want %q, %q", text.Name, outs[i], errs[i], want[text.Name], wantErr[text.Name])
+		}
+	}
+	if n := p.Started.Load(); n != 3 {
+		t.Errorf("%d workers started, want 3: the first, and one after each template a worker was stopped for", n)
+	}
+}
+
+// A template past its deadline retires its worker; the rest of its
+// request renders in a new one.
+func TestATemplatePastItsDeadlineInABatchFailsAlone(t *testing.T) {
+	p := newPool(t, Config{Workers: 1, Timeout: time.Second})
+	spin := "{{ list" + strings.Repeat(` (genPrivateKey "rsa")`, 200) + " }}"
+	outs, errs := p.RenderJSON([]templates.NamedText{{Name: "ok", Text: "one"}, {Name: "spin", Text: spin}, {Name: "after", Text: "two"}}, []byte(`{}`))
+	if outs[0] != "one" || errs[0] != nil || outs[2] != "two" || errs[2] != nil {
+		t.Errorf("the templates around the slow one: %q, %v; %q, %v", outs[0], errs[0], outs[2], errs[2])
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "took longer than 1s") {
+		t.Errorf("spin: want a timeout, got %v", errs[1])
+	}
+	if n := p.Started.Load(); n != 2 {
+		t.Errorf("%d workers started, want 2", n)
+	}
+}

@@ -13,8 +13,10 @@ import (
 // The protocol between the server and a worker, over the worker's stdin
 // and stdout: every message is a frame, a 4-byte big-endian length and
 // that many bytes. The first frame the server sends is a setup (JSON);
-// then each request (JSON) is answered by exactly one response (a tag
-// byte, then the output or a JSON error), in order.
+// then each request (JSON) names templates, and each of them is answered
+// by one response (a tag byte, then the output or a JSON error), in order,
+// as soon as it has rendered. A worker that retires answers no template
+// after the one it retires on.
 
 // maxFrame bounds what either side reads: a render's output is at most
 // templates.MaxOutputBytes, and everything else is far smaller, so a
@@ -35,12 +37,13 @@ type setup struct {
 	Timeout time.Duration `json:"timeout"`
 }
 
-// request renders Text, named Name, with the values last sent. Values is
-// set when they differ from the previous request's.
+// request renders each of Templates, in order, with the values last sent.
+// Values is set when they differ from the previous request's. A group's
+// NodeGroupConfigurations are one request: a round trip each was most of
+// what the sandbox added to a full render.
 type request struct {
-	Name   string          `json:"name"`
-	Text   string          `json:"text"`
-	Values json.RawMessage `json:"values,omitempty"`
+	Templates []templates.NamedText `json:"templates"`
+	Values    json.RawMessage       `json:"values,omitempty"`
 }
 
 // Response tags.

@@ -96,35 +96,48 @@ func serve(stdin io.Reader, stdout io.Writer) int {
 				return exitSetup
 			}
 		}
-		if err := allowCPU(s.CPU); err != nil {
-			fmt.Fprintf(os.Stderr, "render worker: %v\n", err)
-			return exitSetup
-		}
-		start := time.Now()
-		// A copy, so that what one template changes (sprig's set and unset
-		// change maps in place) is not seen by the next.
-		text, err := engine.Render(req.Name, req.Text, deepCopy(values))
-		retire := time.Since(start) >= s.Timeout
-		if err != nil {
-			tag := tagError
-			if retire {
-				tag = tagErrorRetire
+		for _, t := range req.Templates {
+			retire, err := renderOne(engine, s, t, values, out)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "render worker: %v\n", err)
+				return exitSetup
 			}
-			err = writeFrame(out, []byte{tag}, encodeError(req.Name, err))
-		} else {
-			err = writeFrame(out, []byte{tagOutput}, []byte(text))
-		}
-		if err == nil {
-			err = out.Flush()
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "render worker: write response: %v\n", err)
-			return exitSetup
-		}
-		if retire {
-			return exitRetired
+			if retire {
+				return exitRetired
+			}
 		}
 	}
+}
+
+// renderOne renders one template of a request within its own CPU budget
+// and writes its response at once, so the server's deadline for it starts
+// when the previous one was answered. retire says the worker must exit: a
+// render that ran out of time may have left a goroutine running.
+func renderOne(engine *templates.Engine, s setup, t templates.NamedText, values any, out *bufio.Writer) (retire bool, err error) {
+	if err := allowCPU(s.CPU); err != nil {
+		return false, err
+	}
+	start := time.Now()
+	// A copy, so that what one template changes (sprig's set and unset
+	// change maps in place) is not seen by the next.
+	text, renderErr := engine.Render(t.Name, t.Text, deepCopy(values))
+	retire = time.Since(start) >= s.Timeout
+	if renderErr != nil {
+		tag := tagError
+		if retire {
+			tag = tagErrorRetire
+		}
+		err = writeFrame(out, []byte{tag}, encodeError(t.Name, renderErr))
+	} else {
+		err = writeFrame(out, []byte{tagOutput}, []byte(text))
+	}
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
+		return false, fmt.Errorf("write response: %w", err)
+	}
+	return retire, nil
 }
 
 // limitSelf applies the worker's limits before it reads any template:
