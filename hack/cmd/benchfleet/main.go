@@ -471,7 +471,9 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 	limit := 4*ideal + time.Minute
 	var maxNotReady int
 	next := time.Now()
+	slots := newSlotClock(servedAt)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, limit, true, func(context.Context) (bool, error) {
+		slots.observe(time.Now(), countRollout(informer.GetStore(), target, perBatch))
 		if time.Now().After(next) {
 			next = time.Now().Add(10 * time.Second)
 			fleetNotReady := kl.notReady()
@@ -502,6 +504,12 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 	figure("rollout_ideal_seconds", ideal.Seconds(), "s")
 	figure("rollout_over_ideal", took.Seconds()/ideal.Seconds(), "x")
 	figure("rollout_render_seconds", servedAt.Sub(start).Seconds(), "s")
+	// Where the time over the ideal went: update slots free while nodes
+	// still had the update ahead, before the first approval and after it.
+	lostStart, lostLater := slots.lost(perBatch)
+	figure("rollout_first_approval_seconds", slots.firstApproval.Seconds(), "s")
+	figure("rollout_slots_free_at_start", lostStart.Seconds(), "s")
+	figure("rollout_slots_free_later", lostLater.Seconds(), "s")
 	figure("controller_cpu_rollout", used["controller"], "cores")
 	return nil
 }

@@ -244,3 +244,48 @@ func countApplied(store cache.Store, sum string) int {
 	}
 	return n
 }
+
+// slotClock adds up, over a rollout, the update slots that stood free while
+// nodes still had the update ahead of them: the rollout's time over the
+// ideal, told apart into the start (until the first approval) and the rest
+// (between batches).
+type slotClock struct {
+	start, last time.Time
+	// prev is what the last observation saw, which held until the next.
+	prev rolloutCounts
+	seen bool
+	// firstApproval is when a node was first seen approved or done.
+	firstApproval time.Duration
+	// idleStart and idleLater are free slot-seconds before and after it.
+	idleStart, idleLater float64
+}
+
+func newSlotClock(start time.Time) *slotClock { return &slotClock{start: start} }
+
+// observe takes where the rollout stands at now.
+func (s *slotClock) observe(now time.Time, c rolloutCounts) {
+	if s.seen {
+		p := s.prev
+		if free := min(p.limit-p.approved, p.nodes-p.done-p.approved); free > 0 {
+			idle := float64(free) * now.Sub(s.last).Seconds()
+			if s.firstApproval == 0 {
+				s.idleStart += idle
+			} else {
+				s.idleLater += idle
+			}
+		}
+	}
+	if s.firstApproval == 0 && c.approved+c.done > 0 {
+		s.firstApproval = now.Sub(s.start)
+	}
+	s.prev, s.seen, s.last = c, true, now
+}
+
+// lost is the time the free slots cost, at the start and later: their
+// slot-seconds over the slots.
+func (s *slotClock) lost(limit int) (start, later time.Duration) {
+	per := func(slotSeconds float64) time.Duration {
+		return time.Duration(slotSeconds / float64(limit) * float64(time.Second))
+	}
+	return per(s.idleStart), per(s.idleLater)
+}

@@ -96,3 +96,26 @@ func TestAgentAsksAgainAfterAFailedWrite(t *testing.T) {
 		t.Fatalf("the node did not ask for approval after its first write failed (failed: %v): %v", failed.Load(), err)
 	}
 }
+
+// The slot clock counts free slots while nodes have the update ahead, split
+// at the first approval, and not the slots nobody needs at the end.
+func TestSlotClockCountsFreeSlotsWhileNodesWait(t *testing.T) {
+	start := time.Unix(0, 0)
+	s := newSlotClock(start)
+	at := func(sec float64) time.Time { return start.Add(time.Duration(sec * float64(time.Second))) }
+	// 2 s with no slot taken: 4 slots free for 10 nodes (8 slot-seconds).
+	s.observe(at(0), rolloutCounts{nodes: 10, waiting: 10, limit: 4})
+	s.observe(at(1), rolloutCounts{nodes: 10, waiting: 10, limit: 4})
+	// The first approvals: 3 of 4 slots taken for 1 s (1 slot-second).
+	s.observe(at(2), rolloutCounts{nodes: 10, approved: 3, waiting: 7, limit: 4})
+	s.observe(at(3), rolloutCounts{nodes: 10, done: 3, approved: 4, waiting: 3, limit: 4})
+	// The end: 2 nodes left, 2 slots nobody needs.
+	s.observe(at(4), rolloutCounts{nodes: 10, done: 8, approved: 2, limit: 4})
+	s.observe(at(5), rolloutCounts{nodes: 10, done: 10, limit: 4})
+	if s.firstApproval != 2*time.Second {
+		t.Errorf("first approval at %s, want 2s", s.firstApproval)
+	}
+	if atStart, later := s.lost(4); atStart != 2*time.Second || later != 250*time.Millisecond {
+		t.Errorf("lost %s at the start and %s later, want 2s and 250ms", atStart, later)
+	}
+}
