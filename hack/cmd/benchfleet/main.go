@@ -506,10 +506,13 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 	figure("rollout_render_seconds", servedAt.Sub(start).Seconds(), "s")
 	// Where the time over the ideal went: update slots free while nodes
 	// still had the update ahead, before the first approval and after it.
-	lostStart, lostLater := slots.lost(perBatch)
+	// And slots held by nodes that were done, until update approval
+	// released them.
+	lostStart, lostLater, releasing := slots.lost(perBatch)
 	figure("rollout_first_approval_seconds", slots.firstApproval.Seconds(), "s")
 	figure("rollout_slots_free_at_start", lostStart.Seconds(), "s")
 	figure("rollout_slots_free_later", lostLater.Seconds(), "s")
+	figure("rollout_slots_held_by_done_nodes", releasing.Seconds(), "s")
 	figure("controller_cpu_rollout", used["controller"], "cores")
 	return nil
 }

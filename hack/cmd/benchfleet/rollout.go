@@ -175,8 +175,9 @@ type rolloutCounts struct {
 	done int
 	// approved hold an update approval; appliedNotReady of them applied
 	// the target but are not Ready, so update approval keeps their slot
-	// (it releases a slot only for a Ready node).
-	approved, appliedNotReady int
+	// (it releases a slot only for a Ready node); appliedReady applied it
+	// and are Ready, and wait for update approval to release their slot.
+	approved, appliedNotReady, appliedReady int
 	// waiting ask for an approval.
 	waiting int
 	// limit is maxConcurrent: the update slots.
@@ -198,8 +199,11 @@ func countRollout(store cache.Store, sum string, limit int) rolloutCounts {
 		switch {
 		case nodes.Has(n, deckhousev1.ApprovedAnnotation):
 			c.approved++
-			if applied && !ready {
+			switch {
+			case applied && !ready:
 				c.appliedNotReady++
+			case applied:
+				c.appliedReady++
 			}
 		case nodes.Has(n, deckhousev1.WaitingForApprovalAnnotation):
 			c.waiting++
@@ -258,6 +262,9 @@ type slotClock struct {
 	firstApproval time.Duration
 	// idleStart and idleLater are free slot-seconds before and after it.
 	idleStart, idleLater float64
+	// releasing is slot-seconds held by nodes that had applied the update
+	// and were Ready: what releasing a slot costs.
+	releasing float64
 }
 
 func newSlotClock(start time.Time) *slotClock { return &slotClock{start: start} }
@@ -266,6 +273,7 @@ func newSlotClock(start time.Time) *slotClock { return &slotClock{start: start} 
 func (s *slotClock) observe(now time.Time, c rolloutCounts) {
 	if s.seen {
 		p := s.prev
+		s.releasing += float64(p.appliedReady) * now.Sub(s.last).Seconds()
 		if free := min(p.limit-p.approved, p.nodes-p.done-p.approved); free > 0 {
 			idle := float64(free) * now.Sub(s.last).Seconds()
 			if s.firstApproval == 0 {
@@ -281,11 +289,11 @@ func (s *slotClock) observe(now time.Time, c rolloutCounts) {
 	s.prev, s.seen, s.last = c, true, now
 }
 
-// lost is the time the free slots cost, at the start and later: their
-// slot-seconds over the slots.
-func (s *slotClock) lost(limit int) (start, later time.Duration) {
+// lost is the time the free slots cost, at the start and later, and the
+// slots held by nodes already done: their slot-seconds over the slots.
+func (s *slotClock) lost(limit int) (start, later, releasing time.Duration) {
 	per := func(slotSeconds float64) time.Duration {
 		return time.Duration(slotSeconds / float64(limit) * float64(time.Second))
 	}
-	return per(s.idleStart), per(s.idleLater)
+	return per(s.idleStart), per(s.idleLater), per(s.releasing)
 }

@@ -49,7 +49,7 @@ func TestCountRolloutSaysWhatHoldsAStalledRollout(t *testing.T) {
 	add("old", corev1.ConditionTrue, "old")
 
 	c := countRollout(store, "new", 5)
-	want := rolloutCounts{nodes: 8, notReady: 3, done: 1, approved: 4, appliedNotReady: 2, waiting: 2, limit: 5}
+	want := rolloutCounts{nodes: 8, notReady: 3, done: 1, approved: 4, appliedNotReady: 2, appliedReady: 1, waiting: 2, limit: 5}
 	if c != want {
 		t.Errorf("counts %+v, want %+v", c, want)
 	}
@@ -108,14 +108,15 @@ func TestSlotClockCountsFreeSlotsWhileNodesWait(t *testing.T) {
 	s.observe(at(1), rolloutCounts{nodes: 10, waiting: 10, limit: 4})
 	// The first approvals: 3 of 4 slots taken for 1 s (1 slot-second).
 	s.observe(at(2), rolloutCounts{nodes: 10, approved: 3, waiting: 7, limit: 4})
-	s.observe(at(3), rolloutCounts{nodes: 10, done: 3, approved: 4, waiting: 3, limit: 4})
+	// 1 s with 2 of the 4 approved done and Ready (2 slot-seconds held).
+	s.observe(at(3), rolloutCounts{nodes: 10, done: 3, approved: 4, appliedReady: 2, waiting: 3, limit: 4})
 	// The end: 2 nodes left, 2 slots nobody needs.
 	s.observe(at(4), rolloutCounts{nodes: 10, done: 8, approved: 2, limit: 4})
 	s.observe(at(5), rolloutCounts{nodes: 10, done: 10, limit: 4})
 	if s.firstApproval != 2*time.Second {
 		t.Errorf("first approval at %s, want 2s", s.firstApproval)
 	}
-	if atStart, later := s.lost(4); atStart != 2*time.Second || later != 250*time.Millisecond {
-		t.Errorf("lost %s at the start and %s later, want 2s and 250ms", atStart, later)
+	if atStart, later, releasing := s.lost(4); atStart != 2*time.Second || later != 250*time.Millisecond || releasing != 500*time.Millisecond {
+		t.Errorf("lost %s at the start, %s later and %s releasing, want 2s, 250ms and 500ms", atStart, later, releasing)
 	}
 }
