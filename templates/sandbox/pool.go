@@ -201,11 +201,6 @@ func (p *Pool) RenderJSON(texts []templates.NamedText, values []byte) ([]string,
 	return outs, errs
 }
 
-func isTemplateError(err error) bool {
-	var re *templates.RenderError
-	return errors.As(err, &re)
-}
-
 func (p *Pool) get() (*worker, error) {
 	select {
 	case w := <-p.idle:

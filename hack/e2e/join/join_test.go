@@ -428,13 +428,13 @@ func enter(phase string) { progress.phase = phase }
 func errorf(t *testing.T, format string, args ...any) {
 	t.Helper()
 	record(fmt.Sprintf(format, args...))
-	t.Error(fmt.Sprintf(format, args...))
+	t.Errorf(format, args...)
 }
 
 func fatalf(t *testing.T, format string, args ...any) {
 	t.Helper()
 	record(fmt.Sprintf(format, args...))
-	t.Fatal(fmt.Sprintf(format, args...))
+	t.Fatalf(format, args...)
 }
 
 func record(failure string) {
