@@ -329,10 +329,8 @@ func (w *worker) render(texts []templates.NamedText, values []byte, cfg Config, 
 			_ = w.cmd.Process.Kill()
 		})
 		frame, readErr := readFrame(w.stdout)
-		if !timer.Stop() || killed.Load() {
-			// The kill raced the answer: use the answer, not the worker.
-			retire = true
-		}
+		// The kill raced the answer: use the answer, not the worker.
+		raced := !timer.Stop() || killed.Load()
 		if readErr != nil {
 			return i, true, w.died(cfg, false, killed.Load())
 		}
@@ -341,11 +339,11 @@ func (w *worker) render(texts []templates.NamedText, values []byte, cfg Config, 
 		if err != nil {
 			return i, true, err
 		}
-		if done {
+		if done || raced {
 			return i + 1, true, nil
 		}
 	}
-	return len(texts), retire, nil
+	return len(texts), false, nil
 }
 
 // response decodes a worker's answer for the template named name; done
