@@ -287,9 +287,9 @@ func (c *Controller) report(d Decision) {
 	if err != nil {
 		return
 	}
-	c.d.Recorder.Eventf(n, nil, typ, ReasonSkipped, "Fence", "%s (%s)", d.Message, d.Reason)
+	c.d.Recorder.Eventf(n, nil, typ, ReasonSkipped, skipAction(d.Reason), "%s (%s)", d.Message, d.Reason)
 	if g, err := c.groups.Get(d.Group); err == nil {
-		c.d.Recorder.Eventf(g, n, typ, ReasonSkipped, "Fence", "%s (%s)", d.Message, d.Reason)
+		c.d.Recorder.Eventf(g, n, typ, ReasonSkipped, skipAction(d.Reason), "%s (%s)", d.Message, d.Reason)
 	}
 	c.metrics.Skipped.WithLabelValues(d.Group, d.Reason).Inc()
 }
@@ -297,6 +297,15 @@ func (c *Controller) report(d Decision) {
 // ReasonSkipped is the reason of the Event about a dead node left alone;
 // its note ends with the reason of the decision.
 const ReasonSkipped = "NodeFencingSkipped"
+
+// skipAction is the action of a NodeFencingSkipped Event: Skip and the
+// decision's reason (SkipNoLease, SkipStaleAPIView, ...). client-go's
+// events/v1 recorder folds an Event into an earlier one with the same
+// object, type, reason and action, but not note, seen in the last minutes:
+// with one action for all reasons, a node first skipped for NoLease and
+// then for StaleAPIView showed the NoLease note with a count of 2. With
+// the reason in the action, each reason is its own Event.
+func skipAction(reason string) string { return "Skip" + reason }
 
 // forgetReports drops the reports of nodes the plan no longer skips (they
 // are alive again, or gone), so a later skip is reported anew.
