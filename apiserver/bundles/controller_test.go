@@ -2,6 +2,7 @@ package bundles
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -256,4 +257,43 @@ func TestAConfigurationsStatusWaitsForEveryGroupItSelects(t *testing.T) {
 	if len(seen) != 1 {
 		t.Errorf("all.sh's status went through %q", seen)
 	}
+}
+
+// A configuration fixed one way and broken another gets a RenderFailed
+// Event for each failure, through client-go's real events/v1 broadcaster
+// (which folds Events that differ only in their note into one series).
+func TestEachWayAConfigurationFailsIsItsOwnEvent(t *testing.T) {
+	r := runController(t, 10*time.Second, []string{"worker"}, config("broken.sh", []string{"*"}, `{{ fail "the first mistake" }}`))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitEvent := func(want string) {
+		t.Helper()
+		var notes []string
+		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			evs, err := r.kube.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			notes = notes[:0]
+			for _, e := range evs.Items {
+				if e.Reason == "RenderFailed" && e.Regarding.Name == "broken.sh" {
+					notes = append(notes, e.Note)
+				}
+			}
+			return slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }), nil
+		})
+		if err != nil {
+			t.Fatalf("no RenderFailed Event about broken.sh saying %q; its Events say %q", want, notes)
+		}
+	}
+	waitEvent("the first mistake")
+	ngc, err := r.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, "broken.sh", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ngc.Spec.Content = `{{ fail "the second mistake" }}`
+	if _, err := r.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, ngc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent("the second mistake")
 }
