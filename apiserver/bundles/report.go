@@ -3,7 +3,6 @@ package bundles
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	applyv1 "github.com/node-manager/node-manager/generated/applyconfiguration/deckhouse/v1"
+	"github.com/node-manager/node-manager/internal/eventnote"
 )
 
 // reportConfigs sets each NodeGroupConfiguration's Rendered condition and
@@ -92,22 +92,10 @@ func (c *Controller) reportConfigs(ctx context.Context, configs []*deckhousev1al
 		if cond.Status == metav1.ConditionFalse && (old == nil || old.Message != cond.Message) {
 			// events.k8s.io notes are limited to 1 KiB.
 			note := truncate(cond.Message, 1000)
-			c.recorder.Eventf(updated, nil, corev1.EventTypeWarning, "RenderFailed", renderAction(note), "%s", note)
+			c.recorder.Eventf(updated, nil, corev1.EventTypeWarning, "RenderFailed", eventnote.Action("Render", note), "%s", note)
 		}
 	}
 	return errs
-}
-
-// renderAction is the action of a RenderFailed Event: Render and a short
-// digest of its note (Render/1a2b3c4d). client-go's events/v1 recorder
-// folds an Event into an earlier one with the same object, type, reason
-// and action, whatever its note: a configuration fixed one way and broken
-// another within minutes showed the first error with a count of 2. The
-// same failure again still counts up the same Event.
-func renderAction(note string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(note))
-	return fmt.Sprintf("Render/%08x", h.Sum32())
 }
 
 // reportNodeGroups sets the Rendered condition, and the Pinned condition

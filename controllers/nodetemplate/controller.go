@@ -35,6 +35,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/manager"
 	listers "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 	instancelisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/internal/eventnote"
 )
 
 // Name is the controller's name: its queue, its logs and the controller
@@ -234,5 +235,7 @@ func (c *Controller) warnSkipped(ng *deckhousev1.NodeGroup) {
 		note = note[:n] + "..."
 	}
 	klog.InfoS("NodeGroup template entries skipped", "controller", Name, "nodeGroup", ng.Name, "entries", keys)
-	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeWarning, ReasonSkippedKeys, "ApplyNodeTemplate", "%s", note)
+	// A later generation that skips other keys is a new Event, not a count
+	// on this one.
+	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeWarning, ReasonSkippedKeys, eventnote.Action("ApplyNodeTemplate", note), "%s", note)
 }
