@@ -9,43 +9,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
-	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
 )
 
 // A dead node first skipped for one reason and then for another gets an
-// Event for each, through client-go's real events/v1 broadcaster (which
-// folds Events that differ only in their note into one series).
+// Event for each, through the controllers' own recorder: client-go's
+// events/v1 broadcaster, which folds Events that differ only in their note
+// into one series.
 func TestEachReasonANodeIsSkippedForIsItsOwnEvent(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "view-0", Labels: map[string]string{deckhousev1.NodeGroupLabel: "view"}}}
 	kube := kubefake.NewClientset(node)
 	nm := nmfake.NewSimpleClientset(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "view"}})
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(time.Now()), prometheus.NewRegistry())
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
-	s := runtime.NewScheme()
-	if err := kubescheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := nmscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	d.Recorder = broadcaster.NewRecorder(s, Name)
 	c := New(d)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer broadcaster.Shutdown()
+	d.StartEvents(ctx)
 	d.Informers.Cluster.Start(ctx.Done())
 	d.Informers.NodeLeases.Start(ctx.Done())
 	d.Informers.NodeManager.Start(ctx.Done())

@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
@@ -13,6 +15,16 @@ import (
 type recorder struct {
 	events.EventRecorder
 	broadcaster events.EventBroadcaster
+}
+
+// StartEvents starts sending the Events of d's recorder to the API until
+// ctx ends (a term does once its informers have synced; tests that read
+// what the controllers record do it themselves). The term shuts the
+// broadcaster down when it ends.
+func (d *Deps) StartEvents(ctx context.Context) {
+	if r, ok := d.Recorder.(*recorder); ok {
+		r.broadcaster.StartRecordingToSink(ctx.Done())
+	}
 }
 
 // scheme knows the core and node-manager types, so events can refer to

@@ -321,9 +321,7 @@ func (m *Manager) term(ctx context.Context, d *Deps, elect func(context.Context,
 		return fmt.Errorf("informers did not sync: %w", ctx.Err())
 	}
 	m.synced.Store(true)
-	if r, ok := d.Recorder.(*recorder); ok {
-		r.broadcaster.StartRecordingToSink(ctx.Done())
-	}
+	d.StartEvents(ctx)
 	if m.opts.LeaderElect {
 		klog.InfoS("Informers synced; campaigning for the Lease", "lease", d.Namespace+"/"+m.opts.Component, "identity", m.opts.Identity)
 	}
