@@ -29,6 +29,7 @@ package staticmachines
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,10 +171,30 @@ func (c *Controller) instanceChanged(obj any) {
 	}
 }
 
-// nodeMachine keys a Node by the StaticMachine of its providerID.
+// nodeMachine keys a Node by the StaticMachine of its providerID; a Node
+// without one (joined by hand, being adopted) by the machine of the bound
+// instance at its address, which waits for it (findNode) to give it the
+// machine's providerID: if that Node reached the informer only after the
+// instance went Running, nothing else would queue the machine again.
 func (c *Controller) nodeMachine(obj any) string {
 	n, ok := obj.(*corev1.Node)
-	if !ok || !strings.HasPrefix(n.Spec.ProviderID, infrav1alpha1.ProviderIDPrefix) {
+	if !ok {
+		return ""
+	}
+	if n.Spec.ProviderID == "" {
+		ips, _ := nodeInternalIPs(n)
+		instances, err := c.instances.List(everything)
+		if err != nil {
+			return ""
+		}
+		for _, inst := range instances {
+			if ref := inst.Status.MachineRef; ref != nil && slices.Contains(ips, inst.Spec.Address) {
+				return machinePrefix + ref.Namespace + "/" + ref.Name
+			}
+		}
+		return ""
+	}
+	if !strings.HasPrefix(n.Spec.ProviderID, infrav1alpha1.ProviderIDPrefix) {
 		return ""
 	}
 	machines, err := c.machines.List(everything)
