@@ -441,6 +441,14 @@ func TestStaticInstancesJoinAndLeave(t *testing.T) {
 		_, err := f.Kube.CoreV1().Nodes().Get(ctx, released.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+	// Cluster API deletes a deleted Machine's Node by name until the
+	// Machine itself is gone (a reconcile from a stale cache deletes it
+	// again): the host joins again only after that, as a kubelet
+	// re-registering seconds later would otherwise lose its new Node.
+	framework.Poll(t, "the released host's Machine gone, one Machine left", func(ctx context.Context) (bool, error) {
+		machines := listMachines(ctx)
+		return len(machines) == 1 && machines[0].DeletionTimestamp == nil, nil
+	})
 
 	// Hand the released host over as a running node: the Node exists (no
 	// providerID: it joined by hand), and count 2 adopts it.
@@ -475,6 +483,9 @@ func TestStaticInstancesJoinAndLeave(t *testing.T) {
 	written := strings.TrimSpace(framework.ReadFile(t, released.file(hostssh.ProviderIDFile)))
 	framework.Poll(t, "the adopted Node's providerID the one written to the host", func(ctx context.Context) (bool, error) {
 		node, err := f.Kube.CoreV1().Nodes().Get(ctx, released.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("the adopted Node %s was deleted while CAPS adopted it", released.Name)
+		}
 		if err != nil || node.Spec.ProviderID == "" {
 			return false, nil
 		}
