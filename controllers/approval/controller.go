@@ -42,6 +42,7 @@ type Controller struct {
 	instances nmlistersv1alpha1.InstanceLister
 	queue     *loop.Loop
 	metrics   *Metrics
+	listed    listedGroups
 }
 
 // New wires the controller to the shared informers: a change of a group,

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,16 +49,13 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		}
 	}
 	d := Plan(in)
-	if grants(d) {
-		// Approvals and disruptions are what maxConcurrent limits, so they
-		// are decided on the API's own view rather than the informer's, which may lag
-		// (a stalled watch, a write of a previous leader). They are rare,
-		// so one LIST per grant is cheap.
+	if grants(d) && c.listed.mustList(group, c.d.Nodes) {
 		list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 			LabelSelector: labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}).String()})
 		if err != nil {
 			return fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
 		}
+		c.listed.add(group)
 		ns = make([]*corev1.Node, 0, len(list.Items))
 		for i := range list.Items {
 			ns = append(ns, &list.Items[i])
@@ -166,4 +164,41 @@ func isGrant(ch *nodes.Change) bool {
 		}
 	}
 	return false
+}
+
+// informerLagLimit is how long the informer may take to deliver a write of
+// ours before grants are decided on a LIST again.
+const informerLagLimit = 5 * time.Second
+
+// listedGroups decides when a grant needs the API's own view of a group's
+// nodes. Approvals and disruptions are what maxConcurrent limits, and the
+// informer's view, even with our own writes (nodes.Cache), can miss two
+// kinds of grants: those of a previous leader, made before this controller
+// started, and any made while the watch lags or has stopped. So the first
+// grant of each group after the start is decided on a LIST, and so is
+// every grant while the informer is behind our own writes by more than
+// informerLagLimit. Otherwise the informer's view is current to within its
+// delivery time, and this controller makes the grants (a person's hand-made
+// approval reaches the informer like any other change), so the LIST (tens
+// of milliseconds on every batch of a rollout, more with a large group) is
+// skipped.
+type listedGroups struct {
+	mu     sync.Mutex
+	groups map[string]bool
+}
+
+func (l *listedGroups) mustList(group string, view *nodes.Cache) bool {
+	l.mu.Lock()
+	listed := l.groups[group]
+	l.mu.Unlock()
+	return !listed || view.Behind(informerLagLimit)
+}
+
+func (l *listedGroups) add(group string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.groups == nil {
+		l.groups = map[string]bool{}
+	}
+	l.groups[group] = true
 }

@@ -12,15 +12,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodes"
+	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
 
 // A sync that frees a batch's slots and grants the next batch's writes
@@ -75,4 +83,96 @@ func TestASyncWritesItsNodesAtOnce(t *testing.T) {
 		t.Errorf("at most %d writes at once, want 2 to %d", m, patchConcurrency)
 	}
 	t.Logf("%d writes of 20 ms took %s, at most %d at once", count, took, most.Load())
+}
+
+// The first grant of a group after the start is decided on a LIST (a
+// previous leader's grants may not have reached the informer); the next
+// ones, with the informer current, on the informer's view with our own
+// writes; and again on a LIST once the informer is behind a write of ours
+// by more than informerLagLimit (a lagging or stopped watch).
+func TestGrantsListTheGroupFirstAndWhileTheInformerLags(t *testing.T) {
+	const checksum = "new"
+	var objs []runtime.Object
+	for i := range 3 {
+		n := node(fmt.Sprintf("n%d", i), true, deckhousev1.WaitingForApprovalAnnotation, "")
+		n.Labels = map[string]string{deckhousev1.NodeGroupLabel: "g"}
+		objs = append(objs, n)
+	}
+	kube := kubefake.NewClientset(objs...)
+	nm := nmfake.NewClientset(group("g"), &bashiblev1alpha1.NodeGroupBundle{ObjectMeta: metav1.ObjectMeta{Name: "g",
+		Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: checksum}}})
+	clk := clocktesting.NewFakeClock(noon)
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clk, prometheus.NewRegistry())
+	c := New(d)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d.StartEvents(ctx)
+	d.Informers.Cluster.Start(ctx.Done())
+	d.Informers.NodeManager.Start(ctx.Done())
+	d.Informers.Bundles.Start(ctx.Done())
+	if !manager.HasSynced(ctx, "test", c.watch.Synced...) {
+		t.Fatal("informers did not sync")
+	}
+	nodeLists := func() int {
+		n := 0
+		for _, a := range kube.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == "nodes" {
+				n++
+			}
+		}
+		return n
+	}
+	informers := nodeLists()
+	lists := func() int { return nodeLists() - informers }
+	// approve syncs the group and says which node it approved.
+	approve := func(step string) string {
+		t.Helper()
+		if err := c.sync(ctx, "g"); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		var got []string
+		for i := range 3 {
+			if n, err := kube.CoreV1().Nodes().Get(ctx, fmt.Sprintf("n%d", i), metav1.GetOptions{}); err == nil && nodes.Has(n, deckhousev1.ApprovedAnnotation) {
+				got = append(got, n.Name)
+			}
+		}
+		if len(got) != 1 {
+			t.Fatalf("%s: approved %v, want one node (maxConcurrent 1)", step, got)
+		}
+		return got[0]
+	}
+	// finish reports the approved node's update done, as bashible does, and
+	// waits until the informer has it.
+	finish := func(name string) {
+		t.Helper()
+		patch := `{"metadata":{"annotations":{"` + deckhousev1.WaitingForApprovalAnnotation + `":null,"` + deckhousev1.ConfigurationChecksumAnnotation + `":"` + checksum + `"}}}`
+		if _, err := kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
+			n, err := d.Nodes.Get(name)
+			return err == nil && n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == checksum, nil
+		}); err != nil {
+			t.Fatalf("the informer never delivered %s's report", name)
+		}
+	}
+
+	first := approve("the first grant")
+	if got := lists(); got != 1 {
+		t.Fatalf("the first grant made %d LISTs of the group's nodes, want 1", got)
+	}
+	finish(first)
+	second := approve("a grant with the informer current")
+	if got := lists(); got != 1 || second == first {
+		t.Fatalf("the second grant approved %s after %s with %d LISTs in all; want another node and no second LIST", second, first, got)
+	}
+	// A write of ours the informer does not deliver: the watch lags.
+	lagging := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", ResourceVersion: "7"}}
+	d.Nodes.Wrote(lagging)
+	clk.Step(informerLagLimit + time.Second)
+	finish(second)
+	approve("a grant while the informer lags")
+	if got := lists(); got != 2 {
+		t.Fatalf("a grant while the informer is %s behind our write made %d LISTs in all, want 2", informerLagLimit+time.Second, got)
+	}
 }

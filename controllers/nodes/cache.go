@@ -29,6 +29,17 @@ type Cache struct {
 
 	mu      sync.Mutex
 	written map[string]written
+	// undelivered holds, per Node, a write of ours the informer has not
+	// delivered yet: the newest version written and when the oldest such
+	// write was made. Unlike written it outlives writeTTL, so a watch that
+	// stopped delivering is still noticed (Behind) once the write no longer
+	// shadows the informer's copy.
+	undelivered map[string]undelivered
+}
+
+type undelivered struct {
+	resourceVersion string
+	since           time.Time
 }
 
 type written struct {
@@ -38,14 +49,28 @@ type written struct {
 
 // NewCache wraps a Node lister.
 func NewCache(lister corelisters.NodeLister, clk clock.PassiveClock) *Cache {
-	return &Cache{lister: lister, clock: clk, written: map[string]written{}}
+	return &Cache{lister: lister, clock: clk, written: map[string]written{}, undelivered: map[string]undelivered{}}
 }
 
-// Wrote records a Node returned by a write.
+// Wrote records a Node returned by a write, unless the informer already
+// holds that version (its event may come before the write's response).
 func (c *Cache) Wrote(n *corev1.Node) {
+	// Under the lock: the informer's store holds a version before its
+	// event reaches Observe, so the write is either seen here or cleared
+	// there.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.written[n.Name] = written{node: n, at: c.clock.Now()}
+	if cur, err := c.lister.Get(n.Name); err == nil && !olderThan(cur.ResourceVersion, n.ResourceVersion) {
+		return
+	}
+	now := c.clock.Now()
+	c.written[n.Name] = written{node: n, at: now}
+	u, ok := c.undelivered[n.Name]
+	if !ok {
+		u.since = now
+	}
+	u.resourceVersion = n.ResourceVersion
+	c.undelivered[n.Name] = u
 }
 
 // Observe is called with every Node the informer delivers; once it
@@ -57,6 +82,9 @@ func (c *Cache) Observe(n *corev1.Node) {
 	if ok && !olderThan(n.ResourceVersion, w.node.ResourceVersion) {
 		delete(c.written, n.Name)
 	}
+	if u, ok := c.undelivered[n.Name]; ok && !olderThan(n.ResourceVersion, u.resourceVersion) {
+		delete(c.undelivered, n.Name)
+	}
 }
 
 // Forget drops a deleted Node.
@@ -64,6 +92,21 @@ func (c *Cache) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.written, name)
+	delete(c.undelivered, name)
+}
+
+// Behind reports whether the informer has still not delivered a write of
+// ours made more than d ago: its watch lags or has stopped, and what it
+// shows of other writers may be that old too.
+func (c *Cache) Behind(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, u := range c.undelivered {
+		if c.clock.Since(u.since) > d {
+			return true
+		}
+	}
+	return false
 }
 
 // olderThan reports whether resource version a is known to be older than b.

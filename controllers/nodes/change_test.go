@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -67,5 +69,43 @@ func TestCacheServesOwnWritesUntilTheInformerCatchesUp(t *testing.T) {
 	clk.Step(writeTTL + time.Second)
 	if got, _ := c.Get("a"); Has(got, deckhousev1.ApprovedAnnotation) {
 		t.Error("a write the informer never confirmed shadows forever")
+	}
+}
+
+// Behind notices a write of ours the informer has not delivered for a
+// while, even after writeTTL stopped it shadowing the informer's copy, and
+// forgets it once the informer delivers it; a write whose version the
+// informer already holds (its event came before the write's response) is
+// not waited for.
+func TestBehindTellsAWriteTheInformerHasNotDelivered(t *testing.T) {
+	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := store.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "5"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b", ResourceVersion: "9"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := NewCache(corelisters.NewNodeLister(store), clk)
+	written := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "6"}}
+	c.Wrote(written)
+	if c.Behind(time.Second) {
+		t.Fatal("behind at the moment of the write")
+	}
+	clk.Step(writeTTL + time.Second)
+	if got, _ := c.Get("a"); got.ResourceVersion != "5" {
+		t.Fatalf("the write still shadows after writeTTL: %s", got.ResourceVersion)
+	}
+	if !c.Behind(time.Second) {
+		t.Fatal("a write undelivered for longer than writeTTL is not noticed")
+	}
+	c.Observe(written)
+	if c.Behind(time.Second) {
+		t.Fatal("still behind after the informer delivered the write")
+	}
+	c.Wrote(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b", ResourceVersion: "9"}})
+	clk.Step(time.Minute)
+	if c.Behind(time.Second) {
+		t.Fatal("waiting for a write the informer held before its response")
 	}
 }
