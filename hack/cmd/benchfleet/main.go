@@ -441,7 +441,7 @@ func rolloutPhase(ctx context.Context, c config, kube kubernetes.Interface, nm v
 	figure("rollout_start_fleet_not_ready", float64(kl.notReady()), "nodes")
 	agentCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	a, informer, err := runAgents(agentCtx, kube, rolloutGroup, c.updateTime, 8)
+	a, informer, err := runAgents(agentCtx, kube, rolloutGroup, c.updateTime)
 	if err != nil {
 		return err
 	}

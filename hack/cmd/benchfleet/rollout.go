@@ -22,8 +22,14 @@ import (
 // group in one process, as hack/e2e/framework's Agent does for a few (ask
 // for approval while removing the checksum, wait for it, take applyTakes,
 // report the checksum), but driven by one informer instead of a poll per
-// node, so a thousand of them cost little.
+// node, so a thousand of them cost little. Each node looks at itself on
+// its own, so a node approved at the start of a rollout starts its update
+// at once (a shared pool of workers had it wait behind the whole group's
+// requests for approval, up to a second); their writes go agentWrites at a
+// time, so the group's requests for approval, all at one moment here,
+// reach kube-apiserver as a stream rather than at once.
 type agents struct {
+	ctx        context.Context
 	kube       kubernetes.Interface
 	group      string
 	applyTakes time.Duration
@@ -32,17 +38,24 @@ type agents struct {
 	mu         sync.Mutex
 	target     string
 	applyingAt map[string]time.Time
-	queue      chan string
+	// busy: a node whose step runs; again: it changed meanwhile, so it
+	// steps once more when this one ends.
+	busy, again map[string]bool
+	writes      chan struct{}
 }
+
+// agentWrites is how many writes the agents make at once.
+const agentWrites = 8
 
 // runAgents starts the agents of group; they converge on whatever target
 // is set, until ctx ends.
-func runAgents(ctx context.Context, kube kubernetes.Interface, group string, applyTakes time.Duration, workers int) (*agents, cache.SharedIndexInformer, error) {
+func runAgents(ctx context.Context, kube kubernetes.Interface, group string, applyTakes time.Duration) (*agents, cache.SharedIndexInformer, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = deckhousev1.NodeGroupLabel + "=" + group
 	}))
 	informer := factory.Core().V1().Nodes().Informer()
-	a := &agents{kube: kube, group: group, applyTakes: applyTakes, applyingAt: map[string]time.Time{}, queue: make(chan string, 1<<16)}
+	a := &agents{ctx: ctx, kube: kube, group: group, applyTakes: applyTakes, applyingAt: map[string]time.Time{}, busy: map[string]bool{}, again: map[string]bool{},
+		writes: make(chan struct{}, agentWrites)}
 	a.lister = func(name string) (*corev1.Node, bool) {
 		obj, ok, err := informer.GetStore().GetByKey(name)
 		if err != nil || !ok {
@@ -62,17 +75,33 @@ func runAgents(ctx context.Context, kube kubernetes.Interface, group string, app
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return nil, nil, fmt.Errorf("the Nodes of group %s did not sync", group)
 	}
-	for range workers {
-		go a.work(ctx)
-	}
 	return a, informer, nil
 }
 
+// enqueue has the node look at itself: at once in a goroutine of its own,
+// or, while it is already looking, once more right after.
 func (a *agents) enqueue(name string) {
-	select {
-	case a.queue <- name:
-	default: // full: the node's next event brings it back
+	a.mu.Lock()
+	if a.busy[name] {
+		a.again[name] = true
+		a.mu.Unlock()
+		return
 	}
+	a.busy[name] = true
+	a.mu.Unlock()
+	go func() {
+		for a.ctx.Err() == nil {
+			a.step(a.ctx, name)
+			a.mu.Lock()
+			if !a.again[name] {
+				delete(a.busy, name)
+				a.mu.Unlock()
+				return
+			}
+			delete(a.again, name)
+			a.mu.Unlock()
+		}
+	}()
 }
 
 // setTarget tells every node that the served checksum is now sum.
@@ -82,17 +111,6 @@ func (a *agents) setTarget(sum string, names []string) {
 	a.mu.Unlock()
 	for _, n := range names {
 		a.enqueue(n)
-	}
-}
-
-func (a *agents) work(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case name := <-a.queue:
-			a.step(ctx, name)
-		}
 	}
 }
 
@@ -136,7 +154,14 @@ func (a *agents) step(ctx context.Context, name string) {
 		set = map[string]any{deckhousev1.ConfigurationChecksumAnnotation: target}
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": set}})
-	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+	select {
+	case a.writes <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	_, err := a.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	<-a.writes
+	if err != nil && ctx.Err() == nil {
 		// A conflict (the informer is behind: the node's event is on its
 		// way) or a write a loaded kube-apiserver failed, which no event
 		// follows: look again shortly, as bashible tries again. A failed

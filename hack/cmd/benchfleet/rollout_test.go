@@ -84,7 +84,7 @@ func TestAgentAsksAgainAfterAFailedWrite(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, _, err := runAgents(ctx, kube, rolloutGroup, time.Millisecond, 1)
+	a, _, err := runAgents(ctx, kube, rolloutGroup, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +118,44 @@ func TestSlotClockCountsFreeSlotsWhileNodesWait(t *testing.T) {
 	}
 	if atStart, later, releasing := s.lost(4); atStart != 2*time.Second || later != 250*time.Millisecond || releasing != 500*time.Millisecond {
 		t.Errorf("lost %s at the start, %s later and %s releasing, want 2s, 250ms and 500ms", atStart, later, releasing)
+	}
+}
+
+// A node starts its update the moment it sees its approval, as its own
+// bashible does, even while every write slot of the agents is taken (by the
+// group's requests for approval, at the start of a rollout): starting needs
+// no write, so it waits for none.
+func TestAnApprovedNodeStartsWhileEveryWriteSlotIsTaken(t *testing.T) {
+	t.Parallel()
+	approved := fleetNodeWithReady("node-00000", corev1.ConditionTrue)
+	approved.Annotations = map[string]string{deckhousev1.ApprovedAnnotation: ""}
+	asking := fleetNodeWithReady("node-00001", corev1.ConditionTrue)
+	kube := fake.NewClientset(approved, asking)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, _, err := runAgents(ctx, kube, rolloutGroup, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range agentWrites {
+		a.writes <- struct{}{}
+	}
+	a.setTarget("new", []string{asking.Name, approved.Name})
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		_, started := a.applyingAt[approved.Name]
+		return started, nil
+	}); err != nil {
+		t.Fatalf("%s did not start its update while the write slots were taken: %v", approved.Name, err)
+	}
+	for range agentWrites {
+		<-a.writes
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := kube.CoreV1().Nodes().Get(ctx, asking.Name, metav1.GetOptions{})
+		return err == nil && nodes.Has(got, deckhousev1.WaitingForApprovalAnnotation), nil
+	}); err != nil {
+		t.Fatalf("%s did not ask for approval once a write slot was free: %v", asking.Name, err)
 	}
 }
