@@ -55,11 +55,12 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		if err != nil {
 			return fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
 		}
-		c.listed.add(group)
-		ns = make([]*corev1.Node, 0, len(list.Items))
+		listed := make([]*corev1.Node, 0, len(list.Items))
 		for i := range list.Items {
-			ns = append(ns, &list.Items[i])
+			listed = append(listed, &list.Items[i])
 		}
+		c.listed.set(group, sameSlots(listed, ns))
+		ns = listed
 		in.Nodes, in.Now = ns, c.d.Clock.Now()
 		d = Plan(in)
 	}
@@ -158,12 +159,44 @@ func grants(d Decision) bool {
 // limits: an update approval, or a disruption (a drain by node-manager, a
 // disruption approval, a replacement mark).
 func isGrant(ch *nodes.Change) bool {
-	for _, k := range []string{deckhousev1.ApprovedAnnotation, deckhousev1.DrainingAnnotation, deckhousev1.DisruptionApprovedAnnotation, deckhousev1.RollingUpdateAnnotation} {
+	for _, k := range slotAnnotations {
 		if v, ok := ch.Annotations[k]; ok && v != nil {
 			return true
 		}
 	}
 	return false
+}
+
+// slotAnnotations are the annotations that take a slot maxConcurrent limits.
+var slotAnnotations = []string{deckhousev1.ApprovedAnnotation, deckhousev1.DrainingAnnotation, deckhousev1.DisruptionApprovedAnnotation, deckhousev1.RollingUpdateAnnotation}
+
+// sameSlots reports whether the API's nodes (a LIST) and the informer's
+// view hold the same nodes with the same slot annotations, at resource
+// versions nodes.Cache can compare: only then may the view stand in for
+// a LIST later. A difference is a grant the informer has not delivered
+// (a previous leader's, a person's) or a write of ours on its way.
+func sameSlots(api, view []*corev1.Node) bool {
+	if len(api) != len(view) {
+		return false
+	}
+	byName := make(map[string]*corev1.Node, len(view))
+	for _, n := range view {
+		byName[n.Name] = n
+	}
+	for _, a := range api {
+		v := byName[a.Name]
+		if v == nil || !nodes.ComparableVersion(a.ResourceVersion) {
+			return false
+		}
+		for _, k := range slotAnnotations {
+			av, aok := a.Annotations[k]
+			vv, vok := v.Annotations[k]
+			if aok != vok || av != vv {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // informerLagLimit is how long the informer may take to deliver a write of
@@ -172,33 +205,34 @@ const informerLagLimit = 5 * time.Second
 
 // listedGroups decides when a grant needs the API's own view of a group's
 // nodes. Approvals and disruptions are what maxConcurrent limits, and the
-// informer's view, even with our own writes (nodes.Cache), can miss two
-// kinds of grants: those of a previous leader, made before this controller
-// started, and any made while the watch lags or has stopped. So the first
-// grant of each group after the start is decided on a LIST, and so is
-// every grant while the informer is behind our own writes by more than
-// informerLagLimit. Otherwise the informer's view is current to within its
-// delivery time, and this controller makes the grants (a person's hand-made
-// approval reaches the informer like any other change), so the LIST (tens
-// of milliseconds on every batch of a rollout, more with a large group) is
-// skipped.
+// informer's view, even with our own writes (nodes.Cache), can miss grants
+// made elsewhere: a previous leader's, made before this term started, or a
+// person's, while the watch lags. So a group's grants are decided on a
+// LIST until one LIST has shown the same slots as the informer (sameSlots:
+// the informer had caught up), and again whenever the informer is behind a
+// write of ours by more than informerLagLimit (a lagging or stopped watch).
+// Otherwise the view is current to within the informer's delivery time: a
+// grant made elsewhere in that time can be missed, as one made between a
+// LIST and the write it decides could be; that LIST (tens of milliseconds
+// a batch, more in a large group) is skipped.
 type listedGroups struct {
-	mu     sync.Mutex
-	groups map[string]bool
+	mu sync.Mutex
+	// current: the group's last LIST showed what the informer showed.
+	current map[string]bool
 }
 
 func (l *listedGroups) mustList(group string, view *nodes.Cache) bool {
 	l.mu.Lock()
-	listed := l.groups[group]
+	current := l.current[group]
 	l.mu.Unlock()
-	return !listed || view.Behind(informerLagLimit)
+	return !current || view.Behind(informerLagLimit)
 }
 
-func (l *listedGroups) add(group string) {
+func (l *listedGroups) set(group string, current bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.groups == nil {
-		l.groups = map[string]bool{}
+	if l.current == nil {
+		l.current = map[string]bool{}
 	}
-	l.groups[group] = true
+	l.current[group] = current
 }

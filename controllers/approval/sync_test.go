@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -85,20 +86,41 @@ func TestASyncWritesItsNodesAtOnce(t *testing.T) {
 	t.Logf("%d writes of 20 ms took %s, at most %d at once", count, took, most.Load())
 }
 
-// The first grant of a group after the start is decided on a LIST (a
-// previous leader's grants may not have reached the informer); the next
-// ones, with the informer current, on the informer's view with our own
-// writes; and again on a LIST once the informer is behind a write of ours
-// by more than informerLagLimit (a lagging or stopped watch).
-func TestGrantsListTheGroupFirstAndWhileTheInformerLags(t *testing.T) {
+// Grants are decided on a LIST until one LIST shows the same slots as the
+// informer: a grant the informer has not delivered (here a previous
+// leader's, which only the LIST shows) takes its slot and keeps the group
+// listing. Once they agree, grants go without a LIST, with the informer's
+// view and our own writes, until the informer is behind a write of ours by
+// more than informerLagLimit (a lagging watch).
+func TestGrantsListUntilTheInformerIsCurrentAndWhileItLags(t *testing.T) {
 	const checksum = "new"
 	var objs []runtime.Object
 	for i := range 3 {
 		n := node(fmt.Sprintf("n%d", i), true, deckhousev1.WaitingForApprovalAnnotation, "")
 		n.Labels = map[string]string{deckhousev1.NodeGroupLabel: "g"}
+		n.ResourceVersion = "1"
 		objs = append(objs, n)
 	}
 	kube := kubefake.NewClientset(objs...)
+	// While unseen is set, the API's LIST shows n2 approved by someone
+	// else, which the informer has not delivered.
+	var unseen atomic.Bool
+	kube.PrependReactor("list", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if !unseen.Load() {
+			return false, nil, nil
+		}
+		obj, err := kube.Tracker().List(corev1.SchemeGroupVersion.WithResource("nodes"), corev1.SchemeGroupVersion.WithKind("Node"), "")
+		if err != nil {
+			return true, nil, err
+		}
+		list := obj.(*corev1.NodeList).DeepCopy()
+		for i := range list.Items {
+			if list.Items[i].Name == "n2" {
+				list.Items[i].Annotations[deckhousev1.ApprovedAnnotation] = ""
+			}
+		}
+		return true, list, nil
+	})
 	nm := nmfake.NewClientset(group("g"), &bashiblev1alpha1.NodeGroupBundle{ObjectMeta: metav1.ObjectMeta{Name: "g",
 		Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: checksum}}})
 	clk := clocktesting.NewFakeClock(noon)
@@ -124,8 +146,8 @@ func TestGrantsListTheGroupFirstAndWhileTheInformerLags(t *testing.T) {
 	}
 	informers := nodeLists()
 	lists := func() int { return nodeLists() - informers }
-	// approve syncs the group and says which node it approved.
-	approve := func(step string) string {
+	// approve syncs the group and says which nodes are approved.
+	approve := func(step string) []string {
 		t.Helper()
 		if err := c.sync(ctx, "g"); err != nil {
 			t.Fatalf("%s: %v", step, err)
@@ -136,16 +158,13 @@ func TestGrantsListTheGroupFirstAndWhileTheInformerLags(t *testing.T) {
 				got = append(got, n.Name)
 			}
 		}
-		if len(got) != 1 {
-			t.Fatalf("%s: approved %v, want one node (maxConcurrent 1)", step, got)
-		}
-		return got[0]
+		return got
 	}
 	// finish reports the approved node's update done, as bashible does, and
 	// waits until the informer has it.
 	finish := func(name string) {
 		t.Helper()
-		patch := `{"metadata":{"annotations":{"` + deckhousev1.WaitingForApprovalAnnotation + `":null,"` + deckhousev1.ConfigurationChecksumAnnotation + `":"` + checksum + `"}}}`
+		patch := `{"metadata":{"annotations":{"` + deckhousev1.ConfigurationChecksumAnnotation + `":"` + checksum + `"}}}`
 		if _, err := kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -157,22 +176,28 @@ func TestGrantsListTheGroupFirstAndWhileTheInformerLags(t *testing.T) {
 		}
 	}
 
-	first := approve("the first grant")
-	if got := lists(); got != 1 {
-		t.Fatalf("the first grant made %d LISTs of the group's nodes, want 1", got)
+	unseen.Store(true)
+	for i := range 2 {
+		if got := approve("a grant the informer has not delivered"); len(got) != 0 || lists() != i+1 {
+			t.Fatalf("with n2 approved only in the API: approved %v after %d LISTs; want none approved (maxConcurrent 1) and a LIST each time", got, lists())
+		}
 	}
+	unseen.Store(false)
+	got := approve("the first grant with the informer current")
+	if len(got) != 1 || lists() != 3 {
+		t.Fatalf("approved %v after %d LISTs; want one node and a third LIST", got, lists())
+	}
+	first := got[0]
 	finish(first)
-	second := approve("a grant with the informer current")
-	if got := lists(); got != 1 || second == first {
-		t.Fatalf("the second grant approved %s after %s with %d LISTs in all; want another node and no second LIST", second, first, got)
+	got = approve("a grant after a LIST that matched the informer")
+	if len(got) != 1 || got[0] == first || lists() != 3 {
+		t.Fatalf("approved %v after %s with %d LISTs in all; want another node and no fourth LIST", got, first, lists())
 	}
 	// A write of ours the informer does not deliver: the watch lags.
-	lagging := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", ResourceVersion: "7"}}
-	d.Nodes.Wrote(lagging)
+	d.Nodes.Wrote(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", ResourceVersion: "7"}})
 	clk.Step(informerLagLimit + time.Second)
-	finish(second)
-	approve("a grant while the informer lags")
-	if got := lists(); got != 2 {
-		t.Fatalf("a grant while the informer is %s behind our write made %d LISTs in all, want 2", informerLagLimit+time.Second, got)
+	finish(got[0])
+	if got = approve("a grant while the informer lags"); len(got) != 1 || lists() != 4 {
+		t.Fatalf("a grant while the informer is %s behind our write: approved %v after %d LISTs in all; want one node and a fourth LIST", informerLagLimit+time.Second, got, lists())
 	}
 }

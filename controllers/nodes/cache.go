@@ -109,6 +109,14 @@ func (c *Cache) Behind(d time.Duration) bool {
 	return false
 }
 
+// ComparableVersion reports whether a resource version is one the cache
+// can order (an etcd revision): with any other, it cannot tell a stale
+// copy from a current one.
+func ComparableVersion(rv string) bool {
+	_, err := strconv.ParseUint(rv, 10, 64)
+	return err == nil
+}
+
 // olderThan reports whether resource version a is known to be older than b.
 // Resource versions are opaque to clients, but every apiserver backed by
 // etcd issues increasing integers; anything else is treated as not older.

@@ -108,4 +108,20 @@ func TestBehindTellsAWriteTheInformerHasNotDelivered(t *testing.T) {
 	if c.Behind(time.Second) {
 		t.Fatal("waiting for a write the informer held before its response")
 	}
+	// Writes faster than the informer delivers them: the oldest counts.
+	c.Wrote(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "10"}})
+	clk.Step(3 * time.Second)
+	c.Wrote(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "11"}})
+	clk.Step(3 * time.Second)
+	if !c.Behind(5 * time.Second) {
+		t.Fatal("a second write hid how long the first has gone undelivered")
+	}
+	c.Observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "10"}})
+	if _, waiting := c.undelivered["a"]; !waiting {
+		t.Fatal("the delivery of the first write cleared the second")
+	}
+	c.Forget("a")
+	if c.Behind(5 * time.Second) {
+		t.Fatal("waiting for a write to a Node that was deleted")
+	}
 }
