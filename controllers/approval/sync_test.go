@@ -128,11 +128,7 @@ func TestGrantsListUntilTheInformerIsCurrentAndWhileItLags(t *testing.T) {
 	c := New(d)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d.StartEvents(ctx)
-	d.Informers.Cluster.Start(ctx.Done())
-	d.Informers.NodeManager.Start(ctx.Done())
-	d.Informers.Bundles.Start(ctx.Done())
-	if !manager.HasSynced(ctx, "test", c.watch.Synced...) {
+	if !d.Start(ctx, "test", c.watch.Synced...) {
 		t.Fatal("informers did not sync")
 	}
 	nodeLists := func() int {

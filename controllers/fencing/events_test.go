@@ -30,11 +30,7 @@ func TestEachReasonANodeIsSkippedForIsItsOwnEvent(t *testing.T) {
 	c := New(d)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d.StartEvents(ctx)
-	d.Informers.Cluster.Start(ctx.Done())
-	d.Informers.NodeLeases.Start(ctx.Done())
-	d.Informers.NodeManager.Start(ctx.Done())
-	if !manager.HasSynced(ctx, "test", c.synced...) {
+	if !d.Start(ctx, "test", c.synced...) {
 		t.Fatal("informers did not sync")
 	}
 

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 
 	nmscheme "github.com/node-manager/node-manager/generated/clientset/versioned/scheme"
@@ -18,8 +19,8 @@ type recorder struct {
 }
 
 // StartEvents starts sending the Events of d's recorder to the API until
-// ctx ends (a term does once its informers have synced; tests that read
-// what the controllers record do it themselves). The term shuts the
+// ctx ends (a term does once its informers have synced; Start, for tests,
+// does it with the informers). The term shuts the
 // broadcaster down when it ends.
 func (d *Deps) StartEvents(ctx context.Context) {
 	if r, ok := d.Recorder.(*recorder); ok {
@@ -35,4 +36,14 @@ func eventScheme() *runtime.Scheme {
 	_ = nmscheme.AddToScheme(s)
 	_ = corev1.AddToScheme(s)
 	return s
+}
+
+// Start starts everything a term starts for its controllers — every
+// informer factory and the event recorder — until ctx ends, and waits for
+// the caches in synced, as a test that drives a controller's sync itself
+// needs; false if ctx ended first.
+func (d *Deps) Start(ctx context.Context, name string, synced ...cache.InformerSynced) bool {
+	d.Informers.start(ctx.Done())
+	d.StartEvents(ctx)
+	return HasSynced(ctx, name, synced...)
 }
