@@ -27,29 +27,23 @@ type Cache struct {
 	lister corelisters.NodeLister
 	clock  clock.PassiveClock
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// written holds, per Node, a write of ours the informer has not
+	// delivered yet: the newest version written, when, and when the oldest
+	// such write was made. It shadows the informer's copy for writeTTL, and
+	// stays after that until the informer delivers it, so a watch that
+	// stopped delivering is still noticed (Behind).
 	written map[string]written
-	// undelivered holds, per Node, a write of ours the informer has not
-	// delivered yet: the newest version written and when the oldest such
-	// write was made. Unlike written it outlives writeTTL, so a watch that
-	// stopped delivering is still noticed (Behind) once the write no longer
-	// shadows the informer's copy.
-	undelivered map[string]undelivered
-}
-
-type undelivered struct {
-	resourceVersion string
-	since           time.Time
 }
 
 type written struct {
-	node *corev1.Node
-	at   time.Time
+	node      *corev1.Node
+	at, since time.Time
 }
 
 // NewCache wraps a Node lister.
 func NewCache(lister corelisters.NodeLister, clk clock.PassiveClock) *Cache {
-	return &Cache{lister: lister, clock: clk, written: map[string]written{}, undelivered: map[string]undelivered{}}
+	return &Cache{lister: lister, clock: clk, written: map[string]written{}}
 }
 
 // Wrote records a Node returned by a write, unless the informer already
@@ -64,13 +58,12 @@ func (c *Cache) Wrote(n *corev1.Node) {
 		return
 	}
 	now := c.clock.Now()
-	c.written[n.Name] = written{node: n, at: now}
-	u, ok := c.undelivered[n.Name]
+	w, ok := c.written[n.Name]
 	if !ok {
-		u.since = now
+		w.since = now
 	}
-	u.resourceVersion = n.ResourceVersion
-	c.undelivered[n.Name] = u
+	w.node, w.at = n, now
+	c.written[n.Name] = w
 }
 
 // Observe is called with every Node the informer delivers; once it
@@ -82,9 +75,6 @@ func (c *Cache) Observe(n *corev1.Node) {
 	if ok && !olderThan(n.ResourceVersion, w.node.ResourceVersion) {
 		delete(c.written, n.Name)
 	}
-	if u, ok := c.undelivered[n.Name]; ok && !olderThan(n.ResourceVersion, u.resourceVersion) {
-		delete(c.undelivered, n.Name)
-	}
 }
 
 // Forget drops a deleted Node.
@@ -92,7 +82,6 @@ func (c *Cache) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.written, name)
-	delete(c.undelivered, name)
 }
 
 // Behind reports whether the informer has still not delivered a write of
@@ -101,8 +90,8 @@ func (c *Cache) Forget(name string) {
 func (c *Cache) Behind(d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, u := range c.undelivered {
-		if c.clock.Since(u.since) > d {
+	for _, w := range c.written {
+		if c.clock.Since(w.since) > d {
 			return true
 		}
 	}
@@ -131,8 +120,11 @@ func (c *Cache) fresh(n *corev1.Node) *corev1.Node {
 	if !ok {
 		return n
 	}
-	if c.clock.Since(w.at) > writeTTL || !olderThan(n.ResourceVersion, w.node.ResourceVersion) {
+	if !olderThan(n.ResourceVersion, w.node.ResourceVersion) {
 		delete(c.written, n.Name)
+		return n
+	}
+	if c.clock.Since(w.at) > writeTTL {
 		return n
 	}
 	return w.node

@@ -117,7 +117,7 @@ func TestBehindTellsAWriteTheInformerHasNotDelivered(t *testing.T) {
 		t.Fatal("a second write hid how long the first has gone undelivered")
 	}
 	c.Observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "10"}})
-	if _, waiting := c.undelivered["a"]; !waiting {
+	if _, waiting := c.written["a"]; !waiting {
 		t.Fatal("the delivery of the first write cleared the second")
 	}
 	c.Forget("a")
