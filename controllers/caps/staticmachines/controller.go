@@ -29,7 +29,6 @@ package staticmachines
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -58,10 +57,11 @@ const (
 	clusterPrefix = "cluster/"
 )
 
-// Node indexes.
+// Indexes: Nodes by providerID and InternalIP, StaticInstances by address.
 const (
 	byProviderID = "providerID"
 	byAddress    = "internalIP"
+	byInstance   = "address"
 )
 
 // machinesResource is Cluster API's Machine, in the version v1.14 stores.
@@ -90,6 +90,8 @@ type Controller struct {
 	clusters  infralisters.StaticClusterLister
 	planes    infralisters.StaticControlPlaneLister
 	instances nmlisters.StaticInstanceLister
+	// atAddress: the instances by spec.address.
+	atAddress cache.Indexer
 	creds     nmlisters.SSHCredentialsLister
 	nodes     cache.Indexer
 	synced    []cache.InformerSynced
@@ -119,7 +121,9 @@ func New(d *manager.Deps, opts Options) *Controller {
 	nodes := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	_ = nodes.AddIndexers(cache.Indexers{byProviderID: nodeProviderID, byAddress: nodeInternalIPs})
 	c.machines, c.clusters, c.planes = machines.Lister(), clusters.Lister(), planes.Lister()
+	_ = instances.Informer().AddIndexers(cache.Indexers{byInstance: instanceAddress})
 	c.instances, c.creds, c.nodes = instances.Lister(), creds.Lister(), nodes.GetIndexer()
+	c.atAddress = instances.Informer().GetIndexer()
 	c.synced = []cache.InformerSynced{machines.Informer().HasSynced, clusters.Informer().HasSynced, planes.Informer().HasSynced,
 		instances.Informer().HasSynced, creds.Informer().HasSynced, nodes.HasSynced}
 
@@ -183,13 +187,12 @@ func (c *Controller) nodeMachine(obj any) string {
 	}
 	if n.Spec.ProviderID == "" {
 		ips, _ := nodeInternalIPs(n)
-		instances, err := c.instances.List(everything)
-		if err != nil {
-			return ""
-		}
-		for _, inst := range instances {
-			if ref := inst.Status.MachineRef; ref != nil && slices.Contains(ips, inst.Spec.Address) {
-				return machinePrefix + ref.Namespace + "/" + ref.Name
+		for _, ip := range ips {
+			objs, _ := c.atAddress.ByIndex(byInstance, ip)
+			for _, obj := range objs {
+				if inst, ok := obj.(*deckhousev1alpha2.StaticInstance); ok && inst.Status.MachineRef != nil {
+					return machinePrefix + inst.Status.MachineRef.Namespace + "/" + inst.Status.MachineRef.Name
+				}
 			}
 		}
 		return ""
@@ -238,6 +241,14 @@ func nodeInternalIPs(obj any) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// instanceAddress indexes a StaticInstance by its address.
+func instanceAddress(obj any) ([]string, error) {
+	if inst, ok := obj.(*deckhousev1alpha2.StaticInstance); ok {
+		return []string{inst.Spec.Address}, nil
+	}
+	return nil, nil
 }
 
 // Name implements manager.Controller.

@@ -9,7 +9,6 @@ import (
 
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
-	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha2"
 	infralisters "github.com/node-manager/node-manager/generated/listers/infrastructure/v1alpha1"
 )
 
@@ -17,7 +16,7 @@ import (
 // instance at its address, so an adoption that went Running before the
 // Node reached the informer still gives the Node its providerID.
 func TestANodeWithoutProviderIDQueuesTheMachineAdoptingItsAddress(t *testing.T) {
-	instances := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	instances := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byInstance: instanceAddress})
 	bound := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "host-2"},
 		Spec:   deckhousev1alpha2.StaticInstanceSpec{Address: "10.0.0.2"},
 		Status: deckhousev1alpha2.StaticInstanceStatus{MachineRef: &corev1.ObjectReference{Namespace: "ns", Name: "m-2"}}}
@@ -31,7 +30,7 @@ func TestANodeWithoutProviderIDQueuesTheMachineAdoptingItsAddress(t *testing.T) 
 			t.Fatal(err)
 		}
 	}
-	c := &Controller{instances: nmlisters.NewStaticInstanceLister(instances), machines: infralisters.NewStaticMachineLister(machines)}
+	c := &Controller{atAddress: instances, machines: infralisters.NewStaticMachineLister(machines)}
 	node := func(providerID, ip string) *corev1.Node {
 		return &corev1.Node{Spec: corev1.NodeSpec{ProviderID: providerID},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}
