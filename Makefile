@@ -45,6 +45,10 @@ TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES) $(BI
 # whole product again for each of vet, the race build and the e2e build.
 export GOFLAGS ?= -trimpath
 
+# node-manager's own binaries, which make run and the e2e suites start.
+STACK_CMDS := ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller \
+              ./controllers/cmd/caps-controller-manager ./agents/cmd/fencing-agent ./agents/cmd/early-oom
+
 # Packages with e2e suites need the local control plane; the rest are unit tests.
 # The e2e suites start slowest first (go test runs packages in the order given,
 # E2E_PARALLEL at a time), so the short ones fill in behind them instead of one
@@ -140,14 +144,14 @@ verify-generated: $(GENERATORS) ## fail if generated code differs from what the 
 .PHONY: build
 build: ## compile every package, bashible-apiserver, node-manager-controller, caps-controller-manager, the agents (fencing-agent, early-oom) and the local stack
 	go build ./...
-	go build -o $(BIN)/ ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller ./controllers/cmd/caps-controller-manager ./agents/cmd/fencing-agent ./agents/cmd/early-oom ./hack/cmd/localstack
+	go build -o $(BIN)/ $(STACK_CMDS) ./hack/cmd/localstack
 
 .PHONY: run
 run: $(CONTROL_PLANE) $(BIN)/capi-controller-manager build ## start the local control plane and the stack; Ctrl-C stops it
 	@$(BIN)/localstack
 
 .PHONY: lint
-lint: $(LINTERS) ## gofmt, go vet, staticcheck, wire names only in well_known.go; the product module must not depend on k8s.io/kubernetes
+lint: $(LINTERS) debian-tools ## gofmt, go vet, staticcheck, shellcheck of hack/, wire names only in well_known.go; the product module must not depend on k8s.io/kubernetes
 	@if go list -m k8s.io/kubernetes >/dev/null 2>&1; then \
 		echo "lint: go.mod depends on k8s.io/kubernetes; only hack/tools may (use the k8s.io/* staging modules)"; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^hack/tools/')); \
@@ -156,6 +160,8 @@ lint: $(LINTERS) ## gofmt, go vet, staticcheck, wire names only in well_known.go
 	@# generated/ is code-generator output, which keeps deprecated client-go
 	@# calls for compatibility; it is checked by verify-generated instead.
 	$(BIN)/staticcheck $$(go list ./... | grep -v '/generated/')
+	@# The scripts the build and the tests run are held to the shipped shell's bar.
+	shellcheck hack/*.sh
 	@# Every wire name is defined once, in apiserver/apis/*/*/well_known.go.
 	hack/verify-wire-names.sh
 
@@ -171,6 +177,9 @@ test-rules: $(BIN)/promtool ## promtool test rules: every alert of manifests/mon
 .PHONY: test-e2e
 test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) $(BIN)/capi-controller-manager debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
 	@mkdir -p $(TEST_LOGS)
+	@# Linked once here: the suites' own builds (hack/stack) then find them
+	@# up to date, where three suites starting at once each linked all of them.
+	go build -o $(BIN)/ $(STACK_CMDS)
 	go test -count=1 -timeout 20m -p $(E2E_PARALLEL) -parallel $(E2E_TEST_PARALLEL) $(TEST_LDFLAGS) $(GO_TEST_FLAGS) $(E2E_PKGS) 2>&1 | tee $(TEST_LOGS)/e2e.log
 
 .PHONY: test-fuzz
