@@ -195,7 +195,14 @@ test-fuzz: ## a short run of every fuzz target (parsers of outside input)
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x ./agents/early-oom/psi
 
 .PHONY: test
-test: verify-generated lint test-unit test-rules test-fuzz test-e2e ## everything CI runs
+# Its phases one after another, each timed (test-durations.sh prints them).
+TEST_PHASES := verify-generated lint test-unit test-rules test-fuzz test-e2e
+test: ## everything CI runs
+	@mkdir -p $(TEST_LOGS) && : > $(TEST_LOGS)/phases
+	@for phase in $(TEST_PHASES); do \
+		start=$$SECONDS; $(MAKE) --no-print-directory $$phase; \
+		echo "$$phase $$(( SECONDS - start ))" >> $(TEST_LOGS)/phases; \
+	done
 	@hack/test-durations.sh $(TEST_LOGS)
 	@echo "test: all checks passed"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Prints, at the end of make test, how long each e2e suite and the slowest unit
-# packages took, slowest first, from the logs the test targets wrote. It reads
-# go test's own "ok <package> <seconds>s" lines, so the figures are go test's.
+# Prints, at the end of make test, how long each of its phases took, and each
+# e2e suite and the slowest unit packages, slowest first, from the logs the
+# test targets wrote. For the packages it reads go test's own
+# "ok <package> <seconds>s" lines, so those figures are go test's.
 set -Eeuo pipefail
 
 logs=${1:?usage: test-durations.sh DIR (the directory test-unit and test-e2e log to)}
@@ -18,6 +19,10 @@ durations() {
 }
 
 module=$(go list -m)
+if [[ -s $logs/phases ]]; then
+	echo "make test's phases (wall time, tools they build included):"
+	awk '{ printf "%8d s  %s\n", $2, $1; total += $2 } END { printf "%8d s  in all\n", total }' "$logs/phases"
+fi
 echo "e2e suites, slowest first (go test runs them in that order, E2E_PARALLEL at a time):"
 durations "$logs/e2e.log" 0 | sed "s|$module/||"
 echo "unit packages that took 5 s or more:"
