@@ -25,5 +25,9 @@ if [[ -s $logs/phases ]]; then
 fi
 echo "e2e suites, slowest first (go test runs them in that order, E2E_PARALLEL at a time):"
 durations "$logs/e2e.log" 0 | sed "s|$module/||"
+if [[ -f $logs/unit.log ]]; then
+	awk '$1 == "ok" { if ($3 == "(cached)") cached++; else ran++ }
+		END { printf "unit packages: %d run, %d not run again (go test reused their passing result: nothing they read has changed)\n", ran, cached }' "$logs/unit.log"
+fi
 echo "unit packages that took 5 s or more:"
 durations "$logs/unit.log" 5 | sed "s|$module/||"
