@@ -15,8 +15,9 @@
 //     render queue and renders it (renderGroup, with [Renderer], which
 //     reuses a group's previous result when none of its inputs changed).
 //     Each group is a work item of its own, so a group whose templates take
-//     their whole time budget delays no other. Every render adds the single
-//     item of the publish queue, which waits coalesced until it is taken.
+//     their whole time budget delays no other. Every render, once it no
+//     longer counts as in flight (renderOne), adds the single item of the
+//     publish queue, which waits coalesced until it is taken.
 //  3. On the leader only, publishWorker takes that item and publishes every
 //     group's latest result (publishLatest, publish): writeBundle writes
 //     each bundle as the Secret bashible-bundle-<group> in the bundles

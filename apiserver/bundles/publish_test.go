@@ -27,6 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -139,10 +140,7 @@ func (p *publisher) sync() {
 	}
 	p.resultsMu.Unlock()
 	for g := range groups {
-		p.resultsMu.Lock()
-		delete(p.dirty, g)
-		p.resultsMu.Unlock()
-		if err := p.renderGroup(g); err != nil {
+		if err := p.renderOne(g); err != nil {
 			p.t.Fatalf("render %s: %v", g, err)
 		}
 	}
@@ -248,7 +246,7 @@ func TestAPublishInALateRenewalsGapIsRetried(t *testing.T) {
 	t.Cleanup(p.publishQ.ShutDown)
 	p.lead()
 	p.term.validUntil.Store(time.Now().Add(-time.Millisecond).UnixNano()) // the renewal is late
-	if err := p.renderGroup("worker"); err != nil {
+	if err := p.renderOne("worker"); err != nil {
 		t.Fatal(err)
 	}
 	// One turn of the publish worker, while the renewal is late.
@@ -506,5 +504,54 @@ func TestEqualBundlesEncodeToEqualBytes(t *testing.T) {
 	want, _ := json.Marshal(p)
 	if err != nil || !bytes.Equal(raw, want) {
 		t.Errorf("the re-encoded bundle decompresses to %q (%v), want %q", raw, err, want)
+	}
+}
+
+// eagerPublishQueue is a publish queue whose worker takes an item the
+// moment it is added and publishes, as a publish worker that wins the race
+// with the render worker would.
+type eagerPublishQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+	p          *publisher
+	publishing bool
+}
+
+func (q *eagerPublishQueue) Add(key string) {
+	q.TypedRateLimitingInterface.Add(key)
+	if q.publishing {
+		return // a publish that queues another: taken in turn, as by the worker
+	}
+	q.publishing = true
+	defer func() { q.publishing = false }()
+	got, _ := q.Get()
+	if err := q.p.publishLatest(); err != nil {
+		q.p.t.Errorf("publish: %v", err)
+	}
+	q.Done(got)
+}
+
+// TestAPublishTakenAtOnceFindsTheRenderSettled: the publish a render
+// queues is what tells its NodeGroupConfigurations' status, and the
+// publish worker may take it the moment it is queued. It was queued while
+// the render still counted as in flight, so such a publish found the
+// group unsettled, told nothing, and nothing published again: a broken
+// configuration's Rendered condition and RenderFailed Event were lost
+// until the next change (a loaded machine showed it, in
+// TestEachWayAConfigurationFailsIsItsOwnEvent).
+func TestAPublishTakenAtOnceFindsTheRenderSettled(t *testing.T) {
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("worker"), config("broken.sh", []string{"*"}, `{{ fail "the mistake" }}`)))
+	t.Cleanup(p.publishQ.ShutDown)
+	p.lead()
+	p.publishQ = &eagerPublishQueue{TypedRateLimitingInterface: p.publishQ, p: p}
+	if err := p.renderOne("worker"); err != nil {
+		t.Fatal(err)
+	}
+	ngc, err := p.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(p.ctx, "broken.sh", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(ngc.Status.Conditions, ConditionRendered)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "RenderFailed" || !strings.Contains(cond.Message, "the mistake") {
+		t.Errorf("Rendered condition of broken.sh after its render and the publish it queued: %+v, want False, RenderFailed, naming the mistake", cond)
 	}
 }

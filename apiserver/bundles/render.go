@@ -23,18 +23,7 @@ func (c *Controller) renderWorker(context.Context) {
 		if quit {
 			return
 		}
-		c.resultsMu.Lock()
-		c.dirty[group], c.inflight[group] = false, true
-		c.resultsMu.Unlock()
-		err := c.renderGroup(group)
-		c.resultsMu.Lock()
-		delete(c.inflight, group)
-		if err != nil {
-			c.dirty[group] = true
-		} else if !c.dirty[group] {
-			delete(c.dirty, group)
-		}
-		c.resultsMu.Unlock()
+		err := c.renderOne(group)
 		c.queue.Done(group)
 		if err != nil {
 			klog.ErrorS(err, "Rendering a node group failed; will retry", "group", group)
@@ -45,8 +34,34 @@ func (c *Controller) renderWorker(context.Context) {
 	}
 }
 
-// renderGroup renders one group, records its result and enqueues a publish.
-func (c *Controller) renderGroup(group string) error {
+// renderOne renders group as one turn of a render worker: in flight (and
+// no longer dirty) while it renders, dirty again if it failed.
+func (c *Controller) renderOne(group string) error {
+	c.resultsMu.Lock()
+	c.dirty[group], c.inflight[group] = false, true
+	c.resultsMu.Unlock()
+	publish, err := c.renderGroup(group)
+	c.resultsMu.Lock()
+	delete(c.inflight, group)
+	if err != nil {
+		c.dirty[group] = true
+	} else if !c.dirty[group] {
+		delete(c.dirty, group)
+	}
+	c.resultsMu.Unlock()
+	// Only now that the render is no longer in flight: the publish worker
+	// may take the item at once, and a publish that found the group still
+	// in flight would leave its NodeGroupConfigurations' status untold
+	// (allSettled), with nothing to publish again until the next change.
+	if publish {
+		c.publishQ.Add(publishKey)
+	}
+	return err
+}
+
+// renderGroup renders one group and records its result; publish says
+// whether a publish is due (the render worker enqueues it).
+func (c *Controller) renderGroup(group string) (publish bool, err error) {
 	ng, err := c.nodeGroups.Get(group)
 	if apierrors.IsNotFound(err) {
 		c.resultsMu.Lock()
@@ -56,17 +71,14 @@ func (c *Controller) renderGroup(group string) error {
 		c.resultsMu.Unlock()
 		c.cfg.Renderer.Forget(group)
 		c.cfg.Metrics.ForgetGroup(group)
-		if had {
-			c.publishQ.Add(publishKey)
-		}
-		return nil
+		return had, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	in, err := c.inputs()
 	if err != nil {
-		return err
+		return false, err
 	}
 	r := c.cfg.Renderer.Render(ng, in)
 	if r.Cached {
@@ -88,8 +100,7 @@ func (c *Controller) renderGroup(group string) error {
 	c.resultsMu.Unlock()
 	// Even an unchanged result may settle a NodeGroupConfiguration whose
 	// status waited for this group.
-	c.publishQ.Add(publishKey)
-	return nil
+	return true, nil
 }
 
 // inputs reads the current cluster state from the informers' caches.
