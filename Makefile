@@ -69,8 +69,9 @@ E2E_TEST_PARALLEL ?= 6
 # The product's unit tests reuse go test's cached result when nothing they
 # depend on has changed: the package, everything it imports, the flags, and
 # every environment variable and file under the checkout the test read (go
-# test records them; a relative path is looked up again in the checkout under
-# test, which is how the product's tests name their files). The harness's
+# test records them and compares a file's size and modification time; a
+# relative path is looked up again in the checkout under test, which is how
+# the product's tests name their files). The harness's
 # packages (hack/) reach the repository and bin/ by absolute paths, which a
 # cached result from another clone would not look at again, so they run every
 # time, as the e2e suites do. GO_TEST_FLAGS=-count=1 runs everything.
