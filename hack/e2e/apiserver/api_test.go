@@ -47,8 +47,16 @@ func TestKubectlTablesAndExplain(t *testing.T) {
 		if !strings.Contains(out, "worker   Static") {
 			t.Errorf("kubectl get %s should show the worker group:\n%s", resource, out)
 		}
-		wide := f.Kubectl(t, "get", resource, "worker", "-o", "wide")
-		for _, want := range []string{"KUBERNETES", "CRI", "FULL-CHECKSUM", "1.36", "Containerd", f.Checksum(t, "worker")} {
+		// The group's bundle may still change as the suite's inputs settle
+		// (a new checksum between the two reads): the wide table must show
+		// the checksum served just before it was read.
+		var wide, served string
+		framework.Poll(t, "kubectl get "+resource+" worker -o wide showing the served checksum", func(context.Context) (bool, error) {
+			served = f.Checksum(t, "worker")
+			wide = f.Kubectl(t, "get", resource, "worker", "-o", "wide")
+			return strings.Contains(wide, served), nil
+		})
+		for _, want := range []string{"KUBERNETES", "CRI", "FULL-CHECKSUM", "1.36", "Containerd"} {
 			if !strings.Contains(wide, want) {
 				t.Errorf("kubectl get %s -o wide should show %q:\n%s", resource, want, wide)
 			}
