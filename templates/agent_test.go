@@ -41,6 +41,9 @@ type fakeAPI struct {
 	instance    bool
 	applied     map[string]map[string]any // field manager -> the status it applied
 	events      []map[string]any          // the Events it was sent, decoded
+	// nodeMissing GETs of the Node are answered 404 before it exists: a
+	// kubelet that has its client certificate and has not registered yet.
+	nodeMissing int
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -53,6 +56,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/worker":
 		_ = json.NewEncoder(w).Encode(f.bundle)
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/n1" && f.nodeMissing > 0:
+		f.nodeMissing--
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"message":"nodes \"n1\" not found"}`))
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/n1":
 		_ = json.NewEncoder(w).Encode(node())
 	case r.Method == http.MethodPatch && r.URL.Path == "/api/v1/nodes/n1":
@@ -405,5 +412,34 @@ echo "request files: ${#files[@]}"
 	}
 	if !strings.Contains(out, "request files: 3\n") {
 		t.Errorf("after 28 requests the scratch space should hold only the shell's own three request files (its request's body, the answer and its status):\n%s", out)
+	}
+}
+
+// A first run on a machine whose kubelet already has its client
+// certificate, but has not registered its Node yet, waits for the Node
+// before it records the configuration there. It did not wait once the
+// certificate existed, and failed on the Node's 404 (the join e2e suite
+// caught it on a fast boot).
+func TestAFirstRunWaitsForTheNodeWhenTheCertificateCameFirst(t *testing.T) {
+	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
+	api := &fakeAPI{instance: true, bundle: bundleOf(map[string]string{"010_step.sh": "true\n"}),
+		annotations: map[string]any{}, nodeMissing: 2}
+	machine := map[string]string{
+		"var/lib/bashible/first_run":                     "",
+		"etc/kubernetes/bootstrap-kubelet.conf":          "apiVersion: v1\nkind: Config\n",
+		"var/lib/kubelet/pki/kubelet-client-current.pem": selfSignedCertAndKey(t, "system:node:n1"),
+	}
+	out, _, ok := runScriptOn(t, api, script, machine)
+	if !ok {
+		t.Fatalf("the first run failed:\n%s", out)
+	}
+	if !strings.Contains(out, "waiting for the kubelet to join") {
+		t.Errorf("the run did not say it waits for the kubelet to join:\n%s", out)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.nodeMissing != 0 || api.annotations[deckhousev1.ConfigurationChecksumAnnotation] == nil {
+		t.Errorf("after the run: %d 404s left, the Node's annotations %v; want the configuration recorded once the Node exists\n%s",
+			api.nodeMissing, api.annotations, out)
 	}
 }

@@ -3010,7 +3010,12 @@ fetch_steps() {
 wait_for_join() {
   local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
   local deadline=$(( SECONDS + ${BASHIBLE_JOIN_TIMEOUT:-300} ))
-  [[ ! -s "$cert" && -s "${BASHIBLE_ROOT}/etc/kubernetes/bootstrap-kubelet.conf" ]] || return 0
+  [[ -s "${BASHIBLE_ROOT}/etc/kubernetes/bootstrap-kubelet.conf" ]] || return 0
+  # The certificate may come before the Node: the kubelet registers it
+  # after its TLS bootstrap.
+  if [[ -s "$cert" ]] && bb-node-get > /dev/null 2>&1; then
+    return 0
+  fi
   bb-log "waiting for the kubelet to join (its client certificate, then its Node)"
   until [[ -s "$cert" ]] && bb-node-get > /dev/null 2>&1; do
     if (( SECONDS >= deadline )); then
