@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -519,6 +520,12 @@ func FreePort() (int, error) {
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
+// They are taken below the kernel's ephemeral range, which it gives every
+// outgoing connection its local port from: a port from that range
+// (listening on :0) was free when checked and could be an outgoing
+// connection's by the time a component bound it (a fencing agent failed so
+// with "address already in use" while two other suites ran). Below it,
+// only another listener can take it in between.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	listeners := make([]net.Listener, 0, n)
@@ -527,15 +534,38 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	low, high := listenPortRange()
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if high > low && tries < 200*n {
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(low+rand.IntN(high-low)))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if addr != "127.0.0.1:0" {
+				continue // in use: another one
+			}
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
 		listeners = append(listeners, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// listenPortRange is where freePorts looks: from 10000 up to the start of
+// the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), or an
+// empty range when that cannot be read or leaves too little room.
+func listenPortRange() (low, high int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var start, end int
+	if _, err := fmt.Sscan(string(b), &start, &end); err != nil || start < 10000+1000 {
+		return 0, 0
+	}
+	return 10000, start
 }
 
 // adminHTTPClient is an HTTP client authenticated as the admin, for probes.

@@ -142,10 +142,17 @@ func TestFreePortsAreDistinctAndFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	low, high := listenPortRange()
+	if high <= low {
+		t.Fatalf("no room below the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): %d-%d", low, high)
+	}
 	seen := map[int]bool{}
 	for _, p := range ports {
 		if seen[p] {
 			t.Fatalf("port %d returned twice", p)
+		}
+		if p < low || p >= high {
+			t.Errorf("port %d is outside %d-%d, below the ephemeral range outgoing connections take their ports from", p, low, high)
 		}
 		seen[p] = true
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
