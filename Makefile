@@ -20,14 +20,17 @@ LINTERS       := $(BIN)/staticcheck
 # What the rootfs e2e suite's local package mirror serves in place of the
 # upstream downloads: the kubelet and kubectl from hack/tools, containerd
 # from its own module (its dependencies clash with k8s.io/kubernetes).
-# Static builds (CGO_ENABLED=0), so they run in the Debian root.
+# Static builds, as every tool is (hack/build-tool.sh), so they run in the
+# Debian root.
 CTRD_DIR      := $(CURDIR)/hack/tools/containerd
 CTRD_MOD      := $(CTRD_DIR)/go.mod $(CTRD_DIR)/go.sum
 CTRD_VERSION   = $(shell cd $(CTRD_DIR) && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 NODE_BINARIES := $(BIN)/kubelet $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr
 # promtool tests the alerting rules (make test-rules); its own module, as
 # Prometheus's dependencies clash with k8s.io/kubernetes. Only cmd/promtool
-# is built.
+# is built, without the service discoveries of every cloud (remove_all_sd:
+# Prometheus's own build tag), which rule tests never use and which were
+# most of its cold build.
 PROM_DIR      := $(CURDIR)/hack/tools/prometheus
 PROM_MOD      := $(PROM_DIR)/go.mod $(PROM_DIR)/go.sum
 # capi-controller-manager is upstream Cluster API's core manager, which
@@ -106,12 +109,12 @@ $(BIN)/kube-controller-manager: $(TOOLS_MOD)
 $(BIN)/kubectl: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kubectl "$(K8S_LDFLAGS)"
 $(BIN)/kubelet: $(TOOLS_MOD)
-	@CGO_ENABLED=0 hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kubelet "$(K8S_LDFLAGS)"
+	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kubelet "$(K8S_LDFLAGS)"
 $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr: $(BIN)/%: $(CTRD_MOD)
-	@TOOLS_MODULE=hack/tools/containerd CGO_ENABLED=0 hack/build-tool.sh $@ github.com/containerd/containerd/v2/cmd/$* \
+	@TOOLS_MODULE=hack/tools/containerd hack/build-tool.sh $@ github.com/containerd/containerd/v2/cmd/$* \
 		"-X github.com/containerd/containerd/v2/version.Version=$(patsubst v%,%,$(CTRD_VERSION))"
 $(BIN)/promtool: $(PROM_MOD)
-	@TOOLS_MODULE=hack/tools/prometheus hack/build-tool.sh $@ github.com/prometheus/prometheus/cmd/promtool
+	@TOOLS_MODULE=hack/tools/prometheus TOOL_TAGS=remove_all_sd hack/build-tool.sh $@ github.com/prometheus/prometheus/cmd/promtool
 $(BIN)/capi-controller-manager: $(CAPI_MOD)
 	@TOOLS_MODULE=hack/tools/clusterapi hack/build-tool.sh $@ sigs.k8s.io/cluster-api/core \
 		"-X sigs.k8s.io/cluster-api/version.gitVersion=$(CAPI_VERSION)"
