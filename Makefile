@@ -206,7 +206,7 @@ test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) $(BIN)/capi-controller-manager debia
 # failing input; golang/go#75804, fixed in Go 1.27), which a loaded machine
 # makes likely. A count has no deadline; load only makes it slower.
 test-fuzz: ## a short run of every fuzz target (parsers of outside input)
-	go test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime 4000x ./registry
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 4000x ./registry/objectname
 	go test -run '^$$' -fuzz '^FuzzRenderCustomStep$$' -fuzztime 2000x ./templates
 	go test -run '^$$' -fuzz '^FuzzRenderedScriptsKeepContextValuesInert$$' -fuzztime 600x ./templates
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x ./agents/early-oom/psi

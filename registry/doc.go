@@ -4,8 +4,8 @@
 // computed (see apiserver/bundles); the storages only read them — get,
 // list and watch, with a table for kubectl — through what rest.go shares.
 //
-// A request's way: the aggregator proxies it here; ParseName reads the
-// object name (a group, or the legacy <os>.<group>); the Narrower says
+// A request's way: the aggregator proxies it here; objectname.Parse reads
+// the object name (a group, or the legacy <os>.<group>); the Narrower says
 // which groups the caller may read (a node or a bootstrap token its own
 // only); the BundleSource answers with the group's published bundle, which
 // becomes the served object. Both are interfaces of this package

@@ -24,6 +24,7 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
+	"github.com/node-manager/node-manager/registry/objectname"
 )
 
 // Storages returns the REST storage of every resource, keyed by resource.
@@ -119,7 +120,7 @@ func get[T any, PT object[T]](ctx context.Context, s *storage, name string, buil
 	if err := s.notLoaded(); err != nil {
 		return nil, err
 	}
-	group, err := ParseName(name)
+	group, err := objectname.Parse(name)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
