@@ -205,11 +205,14 @@ test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) $(BIN)/capi-controller-manager debia
 # deadline falls while a worker is busy ("context deadline exceeded", no
 # failing input; golang/go#75804, fixed in Go 1.27), which a loaded machine
 # makes likely. A count has no deadline; load only makes it slower.
+# go test's vet pass is off here too: with it on, each target's vet
+# computed facts for every dependency (107 CPU-s on an empty cache), which
+# lint's go vet ./... has done.
 test-fuzz: ## a short run of every fuzz target (parsers of outside input)
-	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 4000x ./registry/objectname
-	go test -run '^$$' -fuzz '^FuzzRenderCustomStep$$' -fuzztime 2000x ./templates
-	go test -run '^$$' -fuzz '^FuzzRenderedScriptsKeepContextValuesInert$$' -fuzztime 600x ./templates
-	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x ./agents/early-oom/psi
+	go test -run '^$$' -fuzz '^FuzzParse$$' $(TEST_VETFLAGS) -fuzztime 4000x ./registry/objectname
+	go test -run '^$$' -fuzz '^FuzzRenderCustomStep$$' $(TEST_VETFLAGS) -fuzztime 2000x ./templates
+	go test -run '^$$' -fuzz '^FuzzRenderedScriptsKeepContextValuesInert$$' $(TEST_VETFLAGS) -fuzztime 600x ./templates
+	go test -run '^$$' -fuzz '^FuzzParse$$' $(TEST_VETFLAGS) -fuzztime 100000x ./agents/early-oom/psi
 
 .PHONY: test
 # Its phases one after another, each timed (test-durations.sh prints them).
