@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,11 +32,15 @@ import (
 // fakeAPI is just enough of the API for one run of bashible.sh: the group's
 // NodeGroupBundle, and the node's Node with compare-and-set merge patches of
 // its annotations. With instance set, the node's Instance too, whose status
-// applies are kept by field manager; without, Instances are 404 (bashible
-// reports on them best effort). Everything else is 404.
+// applies are kept by field manager and whose conditions a GET shows;
+// without, Instances are 404 (bashible reports on them best effort). With
+// bashibles set, the group's Bashible too, and the run updates itself from
+// it as on a node (otherwise it skips that). Everything else is 404.
 type fakeAPI struct {
 	mu          sync.Mutex
 	bundle      map[string]any
+	bashibles   map[string]any
+	requests    []string // "METHOD path" of each request, in order
 	annotations map[string]any
 	rv          int
 	instance    bool
@@ -49,6 +54,7 @@ type fakeAPI struct {
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.requests = append(f.requests, r.Method+" "+r.URL.Path)
 	node := func() map[string]any {
 		return map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{
 			"name": "n1", "resourceVersion": strconv.Itoa(f.rv), "annotations": f.annotations}}
@@ -56,6 +62,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/worker":
 		_ = json.NewEncoder(w).Encode(f.bundle)
+	case f.bashibles != nil && r.Method == http.MethodGet && r.URL.Path == "/apis/bashible.deckhouse.io/v1alpha1/bashibles/worker":
+		_ = json.NewEncoder(w).Encode(f.bashibles)
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/n1" && f.nodeMissing > 0:
 		f.nodeMissing--
 		w.WriteHeader(http.StatusNotFound)
@@ -99,7 +107,14 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(body)
 	case f.instance && r.Method == http.MethodGet && r.URL.Path == "/apis/deckhouse.io/v1alpha1/instances/n1":
-		_, _ = w.Write([]byte(`{"apiVersion":"deckhouse.io/v1alpha1","kind":"Instance","metadata":{"name":"n1"}}`))
+		var conditions []any
+		for _, status := range f.applied {
+			if cs, ok := status["conditions"].([]any); ok {
+				conditions = append(conditions, cs...)
+			}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "deckhouse.io/v1alpha1", "kind": "Instance",
+			"metadata": map[string]any{"name": "n1"}, "status": map[string]any{"conditions": conditions}})
 	case f.instance && r.Method == http.MethodPatch && r.URL.Path == "/apis/deckhouse.io/v1alpha1/instances/n1/status":
 		var p struct {
 			Status map[string]any `json:"status"`
@@ -197,8 +212,11 @@ func runScriptOn(t testing.TB, api *fakeAPI, script string, extra map[string]str
 		args = []string{"--max-retries", "1"}
 	}
 	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "var/lib/bashible/bashible.sh")}, args...)...)
-	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+root, "BASHIBLE_NODE_NAME=n1", "BASHIBLE_SKIP_UPDATE=yes",
+	cmd.Env = append(os.Environ(), "BASHIBLE_ROOT="+root, "BASHIBLE_NODE_NAME=n1",
 		"BASHIBLE_API_ENDPOINTS="+strings.TrimPrefix(srv.URL, "https://"), "BASHIBLE_POLL_SECONDS=1", "BASHIBLE_RETRY_DELAY=0")
+	if api.bashibles == nil {
+		cmd.Env = append(cmd.Env, "BASHIBLE_SKIP_UPDATE=yes")
+	}
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("bashible.sh did not finish:\n%s", out)
@@ -467,5 +485,99 @@ func TestAFirstRunWaitsForTheNodeWhenTheCertificateCameFirst(t *testing.T) {
 	if api.nodeMissing != 0 || api.annotations[deckhousev1.ConfigurationChecksumAnnotation] == nil {
 		t.Errorf("after the run: %d 404s left, the Node's annotations %v; want the configuration recorded once the Node exists\n%s",
 			api.nodeMissing, api.annotations, out)
+	}
+}
+
+// steadyAPI is the fake API of a node that has applied configuration
+// "new" (a joined node, so it reports): the group's Bashible names served,
+// its NodeGroupBundle carries bundled, and the node's Instance shows
+// condition (nil: none).
+func steadyAPI(t *testing.T, script, served, bundled string, condition map[string]any) *fakeAPI {
+	t.Helper()
+	bundle := bundleOf(map[string]string{"010_marker.sh": "touch \"$BASHIBLE_ROOT/marker\"\n"})
+	bundle["metadata"].(map[string]any)["annotations"].(map[string]any)[bashiblev1alpha1.ChecksumAnnotation] = bundled
+	api := &fakeAPI{instance: true, bundle: bundle,
+		bashibles: map[string]any{"metadata": map[string]any{"name": "worker",
+			"annotations": map[string]any{bashiblev1alpha1.ChecksumAnnotation: served}},
+			"data": map[string]any{bashiblev1alpha1.BashibleScriptKey: script}},
+		annotations: map[string]any{deckhousev1.ConfigurationChecksumAnnotation: "new", deckhousev1.ApprovedAnnotation: ""}}
+	if condition != nil {
+		api.applied = map[string]map[string]any{"bashible-BashibleReady": {"conditions": []any{condition}}}
+	}
+	return api
+}
+
+// A run on a node that already runs the served configuration, as most runs
+// are, reads the group's Bashible (it updates itself from it), the Node
+// and the Instance, and nothing else: not the bundle, whose checksum the
+// Bashible already names, and no write, since the Instance already says the
+// configuration is applied.
+func TestAgentInSyncReadsNoBundleAndWritesNothing(t *testing.T) {
+	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
+	applied := map[string]any{"type": "BashibleReady", "status": "True", "reason": "StepsCompleted",
+		"message": "configuration new is applied; nothing to do", "lastTransitionTime": "2026-01-02T03:04:05Z"}
+	files := map[string]string{"var/lib/bashible/configuration_checksum": "new\n",
+		"var/lib/kubelet/pki/kubelet-client-current.pem": selfSignedCertAndKey(t, "system:node:n1")}
+
+	api := steadyAPI(t, script, "new", "new", applied)
+	out, root, ok := runScriptOn(t, api, script, files)
+	if !ok {
+		t.Fatalf("the run failed:\n%s", out)
+	}
+	want := []string{"GET /apis/bashible.deckhouse.io/v1alpha1/bashibles/worker", "GET /api/v1/nodes/n1", "GET /apis/deckhouse.io/v1alpha1/instances/n1"}
+	if strings.Join(api.requests, "\n") != strings.Join(want, "\n") {
+		t.Errorf("an in-sync run made the requests\n%s\nwant\n%s\n%s", strings.Join(api.requests, "\n"), strings.Join(want, "\n"), out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "marker")); err == nil {
+		t.Errorf("an in-sync run ran the bundle's step")
+	}
+
+	// The first such run writes the condition, once.
+	api = steadyAPI(t, script, "new", "new", nil)
+	if out, _, ok := runScriptOn(t, api, script, files); !ok {
+		t.Fatalf("the run failed:\n%s", out)
+	}
+	var writes int
+	for _, r := range api.requests {
+		if strings.HasPrefix(r, "PATCH /apis/deckhouse.io/v1alpha1/instances/n1/status") {
+			writes++
+		}
+	}
+	got, _ := api.applied["bashible-BashibleReady"]["conditions"].([]any)
+	if writes != 1 || len(got) != 1 || got[0].(map[string]any)["message"] != applied["message"] {
+		t.Errorf("%d Instance writes, conditions %v; want one, saying the configuration is applied", writes, got)
+	}
+}
+
+// The bundle is fetched when the Bashible names a configuration the node
+// does not run, and its own checksum decides what the run does: the one
+// the node runs already (the group moved back between the two reads)
+// needs no step.
+func TestAgentFetchesTheBundleWhenTheServedChecksumMoved(t *testing.T) {
+	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
+	for name, tc := range map[string]struct {
+		stored, served, bundled string
+		runs                    bool
+	}{
+		"a new configuration":           {stored: "old", served: "new", bundled: "new", runs: true},
+		"back to the one the node runs": {stored: "new", served: "newer", bundled: "new", runs: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := steadyAPI(t, script, tc.served, tc.bundled, nil)
+			out, root, ok := runScriptOn(t, api, script, map[string]string{"var/lib/bashible/configuration_checksum": tc.stored + "\n"})
+			if !ok {
+				t.Fatalf("the run failed:\n%s", out)
+			}
+			if !slices.Contains(api.requests, "GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/worker") {
+				t.Errorf("the bundle was not fetched; requests:\n%s", strings.Join(api.requests, "\n"))
+			}
+			_, err := os.Stat(filepath.Join(root, "marker"))
+			if ran := err == nil; ran != tc.runs {
+				t.Errorf("the bundle's step ran: %t, want %t\n%s", ran, tc.runs, out)
+			}
+			if got := strings.TrimSpace(readFileT(t, filepath.Join(root, "var/lib/bashible/configuration_checksum"))); got != tc.bundled {
+				t.Errorf("configuration_checksum %q, want the bundle's %q", got, tc.bundled)
+			}
+		})
 	}
 }

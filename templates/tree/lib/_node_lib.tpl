@@ -242,21 +242,25 @@ bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has
 # bb-instance-condition TYPE STATUS REASON MESSAGE: sets one condition on
 # this node's Instance (server-side apply with a field manager per
 # condition type, so setting one never removes another). The
-# transition time changes only with the status. Best effort: a node whose
-# Instance does not exist yet reports nothing.
+# transition time changes only with the status; a condition the Instance
+# already shows as it is is not written again (a node in sync says so every
+# run). Best effort: a node whose Instance does not exist yet reports nothing.
 bb-instance-condition() {
-  local type=$1 status=$2 reason=$3 message=$4 name current since body j
+  local type=$1 status=$2 reason=$3 message=${4:0:1000} name current since body j
   bb-node-name-into name
   current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
-  since=$(jq -r --arg t "$type" --arg s "$status" \
-    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current" 2>/dev/null) || return 0
+  # The transition time of the condition in this status, or "unchanged".
+  since=$(jq -r --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "$message" \
+    '[.status.conditions[]? | select(.type == $t and .status == $s)][0] // empty |
+      if .reason == $r and .message == $m then "unchanged" else .lastTransitionTime // empty end' <<< "$current" 2>/dev/null) || return 0
+  [[ "$since" != unchanged ]] || return 0
   [[ -n "$since" ]] || bb-utc-now since
   bb-json-string j "$name"
   body="{\"apiVersion\":\"deckhouse.io/v1alpha1\",\"kind\":\"Instance\",\"metadata\":{\"name\":$j},\"status\":{\"conditions\":[{"
   bb-json-string j "$type"; body+="\"type\":$j,"
   bb-json-string j "$status"; body+="\"status\":$j,"
   bb-json-string j "$reason"; body+="\"reason\":$j,"
-  bb-json-string j "${message:0:1000}"; body+="\"message\":$j,"
+  bb-json-string j "$message"; body+="\"message\":$j,"
   bb-json-string j "$since"; body+="\"lastTransitionTime\":$j}]}}"
   bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
     application/apply-patch+yaml "$body" > /dev/null || bb-log "could not set $type on Instance $name"

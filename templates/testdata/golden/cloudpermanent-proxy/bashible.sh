@@ -305,21 +305,25 @@ bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has
 # bb-instance-condition TYPE STATUS REASON MESSAGE: sets one condition on
 # this node's Instance (server-side apply with a field manager per
 # condition type, so setting one never removes another). The
-# transition time changes only with the status. Best effort: a node whose
-# Instance does not exist yet reports nothing.
+# transition time changes only with the status; a condition the Instance
+# already shows as it is is not written again (a node in sync says so every
+# run). Best effort: a node whose Instance does not exist yet reports nothing.
 bb-instance-condition() {
-  local type=$1 status=$2 reason=$3 message=$4 name current since body j
+  local type=$1 status=$2 reason=$3 message=${4:0:1000} name current since body j
   bb-node-name-into name
   current=$(bb-kube-api GET "/apis/deckhouse.io/v1alpha1/instances/$name" 2>/dev/null) || return 0
-  since=$(jq -r --arg t "$type" --arg s "$status" \
-    '[.status.conditions[]? | select(.type == $t and .status == $s) | .lastTransitionTime][0] // empty' <<< "$current" 2>/dev/null) || return 0
+  # The transition time of the condition in this status, or "unchanged".
+  since=$(jq -r --arg t "$type" --arg s "$status" --arg r "$reason" --arg m "$message" \
+    '[.status.conditions[]? | select(.type == $t and .status == $s)][0] // empty |
+      if .reason == $r and .message == $m then "unchanged" else .lastTransitionTime // empty end' <<< "$current" 2>/dev/null) || return 0
+  [[ "$since" != unchanged ]] || return 0
   [[ -n "$since" ]] || bb-utc-now since
   bb-json-string j "$name"
   body="{\"apiVersion\":\"deckhouse.io/v1alpha1\",\"kind\":\"Instance\",\"metadata\":{\"name\":$j},\"status\":{\"conditions\":[{"
   bb-json-string j "$type"; body+="\"type\":$j,"
   bb-json-string j "$status"; body+="\"status\":$j,"
   bb-json-string j "$reason"; body+="\"reason\":$j,"
-  bb-json-string j "${message:0:1000}"; body+="\"message\":$j,"
+  bb-json-string j "$message"; body+="\"message\":$j,"
   bb-json-string j "$since"; body+="\"lastTransitionTime\":$j}]}}"
   bb-kube-api PATCH "/apis/deckhouse.io/v1alpha1/instances/$name/status?fieldManager=bashible-$type&force=true" \
     application/apply-patch+yaml "$body" > /dev/null || bb-log "could not set $type on Instance $name"
@@ -2745,18 +2749,25 @@ BB_WORKSPACE=$BASHIBLE_DIR/tmp/agent-workspace
 # shellcheck source=/dev/null
 source "$BASHIBLE_DIR/lib.sh"
 
+# The group's configuration checksum as the bashibles object self_update
+# read names it (empty when it read none): a run that finds the node
+# already running it needs no bundle, which is most runs.
+SERVED_CHECKSUM=""
+
 # self_update runs the served bashible.sh when it differs from this one,
 # and keeps it only if that run succeeds. A served script that is empty or
 # not valid bash is refused, and this one goes on.
 self_update() {
   [[ "${BASHIBLE_SKIP_UPDATE:-}" == yes ]] && return 0
-  local json new=$BASHIBLE_DIR/bashible-new.sh
+  local json new=$BASHIBLE_DIR/bashible-new.sh served=$BASHIBLE_DIR/tmp/bashibles
   json=$(bb-kube-api GET "$API_PATH/bashibles/$NODE_GROUP") || return 1
-  if ! jq -j '.data["bashible.sh"] // ""' <<< "$json" > "$new" 2>/dev/null; then
+  # One jq for both: the checksum's line, then the script.
+  if ! jq -j '"\(.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // "")\n", (.data["bashible.sh"] // "")' \
+      <<< "$json" > "$served" 2>/dev/null; then
     bb-log "the API answered bashibles/$NODE_GROUP with something that is not an object"
-    rm -f "$new"
     return 1
   fi
+  { IFS= read -r SERVED_CHECKSUM || true; cat > "$new"; } < "$served"
   # The same script as this one needs no check (most runs).
   if cmp -s "$new" "$BASHIBLE_DIR/bashible.sh"; then
     rm -f "$new"
@@ -3046,21 +3057,36 @@ reboot_request() {
   fi
 }
 
+# fetch_bundle sets main's json to the group's NodeGroupBundle and its
+# checksum to the configuration checksum the bundle carries.
+fetch_bundle() {
+  json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
+  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
+  [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
+}
+
 main() {
   bb-flag-unset stop-run
   self_update
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json checksum node="{}" step reboot=none approval=no flag first_run=no quoted file steps_began steps_took
-  json=$(bb-kube-api GET "$API_PATH/nodegroupbundles/$NODE_GROUP")
-  checksum=$(jq -r '.metadata.annotations["bashible.deckhouse.io/configuration-checksum"] // empty' <<< "$json" 2>/dev/null || true)
-  [[ -n "$checksum" ]] || { bb-log "the served bundle has no checksum annotation"; return 1; }
+  local json="" checksum=$SERVED_CHECKSUM node="{}" step reboot=none approval=no flag first_run=no synced=no quoted file steps_began steps_took
+  if [[ -e "$BASHIBLE_DIR/first_run" || -z "$checksum" ]]; then
+    fetch_bundle
+  fi
 
   if [[ ! -e "$BASHIBLE_DIR/first_run" ]]; then
     node=$(bb-node-get)
     reboot=$(reboot_request "$node")
-    if in_sync "$checksum" "$node"; then
+    in_sync "$checksum" "$node" && synced=yes
+    if [[ "$synced" == no && -z "$json" ]]; then
+      fetch_bundle
+      # The bundle's own checksum decides: the group may have moved on
+      # since its bashibles object was read.
+      in_sync "$checksum" "$node" && synced=yes
+    fi
+    if [[ "$synced" == yes ]]; then
       if [[ "$(jq -r '.metadata.annotations["node.deckhouse.io/configuration-checksum"] // ""' <<< "$node")" != "$checksum" ]]; then
         bb-json-string quoted "$checksum"
         bb-node-annotate "{\"node.deckhouse.io/configuration-checksum\":$quoted}"
