@@ -235,6 +235,7 @@ func bundleOf(steps map[string]string) map[string]any {
 // marker step would run without approval. The bundle must be refused whole,
 // and no step run.
 func TestAgentRefusesABundleThatCouldPoseAsAnotherStep(t *testing.T) {
+	t.Parallel()
 	for name, steps := range map[string]map[string]string{
 		"NUL in a step": {
 			"001_wait_for_approval.sh": "echo approval >> \"$BASHIBLE_ROOT/trace\"; exit 1\n",
@@ -265,6 +266,7 @@ func TestAgentRefusesABundleThatCouldPoseAsAnotherStep(t *testing.T) {
 // is read back by its length in bytes), and the steps run only once the
 // update is approved.
 func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
+	t.Parallel()
 	steps := map[string]string{
 		"000_-odd.name_.sh": "echo first >> \"$BASHIBLE_ROOT/trace\"\n# $(not run) `nor this` \\ \"quoted\" ünïcode 日本\u2028\r\n",
 		"020_marker.sh":     "echo marker >> \"$BASHIBLE_ROOT/trace\"", // no final newline
@@ -297,6 +299,7 @@ func TestAgentWritesEachStepAsServedAndRunsItApproved(t *testing.T) {
 // about the step and in the Instance's lastFailure, each a JSON document
 // bashible builds itself (bb-json-string), whatever the output holds.
 func TestAgentReportsAFailingStepsOutputWhateverItHolds(t *testing.T) {
+	t.Parallel()
 	output := `quotes " and \ backslashes, a tab	and a bell \a; {"injected": true}, ünïcode, 100%s`
 	steps := map[string]string{
 		"010_fails.sh": "printf '%s\\n' " + shellQuoteForTest(output) + "; printf 'the\\x07bell\\n'; exit 3\n",
@@ -328,6 +331,7 @@ func TestAgentReportsAFailingStepsOutputWhateverItHolds(t *testing.T) {
 // lastRun, not in an Event per step (at 5,000 nodes of 40 steps that was
 // 200,000 Events for one change).
 func TestAgentReportsASuccessfulRunAsOneEvent(t *testing.T) {
+	t.Parallel()
 	steps := map[string]string{"010_a.sh": "true\n", "020_b.sh": "true\n", "030_c.sh": "true\n"}
 	api := &fakeAPI{instance: true, bundle: bundleOf(steps), annotations: map[string]any{
 		deckhousev1.ConfigurationChecksumAnnotation: "old", deckhousev1.ApprovedAnnotation: ""}}
@@ -358,6 +362,7 @@ func shellQuoteForTest(s string) string { return "'" + strings.ReplaceAll(s, "'"
 // and fails on the same line. A step's delayed bashbooster events fire
 // once, when it ends.
 func TestAgentRunsUserStepsWithDeckhouseShellOptions(t *testing.T) {
+	t.Parallel()
 	header := strings.Join(strings.SplitN(mustRender(t, builtinTree(t), workerContext(t, nil)).Steps["099_reboot.sh"], "\n", 4)[:3], "\n")
 	if !strings.Contains(header, "set -Eeuo pipefail") {
 		t.Fatalf("the built-in steps' header no longer sets nounset:\n%s", header)
@@ -429,6 +434,7 @@ func BenchmarkAgentRun(b *testing.B) {
 // leave no request files behind in the run's scratch space, however many
 // there are. The run's own shell keeps one set for its next request.
 func TestAgentRequestsLeaveNoFilesBehind(t *testing.T) {
+	t.Parallel()
 	lib := filepath.Join(t.TempDir(), "lib.sh")
 	writeFile(t, lib, libraryOf(t))
 	script := `#!/usr/bin/env bash
@@ -465,6 +471,7 @@ echo "request files: ${#files[@]}"
 // certificate existed, and failed on the Node's 404 (the join e2e suite
 // caught it on a fast boot).
 func TestAFirstRunWaitsForTheNodeWhenTheCertificateCameFirst(t *testing.T) {
+	t.Parallel()
 	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
 	api := &fakeAPI{instance: true, bundle: bundleOf(map[string]string{"010_step.sh": "true\n"}),
 		annotations: map[string]any{}, nodeMissing: 2}
@@ -513,6 +520,7 @@ func steadyAPI(t *testing.T, script, served, bundled string, condition map[strin
 // Bashible already names, and no write, since the Instance already says the
 // configuration is applied.
 func TestAgentInSyncReadsNoBundleAndWritesNothing(t *testing.T) {
+	t.Parallel()
 	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
 	applied := map[string]any{"type": "BashibleReady", "status": "True", "reason": "StepsCompleted",
 		"message": "configuration new is applied; nothing to do", "lastTransitionTime": "2026-01-02T03:04:05Z"}
@@ -554,6 +562,7 @@ func TestAgentInSyncReadsNoBundleAndWritesNothing(t *testing.T) {
 // the node runs already (the group moved back between the two reads)
 // needs no step.
 func TestAgentFetchesTheBundleWhenTheServedChecksumMoved(t *testing.T) {
+	t.Parallel()
 	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
 	for name, tc := range map[string]struct {
 		stored, served, bundled string

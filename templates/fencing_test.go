@@ -191,6 +191,7 @@ func wantCalls(t *testing.T, what string, got []string, want ...string) {
 // gone, is reloaded; one in use is left running with a warning until it is
 // free; a device that never comes fails the step clearly.
 func TestFencingWatchdogStepLoadsSoftdogOnceAndReloadsAStaleOne(t *testing.T) {
+	t.Parallel()
 	twoMinutes := fencedWith("Watchdog", "2m")
 	load := "modprobe softdog soft_margin=120 soft_panic=1"
 
@@ -299,6 +300,7 @@ func TestFencingWatchdogStepLoadsSoftdogOnceAndReloadsAStaleOne(t *testing.T) {
 // step wrote, and softdog is unloaded once it is free; a softdog this step
 // never set up is left alone.
 func TestFencingWatchdogStepUndoesItselfWhenFencingGoes(t *testing.T) {
+	t.Parallel()
 	for _, off := range []struct {
 		name   string
 		mutate func(*deckhousev1.NodeGroup)

@@ -21,6 +21,7 @@ import (
 // out as one JSON string that decodes to the text itself, or for text that
 // is not UTF-8, to that text with the invalid bytes replaced.
 func TestJSONStringEncodesAnyTextAsOneJSONString(t *testing.T) {
+	t.Parallel()
 	pieces := []string{"a", "Z", " ", "\\", "\"", "'", "&", "$", "`", "/", "\n", "\t", "\r", "\x00x", "\x01", "\x08", "\x0b", "\x0c",
 		"\x1b[31m", "\x1f", "\x7f", "é", "日本", "\u2028", "\xff", "\xc3", "\xed\xa0\x80", "\\u0041", "%s", "%b", "\\x41", "}]"}
 	rng := rand.New(rand.NewSource(1))

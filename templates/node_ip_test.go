@@ -128,6 +128,7 @@ const ipAddrJSON = `[
 // becomes --node-ip and discovered-node-ip; with no match, or no CIDR
 // configured, neither exists and the log says why.
 func TestKubeletNodeIP(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("jq"); err != nil {
 		t.Skip("jq is not installed")
 	}

@@ -37,6 +37,7 @@ if (( n < 3 )); then echo "flaky attempt $n fails"; exit 7; fi
 // status as the Instance's lastRun: a step that fails twice and then
 // succeeds shows three attempts; a successful run leaves lastFailure alone.
 func TestAgentReportsEachStepsAttemptsDurationAndExitStatus(t *testing.T) {
+	t.Parallel()
 	api := &fakeAPI{instance: true, bundle: bundleOf(map[string]string{
 		"010_quick.sh": "true\n",
 		"020_flaky.sh": flaky,
@@ -74,6 +75,7 @@ func TestAgentReportsEachStepsAttemptsDurationAndExitStatus(t *testing.T) {
 // both lastRun and lastFailure (under their own field managers); steps
 // after it did not run and are not listed.
 func TestAgentReportsAFailedRunAsLastRunAndLastFailure(t *testing.T) {
+	t.Parallel()
 	api := &fakeAPI{instance: true, bundle: bundleOf(map[string]string{
 		"010_quick.sh": "true\n",
 		"020_fails.sh": "echo \"the disk is full\" >&2\nexit 5\n",
@@ -110,6 +112,7 @@ func TestAgentReportsAFailedRunAsLastRunAndLastFailure(t *testing.T) {
 // message is cut to 1000 bytes. The run here has a cap of 2 instead (the
 // script's own line, checked first, changed), so it needs few steps.
 func TestAgentBoundsTheReportedRun(t *testing.T) {
+	t.Parallel()
 	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
 	line := fmt.Sprintf("\nMAX_REPORTED_STEPS=%d\n", deckhousev1alpha1.MaxReportedSteps)
 	if !strings.Contains(script, line) {

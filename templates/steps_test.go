@@ -200,6 +200,7 @@ func excerpt(t *testing.T, step, from, to string) string {
 // reservation stops the kubelet and removes its checkpoints after the
 // gate; an unchanged one, or no checkpoint at all, touches nothing.
 func TestKubeletCPUManagerCheckpointReset(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("jq"); err != nil {
 		t.Skip("jq is not installed")
 	}

@@ -15,6 +15,7 @@ import (
 // sum derived from the URL, and checks every sum was replaced by the one
 // for its own file.
 func TestUpdateVersionsScriptRewritesEverySum(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, d := range []string{"hack", "templates", "bin"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
