@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -49,16 +51,79 @@ type fakeAPI struct {
 	// nodeMissing GETs of the Node are answered 404 before it exists: a
 	// kubelet that has its client certificate and has not registered yet.
 	nodeMissing int
+	// Watches of the Node (fieldSelector metadata.name=n1) each get a
+	// MODIFIED event whenever its annotations change; with forbidWatch
+	// they are refused (403), as an API without the node's watch would.
+	watchers    []chan []byte
+	forbidWatch bool
+	// env is the run's environment beyond runScriptOn's own.
+	env []string
+}
+
+// node is the Node as the fake serves it; f.mu held.
+func (f *fakeAPI) node() map[string]any {
+	return map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{
+		"name": "n1", "resourceVersion": strconv.Itoa(f.rv), "annotations": maps.Clone(f.annotations)}}
+}
+
+// annotateLocked sets a Node annotation as someone else would (node-manager, a
+// person), and tells the watches; f.mu held.
+func (f *fakeAPI) annotateLocked(key string, value any) {
+	f.annotations[key] = value
+	f.modified()
+}
+
+// modified is a new version of the Node, sent to every watch; f.mu held.
+func (f *fakeAPI) modified() {
+	f.rv++
+	event, _ := json.Marshal(map[string]any{"type": "MODIFIED", "object": f.node()})
+	for _, ch := range f.watchers {
+		select {
+		case ch <- append(event, '\n'):
+		default:
+		}
+	}
+}
+
+// watch serves a watch of the Node until the client goes or its
+// timeoutSeconds pass.
+func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.requests = append(f.requests, "WATCH "+r.URL.Path)
+	if f.forbidWatch || r.URL.Query().Get("fieldSelector") != "metadata.name=n1" {
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"kind":"Status","message":"nodes is forbidden"}`))
+		return
+	}
+	ch := make(chan []byte, 16)
+	f.watchers = append(f.watchers, ch)
+	f.mu.Unlock()
+	timeout, _ := strconv.Atoi(r.URL.Query().Get("timeoutSeconds"))
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+	for end := time.After(time.Duration(timeout) * time.Second); ; {
+		select {
+		case event := <-ch:
+			_, _ = w.Write(event)
+			w.(http.Flusher).Flush()
+		case <-end:
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes" && r.URL.Query().Get("watch") == "true" {
+		f.watch(w, r)
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests = append(f.requests, r.Method+" "+r.URL.Path)
-	node := func() map[string]any {
-		return map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{
-			"name": "n1", "resourceVersion": strconv.Itoa(f.rv), "annotations": f.annotations}}
-	}
+	node := f.node
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/worker":
 		_ = json.NewEncoder(w).Encode(f.bundle)
@@ -94,7 +159,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.annotations[k] = v
 			}
 		}
-		f.rv++
+		f.modified()
 		_ = json.NewEncoder(w).Encode(node())
 	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/default/events":
 		body, _ := io.ReadAll(r.Body)
@@ -183,8 +248,25 @@ func runScript(t *testing.T, api *fakeAPI, script string, args ...string) (strin
 // runScriptOn is runScript on a node that also has extra's files.
 func runScriptOn(t testing.TB, api *fakeAPI, script string, extra map[string]string, args ...string) (string, string, bool) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, root := agentCommand(ctx, t, api, script, extra, args...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("bashible.sh did not finish:\n%s", out)
+	}
+	return string(out), root, err == nil
+}
+
+// agentCommand lays out a node's root for a run of script against api,
+// as runScriptOn describes, and returns the run's command and the root.
+func agentCommand(ctx context.Context, t testing.TB, api *fakeAPI, script string, extra map[string]string, args ...string) (*exec.Cmd, string) {
+	t.Helper()
 	srv := httptest.NewTLSServer(api)
 	t.Cleanup(srv.Close)
+	// First (cleanups run last in, first out): a watch left open by a run
+	// killed while it waited would hold Close until its timeout.
+	t.Cleanup(srv.CloseClientConnections)
 	root := t.TempDir()
 	files := map[string]string{
 		"var/lib/bashible/bashible.sh":            script,
@@ -206,8 +288,6 @@ func runScriptOn(t testing.TB, api *fakeAPI, script string, extra map[string]str
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	if len(args) == 0 {
 		args = []string{"--max-retries", "1"}
 	}
@@ -217,11 +297,11 @@ func runScriptOn(t testing.TB, api *fakeAPI, script string, extra map[string]str
 	if api.bashibles == nil {
 		cmd.Env = append(cmd.Env, "BASHIBLE_SKIP_UPDATE=yes")
 	}
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("bashible.sh did not finish:\n%s", out)
-	}
-	return string(out), root, err == nil
+	cmd.Env = append(cmd.Env, api.env...)
+	// What the run leaves running (a watch it did not close) does not
+	// hold the test past the run's end.
+	cmd.WaitDelay = 5 * time.Second
+	return cmd, root
 }
 
 func bundleOf(steps map[string]string) map[string]any {
@@ -588,5 +668,103 @@ func TestAgentFetchesTheBundleWhenTheServedChecksumMoved(t *testing.T) {
 				t.Errorf("configuration_checksum %q, want the bundle's %q", got, tc.bundled)
 			}
 		})
+	}
+}
+
+// approveWhenWaiting plays node-manager: once the node has asked for
+// update approval and is waiting for it (it has tried to watch its Node),
+// it approves it.
+func approveWhenWaiting(t *testing.T, api *fakeAPI) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			api.mu.Lock()
+			_, asked := api.annotations[deckhousev1.WaitingForApprovalAnnotation]
+			asked = asked && slices.ContainsFunc(api.requests, func(r string) bool { return strings.HasPrefix(r, "WATCH ") })
+			if asked {
+				api.annotateLocked(deckhousev1.ApprovedAnnotation, "")
+			}
+			api.mu.Unlock()
+			if asked {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+}
+
+// A node waiting for its update approval watches its Node: the approval
+// is seen the moment it is given, not at the next poll (ten minutes
+// apart here, longer than the test may take), and the watch is closed at
+// once, not held to its timeout. An API that refuses the watch leaves the
+// node polling, as before.
+func TestAgentSeesItsApprovalTheMomentItIsGiven(t *testing.T) {
+	t.Parallel()
+	steps := map[string]string{"010_a.sh": "true\n"}
+	for name, tc := range map[string]struct {
+		forbid bool
+		poll   string
+	}{
+		"watched":              {poll: "600"},
+		"the watch is refused": {forbid: true, poll: "1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := &fakeAPI{instance: true, bundle: bundleOf(steps), forbidWatch: tc.forbid,
+				annotations: map[string]any{deckhousev1.ConfigurationChecksumAnnotation: "old"},
+				env:         []string{"BASHIBLE_POLL_SECONDS=" + tc.poll}}
+			approveWhenWaiting(t, api)
+			began := time.Now()
+			out, root, ok := runAgent(t, api)
+			if !ok {
+				t.Fatalf("the run failed:\n%s", out)
+			}
+			if got := strings.TrimSpace(readFileT(t, filepath.Join(root, "var/lib/bashible/configuration_checksum"))); got != "new" {
+				t.Errorf("configuration_checksum %q after the approval, want new\n%s", got, out)
+			}
+			var watches int
+			for _, r := range api.requests {
+				if strings.HasPrefix(r, "WATCH ") {
+					watches++
+				}
+			}
+			if watches == 0 {
+				t.Errorf("the node never watched its Node; requests:\n%s", strings.Join(api.requests, "\n"))
+			}
+			t.Logf("approved and converged in %s, %d watches", time.Since(began).Round(time.Millisecond), watches)
+		})
+	}
+}
+
+// A run killed while it waits for its approval (a test's deadline, an
+// administrator's kill -9) leaves its watch running until the watch's
+// timeout, but not holding the run's lock: the next run, a minute later,
+// takes it and goes on.
+func TestAgentKilledWhileWaitingLeavesTheLockFree(t *testing.T) {
+	t.Parallel()
+	api := &fakeAPI{instance: true, bundle: bundleOf(map[string]string{"010_a.sh": "true\n"}),
+		annotations: map[string]any{deckhousev1.ConfigurationChecksumAnnotation: "old"},
+		env:         []string{"BASHIBLE_POLL_SECONDS=600"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, root := agentCommand(ctx, t, api, mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible, nil)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for watching := false; !watching; time.Sleep(20 * time.Millisecond) {
+		if ctx.Err() != nil {
+			t.Fatalf("the run never waited for its approval:\n%s", out.String())
+		}
+		api.mu.Lock()
+		watching = slices.ContainsFunc(api.requests, func(r string) bool { return strings.HasPrefix(r, "WATCH ") })
+		api.mu.Unlock()
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	lock := exec.CommandContext(ctx, "flock", "--nonblock", filepath.Join(root, "var/lock/bashible"), "true")
+	if msg, err := lock.CombinedOutput(); err != nil {
+		t.Errorf("the lock of a run killed while it waited is still held (%v %s); the next run would skip", err, msg)
 	}
 }

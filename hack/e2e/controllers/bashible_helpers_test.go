@@ -52,11 +52,14 @@ func newRealNode(t *testing.T, dir, name, group string) *realNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A node waiting for approval (or for its disruption) reads its Node
-	// every poll: curl, jq and a few more processes. Every 3 s, not 1: with
-	// the suite's tests in parallel, a dozen nodes polling every second
-	// took as much CPU as the runs they waited for, and slowed those.
-	sn.Env = append(sn.Env, "BASHIBLE_POLL_SECONDS=3")
+	// A node waiting for approval (or for its disruption) watches its
+	// Node (bb-node-wait-annotation) and polls only when the watch is
+	// refused. The poll here is longer than runLimit, so these tests prove
+	// the watch against the real kube-apiserver, as the node's own
+	// identity: a node reduced to polling never sees its approval in time.
+	// (Polling every second, a dozen nodes took as much CPU as the runs
+	// they waited for.)
+	sn.Env = append(sn.Env, "BASHIBLE_POLL_SECONDS=600")
 	n := &realNode{SimNode: sn}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -79,6 +79,9 @@ BASHIBLE_APPROVAL_MODE='Automatic'
 # host:port) overrides them where the served ones are not reachable.
 read -r -a BASHIBLE_ENDPOINTS <<< "${BASHIBLE_API_ENDPOINTS:-10.0.0.10:6443 10.0.0.11:6443}"
 BASHIBLE_POLL_SECONDS=${BASHIBLE_POLL_SECONDS:-10}
+# How long one watch of the Node (bb-node-wait-annotation) stays open
+# before the node reads its Node again.
+BASHIBLE_WATCH_SECONDS=${BASHIBLE_WATCH_SECONDS:-300}
 
 # A process start is the costly part of a run (a run starts several
 # hundred otherwise, most of them for a date, a temporary file or a JSON
@@ -183,23 +186,33 @@ bb-kube-api() {
   bb-kube-api-untraced "$@"
 }
 
-# Exit status: 0 on success, 9 on 409 Conflict, 4 on 404 Not Found, 1 on
-# anything else.
-bb-kube-api-untraced() {
-  local method=$1 path=$2 ctype=${3:-application/json}
+# bb-kube-api-options ARRAY appends to ARRAY the curl options of every
+# request: the API reached directly (never through a proxy from the
+# environment), the cluster's CA, and the node's credentials. Untraced
+# callers only: it handles the bootstrap token.
+bb-kube-api-options() {
+  local -n _bb_options=$1
   local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem token
-  # The API is reached directly, never through a proxy from the environment.
-  local -a args=(--silent --show-error --noproxy '*' --connect-timeout 5 --max-time 30 --cacert "$BASHIBLE_DIR/ca.crt" -X "$method")
+  _bb_options+=(--silent --show-error --noproxy '*' --connect-timeout 5 --cacert "$BASHIBLE_DIR/ca.crt")
   if [[ -s "$cert" ]]; then
-    args+=(--cert "$cert" --key "$cert")
+    _bb_options+=(--cert "$cert" --key "$cert")
   elif [[ -s "$BASHIBLE_DIR/bootstrap-token" ]]; then
     IFS= read -r token < "$BASHIBLE_DIR/bootstrap-token" || true
     (umask 077 && printf 'Authorization: Bearer %s\n' "$token" > "$BASHIBLE_DIR/bootstrap-token-header")
-    args+=(-H "@$BASHIBLE_DIR/bootstrap-token-header")
+    _bb_options+=(-H "@$BASHIBLE_DIR/bootstrap-token-header")
   else
     bb-log "no credentials: neither the kubelet certificate nor $BASHIBLE_DIR/bootstrap-token exists"
     return 1
   fi
+}
+
+# Exit status: 0 on success, 9 on 409 Conflict, 4 on 404 Not Found, 1 on
+# anything else.
+bb-kube-api-untraced() {
+  local method=$1 path=$2 ctype=${3:-application/json}
+  local -a args=()
+  bb-kube-api-options args || return 1
+  args+=(--max-time 30 -X "$method")
   # The request's files are this process's own, in the run's scratch
   # space (owner-only), emptied once the answer is read; bb-kube-api-forget.
   local dir=$BASHIBLE_DIR/tmp endpoint code out data=""
@@ -262,6 +275,73 @@ bb-kube-api-forget() {
   else
     rm -f "$1" "$1.in" "$1.code"
   fi
+}
+
+# bb-kube-api-watch PATH FILTER [JQ-OPTIONS...]: watches PATH (a watch
+# request, with its own timeoutSeconds) at the first API endpoint and
+# returns 0 at the first event the jq FILTER accepts, 1 once the watch ends
+# without one (its timeout, an error answer, the endpoint gone). The watch
+# is closed at once either way. Tracing is suspended, as in bb-kube-api.
+bb-kube-api-watch() {
+  if [[ $- == *x* ]]; then
+    set +x
+    local rc=0
+    bb-kube-api-watch-untraced "$@" || rc=$?
+    set -x
+    return "$rc"
+  fi
+  bb-kube-api-watch-untraced "$@"
+}
+
+bb-kube-api-watch-untraced() {
+  local path=$1 filter=$2 event fd pid rc=1
+  shift 2
+  (( ${#BASHIBLE_ENDPOINTS[@]} > 0 )) || return 1
+  local -a args=()
+  bb-kube-api-options args || return 1
+  args+=(--no-buffer --max-time $(( BASHIBLE_WATCH_SECONDS + 30 )))
+  # The watch must not hold the run's lock (a run killed while it waits
+  # would leave it to the next runs until the watch's timeout).
+  exec {fd}< <(
+    [[ -z "${BASHIBLE_LOCK_FD:-}" ]] || exec {BASHIBLE_LOCK_FD}>&-
+    exec curl "${args[@]}" "https://${BASHIBLE_ENDPOINTS[0]}$path" 2>/dev/null
+  )
+  pid=$!
+  while IFS= read -r -u "$fd" event; do
+    if jq -e "$@" "$filter" <<< "$event" > /dev/null 2>&1; then
+      rc=0
+      break
+    fi
+  done
+  exec {fd}<&-
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  return "$rc"
+}
+
+# bb-node-wait-annotation KEY returns once this node's Node has the
+# annotation KEY, however long that takes (a person may be the one to
+# give it). Between two reads of the Node it watches it from the version
+# read, so the annotation is seen the moment it is set rather than at the
+# next poll, with one request held open instead of a read every
+# BASHIBLE_POLL_SECONDS; a watch that cannot be held (refused, or the
+# first endpoint down) costs a pause of BASHIBLE_POLL_SECONDS, as a poll.
+bb-node-wait-annotation() {
+  local key=$1 node name rv began
+  bb-node-name-into name
+  while :; do
+    began=$SECONDS
+    if node=$(bb-node-get); then
+      ! bb-node-has-annotation "$node" "$key" || return 0
+      rv=$(jq -r '.metadata.resourceVersion // empty' <<< "$node" 2>/dev/null || true)
+      # shellcheck disable=SC2016 # $k is jq's, bound by --arg
+      if [[ -n "$rv" ]] && bb-kube-api-watch "/api/v1/nodes?fieldSelector=metadata.name%3D$name&watch=true&resourceVersion=$rv&timeoutSeconds=$BASHIBLE_WATCH_SECONDS" \
+          '.type == "MODIFIED" and (.object.metadata.annotations // {} | has($k))' --arg k "$key"; then
+        continue
+      fi
+    fi
+    (( SECONDS - began >= BASHIBLE_POLL_SECONDS )) || sleep "$BASHIBLE_POLL_SECONDS"
+  done
 }
 
 # bb-node-get prints this node's Node object.
@@ -386,10 +466,7 @@ bb-wait-for-update-approval() {
     bb-instance-condition WaitingApproval True UpdateApprovalRequired \
       "approve with: kubectl annotate node $(bb-node-name) update.node.deckhouse.io/approved="
     bb-log "waiting for update.node.deckhouse.io/approved"
-    until bb-node-has-annotation "$node" update.node.deckhouse.io/approved; do
-      sleep "$BASHIBLE_POLL_SECONDS"
-      node=$(bb-node-get) || true
-    done
+    bb-node-wait-annotation update.node.deckhouse.io/approved
   fi
   bb-instance-condition WaitingApproval False Approved "the update is approved"
 }
@@ -431,10 +508,7 @@ bb-disruption-gate() {
     bb-instance-condition WaitingDisruptionApproval True DisruptionApprovalRequired \
       "approve with: kubectl annotate node $(bb-node-name) update.node.deckhouse.io/disruption-approved="
     bb-log "waiting for update.node.deckhouse.io/disruption-approved"
-    until bb-node-has-annotation "$node" update.node.deckhouse.io/disruption-approved; do
-      sleep "$BASHIBLE_POLL_SECONDS"
-      node=$(bb-node-get) || true
-    done
+    bb-node-wait-annotation update.node.deckhouse.io/disruption-approved
   fi
   bb-instance-condition WaitingDisruptionApproval False DisruptionApproved ""
   mkdir -p "$BASHIBLE_DIR/flags"
