@@ -575,6 +575,31 @@ func TestAFirstRunWaitsForTheNodeWhenTheCertificateCameFirst(t *testing.T) {
 	}
 }
 
+// A first run on a machine whose kubelet has joined already (its
+// certificate and its Node are there) waits for nothing and says nothing
+// of a join.
+func TestAFirstRunOfAJoinedKubeletWaitsForNothing(t *testing.T) {
+	t.Parallel()
+	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
+	api := &fakeAPI{instance: true, bundle: bundleOf(map[string]string{"010_step.sh": "true\n"}), annotations: map[string]any{}}
+	out, _, ok := runScriptOn(t, api, script, map[string]string{
+		"var/lib/bashible/first_run":                     "",
+		"etc/kubernetes/bootstrap-kubelet.conf":          "apiVersion: v1\nkind: Config\n",
+		"var/lib/kubelet/pki/kubelet-client-current.pem": selfSignedCertAndKey(t, "system:node:n1"),
+	})
+	if !ok {
+		t.Fatalf("the first run failed:\n%s", out)
+	}
+	if strings.Contains(out, "kubelet to join") || strings.Contains(out, "kubelet has joined") {
+		t.Errorf("a joined kubelet was waited for:\n%s", out)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.annotations[deckhousev1.ConfigurationChecksumAnnotation] == nil {
+		t.Errorf("the configuration is not recorded on the Node: %v\n%s", api.annotations, out)
+	}
+}
+
 // steadyAPI is the fake API of a node that has applied configuration
 // "new" (a joined node, so it reports): the group's Bashible names served,
 // its NodeGroupBundle carries bundled, and the node's Instance shows

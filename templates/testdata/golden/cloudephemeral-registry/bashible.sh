@@ -3098,22 +3098,23 @@ fetch_steps() {
 # kubelet does not join through this bundle's kubeconfig waits for nothing.
 wait_for_join() {
   local cert=${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem
-  local deadline=$(( SECONDS + ${BASHIBLE_JOIN_TIMEOUT:-300} ))
+  local deadline=$(( SECONDS + ${BASHIBLE_JOIN_TIMEOUT:-300} )) waited=no
   [[ -s "${BASHIBLE_ROOT}/etc/kubernetes/bootstrap-kubelet.conf" ]] || return 0
   # The certificate may come before the Node: the kubelet registers it
-  # after its TLS bootstrap.
-  if [[ -s "$cert" ]] && bb-node-get > /dev/null 2>&1; then
-    return 0
-  fi
-  bb-log "waiting for the kubelet to join (its client certificate, then its Node)"
+  # after its TLS bootstrap. A kubelet that has joined already is not
+  # waited for, and nothing is logged.
   until [[ -s "$cert" ]] && bb-node-get > /dev/null 2>&1; do
+    if [[ "$waited" == no ]]; then
+      bb-log "waiting for the kubelet to join (its client certificate, then its Node)"
+      waited=yes
+    fi
     if (( SECONDS >= deadline )); then
       bb-log "the kubelet has not joined within ${BASHIBLE_JOIN_TIMEOUT:-300} s (see journalctl -u kubelet); the next run records the configuration on the Node"
       return 1
     fi
     sleep 2
   done
-  bb-log "the kubelet has joined"
+  [[ "$waited" == no ]] || bb-log "the kubelet has joined"
 }
 
 # reboot_request NODE-JSON prints what the Node's reboot annotation asks of
