@@ -73,13 +73,15 @@ func (f *fakeAPI) annotateLocked(key string, value any) {
 	f.modified()
 }
 
-// modified is a new version of the Node, sent to every watch; f.mu held.
+// modified is a new version of the Node, sent to every watch open now (a
+// watch does not replay what came before it); f.mu held.
 func (f *fakeAPI) modified() {
 	f.rv++
 	event, _ := json.Marshal(map[string]any{"type": "MODIFIED", "object": f.node()})
+	event = append(event, '\n')
 	for _, ch := range f.watchers {
 		select {
-		case ch <- append(event, '\n'):
+		case ch <- event:
 		default:
 		}
 	}
