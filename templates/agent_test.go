@@ -795,3 +795,23 @@ func TestAgentKilledWhileWaitingLeavesTheLockFree(t *testing.T) {
 		t.Errorf("the lock of a run killed while it waited is still held (%v %s); the next run would skip", err, msg)
 	}
 }
+
+// The checksum a node reads from the Bashible is data, never shell: a
+// hostile one (command substitutions, quotes, a second line) is compared,
+// logged and sent as JSON like any text, and runs nothing.
+func TestAgentServedChecksumIsInert(t *testing.T) {
+	t.Parallel()
+	script := mustRender(t, builtinTree(t), workerContext(t, nil)).Bashible
+	hostile := "$(touch \"$BASHIBLE_ROOT/pwned\")`touch \"$BASHIBLE_ROOT/pwned\"`'\"\\\nnew"
+	api := steadyAPI(t, script, hostile, "new", nil)
+	out, root, ok := runScriptOn(t, api, script, map[string]string{"var/lib/bashible/configuration_checksum": "old\n"})
+	if !ok {
+		t.Fatalf("the run failed:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "pwned")); err == nil {
+		t.Fatalf("the served checksum ran as shell:\n%s", out)
+	}
+	if got := strings.TrimSpace(readFileT(t, filepath.Join(root, "var/lib/bashible/configuration_checksum"))); got != "new" {
+		t.Errorf("configuration_checksum %q, want the bundle's new", got)
+	}
+}
