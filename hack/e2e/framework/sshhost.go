@@ -69,7 +69,7 @@ func randomWord(t testing.TB) string {
 }
 
 // SSHHost is a simulated host: Debian's own sshd (openssh-server, built
-// into the Debian root by debianroot) running inside a copy of the root,
+// into the Debian root by debianroot) running inside a test's root,
 // in namespaces of its own (mount, UTS, IPC, PID), listening on
 // Address:Port. Its sessions see only the root: sshd is PID 1 there, and
 // killing it (Stop) ends every process of the host at once, as a power
@@ -90,7 +90,7 @@ type SSHHost struct {
 	log string
 }
 
-// StartSSHHost prepares root (a debianroot.Fresh copy) as host name with
+// StartSSHHost prepares root (a debianroot.Fresh root) as host name with
 // the logins and starts its sshd on address:port.
 func StartSSHHost(t *testing.T, name, root, address string, port int, logins *SSHLogins) *SSHHost {
 	t.Helper()

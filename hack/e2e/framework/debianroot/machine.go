@@ -126,8 +126,17 @@ func Boot(t *testing.T, root, name string) *Machine {
 	before := m.snapshotHost()
 	t.Cleanup(func() { m.cleanUp(before) })
 
+	// containerd's overlayfs snapshotter keeps its layers under
+	// /var/lib/containerd, which cannot lie on the root's own overlay
+	// (Fresh): as on a node's disk, it is a directory of the host's file
+	// system, the test's.
+	containerdState := filepath.Join(t.TempDir(), "containerd")
+	if err := os.Mkdir(containerdState, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	m.cmd = exec.Command("systemd-nspawn", "-D", root, "--register=no", "--keep-unit", "--console=passive",
-		"--machine="+name, "--capability=all", "--bind=/dev/kmsg", "/usr/local/sbin/nm-init")
+		"--machine="+name, "--capability=all", "--bind=/dev/kmsg", "--bind="+containerdState+":/var/lib/containerd",
+		"/usr/local/sbin/nm-init")
 	m.cmd.Env = append(os.Environ(), "SYSTEMD_SECCOMP=0", "SYSTEMD_NSPAWN_API_VFS_WRITABLE=1")
 	m.cmd.Stdout, m.cmd.Stderr = m, m
 	start := time.Now()
@@ -338,9 +347,8 @@ func (m *Machine) cleanUp(before hostState) {
 	} else {
 		_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", m.Name))
 	}
-	mounts, _ := os.ReadFile("/proc/self/mounts")
-	if strings.Contains(string(mounts), " "+m.Root) {
-		t.Errorf("left mounted under %s:\n%s", m.Root, mounts)
+	if left, err := mountedUnder(m.Root); err != nil || len(left) > 0 {
+		t.Errorf("left mounted under %s: %v %v", m.Root, left, err)
 	}
 }
 
