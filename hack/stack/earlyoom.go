@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 
@@ -18,16 +17,6 @@ import (
 // EarlyOOMUser is early-oom's identity, its ServiceAccount: the manifests'
 // RBAC and the own-node admission policy apply to it.
 const EarlyOOMUser = "system:serviceaccount:" + deckhousev1.Namespace + ":" + deckhousev1.EarlyOOMName
-
-// BuildEarlyOOM builds the early-oom agent into <root>/bin.
-func BuildEarlyOOM(root string) error {
-	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./agents/cmd/early-oom")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build early-oom: %w\n%s", err, out)
-	}
-	return nil
-}
 
 // InstallEarlyOOM applies early-oom's ServiceAccount and RBAC from
 // manifests/early-oom (the DaemonSet itself has no kubelet to run it; the

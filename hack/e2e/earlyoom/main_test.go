@@ -31,9 +31,6 @@ var f = framework.New(framework.Options{})
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
 func setUp(ctx context.Context) (func(), error) {
-	if err := stack.BuildEarlyOOM(f.Root); err != nil {
-		return nil, err
-	}
 	if err := stack.InstallEarlyOOM(ctx, f.Root, f.Env.Applier); err != nil {
 		return nil, fmt.Errorf("install early-oom's RBAC: %w", err)
 	}
