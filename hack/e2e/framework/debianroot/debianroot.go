@@ -140,31 +140,18 @@ func cachedRoot(t *testing.T, packages []string) string {
 // cleanup leaves it mounted, and the next Fresh on this machine removes it.
 func Fresh(t *testing.T, packages []string) string {
 	t.Helper()
-	cached := cachedRoot(t, packages)
+	return overlay(t, cachedRoot(t, packages))
+}
+
+// overlay mounts a writable view of lower for the test (Fresh).
+func overlay(t *testing.T, lower string) string {
+	t.Helper()
 	removeAbandoned(t)
-	dir, err := os.MkdirTemp("", overlayPrefix+"*")
+	dir, err := mountOverlay(lower, os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, upper, work := filepath.Join(dir, "root"), filepath.Join(dir, "upper"), filepath.Join(dir, "work")
-	for _, d := range []string{root, upper, work} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// overlayfs splits its options at commas and its layer lists at colons.
-	for _, d := range []string{cached, dir} {
-		if strings.ContainsAny(d, ",:\\") {
-			t.Fatalf("the root's overlay cannot name %q (a comma, colon or backslash in the path): set XDG_CACHE_HOME or TMPDIR to another directory", d)
-		}
-	}
-	if err := syscall.Mount("overlay", root, "overlay", 0, "lowerdir="+cached+",upperdir="+upper+",workdir="+work); err != nil {
-		_ = os.RemoveAll(dir)
-		t.Fatalf("mount the root's overlay at %s over %s: %v (the kernel needs overlayfs)", root, cached, err)
-	}
+	root := filepath.Join(dir, "root")
 	t.Cleanup(func() {
 		if left, err := mountedUnder(root); err != nil || len(left) > 0 {
 			t.Errorf("left mounted under %s: %v %v", root, left, err)
@@ -178,6 +165,42 @@ func Fresh(t *testing.T, packages []string) string {
 		}
 	})
 	return root
+}
+
+// mountOverlay makes a temporary directory with the overlay's upper and
+// work layers and its mount point, root, records the process owning it
+// and mounts it over lower. It returns the directory.
+func mountOverlay(lower string, owner int) (string, error) {
+	dir, err := os.MkdirTemp("", overlayPrefix+"*")
+	if err != nil {
+		return "", err
+	}
+	root, upper, work := filepath.Join(dir, "root"), filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	err = func() error {
+		// overlayfs splits its options at commas and its layer lists at colons.
+		for _, d := range []string{lower, dir} {
+			if strings.ContainsAny(d, ",:\\") {
+				return fmt.Errorf("the root's overlay cannot name %q (a comma, colon or backslash in the path): set XDG_CACHE_HOME or TMPDIR to another directory", d)
+			}
+		}
+		for _, d := range []string{root, upper, work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(owner)), 0o644); err != nil {
+			return err
+		}
+		if err := syscall.Mount("overlay", root, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
+			return fmt.Errorf("mount the root's overlay at %s over %s: %w (the kernel needs overlayfs)", root, lower, err)
+		}
+		return nil
+	}()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // overlayPrefix names the temporary directories of Fresh's overlays.
