@@ -1,11 +1,21 @@
 package templates
 
 import (
-	"os"
+	_ "embed"
+	"io/fs"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+)
+
+// The package's documents, embedded as testdata is (golden_test.go), so
+// that go test's cached result stands in a fresh clone.
+var (
+	//go:embed README.md
+	readmeDoc string
+	//go:embed AUTHORING.md
+	authoringDoc string
 )
 
 // contextPaths lists the template paths of every leaf field of a type:
@@ -39,16 +49,12 @@ func contextPaths(t reflect.Type, prefix string) []string {
 // TestContextFieldsAreDocumented: README.md's table names every field a
 // template can read.
 func TestContextFieldsAreDocumented(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	paths := contextPaths(reflect.TypeOf(Context{}), "")
 	if len(paths) < 50 {
 		t.Fatalf("only %d context fields found: %v", len(paths), paths)
 	}
 	for _, p := range paths {
-		if !strings.Contains(string(readme), "| `"+p+"` |") {
+		if !strings.Contains(readmeDoc, "| `"+p+"` |") {
 			t.Errorf("README.md does not document the context field %s", p)
 		}
 	}
@@ -58,23 +64,19 @@ func TestContextFieldsAreDocumented(t *testing.T) {
 // of the library steps run with.
 func TestLibraryHelpersAreDocumented(t *testing.T) {
 	var lib []byte
-	for _, file := range []string{"tree/lib/_node_lib.tpl", "tree/lib/_bashbooster.tpl"} {
-		text, err := os.ReadFile(file)
+	for _, file := range []string{"lib/_node_lib.tpl", "lib/_bashbooster.tpl"} {
+		text, err := fs.ReadFile(Builtin(), file)
 		if err != nil {
 			t.Fatal(err)
 		}
 		lib = append(lib, text...)
-	}
-	doc, err := os.ReadFile("AUTHORING.md")
-	if err != nil {
-		t.Fatal(err)
 	}
 	helpers := regexp.MustCompile(`(?m)^([_A-Za-z][-_A-Za-z0-9?.]*)\(\)`).FindAllStringSubmatch(string(lib), -1)
 	if len(helpers) < 200 {
 		t.Fatalf("only %d helpers found", len(helpers))
 	}
 	for _, h := range helpers {
-		if !strings.Contains(string(doc), "`"+h[1]) {
+		if !strings.Contains(authoringDoc, "`"+h[1]) {
 			t.Errorf("AUTHORING.md does not describe the library helper %s", h[1])
 		}
 	}
@@ -83,7 +85,7 @@ func TestLibraryHelpersAreDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, step := range tree.StepNames() {
-		if !strings.Contains(string(doc), "| `"+strings.TrimSuffix(step, ".sh")+"` |") {
+		if !strings.Contains(authoringDoc, "| `"+strings.TrimSuffix(step, ".sh")+"` |") {
 			t.Errorf("AUTHORING.md does not list the built-in step %s", step)
 		}
 	}

@@ -1,8 +1,10 @@
 package templates
 
 import (
+	"embed"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +20,27 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden from the current templates")
+
+// testdata is embedded, not read at run time. go test keeps a package's
+// passing result while nothing it depends on changes, and for a file the
+// tests open in the module that means its size and modification time;
+// every fresh clone (CI's) has new modification times, so this package's
+// 90 s under -race ran again each time. Embedded files are part of the
+// test binary, compared by content. The package reads nothing else of the
+// module at run time (the tree and versions.yaml are embedded too; its
+// fuzz seeds are in the code).
+//
+//go:embed all:testdata
+var embeddedTestdata embed.FS
+
+// testdataFS is testdata as the tests read it: as embedded, or as on disk
+// under -update, which rewrites it.
+func testdataFS() fs.FS {
+	if *update {
+		return os.DirFS(".")
+	}
+	return embeddedTestdata
+}
 
 // fixture is one golden-test input: a NodeGroup and the cluster around it.
 type fixture struct {
@@ -38,7 +61,7 @@ type fixture struct {
 // the rootfs e2e suite's cluster CA): the cluster CA is parsed and encoded
 // again.
 var testCA = func() string {
-	pem, err := os.ReadFile("testdata/ca.crt")
+	pem, err := embeddedTestdata.ReadFile("testdata/ca.crt")
 	if err != nil {
 		panic(err)
 	}
@@ -47,7 +70,7 @@ var testCA = func() string {
 
 func loadFixture(t *testing.T, path string) (Context, []CustomStep) {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	data, err := fs.ReadFile(testdataFS(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +123,7 @@ func renderedFiles(b *Bundle) map[string]string {
 // wait for their slots behind the package's slow script runs.
 func TestGolden(t *testing.T) {
 	tree := builtinTree(t)
-	fixtures, err := filepath.Glob("testdata/fixtures/*.yaml")
+	fixtures, err := fs.Glob(testdataFS(), "testdata/fixtures/*.yaml")
 	if err != nil || len(fixtures) == 0 {
 		t.Fatalf("no fixtures: %v", err)
 	}
@@ -111,7 +134,7 @@ func TestGolden(t *testing.T) {
 			name := strings.TrimSuffix(filepath.Base(path), ".yaml")
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				files := renderGolden(t, tree, path, filepath.Join("testdata", "golden", name))
+				files := renderGolden(t, tree, path, "testdata/golden/"+name)
 				mu.Lock()
 				defer mu.Unlock()
 				for file, content := range files {
@@ -159,11 +182,12 @@ func renderGolden(t *testing.T, tree *Tree, path, dir string) map[string]string 
 func compareGolden(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	var onDisk []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	golden := testdataFS()
+	err := fs.WalkDir(golden, dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
+		rel := strings.TrimPrefix(p, dir+"/")
 		onDisk = append(onDisk, rel)
 		return nil
 	})
@@ -180,7 +204,7 @@ func compareGolden(t *testing.T, dir string, files map[string]string) {
 		t.Fatalf("golden files %v, rendered %v (run go test ./templates -update)", onDisk, rendered)
 	}
 	for file, content := range files {
-		want, err := os.ReadFile(filepath.Join(dir, file))
+		want, err := fs.ReadFile(golden, dir+"/"+file)
 		if err != nil {
 			t.Fatal(err)
 		}

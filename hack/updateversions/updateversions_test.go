@@ -1,4 +1,8 @@
-package templates
+// Package updateversions_test tests hack/update-versions.sh, which
+// rewrites the sums of templates/versions.yaml. It lives beside the script
+// rather than in templates, whose cached test result would otherwise hang
+// on this script's modification time.
+package updateversions_test
 
 import (
 	"crypto/sha256"
@@ -8,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/node-manager/node-manager/templates"
 )
 
 // TestUpdateVersionsScriptRewritesEverySum runs hack/update-versions.sh on
@@ -31,8 +37,8 @@ func TestUpdateVersionsScriptRewritesEverySum(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	copyFile("../hack/update-versions.sh", filepath.Join(dir, "hack", "update-versions.sh"), 0o755)
-	copyFile("versions.yaml", filepath.Join(dir, "templates", "versions.yaml"), 0o644)
+	copyFile("../update-versions.sh", filepath.Join(dir, "hack", "update-versions.sh"), 0o755)
+	copyFile("../../templates/versions.yaml", filepath.Join(dir, "templates", "versions.yaml"), 0o644)
 	// curl URL...: the last argument is the URL; answer "<sha256 of URL>  name".
 	fakeCurl := "#!/usr/bin/env bash\nurl=${*: -1}\nprintf '%s  file\\n' \"$(printf '%s' \"$url\" | sha256sum | cut -d' ' -f1)\"\n"
 	if err := os.WriteFile(filepath.Join(dir, "bin", "curl"), []byte(fakeCurl), 0o755); err != nil {
@@ -50,7 +56,7 @@ func TestUpdateVersionsScriptRewritesEverySum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm, err := ParseVersionMap(data)
+	vm, err := templates.ParseVersionMap(data)
 	if err != nil {
 		t.Fatalf("the rewritten map does not parse: %v\n%s", err, data)
 	}
@@ -65,7 +71,7 @@ func TestUpdateVersionsScriptRewritesEverySum(t *testing.T) {
 	}
 	for _, r := range vm.Kubernetes {
 		for _, arch := range []string{"amd64", "arm64"} {
-			for bin, sums := range map[string]ArchSums{"kubelet": r.SHA256.Kubelet, "kubectl": r.SHA256.Kubectl} {
+			for bin, sums := range map[string]templates.ArchSums{"kubelet": r.SHA256.Kubelet, "kubectl": r.SHA256.Kubectl} {
 				got := sums.AMD64
 				if arch == "arm64" {
 					got = sums.ARM64
