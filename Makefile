@@ -71,13 +71,15 @@ E2E_PARALLEL ?= 3
 E2E_TEST_PARALLEL ?= 6
 # The product's unit tests reuse go test's cached result when nothing they
 # depend on has changed: the package, everything it imports, the flags, and
-# every environment variable and file under the checkout the test read (go
-# test records them and compares a file's size and modification time; a
-# relative path is looked up again in the checkout under test, which is how
-# the product's tests name their files). The harness's
-# packages (hack/) reach the repository and bin/ by absolute paths, which a
-# cached result from another clone would not look at again, so they run every
-# time, as the e2e suites do. GO_TEST_FLAGS=-count=1 runs everything.
+# every environment variable and file of the module the test opened at run
+# time (go test records them and compares each file's path, size and
+# modification time). A fresh clone gives every file a new modification
+# time, so a package whose tests open the module's files runs again in each:
+# the templates tests (90-100 s) embed what they read instead, and a fresh
+# clone at the path of the last one (CI's) reuses their result. The
+# harness's packages (hack/) reach the repository and bin/ by absolute
+# paths, so they run every time, as the e2e suites do. GO_TEST_FLAGS=-count=1
+# runs everything.
 UNIT_PKGS    = $(shell go list ./... | grep -v '/hack/')
 HARNESS_PKGS = $(shell go list ./hack/... | grep -v '/hack/e2e/')
 GO_TEST_FLAGS ?=
