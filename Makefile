@@ -75,8 +75,9 @@ E2E_TEST_PARALLEL ?= 6
 # time (go test records them and compares each file's path, size and
 # modification time). A fresh clone gives every file a new modification
 # time, so a package whose tests open the module's files runs again in each:
-# the templates tests (90-100 s) embed what they read instead, and a fresh
-# clone at the path of the last one (CI's) reuses their result. The
+# the product's tests embed what they read instead (the templates tests,
+# 90-100 s, their testdata; others manifests.FS), and a fresh clone at the
+# path of the last one (CI's) reuses their results. The
 # harness's packages (hack/) reach the repository and bin/ by absolute
 # paths, so they run every time, as the e2e suites do. GO_TEST_FLAGS=-count=1
 # runs everything.

@@ -1,13 +1,12 @@
 package fencingagents
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/manifests"
 )
 
 // TestPodMonitorScrapesTheAgents checks manifests/monitoring/
@@ -16,7 +15,7 @@ import (
 // namespace, by a port they have, over HTTPS with a bearer token (the
 // agents refuse a scrape without one), and keeps the group label.
 func TestPodMonitorScrapesTheAgents(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "manifests", "monitoring", "fencing-agent-podmonitor.yaml"))
+	data, err := manifests.FS.ReadFile("monitoring/fencing-agent-podmonitor.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

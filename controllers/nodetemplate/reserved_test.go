@@ -2,8 +2,6 @@ package nodetemplate
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/cel-go/cel"
@@ -14,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/manifests"
 )
 
 // templateKeys are keys to try on all three sides: node-manager's own, the
@@ -73,7 +72,7 @@ func TestReservedKeysAgreeWithTheCRDAndTheWarningPolicy(t *testing.T) {
 // nodeTemplate.annotations in the generated NodeGroup CRD.
 func nodeTemplateRules(t *testing.T) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "manifests", "crds", "deckhouse.io_nodegroups.yaml"))
+	data, err := manifests.FS.ReadFile("crds/deckhouse.io_nodegroups.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +97,7 @@ func nodeTemplateRules(t *testing.T) map[string]string {
 // policyVariable is the expression of a variable of the template-keys policy.
 func policyVariable(t *testing.T, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "manifests", "policies", "nodegroup-template-keys.yaml"))
+	data, err := manifests.FS.ReadFile("policies/nodegroup-template-keys.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

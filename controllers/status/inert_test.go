@@ -2,8 +2,6 @@ package status
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/manifests"
 )
 
 // inertCases are NodeGroup specs as the API stores them (CRD defaults
@@ -171,7 +170,7 @@ func TestInertFieldsAgreeWithTheAdmissionPolicy(t *testing.T) {
 
 func readInertPolicy(t *testing.T) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "manifests", "policies", "nodegroup-inert-fields.yaml"))
+	data, err := manifests.FS.ReadFile("policies/nodegroup-inert-fields.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

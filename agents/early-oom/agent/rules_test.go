@@ -1,8 +1,7 @@
 package agent
 
 import (
-	"os"
-	"path/filepath"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/manifests"
 )
 
 var (
@@ -44,7 +44,7 @@ func TestAlertsUseTheAgentsMetricsAndLabels(t *testing.T) {
 		}
 		labels[f.GetName()] = ls
 	}
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "monitoring", "early-oom-rules.yaml"))
+	data, err := manifests.FS.ReadFile("monitoring/early-oom-rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,6 @@ func TestAlertsUseTheAgentsMetricsAndLabels(t *testing.T) {
 // DaemonSet's pods, in their namespace, by a port they have, over HTTPS
 // with a bearer token (the agent refuses a scrape without one).
 func TestPodMonitorScrapesTheDaemonSetsPods(t *testing.T) {
-	root := filepath.Join("..", "..", "..", "manifests")
 	var monitor struct {
 		Kind     string `json:"kind"`
 		Metadata struct {
@@ -141,16 +140,16 @@ func TestPodMonitorScrapesTheDaemonSetsPods(t *testing.T) {
 			} `json:"template"`
 		} `json:"spec"`
 	}
-	for path, into := range map[string]any{
-		filepath.Join(root, "monitoring", "podmonitors.yaml"):           &monitor,
-		filepath.Join(root, deckhousev1.EarlyOOMName, "daemonset.yaml"): &ds,
+	for name, into := range map[string]any{
+		"monitoring/podmonitors.yaml":                         &monitor,
+		path.Join(deckhousev1.EarlyOOMName, "daemonset.yaml"): &ds,
 	} {
-		data, err := os.ReadFile(path)
+		data, err := manifests.FS.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := yaml.Unmarshal(data, into); err != nil {
-			t.Fatalf("%s: %v", path, err)
+			t.Fatalf("%s: %v", name, err)
 		}
 	}
 	if monitor.Kind != "PodMonitor" || monitor.Metadata.Namespace != ds.Metadata.Namespace || len(monitor.Spec.Selector.MatchLabels) == 0 {

@@ -1,8 +1,7 @@
 package settings
 
 import (
-	"os"
-	"path/filepath"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/manifests"
 )
 
 const file = `
@@ -76,7 +76,7 @@ func TestInvalidSettingsNameTheLevelAndKeepTheBase(t *testing.T) {
 // TestTheManifestsExampleIsValid keeps manifests/early-oom/
 // settings-example.yaml true: it parses and resolves for its groups.
 func TestTheManifestsExampleIsValid(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", deckhousev1.EarlyOOMName, "settings-example.yaml"))
+	data, err := manifests.FS.ReadFile(path.Join(deckhousev1.EarlyOOMName, "settings-example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

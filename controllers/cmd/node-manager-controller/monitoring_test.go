@@ -3,12 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/node-manager/node-manager/manifests"
 )
 
 // TestDashboardUsesExportedMetrics reads the Grafana dashboard shipped in
@@ -18,7 +18,7 @@ import (
 // export, or group by a label it does not have.
 func TestDashboardUsesExportedMetrics(t *testing.T) {
 	inv := metricInventory(t)
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "monitoring", "grafana", "node-manager.json"))
+	data, err := manifests.FS.ReadFile("monitoring/grafana/node-manager.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,10 +120,9 @@ func TestScrapeConfigurationShape(t *testing.T) {
 			} `json:"endpoints"`
 		} `json:"spec"`
 	}
-	root := filepath.Join("..", "..", "..", "manifests")
 	var objs []object
 	for _, f := range []string{"monitoring/servicemonitors.yaml", "bashible-apiserver/service.yaml"} {
-		data, err := os.ReadFile(filepath.Join(root, f))
+		data, err := manifests.FS.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"github.com/node-manager/node-manager/controllers"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
+	"github.com/node-manager/node-manager/manifests"
 	"github.com/node-manager/node-manager/registry"
 )
 
@@ -137,7 +136,7 @@ func TestAlertsUseExportedMetricsAndLabels(t *testing.T) {
 		}
 	}
 
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "monitoring", "prometheus-rules.yaml"))
+	data, err := manifests.FS.ReadFile("monitoring/prometheus-rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
