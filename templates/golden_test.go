@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // testdata is embedded, not read at run time. go test keeps a package's
 // passing result while nothing it depends on changes, and for a file the
-// tests open in the module that means its size and modification time;
+// tests open in the module that means its path, size and modification time;
 // every fresh clone (CI's) has new modification times, so this package's
 // 90 s under -race ran again each time. Embedded files are part of the
 // test binary, compared by content. The package reads nothing else of the
