@@ -77,7 +77,7 @@ E2E_TEST_PARALLEL ?= 6
 # time, so a package whose tests open the module's files runs again in each:
 # the product's tests embed what they read instead (the templates tests,
 # 90-100 s, their testdata; others manifests.FS), and a fresh clone at the
-# path of the last one (CI's) reuses their results. The
+# path of the last one reuses their results. The
 # harness's packages (hack/) reach the repository and bin/ by absolute
 # paths, so they run every time, as the e2e suites do. GO_TEST_FLAGS=-count=1
 # runs everything.
