@@ -14,20 +14,26 @@ import (
 // An Instance is named after its Node; Cluster API records a Machine's Node
 // in status.nodeRef once the Node with the Machine's providerID registers.
 
-// MachineOf is the Machine backing the node of Instance name: the one its
-// machineRef names if that still exists, else the one whose nodeRef is the
-// node; nil when none.
+// MachineOf is the Machine backing the node of Instance inst: the one
+// whose status.nodeRef, Cluster API's own link (set once a Node with the
+// Machine's providerID registered), is the node; nil when none. The
+// Instance's machineRef counts only where it agrees with Cluster API: for
+// a Machine already being deleted that has lost its nodeRef, so that the
+// Instance waits for it to go. It is never trusted on its own: whoever
+// could write it (once, a node in its own Instance's status) would choose
+// which Machine is deleted when the Instance goes. A machineRef that names
+// another Machine is corrected by the next Link.
 func MachineOf(inst *deckhousev1alpha1.Instance, machines []*clusterv1.Machine) *clusterv1.Machine {
-	if ref := inst.Status.MachineRef; ref != nil && ref.Kind == kindMachine {
-		for _, m := range machines {
-			if m.Name == ref.Name && m.Namespace == ref.Namespace {
-				return m
-			}
-		}
-	}
 	for _, m := range machines {
 		if m.Status.NodeRef.Name == inst.Name {
 			return m
+		}
+	}
+	if ref := inst.Status.MachineRef; ref != nil && ref.Kind == kindMachine {
+		for _, m := range machines {
+			if m.Name == ref.Name && m.Namespace == ref.Namespace && m.Status.NodeRef.Name == "" && m.DeletionTimestamp != nil {
+				return m
+			}
 		}
 	}
 	return nil

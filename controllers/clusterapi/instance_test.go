@@ -24,10 +24,25 @@ func TestMachineOf(t *testing.T) {
 	if got := MachineOf(inst, []*clusterv1.Machine{a, b}); got != b {
 		t.Errorf("by nodeRef: got %v, want worker-b", got)
 	}
-	// machineRef wins (a Machine being deleted may have lost its nodeRef).
+	// A machineRef that names another node's Machine is not trusted: the
+	// Machine is the one Cluster API links to the node (written by a node
+	// into its own Instance, it once chose which Machine was deleted).
 	inst.Status.MachineRef = MachineRef(a)
-	if got := MachineOf(inst, []*clusterv1.Machine{a, b}); got != a {
-		t.Errorf("by machineRef: got %v, want worker-a", got)
+	if got := MachineOf(inst, []*clusterv1.Machine{a, b}); got != b {
+		t.Errorf("a machineRef naming node-1's Machine: got %v, want node-2's worker-b", got)
+	}
+	// Nor one that names a Machine still without a Node (bootstrapping).
+	joining := machine("worker-c", "", "Provisioning")
+	inst = &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-3"}}
+	inst.Status.MachineRef = MachineRef(joining)
+	if got := MachineOf(inst, []*clusterv1.Machine{a, b, joining}); got != nil {
+		t.Errorf("a machineRef naming a joining Machine without a Node: got %v, want none", got)
+	}
+	// It counts for its own Machine that is being deleted and has lost its
+	// nodeRef, so the Instance waits for the Machine to go.
+	joining.DeletionTimestamp = &metav1.Time{}
+	if got := MachineOf(inst, []*clusterv1.Machine{a, b, joining}); got != joining {
+		t.Errorf("a machineRef naming a Machine being deleted without its nodeRef: got %v, want worker-c", got)
 	}
 	if got := MachineOf(&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-9"}}, []*clusterv1.Machine{a, b}); got != nil {
 		t.Errorf("a node without a Machine got %v", got)

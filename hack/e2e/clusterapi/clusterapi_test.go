@@ -88,20 +88,57 @@ func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
 	for _, m := range machines {
 		provision(t, m.Spec.InfrastructureRef.Name)
 	}
-	framework.Poll(t, "both Machines Running with the Node Cluster API found by providerID, their Instances linked", func(ctx context.Context) (bool, error) {
-		running := 0
+	waitBothRunning(t)
+
+	// A machineRef that names another node's Machine (written by an admin;
+	// a node may not) does not choose the Machine deleted with the
+	// Instance: deleting Instance A deletes A's Machine, Cluster API's own
+	// link, and leaves B's alone.
+	machines = listMachines(framework.Context(t), t)
+	a, b := machines[0], machines[1]
+	forged := fmt.Appendf(nil, `{"status":{"machineRef":{"apiVersion":%q,"kind":"Machine","name":%q,"namespace":%q}}}`,
+		clusterv1.GroupVersion.String(), b.Name, b.Namespace)
+	if _, err := f.NM.DeckhouseV1alpha1().Instances().Patch(framework.Context(t), a.Status.NodeRef.Name, types.MergePatchType, forged,
+		metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("writing Instance %s's machineRef as an admin: %v", a.Status.NodeRef.Name, err)
+	}
+	if err := f.NM.DeckhouseV1alpha1().Instances().Delete(framework.Context(t), a.Status.NodeRef.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting Instance %s: %v", a.Status.NodeRef.Name, err)
+	}
+	framework.Poll(t, "Machine "+a.Name+" (Instance "+a.Status.NodeRef.Name+"'s by nodeRef) deleted, not "+b.Name+" that its machineRef named", func(ctx context.Context) (bool, error) {
+		var aLeft bool
 		for _, m := range listMachines(ctx, t) {
-			if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || m.Status.NodeRef.Name == "" {
-				continue
+			switch {
+			case m.UID == b.UID && m.DeletionTimestamp != nil:
+				return false, fmt.Errorf("Machine %s of node %s is being deleted with another node's Instance", b.Name, b.Status.NodeRef.Name)
+			case m.UID == a.UID:
+				aLeft = true
 			}
-			inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{})
-			if err != nil || inst.Status.MachineRef == nil || inst.Status.MachineRef.Name != m.Name || inst.Status.BootstrapStatus != nil {
-				continue
-			}
-			running++
 		}
-		return running == 2, nil
+		return !aLeft, nil
 	})
+	var replacement clusterv1.Machine
+	framework.Poll(t, "a new Machine with its StaticMachine in place of "+a.Name+", "+b.Name+" untouched", func(ctx context.Context) (bool, error) {
+		for _, m := range listMachines(ctx, t) {
+			if m.UID == b.UID && m.DeletionTimestamp != nil {
+				return false, fmt.Errorf("Machine %s of node %s is being deleted with another node's Instance", b.Name, b.Status.NodeRef.Name)
+			}
+			if m.UID != a.UID && m.UID != b.UID && m.Spec.InfrastructureRef.Name != "" {
+				if _, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).Get(ctx, m.Spec.InfrastructureRef.Name, metav1.GetOptions{}); err == nil {
+					replacement = m
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	provision(t, replacement.Spec.InfrastructureRef.Name)
+	waitBothRunning(t)
+	for _, m := range listMachines(framework.Context(t), t) {
+		if m.Name == b.Name && m.UID != b.UID {
+			t.Errorf("Machine %s was replaced; want it untouched by another node's Instance", b.Name)
+		}
+	}
 
 	// count 2 -> 1: Cluster API cordons, drains and deletes one Machine and,
 	// once its StaticMachine is gone, its Node.
@@ -135,6 +172,26 @@ func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
 	framework.Poll(t, "MachineDeployment "+group+" deleted once the group has no staticInstances", func(ctx context.Context) (bool, error) {
 		_, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Get(ctx, group, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// waitBothRunning waits for two Running Machines whose Nodes Cluster API
+// found by providerID, each with its Instance linked to it.
+func waitBothRunning(t *testing.T) {
+	t.Helper()
+	framework.Poll(t, "both Machines Running with the Node Cluster API found by providerID, their Instances linked", func(ctx context.Context) (bool, error) {
+		running := 0
+		for _, m := range listMachines(ctx, t) {
+			if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || m.Status.NodeRef.Name == "" {
+				continue
+			}
+			inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, m.Status.NodeRef.Name, metav1.GetOptions{})
+			if err != nil || inst.Status.MachineRef == nil || inst.Status.MachineRef.Name != m.Name || inst.Status.BootstrapStatus != nil {
+				continue
+			}
+			running++
+		}
+		return running == 2, nil
 	})
 }
 

@@ -266,6 +266,41 @@ func TestNodeWritesOnlyItsOwnInstanceStatus(t *testing.T) {
 	if _, err := asNode.Patch(ctx, "vap-a", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Errorf("node vap-a patching its own Instance's status: %v", err)
 	}
+	// Of its own Instance's status, a node writes only what bashible
+	// reports: a machineRef naming another node's Machine (which
+	// node-manager would delete when this Instance goes), another
+	// condition type, the phase are node-manager's.
+	const forbidden = "a node may write only what bashible reports on its Instance"
+	for what, patch := range map[string]string{
+		"machineRef":                  `{"status":{"machineRef":{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Machine","name":"victim","namespace":"d8-cloud-instance-manager"}}}`,
+		"nodeRef":                     `{"status":{"nodeRef":{"name":"vap-b"}}}`,
+		"currentStatus":               `{"status":{"currentStatus":{"phase":"Terminating"}}}`,
+		"a condition of its own type": fmt.Sprintf(`{"status":{"conditions":[{"type":"Fenced","status":"True","reason":"Forged","message":"","lastTransitionTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339)),
+	} {
+		if _, err := asNode.Patch(ctx, "vap-a", types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), forbidden) {
+			t.Errorf("node vap-a writing %s of its own Instance: want 403 from the policy, got %v", what, err)
+		}
+	}
+	if _, err := asNode.Patch(ctx, "vap-a", types.MergePatchType,
+		[]byte(`{"status":{"bashibleStatus":"Ready","message":"ok","lastRun":{"startTime":"2026-01-01T00:00:00Z","completionTime":"2026-01-01T00:00:01Z","result":"Succeeded"}}}`),
+		metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("node vap-a writing bashible's fields of its own Instance: %v", err)
+	}
+	// Bounded: a node cannot store a megabyte in its Instance.
+	big := strings.Repeat("x", 4096)
+	var conditions []string
+	for i := range 20 {
+		conditions = append(conditions, fmt.Sprintf(`{"type":"BashibleReady%d","status":"True","reason":"R","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}`, i))
+	}
+	for what, patch := range map[string]string{
+		"a 4 KiB condition message": fmt.Sprintf(`{"status":{"conditions":[{"type":"BashibleReady","status":"True","reason":"R","message":%q,"lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`, big),
+		"a 4 KiB message":           fmt.Sprintf(`{"status":{"message":%q}}`, big),
+		"20 conditions":             `{"status":{"conditions":[` + strings.Join(conditions, ",") + `]}}`,
+	} {
+		if _, err := f.NM.DeckhouseV1alpha1().Instances().Patch(ctx, "vap-a", types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); !apierrors.IsInvalid(err) {
+			t.Errorf("writing %s into an Instance's status: want 422 from the CRD's bounds, got %v", what, err)
+		}
+	}
 }
 
 // TestInstanceKeepsItsNodesStatusAndGoesWithTheNode: the Instance made at

@@ -73,12 +73,17 @@ type InstanceStatus struct {
 	// +optional
 	BashibleStatus BashibleStatus `json:"bashibleStatus,omitempty"`
 	// Message explains the bashible status.
+	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Conditions: BashibleReady, WaitingApproval, WaitingDisruptionApproval.
+	// Bounded (16 conditions, each message at most 1024 bytes, as
+	// bashible's are): a node writes them.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(c, size(c.message) <= 1024)",message="a condition's message is at most 1024 bytes"
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// LastRun is, step by step, bashible's latest run that ran steps
 	// (runs that find the node in sync run none and leave it alone). The
@@ -170,6 +175,7 @@ type BashibleStep struct {
 // NodeRef names a Node.
 type NodeRef struct {
 	// Name of the Node.
+	// +kubebuilder:validation:MaxLength=253
 	// +required
 	Name string `json:"name"`
 }
@@ -177,9 +183,11 @@ type NodeRef struct {
 // InstanceClassReference points at a cloud provider's instance class.
 type InstanceClassReference struct {
 	// Kind of the instance class.
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Kind string `json:"kind,omitempty"`
 	// Name of the instance class.
+	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Name string `json:"name,omitempty"`
 }
@@ -187,15 +195,19 @@ type InstanceClassReference struct {
 // MachineRef points at a machine controller's object.
 type MachineRef struct {
 	// APIVersion of the machine object.
+	// +kubebuilder:validation:MaxLength=317
 	// +optional
 	APIVersion string `json:"apiVersion,omitempty"`
 	// Kind of the machine object.
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Kind string `json:"kind,omitempty"`
 	// Name of the machine object.
+	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Name string `json:"name,omitempty"`
 	// Namespace of the machine object.
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 }
@@ -213,15 +225,18 @@ type CurrentStatus struct {
 // LastOperation is a machine controller's latest operation.
 type LastOperation struct {
 	// Description of the operation.
+	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Description string `json:"description,omitempty"`
 	// LastUpdateTime is when the operation last changed.
 	// +optional
 	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
 	// State of the operation, such as Processing, Failed or Successful.
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	State string `json:"state,omitempty"`
 	// Type of the operation, such as Create or Delete.
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Type string `json:"type,omitempty"`
 }
@@ -229,9 +244,11 @@ type LastOperation struct {
 // BootstrapStatus tells where to read a joining machine's bootstrap logs.
 type BootstrapStatus struct {
 	// LogsEndpoint is an address serving the bootstrap logs.
+	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	LogsEndpoint string `json:"logsEndpoint,omitempty"`
 	// Description says how to read them.
+	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Description string `json:"description,omitempty"`
 }

@@ -33,6 +33,8 @@ type InstanceStatusApplyConfiguration struct {
 	// Message explains the bashible status.
 	Message *string `json:"message,omitempty"`
 	// Conditions: BashibleReady, WaitingApproval, WaitingDisruptionApproval.
+	// Bounded (16 conditions, each message at most 1024 bytes, as
+	// bashible's are): a node writes them.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// LastRun is, step by step, bashible's latest run that ran steps
 	// (runs that find the node in sync run none and leave it alone). The
