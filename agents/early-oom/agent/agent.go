@@ -307,7 +307,7 @@ func (a *Agent) act(ctx context.Context, mode settings.Mode, ev evict.Evidence) 
 		klog.ErrorS(err, "Listing the node's pods")
 		return
 	}
-	candidates := rank.Rank(pods, usage, a.opts.Self())
+	candidates := rank.Rank(pods, usage, a.opts.Self(), int64(a.opts.GracePeriod/time.Second))
 	for _, v := range candidates {
 		logArgs := []any{"pod", klog.KObj(v.Pod), "reason", reason, "fullAvg10", ev.Sample.Pressure.Full.Avg10,
 			"someAvg10", ev.Sample.Pressure.Some.Avg10, "memAvailable", ev.Sample.Available,

@@ -4,8 +4,15 @@
 // working set exceeds their memory request, then the lowest priority, then
 // the largest working set above the request. It also leaves out the pods
 // it must never touch, as the kubelet refuses to evict critical pods:
-// static and mirror pods, pods of system-critical priority
+// mirror pods of static pods, pods of system-critical priority
 // (system-node-critical, system-cluster-critical), and the agent's own pod.
+// What exempts a pod is decided by the kubelet or an admin, never by what
+// a pod's author can write: a pod counts as a static pod's mirror only
+// with the mirror annotation and its Node as owner (which the kubelet
+// sets; an annotation alone anyone may set), and a pod being deleted is
+// ranked like any other unless its grace period is already no longer
+// than the one early-oom would give it (a long grace period would
+// otherwise keep a pod that goes on allocating out of reach).
 //
 // One difference from the kubelet, on purpose: the kubelet ranks a pod it
 // has no statistics for first (for it, a running pod without statistics is
@@ -51,11 +58,12 @@ func (c Candidate) AboveRequest() int64 { return c.Usage - c.Request }
 
 // Rank returns the pods that may be evicted, the first one to evict first.
 // usage is the working set by pod UID (cgroup.Reader); self is the agent's
-// own pod UID, never a candidate.
-func Rank(pods []*corev1.Pod, usage map[types.UID]int64, self types.UID) []Candidate {
+// own pod UID, never a candidate; grace is the longest termination grace
+// period a victim gets, in seconds.
+func Rank(pods []*corev1.Pod, usage map[types.UID]int64, self types.UID, grace int64) []Candidate {
 	var cands []Candidate
 	for _, p := range pods {
-		if _, ok := Protected(p, self); ok {
+		if _, ok := Protected(p, self, grace); ok {
 			continue
 		}
 		u, ok := usage[p.UID]
@@ -88,17 +96,17 @@ func compare(a, b Candidate) int {
 }
 
 // Protected says why p is never evicted, if it is: it is the agent itself,
-// a static or mirror pod, of system-critical priority, or not running
-// (already finished or being deleted).
-func Protected(p *corev1.Pod, self types.UID) (reason string, protected bool) {
+// a static pod's mirror, of system-critical priority, or not running
+// (finished, or being deleted within grace seconds anyway).
+func Protected(p *corev1.Pod, self types.UID, grace int64) (reason string, protected bool) {
 	switch {
 	case self != "" && p.UID == self:
 		return "the agent's own pod", true
-	case isStaticOrMirror(p):
-		return "a static or mirror pod", true
+	case isMirror(p):
+		return "a static pod's mirror", true
 	case priority(p) >= SystemCriticalPriority || slices.Contains(criticalClasses, p.Spec.PriorityClassName):
 		return "of system-critical priority", true
-	case p.DeletionTimestamp != nil:
+	case p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds <= grace:
 		return "already being deleted", true
 	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 		return "finished", true
@@ -106,15 +114,22 @@ func Protected(p *corev1.Pod, self types.UID) (reason string, protected bool) {
 	return "", false
 }
 
-// isStaticOrMirror: the kubelet marks the API's copy of a static pod (its
-// mirror pod) with the mirror annotation; a static pod seen from the node
-// has a config source other than the API.
-func isStaticOrMirror(p *corev1.Pod) bool {
-	if _, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
-		return true
+// isMirror: the kubelet creates the API's copy of a static pod (its mirror
+// pod) with the mirror annotation and its Node as owner, and the API keeps
+// both from changing later. Anyone who may create a pod may write either
+// annotation (config.source, config.mirror), so an annotation alone
+// exempts nothing; early-oom reads pods from the API, where a static pod
+// is only ever its mirror.
+func isMirror(p *corev1.Pod) bool {
+	if _, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; !ok {
+		return false
 	}
-	src, ok := p.Annotations["kubernetes.io/config.source"]
-	return ok && src != "api"
+	for _, o := range p.OwnerReferences {
+		if o.APIVersion == "v1" && o.Kind == "Node" && o.Name == p.Spec.NodeName && p.Spec.NodeName != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func priority(p *corev1.Pod) int32 {

@@ -56,14 +56,9 @@ func TestRankFollowsTheKubeletsMemoryOrder(t *testing.T) {
 			p.Spec.Priority = nil
 			p.Spec.PriorityClassName = "system-node-critical"
 		}),
-		pod("mirror", 0, corev1.PodQOSBestEffort, 0, func(p *corev1.Pod) {
-			p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "abc"}
-		}),
-		pod("static", 0, corev1.PodQOSBestEffort, 0, func(p *corev1.Pod) {
-			p.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
-		}),
+		pod("mirror", 0, corev1.PodQOSBestEffort, 0, mirror),
 		pod("agent", 0, corev1.PodQOSBestEffort, 0),
-		pod("terminating", 0, corev1.PodQOSBestEffort, 0, func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }),
+		pod("terminating", 0, corev1.PodQOSBestEffort, 0, deleting(5)),
 		pod("no-cgroup", 0, corev1.PodQOSBestEffort, 0),
 	}
 	usage := map[types.UID]int64{}
@@ -71,12 +66,12 @@ func TestRankFollowsTheKubeletsMemoryOrder(t *testing.T) {
 		"guaranteed-within": 500, "burstable-over-small": 150, "besteffort": 120, "burstable-over-big": 700,
 		"burstable-within": 300, "important-over": 2000, "unimportant-within": 800,
 		"node-critical": 9000, "cluster-critical": 9000, "critical-by-class": 9000, "mirror": 9000,
-		"static": 9000, "agent": 9000, "terminating": 9000,
+		"agent": 9000, "terminating": 9000,
 	} {
 		usage[types.UID("uid-"+name)] = mib * mi
 	}
 
-	got := names(Rank(pods, usage, "uid-agent"))
+	got := names(Rank(pods, usage, "uid-agent", 5))
 	want := []string{
 		// over their request, priority 0, by usage above request
 		"burstable-over-big",   // 600 Mi above
@@ -100,15 +95,67 @@ func TestProtectedSaysWhy(t *testing.T) {
 		want string
 	}{
 		{pod("self", 0, corev1.PodQOSBestEffort, 0), "the agent's own pod"},
-		{pod("m", 0, corev1.PodQOSBestEffort, 0, func(p *corev1.Pod) { p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: ""} }), "a static or mirror pod"},
+		{pod("m", 0, corev1.PodQOSBestEffort, 0, mirror), "a static pod's mirror"},
+		{pod("going", 0, corev1.PodQOSBestEffort, 0, deleting(5)), "already being deleted"},
 		{pod("c", 0, corev1.PodQOSBestEffort, SystemCriticalPriority), "of system-critical priority"},
 		{pod("done", 0, corev1.PodQOSBestEffort, 0, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), "finished"},
 		{pod("ordinary", 0, corev1.PodQOSBestEffort, SystemCriticalPriority-1), ""},
 	} {
-		got, _ := Protected(tc.pod, "uid-self")
+		got, _ := Protected(tc.pod, "uid-self", 5)
 		if got != tc.want {
 			t.Errorf("%s: Protected says %q; want %q", tc.pod.Name, got, tc.want)
 		}
+	}
+}
+
+// mirror makes p what the kubelet makes of a static pod in the API: the
+// mirror annotation and its Node as owner.
+func mirror(p *corev1.Pod) {
+	p.Spec.NodeName = "node-1"
+	p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "abc", "kubernetes.io/config.source": "file"}
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node-1", UID: "uid-node-1"}}
+}
+
+// deleting makes p a pod being deleted with a grace period of seconds.
+func deleting(seconds int64) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.DeletionTimestamp = &metav1.Time{}
+		p.DeletionGracePeriodSeconds = &seconds
+	}
+}
+
+// TestPodAuthorCannotExemptAHog is issue 35's item 7: what a pod's author
+// can write (the static and mirror annotations without the Node as owner,
+// a deletion with a long grace period) exempts nothing; the hog is the
+// victim in every variant, and a real mirror pod stays exempt.
+func TestPodAuthorCannotExemptAHog(t *testing.T) {
+	for name, disguise := range map[string]func(*corev1.Pod){
+		"config.source annotation": func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+		},
+		"config.mirror annotation": func(p *corev1.Pod) {
+			p.Spec.NodeName = "node-1"
+			p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "abc", "kubernetes.io/config.source": "file"}
+		},
+		"mirror annotation, another node as owner": func(p *corev1.Pod) {
+			mirror(p)
+			p.OwnerReferences[0].Name = "node-2"
+		},
+		"being deleted with an hour's grace": deleting(3600),
+	} {
+		pods := []*corev1.Pod{
+			pod("hog", 0, corev1.PodQOSBestEffort, 0, disguise),
+			pod("neighbour", 0, corev1.PodQOSBestEffort, 0),
+		}
+		usage := map[types.UID]int64{"uid-hog": 4000 * mi, "uid-neighbour": 100 * mi}
+		if got := names(Rank(pods, usage, "", 5)); len(got) == 0 || got[0] != "hog" {
+			t.Errorf("%s: ranked %v; want the hog first", name, got)
+		}
+	}
+	real := []*corev1.Pod{pod("static", 0, corev1.PodQOSBestEffort, 0, mirror), pod("neighbour", 0, corev1.PodQOSBestEffort, 0)}
+	usage := map[types.UID]int64{"uid-static": 4000 * mi, "uid-neighbour": 100 * mi}
+	if got := names(Rank(real, usage, "", 5)); fmt.Sprint(got) != "[neighbour]" {
+		t.Errorf("with a real mirror pod: ranked %v; want [neighbour] (the kubelet's static pod is never a victim)", got)
 	}
 }
 

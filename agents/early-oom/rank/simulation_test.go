@@ -23,7 +23,7 @@ func TestRandomNodesRankByTheKubeletsRules(t *testing.T) {
 			p := pod(fmt.Sprintf("p%d", i), int64(rng.IntN(4))*256, corev1.PodQOSBurstable, priorities[rng.IntN(len(priorities))])
 			switch rng.IntN(8) {
 			case 0:
-				p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
+				mirror(p)
 			case 1:
 				p.Status.Phase = corev1.PodSucceeded
 			}
@@ -33,11 +33,11 @@ func TestRandomNodesRankByTheKubeletsRules(t *testing.T) {
 			pods = append(pods, p)
 		}
 		self := types.UID(fmt.Sprintf("uid-p%d", rng.IntN(len(pods))))
-		ranked := Rank(pods, usage, self)
+		ranked := Rank(pods, usage, self, 5)
 
 		want := 0
 		for _, p := range pods {
-			_, protected := Protected(p, self)
+			_, protected := Protected(p, self, 5)
 			_, has := usage[p.UID]
 			if !protected && has {
 				want++
@@ -47,7 +47,7 @@ func TestRandomNodesRankByTheKubeletsRules(t *testing.T) {
 			t.Fatalf("run %d: %d pods ranked; want %d", run, len(ranked), want)
 		}
 		for i, c := range ranked {
-			if why, protected := Protected(c.Pod, self); protected {
+			if why, protected := Protected(c.Pod, self, 5); protected {
 				t.Fatalf("run %d: %s ranked though %s", run, c.Pod.Name, why)
 			}
 			if i == 0 {
