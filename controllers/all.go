@@ -25,6 +25,7 @@ package controllers
 import (
 	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/bootstraptokens"
+	"github.com/node-manager/node-manager/controllers/certificates"
 	"github.com/node-manager/node-manager/controllers/checksums"
 	"github.com/node-manager/node-manager/controllers/clusterapi"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
@@ -68,5 +69,8 @@ func All(d *manager.Deps) []manager.Controller {
 		// Cluster API objects of static groups, Instances' Machines
 		// (group, Instance; only with --cluster-api).
 		clusterapi.New(d),
+		// The CA, the serving certificates and the caBundles (one key;
+		// only with --manage-certificates).
+		certificates.New(d),
 	}
 }
