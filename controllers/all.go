@@ -12,7 +12,8 @@
 //   - pure decisions in files of their own, tested without a cluster:
 //     approval/plan.go, csrapproval/decide.go, nodetemplate/template.go,
 //     drain/outcome.go, status/status.go, instances/instance.go,
-//     fencing/decide.go, clusterapi/objects.go, stephistory/history.go.
+//     fencing/decide.go, clusterapi/objects.go, stephistory/history.go,
+//     certificates/decide.go.
 //
 // A controller keyed by node group that looks at the group, its nodes and
 // its checksum gets its events from manager.WatchGroups; the others say in

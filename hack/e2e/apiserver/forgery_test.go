@@ -231,7 +231,7 @@ func assertStaysGood(t *testing.T, group, good, forged string) {
 
 func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 	// A Secret of node-manager's namespace that is not the controller's
-	// (bashible-api-server-tls is: it issues it, TestCertificates...).
+	// (bashible-api-server-tls is: it issues it, TestCertificatesManageThemselves).
 	const foreignSecret = "someone-elses-tls"
 	ctx := framework.Context(t)
 	controller := controllerClient(t)
