@@ -199,6 +199,11 @@ func (c *Controller) writeSecret(ctx context.Context, old *corev1.Secret, name s
 			Type: corev1.SecretTypeTLS,
 			Data: data,
 		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// The cache had not seen it yet (our own write, or another's):
+			// its event queues a sync that decides on what is there.
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("creating Secret %s/%s: %w", c.d.Namespace, name, err)
 		}
@@ -226,9 +231,10 @@ type clientConfig struct {
 // consumerObject is a labelled object with its client configurations
 // that point at the Services.
 type consumerObject struct {
-	resource schema.GroupVersionResource
-	name     string
-	configs  []clientConfig
+	resource        schema.GroupVersionResource
+	name            string
+	resourceVersion string
+	configs         []clientConfig
 }
 
 func (o consumerObject) consumer() Consumer {
@@ -264,7 +270,7 @@ func (c *Controller) consumerObjects() ([]consumerObject, error) {
 // clientConfigs finds u's client configurations (at the path each kind
 // keeps them) that point at one of the Services.
 func (c *Controller) clientConfigs(r schema.GroupVersionResource, u *unstructured.Unstructured) consumerObject {
-	o := consumerObject{resource: r, name: u.GetName()}
+	o := consumerObject{resource: r, name: u.GetName(), resourceVersion: u.GetResourceVersion()}
 	add := func(path string, cc map[string]any, extra map[string]string) {
 		name, _, _ := unstructured.NestedString(cc, "service", "name")
 		ns, _, _ := unstructured.NestedString(cc, "service", "namespace")
@@ -314,8 +320,10 @@ func isService(name string) bool {
 }
 
 // writeBundles sets the caBundle of o's client configurations that differ
-// from trusted, with one JSON patch that first tests that each is still
-// where it was seen (and points at the same Service).
+// from trusted, with one JSON patch that first tests that o is as it was
+// seen (its resourceVersion; each configuration where it was, pointing at
+// the same Service): a change meanwhile fails it, and the retry decides on
+// the new state.
 func (c *Controller) writeBundles(ctx context.Context, o consumerObject, trusted []*x509.Certificate) error {
 	type op struct {
 		Op    string `json:"op"`
@@ -334,6 +342,9 @@ func (c *Controller) writeBundles(ctx context.Context, o consumerObject, trusted
 	}
 	if len(ops) == 0 {
 		return nil
+	}
+	if o.resourceVersion != "" { // always, but in fake clients
+		ops = append([]op{{Op: "test", Path: "/metadata/resourceVersion", Value: o.resourceVersion}}, ops...)
 	}
 	patch, err := json.Marshal(ops)
 	if err != nil {
