@@ -118,9 +118,18 @@ func TestCertificatesManageThemselves(t *testing.T) {
 		for syncCtx.Err() == nil {
 			w, err := secrets.Watch(syncCtx, metav1.ListOptions{FieldSelector: "metadata.name=" + deckhousev1.BashibleAPIServerTLSSecret, ResourceVersion: rv})
 			if err != nil {
+				select {
+				case <-syncCtx.Done():
+				case <-time.After(100 * time.Millisecond): // a retry's pace, not a wait for an event
+				}
 				continue
 			}
 			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					t.Errorf("watching %s: %v", deckhousev1.BashibleAPIServerTLSSecret, ev.Object)
+					w.Stop()
+					return
+				}
 				s, ok := ev.Object.(*corev1.Secret)
 				if !ok || ev.Type == watch.Deleted {
 					continue
