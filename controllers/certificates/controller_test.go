@@ -53,7 +53,7 @@ func TestTheControllerWritesOnlyItsClientConfigs(t *testing.T) {
 		object("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", bashiblev1alpha1.PreviewWebhookConfigurationName, true,
 			map[string]any{"webhooks": []any{
 				map[string]any{"name": "foreign.example.com", "clientConfig": svcRef("foreign", ns)},
-				map[string]any{"name": "bundle-preview.bashible.deckhouse.io", "clientConfig": svcRef(bashiblev1alpha1.ServiceName, ns)},
+				map[string]any{"name": bashiblev1alpha1.PreviewWebhookName, "clientConfig": svcRef(bashiblev1alpha1.ServiceName, ns)},
 				map[string]any{"name": "elsewhere.example.com", "clientConfig": svcRef(bashiblev1alpha1.ServiceName, "elsewhere")},
 			}}),
 		object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "machines.cluster.x-k8s.io", true,
