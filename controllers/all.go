@@ -12,7 +12,8 @@
 //   - pure decisions in files of their own, tested without a cluster:
 //     approval/plan.go, csrapproval/decide.go, nodetemplate/template.go,
 //     drain/outcome.go, status/status.go, instances/instance.go,
-//     fencing/decide.go, clusterapi/objects.go, stephistory/history.go.
+//     fencing/decide.go, clusterapi/objects.go, stephistory/history.go,
+//     certificates/decide.go.
 //
 // A controller keyed by node group that looks at the group, its nodes and
 // its checksum gets its events from manager.WatchGroups; the others say in
@@ -25,6 +26,7 @@ package controllers
 import (
 	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/bootstraptokens"
+	"github.com/node-manager/node-manager/controllers/certificates"
 	"github.com/node-manager/node-manager/controllers/checksums"
 	"github.com/node-manager/node-manager/controllers/clusterapi"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
@@ -68,5 +70,8 @@ func All(d *manager.Deps) []manager.Controller {
 		// Cluster API objects of static groups, Instances' Machines
 		// (group, Instance; only with --cluster-api).
 		clusterapi.New(d),
+		// The CA, the serving certificates and the caBundles (one key;
+		// only with --manage-certificates).
+		certificates.New(d),
 	}
 }

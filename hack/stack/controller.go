@@ -54,8 +54,12 @@ type Controller struct {
 }
 
 // StartController starts node-manager-controller as its ServiceAccount and
-// waits until its informers have synced.
+// waits until its informers have synced. Certificate management is off
+// (the harness gives every process a certificate of the control plane's
+// CA and registers it with that CA); a test turns it on with
+// --manage-certificates in ExtraArgs, which come later.
 func (e *Environment) StartController(ctx context.Context, opts ControllerOptions) (*Controller, error) {
+	opts.ExtraArgs = append([]string{"--manage-certificates=false"}, opts.ExtraArgs...)
 	return e.startManager(ctx, deckhousev1.NodeManagerControllerName, ControllerUser, opts)
 }
 

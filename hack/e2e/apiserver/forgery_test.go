@@ -230,6 +230,9 @@ func assertStaysGood(t *testing.T, group, good, forged string) {
 }
 
 func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
+	// A Secret of node-manager's namespace that is not the controller's
+	// (bashible-api-server-tls is: it issues it, TestCertificatesManageThemselves).
+	const foreignSecret = "someone-elses-tls"
 	ctx := framework.Context(t)
 	controller := controllerClient(t)
 	secret := func(ns, name string) *corev1.Secret {
@@ -241,13 +244,18 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 		_, err := controller.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, secret(metav1.NamespaceSystem, deckhousev1.ClusterConfigurationSecret), metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
-	refused(t, "the controller creates "+deckhousev1.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
-		_, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx, secret(deckhousev1.Namespace, "bashible-api-server-tls"), metav1.CreateOptions{DryRun: dryRun})
+	refused(t, "the controller creates "+deckhousev1.Namespace+"/"+foreignSecret, func(ctx context.Context, dryRun []string) error {
+		_, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx, secret(deckhousev1.Namespace, foreignSecret), metav1.CreateOptions{DryRun: dryRun})
+		return err
+	})
+
+	refused(t, "the controller creates "+deckhousev1.Namespace+"/"+deckhousev1.BashibleAPIServerTLSSecret+" as another type than kubernetes.io/tls", func(ctx context.Context, dryRun []string) error {
+		_, err := controller.CoreV1().Secrets(deckhousev1.Namespace).Create(ctx, secret(deckhousev1.Namespace, deckhousev1.BashibleAPIServerTLSSecret), metav1.CreateOptions{DryRun: dryRun})
 		return err
 	})
 
 	// Both exist in a real cluster; the administrator creates them here.
-	for _, s := range []*corev1.Secret{secret(metav1.NamespaceSystem, deckhousev1.ClusterConfigurationSecret), secret(deckhousev1.Namespace, "bashible-api-server-tls")} {
+	for _, s := range []*corev1.Secret{secret(metav1.NamespaceSystem, deckhousev1.ClusterConfigurationSecret), secret(deckhousev1.Namespace, foreignSecret)} {
 		if _, err := f.Kube.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
@@ -258,8 +266,8 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 	refused(t, "the controller deletes kube-system/"+deckhousev1.ClusterConfigurationSecret, func(ctx context.Context, dryRun []string) error {
 		return controller.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, deckhousev1.ClusterConfigurationSecret, metav1.DeleteOptions{DryRun: dryRun})
 	})
-	refused(t, "the controller overwrites "+deckhousev1.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
-		s, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, "bashible-api-server-tls", metav1.GetOptions{})
+	refused(t, "the controller overwrites "+deckhousev1.Namespace+"/"+foreignSecret, func(ctx context.Context, dryRun []string) error {
+		s, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, foreignSecret, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -267,8 +275,8 @@ func TestControllerIdentityCannotWriteOtherSecrets(t *testing.T) {
 		_, err = controller.CoreV1().Secrets(deckhousev1.Namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: dryRun})
 		return err
 	})
-	refused(t, "the controller deletes "+deckhousev1.Namespace+"/bashible-api-server-tls", func(ctx context.Context, dryRun []string) error {
-		return controller.CoreV1().Secrets(deckhousev1.Namespace).Delete(ctx, "bashible-api-server-tls", metav1.DeleteOptions{DryRun: dryRun})
+	refused(t, "the controller deletes "+deckhousev1.Namespace+"/"+foreignSecret, func(ctx context.Context, dryRun []string) error {
+		return controller.CoreV1().Secrets(deckhousev1.Namespace).Delete(ctx, foreignSecret, metav1.DeleteOptions{DryRun: dryRun})
 	})
 	token := func(name, typ, groups string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceSystem}, Type: corev1.SecretType(typ),

@@ -299,6 +299,39 @@ const (
 	TokenIDAnnotation = "node-manager.deckhouse.io/token-id"
 )
 
+// Certificates node-manager-controller keeps (controllers/certificates,
+// with --manage-certificates): a CA, the serving certificates of the
+// Services in Namespace that the API server calls (Secrets of type
+// kubernetes.io/tls, keys tls.crt, tls.key and ca.crt), and the caBundle of
+// every APIService, webhook configuration and CRD conversion webhook that
+// carries InjectCABundleLabel and points at one of those Services.
+const (
+	// CertificateAuthoritySecret (type kubernetes.io/tls) holds the CA that
+	// signs the serving certificates (tls.crt, tls.key), the bundle every
+	// consumer trusts (ca.crt: that CA, and while it rotates also the next or
+	// the previous one), and during a rotation the next CA (next.crt,
+	// next.key) until every consumer trusts it.
+	CertificateAuthoritySecret = "node-manager-ca"
+	// CANextCertKey and CANextKeyKey hold the next CA in
+	// CertificateAuthoritySecret while a rotation waits for every consumer
+	// to trust it.
+	CANextCertKey = "next.crt"
+	CANextKeyKey  = "next.key"
+	// BashibleAPIServerTLSSecret is bashible-apiserver's serving certificate
+	// (for the Service bashible-api), mounted by its Deployment.
+	BashibleAPIServerTLSSecret = "bashible-api-server-tls"
+	// InjectCABundleLabel ("true") on an APIService,
+	// ValidatingWebhookConfiguration, MutatingWebhookConfiguration or
+	// CustomResourceDefinition asks node-manager-controller to keep the
+	// caBundle of each of its client configurations whose service is one of
+	// the Services it issues certificates for; others are left alone.
+	InjectCABundleLabel = "node-manager.deckhouse.io/inject-ca-bundle"
+	// RenewBeforeAnnotation (RFC 3339) on the CA Secret or a serving
+	// certificate's Secret forces a rotation: a certificate issued before
+	// that time is replaced, with the same care as a scheduled rotation.
+	RenewBeforeAnnotation = "node-manager.deckhouse.io/renew-before"
+)
+
 // Bootstrap tokens (kube-system Secrets bootstrap-token-<id>, written by
 // node-manager-controller; kube-apiserver authenticates them).
 const (

@@ -31,6 +31,12 @@ const (
 	// CAPIControllerManagerName is the Cluster API core manager's name: its
 	// ServiceAccount in deckhousev1.Namespace and its binary.
 	CAPIControllerManagerName = "capi-controller-manager"
+	// CAPIWebhookService is the Service (in deckhousev1.Namespace) in front
+	// of capi-controller-manager's webhooks, and CAPIWebhookSecret its
+	// serving certificate (type kubernetes.io/tls), which
+	// node-manager-controller issues with --manage-certificates.
+	CAPIWebhookService = "capi-webhook-service"
+	CAPIWebhookSecret  = "capi-webhook-service-cert"
 	// ClusterAPIFieldManager is the field manager of what the clusterapi
 	// controller (controllers/clusterapi, inside node-manager-controller)
 	// applies: the Cluster objects, the groups' MachineDeployments and
