@@ -41,8 +41,10 @@ func WriteLayout(dir string, imgs []Named) error {
 			return fmt.Errorf("write the image %s into the layout %s (is the disk full?): %w", n.Name, tmp, err)
 		}
 	}
-	// Written blobs are 0444 and directories 0755; the layout is read by
-	// make push and make release, never edited.
+	// MkdirTemp made it 0700; the layout is for anyone to read.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("make the image layout %s readable: %w", tmp, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove the previous image layout %s: %w", dir, err)
 	}

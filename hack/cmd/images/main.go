@@ -34,7 +34,7 @@ func main() {
 
 const usage = `usage: images build [flags]   build the images into an OCI layout and a digests file
        images push [flags]    push the layout's images to a registry
-Run images <command> -h for the flags.`
+images <command> -h lists the flags`
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
