@@ -21,7 +21,8 @@ import (
 
 // Registry is an OCI distribution registry on loopback, in memory:
 // go-containerregistry's registry package behind a handler that records
-// each request, so a test can tell what a node pulled. Loopback is spoken
+// each request but the test's own pushes, so a test can tell what a node
+// pulled. Loopback is spoken
 // to over plain HTTP; a node's containerd reaches it as a mirror
 // (ClusterConfiguration's registry.mirrors) or by its address.
 type Registry struct {
@@ -46,9 +47,11 @@ func StartRegistry(t testing.TB) *Registry {
 	r.URL = "http://" + r.Host
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r.mu.Lock()
-		r.requests = append(r.requests, req.Method+" "+req.URL.Path)
-		r.mu.Unlock()
+		if req.Header.Get(ownPush) == "" {
+			r.mu.Lock()
+			r.requests = append(r.requests, req.Method+" "+req.URL.Path)
+			r.mu.Unlock()
+		}
 		reg.ServeHTTP(w, req)
 	})}
 	go func() { _ = srv.Serve(ln) }()
@@ -64,7 +67,7 @@ func (r *Registry) Push(t testing.TB, repository, tag string, img v1.Image) stri
 	if err != nil {
 		t.Fatalf("image reference %s/%s:%s: %v", r.Host, repository, tag, err)
 	}
-	if err := remote.Write(ref, img, remote.WithContext(context.Background())); err != nil {
+	if err := remote.Write(ref, img, remote.WithContext(context.Background()), remote.WithTransport(markOwn{})); err != nil {
 		t.Fatalf("push %s to the loopback registry: %v", ref, err)
 	}
 	d, err := img.Digest()
@@ -79,7 +82,7 @@ func (r *Registry) Push(t testing.TB, repository, tag string, img v1.Image) stri
 // image's version label when empty), as make push does.
 func (r *Registry) PushLayout(t testing.TB, dir, path, tag string) []images.Pushed {
 	t.Helper()
-	pushed, err := images.PushLayout(context.Background(), dir, images.PushOptions{Registry: r.Host + "/" + path, Tag: tag})
+	pushed, err := images.PushLayout(context.Background(), dir, images.PushOptions{Registry: r.Host + "/" + path, Tag: tag, Remote: []remote.Option{remote.WithTransport(markOwn{})}})
 	if err != nil {
 		t.Fatalf("push the images of %s to the loopback registry: %v", dir, err)
 	}
@@ -104,4 +107,16 @@ func (r *Registry) Requests() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.requests...)
+}
+
+// ownPush marks the requests of the test's own pushes (a push asks after
+// the manifest too), which Requests and Pulled leave out.
+const ownPush = "X-Node-Manager-E2e-Push"
+
+type markOwn struct{}
+
+func (markOwn) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set(ownPush, "1")
+	return http.DefaultTransport.RoundTrip(req)
 }
