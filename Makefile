@@ -130,22 +130,30 @@ $(BIN)/controller-gen: $(TOOLS_MOD)
 $(BIN)/staticcheck: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ honnef.co/go/tools/cmd/staticcheck
 
-# Debian packages the tests need, as command:package (the package is
-# named after the command when ":package" is left out): shellcheck checks
-# every shell script we ship (golden tests run it); jq is used by bashible,
-# which the agent e2e suite runs on simulated nodes; debootstrap builds the
-# Debian root the rootfs and join e2e suites run the bundle in; the join
-# suite boots that root with systemd-nspawn, cleans the iptables rules its
-# kubelet made with iptables-save, and builds the pause image with gcc.
-DEBIAN_TOOLS := shellcheck jq debootstrap systemd-nspawn:systemd-container iptables-save:iptables gcc
+# Debian packages the build and the tests need, as command:package (the
+# package is named after the command when ":package" is left out):
+# shellcheck checks every shell script we ship (golden tests run it); jq is
+# used by bashible, which the agent e2e suite runs on simulated nodes;
+# debootstrap builds the Debian root the rootfs and join e2e suites run the
+# bundle in; the join suite boots that root with systemd-nspawn, cleans the
+# iptables rules its kubelet made with iptables-save, and builds the pause
+# image with gcc; make images puts ca-certificates' CA bundle in the images
+# that need one (IMAGE_DEBIAN_TOOLS).
+IMAGE_DEBIAN_TOOLS := update-ca-certificates:ca-certificates
+DEBIAN_TOOLS := shellcheck jq debootstrap systemd-nspawn:systemd-container iptables-save:iptables gcc $(IMAGE_DEBIAN_TOOLS)
+# $(call debian-install,command:package ...): installs the packages of the
+# commands missing here.
+define debian-install
+export PATH=$$PATH:/usr/sbin:/sbin; missing=$$(for t in $(1); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done); \
+if [[ -n "$$missing" ]]; then \
+	echo "tools: installing from Debian packages: $$missing"; \
+	if [[ $$(id -u) -eq 0 ]]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+fi
+endef
 .PHONY: debian-tools
 debian-tools:
-	@export PATH=$$PATH:/usr/sbin:/sbin; missing=$$(for t in $(DEBIAN_TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done); \
-	if [[ -n "$$missing" ]]; then \
-		echo "tools: installing from Debian packages: $$missing"; \
-		if [[ $$(id -u) -eq 0 ]]; then SUDO=; else SUDO=sudo; fi; \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
-	fi
+	@$(call debian-install,$(DEBIAN_TOOLS))
 	@shellcheck --version | sed -n 2p; jq --version; echo "debootstrap $$(debootstrap --version | cut -d' ' -f2)"
 
 ##@ code generation
@@ -241,6 +249,30 @@ BENCH_FLEET_FLAGS ?=
 .PHONY: bench-fleet
 bench-fleet: $(CONTROL_PLANE) ## 5,000 simulated nodes against bashible-apiserver and node-manager-controller, `name: value unit` per line
 	go run ./hack/cmd/benchfleet $(BENCH_FLEET_FLAGS)
+
+##@ images: built from scratch with go-containerregistry (hack/cmd/images); no Docker daemon, nothing downloaded
+
+IMAGES_DIR := $(CURDIR)/.local/images
+# VERSION is the images' version label and the tag make push gives them;
+# by default `git describe --tags`, or v0.0.0-<commit time>-<commit> before
+# the first tag ("-dirty" when the work tree has changes).
+VERSION ?=
+# REGISTRY is where make push puts the images: <registry>[:port]/<path>;
+# REGISTRY_INSECURE=true speaks plain HTTP to one not on loopback.
+REGISTRY ?=
+REGISTRY_INSECURE ?= false
+
+.PHONY: images
+images: ## OCI images of bashible-apiserver, node-manager-controller, caps-controller-manager, fencing-agent, early-oom and capi-controller-manager: .local/images/oci, .local/images/digests
+	@$(call debian-install,$(IMAGE_DEBIAN_TOOLS))
+	go run ./hack/cmd/images build -out $(IMAGES_DIR) $(if $(VERSION),-version $(VERSION))
+
+.PHONY: push
+push: ## push the images to REGISTRY=<registry>/<path>, by digest and tagged with their version (credentials: docker login)
+	@if [[ -z "$(REGISTRY)" ]]; then \
+		echo "push: say where to push: make push REGISTRY=<registry>[:port]/<path>, for example REGISTRY=registry.example.com/node-manager" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory images
+	go run ./hack/cmd/images push -layout $(IMAGES_DIR)/oci -registry $(REGISTRY) $(if $(filter true,$(REGISTRY_INSECURE)),-insecure)
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the Go caches)
