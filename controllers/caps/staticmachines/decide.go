@@ -5,6 +5,7 @@ import (
 	"time"
 
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 )
 
 // taskKind is an SSH operation on a host.
@@ -211,7 +212,7 @@ func cleanupRefusal(s situation) *conditionChange {
 func refuseCleanup(s situation, why *conditionChange) step {
 	why.Message += "; its machine waits until then"
 	st := step{requeue: refusalBackoff(s.refusals), refused: true, condition: why,
-		machineCondition: &conditionChange{Type: condMachineReady, Reason: why.Reason, Message: why.Message}}
+		machineCondition: &conditionChange{Type: condMachineReady, Reason: infrav1alpha1.CleanupRefusedReason, Message: why.Message}}
 	if s.refusals == 0 {
 		st.event = &eventNote{Warning: true, Reason: why.Reason, Note: why.Message}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 )
 
 const (
@@ -79,19 +80,19 @@ func TestDecide(t *testing.T) {
 			machineCondition: &conditionChange{Type: condMachineReady, Reason: "Cleaning", Message: "the machine is deleted: its host is being cleaned"}}},
 		{"deleting a control-plane machine is refused, reported on the instance and the machine",
 			with(at(running, time.Hour), func(s *situation) { s.deleting, s.controlPlane = true, true }),
-			step{requeue: refusalBackoffMin, refused: true, condition: cpRefused, machineCondition: &conditionChange{Type: condMachineReady, Reason: cpRefused.Reason, Message: cpRefused.Message},
+			step{requeue: refusalBackoffMin, refused: true, condition: cpRefused, machineCondition: refusedMachine(cpRefused),
 				event: &eventNote{Warning: true, Reason: "ControlPlaneCleanupRefused", Note: cpRefused.Message}}},
 		{"a refused cleanup looked at again: backoff doubles, no second Event",
 			with(at(running, time.Hour), func(s *situation) { s.deleting, s.controlPlane, s.refusals = true, true, 3 }),
-			step{requeue: 8 * refusalBackoffMin, refused: true, condition: cpRefused, machineCondition: &conditionChange{Type: condMachineReady, Reason: cpRefused.Reason, Message: cpRefused.Message}}},
+			step{requeue: 8 * refusalBackoffMin, refused: true, condition: cpRefused, machineCondition: refusedMachine(cpRefused)}},
 		{"a refused cleanup's backoff stops at its maximum",
 			with(at(bootstrapping, time.Hour), func(s *situation) { s.deleting, s.controlPlane, s.refusals = true, true, 40 }),
-			step{requeue: refusalBackoffMax, refused: true, condition: cpRefused, machineCondition: &conditionChange{Type: condMachineReady, Reason: cpRefused.Reason, Message: cpRefused.Message}}},
+			step{requeue: refusalBackoffMax, refused: true, condition: cpRefused, machineCondition: refusedMachine(cpRefused)}},
 		{"deleting a control-plane machine allowed by the annotation: clean (the refusal no longer holds)",
 			with(at(running, time.Hour), func(s *situation) { s.deleting, s.controlPlane, s.allowControlPlane, s.refusals = true, true, true, 5 }),
 			step{phase: cleaning, run: taskCleanup, machineCondition: &conditionChange{Type: condMachineReady, Reason: "Cleaning", Message: "the machine is deleted: its host is being cleaned"}}},
 		{"deleting a machine whose host is another Node: refused", with(at(running, time.Hour), foreign(func(s *situation) { s.deleting = true })),
-			step{requeue: refusalBackoffMin, refused: true, condition: foreignRefused, machineCondition: &conditionChange{Type: condMachineReady, Reason: foreignRefused.Reason, Message: foreignRefused.Message},
+			step{requeue: refusalBackoffMin, refused: true, condition: foreignRefused, machineCondition: refusedMachine(foreignRefused),
 				event: &eventNote{Warning: true, Reason: "ForeignNodeCleanupRefused", Note: foreignRefused.Message}}},
 		{"a foreign Node appears while bootstrapping: released untouched", with(at(bootstrapping, time.Minute), foreign(nil)),
 			step{phase: pending, release: true, condition: foreignAbandoned, event: &eventNote{Warning: true, Reason: "AddressInUse", Note: foreignAbandoned.Message}}},
@@ -113,11 +114,11 @@ func TestDecide(t *testing.T) {
 		{"adoption with a Node of another machine at the address: released untouched", with(at(bootstrapping, 0), foreign(func(s *situation) { s.adopt = true })),
 			step{phase: pending, release: true, condition: foreignAbandoned, event: &eventNote{Warning: true, Reason: "AddressInUse", Note: foreignAbandoned.Message}}},
 		{"cleaning a deleted machine's host, now another Node's: refused", with(at(cleaning, time.Minute), foreign(func(s *situation) { s.deleting = true })),
-			step{requeue: refusalBackoffMin, refused: true, condition: foreignRefused, machineCondition: &conditionChange{Type: condMachineReady, Reason: foreignRefused.Reason, Message: foreignRefused.Message},
+			step{requeue: refusalBackoffMin, refused: true, condition: foreignRefused, machineCondition: refusedMachine(foreignRefused),
 				event: &eventNote{Warning: true, Reason: "ForeignNodeCleanupRefused", Note: foreignRefused.Message}}},
 		{"cleaning refused past the cleanup timeout: still refused, never 'clean it by hand'",
 			with(at(cleaning, time.Hour), func(s *situation) { s.deleting, s.controlPlane, s.refusals = true, true, 1 }),
-			step{requeue: 2 * refusalBackoffMin, refused: true, condition: cpRefused, machineCondition: &conditionChange{Type: condMachineReady, Reason: cpRefused.Reason, Message: cpRefused.Message}}},
+			step{requeue: 2 * refusalBackoffMin, refused: true, condition: cpRefused, machineCondition: refusedMachine(cpRefused)}},
 		{"cleaning that was already running when the refusal came: wait for it", with(at(cleaning, time.Minute), foreign(func(s *situation) { s.deleting, s.task = true, outcomeRunning })),
 			step{requeue: pollWhileRunning}},
 		{"cleaning after a bootstrap timeout, now a control-plane node: released in Error, not cleaned",
@@ -163,6 +164,11 @@ var (
 	cpNotCleaned = &conditionChange{Type: condCleaned, Reason: "ControlPlaneCleanupRefused",
 		Message: "the host is released but not cleaned: the host is a control-plane node: CAPS cleans it only with the annotation static.node.deckhouse.io/allow-control-plane=true"}
 )
+
+// refusedMachine is the StaticMachine's condition while the cleanup is refused for why.
+func refusedMachine(why *conditionChange) *conditionChange {
+	return &conditionChange{Type: condMachineReady, Reason: infrav1alpha1.CleanupRefusedReason, Message: why.Message}
+}
 
 // foreign puts Node master-0, not the machine's, at the host's address 10.0.0.5.
 func foreign(f func(*situation)) func(*situation) {
