@@ -37,7 +37,7 @@ func TestAddressConflict(t *testing.T) {
 	elsewhere.Spec.Address = "10.0.0.6"
 	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}
 	manual := nodeAt("manual-0", "", internal)
-	master := nodeAt("master-0", "static:///other", internal)
+	master := nodeAt("master-0", infrav1alpha1.ProviderIDPrefix+"other", internal)
 	master.Labels = map[string]string{deckhousev1.ControlPlaneRoleLabel: ""}
 	own := nodeAt("worker-5", infrav1alpha1.ProviderIDPrefix+"uid-worker-5", internal)
 
@@ -55,7 +55,7 @@ func TestAddressConflict(t *testing.T) {
 		{name: "(b) a Node joined by hand, no providerID", nodes: []*corev1.Node{manual}, holder: "Node manual-0",
 			want: []string{"10.0.0.5", "did not bootstrap", deckhousev1.SkipBootstrapPhaseAnnotation, deckhousev1.AllowControlPlaneAnnotation, "delete this StaticInstance"}},
 		{name: "(a) a master with a providerID", nodes: []*corev1.Node{master}, holder: "Node master-0",
-			want: []string{"10.0.0.5", "static:///other", "delete the Node master-0 first"}},
+			want: []string{"10.0.0.5", infrav1alpha1.ProviderIDPrefix + "other", "delete the Node master-0 first"}},
 		{name: "a Node whose ExternalIP is the address", holder: "Node ext",
 			nodes: []*corev1.Node{nodeAt("ext", "", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.168.0.9"}, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "10.0.0.5"})}},
 		{name: "a Node whose Hostname is the address", holder: "Node named",
@@ -102,7 +102,7 @@ func TestAddressConflict(t *testing.T) {
 }
 
 func TestDecideFree(t *testing.T) {
-	inUse := &conflict{address: "10.0.0.5", nodes: []string{"master-0"}, providerID: "static:///x"}
+	inUse := &conflict{address: "10.0.0.5", nodes: []string{"master-0"}, providerID: infrav1alpha1.ProviderIDPrefix + "x"}
 	msg := inUse.message()
 	refusedCond := &metav1.Condition{Type: condAddress, Status: metav1.ConditionFalse, Reason: reasonAddressUsed, Message: msg}
 	refuse := freeStep{phase: errored, condition: &conditionChange{Type: condAddress, Reason: reasonAddressUsed, Message: msg},

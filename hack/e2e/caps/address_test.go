@@ -16,6 +16,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/caps/hostssh"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
@@ -150,7 +151,7 @@ func TestStaticInstanceAtAMastersAddressIsRefused(t *testing.T) {
 	hosts := startHosts(t, logins, "master", 2)
 	master, free := hosts[0], hosts[1]
 	testCredentials(t, "caps-master-address", deckhousev1alpha2.SSHCredentialsSpec{User: "root", PrivateSSHKey: b64(logins.RootKey), SSHPort: int32(master.Port)})
-	node, untouched := runningNode(t, master, deckhousev1.MasterNodeGroup, "static:///3d0c2a5e-0000-4000-8000-00000000a001", true)
+	node, untouched := runningNode(t, master, deckhousev1.MasterNodeGroup, infrav1alpha1.ProviderIDPrefix+"3d0c2a5e-0000-4000-8000-00000000a001", true)
 	role := map[string]string{"role": name}
 	// Both Pending since the same second: CAPS used to pick the master's
 	// first (by name).
