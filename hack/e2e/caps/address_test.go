@@ -161,7 +161,7 @@ func TestStaticInstanceAtAMastersAddressIsRefused(t *testing.T) {
 
 	message := waitAddressInUse(t, master.instance, "Node "+node.Name, untouched)
 	t.Logf("AddressInUse: %s", message)
-	for _, want := range []string{master.Address, deckhousev1.SkipBootstrapPhaseAnnotation} {
+	for _, want := range []string{master.Address, node.Spec.ProviderID, "delete the Node"} {
 		if !strings.Contains(message, want) {
 			t.Errorf("the AddressInUse message should name %q: %s", want, message)
 		}
@@ -218,6 +218,9 @@ func TestStaticInstanceAtAManualNodesAddressIsRefused(t *testing.T) {
 
 	message := waitAddressInUse(t, manual.instance, "Node "+node.Name, untouched)
 	t.Logf("AddressInUse: %s", message)
+	if !strings.Contains(message, deckhousev1.SkipBootstrapPhaseAnnotation) {
+		t.Errorf("the AddressInUse message should say how to hand the node over: %s", message)
+	}
 	// The machine took the free host instead; released, it joins.
 	waitRuns(t, free, 1)
 	if err := os.WriteFile(free.file("var/tmp/release"), nil, 0o644); err != nil {
