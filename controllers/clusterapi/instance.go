@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
@@ -62,6 +64,23 @@ func BootstrapStatus(m *clusterv1.Machine) *deckhousev1alpha1.BootstrapStatus {
 		m.Namespace, m.Name, phase, m.Spec.InfrastructureRef.Name)}
 }
 
+// LastOperation is what the Instance says about its Machine's deletion
+// while the infrastructure provider refuses to clean the host (CAPS's
+// CleanupRefused on the StaticMachine, which Cluster API mirrors into the
+// Machine's InfrastructureReady): the deletion waits, and the message says
+// why and what to do. nil otherwise, so it goes once the refusal does.
+func LastOperation(m *clusterv1.Machine) *deckhousev1alpha1.LastOperation {
+	if m.DeletionTimestamp == nil {
+		return nil
+	}
+	c := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineInfrastructureReadyCondition)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1alpha1.CleanupRefusedReason {
+		return nil
+	}
+	return &deckhousev1alpha1.LastOperation{Type: "Delete", State: "Failed", Description: fmt.Sprintf(
+		"Machine %s/%s is deleted, but Cluster API Provider Static refuses to clean the host: %s", m.Namespace, m.Name, c.Message)}
+}
+
 // InstanceAction is what to do about an Instance.
 type InstanceAction int
 
@@ -84,6 +103,9 @@ func Decide(inst *deckhousev1alpha1.Instance, m *clusterv1.Machine) InstanceActi
 	switch {
 	case inst.DeletionTimestamp != nil && held && m != nil:
 		if m.DeletionTimestamp != nil {
+			if !linked(inst, m) {
+				return Link // what holds the deletion up, or that nothing does
+			}
 			return Nothing // waiting for Cluster API
 		}
 		return DeleteMachine
@@ -101,6 +123,10 @@ func Decide(inst *deckhousev1alpha1.Instance, m *clusterv1.Machine) InstanceActi
 func linked(inst *deckhousev1alpha1.Instance, m *clusterv1.Machine) bool {
 	ref, want := inst.Status.MachineRef, MachineRef(m)
 	if ref == nil || *ref != *want {
+		return false
+	}
+	haveOp, wantOp := inst.Status.LastOperation, LastOperation(m)
+	if (haveOp == nil) != (wantOp == nil) || (haveOp != nil && *haveOp != *wantOp) {
 		return false
 	}
 	have, wantBS := inst.Status.BootstrapStatus, BootstrapStatus(m)

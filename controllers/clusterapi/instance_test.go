@@ -1,6 +1,7 @@
 package clusterapi
 
 import (
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,14 @@ func TestDecide(t *testing.T) {
 	}
 	gone := linkedTo(running)
 	gone.DeletionTimestamp = &metav1.Time{}
+	refused := deleting.DeepCopy()
+	refused.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineInfrastructureReadyCondition, Status: metav1.ConditionFalse,
+		Reason: infrav1alpha1.CleanupRefusedReason, Message: "the host is a control-plane node"}}
+	reported := gone.DeepCopy()
+	reported.Status.LastOperation = LastOperation(refused)
+	if op := reported.Status.LastOperation; op == nil || op.Type != "Delete" || !strings.Contains(op.Description, "the host is a control-plane node") {
+		t.Errorf("the Instance of a Machine whose cleanup is refused says %+v", op)
+	}
 	for _, tc := range []struct {
 		name string
 		inst *deckhousev1alpha1.Instance
@@ -72,6 +81,10 @@ func TestDecide(t *testing.T) {
 		{"linked while Provisioned, now Running", linkedTo(provisioned), running, Link},
 		{"Instance deleted: delete the Machine", gone, running, DeleteMachine},
 		{"Instance deleted, Machine deleting", gone, deleting, Nothing},
+		{"Instance deleted, Machine deleting, its host's cleanup refused: say so", gone, refused, Link},
+		{"Instance deleted, the refusal reported", reported, refused, Nothing},
+		{"the refusal went: clear it", reported, deleting, Link},
+		{"scaled down, the cleanup refused: say so", linkedTo(running), refused, Link},
 		{"Instance deleted, Machine gone", gone, nil, Release},
 		{"Machine gone under a live Instance", linkedTo(running), nil, Release},
 		{"node of no Machine", &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, nil, Nothing},

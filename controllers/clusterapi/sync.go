@@ -149,7 +149,6 @@ func (c *Controller) syncInstance(ctx context.Context, name string) error {
 		return err
 	}
 	m := MachineOf(inst, machines)
-	instances := c.d.NodeManager.DeckhouseV1alpha1().Instances()
 	switch Decide(inst, m) {
 	case Link:
 		if !slices.Contains(inst.Finalizers, infrav1alpha1.InstanceMachineFinalizer) {
@@ -157,20 +156,8 @@ func (c *Controller) syncInstance(ctx context.Context, name string) error {
 				return err
 			}
 		}
-		// Left out, a field this manager applied before is removed.
-		status := map[string]any{"machineRef": MachineRef(m)}
-		if bs := BootstrapStatus(m); bs != nil {
-			status["bootstrapStatus"] = bs
-		}
-		body, err := json.Marshal(map[string]any{"apiVersion": deckhousev1alpha1.SchemeGroupVersion.String(), "kind": "Instance",
-			"metadata": map[string]any{"name": name}, "status": status})
-		if err != nil {
+		if err := c.applyStatus(ctx, name, MachineRef(m), BootstrapStatus(m), LastOperation(m)); err != nil {
 			return err
-		}
-		force := true
-		if _, err := instances.Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{
-			FieldManager: infrav1alpha1.ClusterAPIFieldManager, Force: &force}, "status"); err != nil {
-			return fmt.Errorf("writing the machineRef of Instance %s: %w", name, err)
 		}
 		klog.V(2).InfoS("Linked the Instance to its Machine", "instance", name, "machine", klog.KObj(m), "phase", m.Status.Phase)
 	case DeleteMachine:
@@ -182,10 +169,40 @@ func (c *Controller) syncInstance(ctx context.Context, name string) error {
 		klog.InfoS("Instance deleted: deleting its Machine (Cluster API drains the node, the provider releases the host)",
 			"instance", name, "machine", klog.KObj(m))
 	case Release:
+		// A refusal reported while the Machine was deleted goes with it.
+		if inst.Status.LastOperation != nil && inst.Status.MachineRef != nil {
+			if err := c.applyStatus(ctx, name, inst.Status.MachineRef, nil, nil); err != nil {
+				return err
+			}
+		}
 		kept := slices.DeleteFunc(slices.Clone(inst.Finalizers), func(f string) bool { return f == infrav1alpha1.InstanceMachineFinalizer })
 		if err := c.patchFinalizers(ctx, inst, kept); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// applyStatus applies what this manager says in the Instance's status:
+// the machineRef, and the bootstrapStatus and lastOperation when not nil
+// (left out, a field this manager applied before is removed).
+func (c *Controller) applyStatus(ctx context.Context, name string, ref *deckhousev1alpha1.MachineRef, bs *deckhousev1alpha1.BootstrapStatus, op *deckhousev1alpha1.LastOperation) error {
+	status := map[string]any{"machineRef": ref}
+	if bs != nil {
+		status["bootstrapStatus"] = bs
+	}
+	if op != nil {
+		status["lastOperation"] = op
+	}
+	body, err := json.Marshal(map[string]any{"apiVersion": deckhousev1alpha1.SchemeGroupVersion.String(), "kind": "Instance",
+		"metadata": map[string]any{"name": name}, "status": status})
+	if err != nil {
+		return err
+	}
+	force := true
+	if _, err := c.d.NodeManager.DeckhouseV1alpha1().Instances().Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{
+		FieldManager: infrav1alpha1.ClusterAPIFieldManager, Force: &force}, "status"); err != nil {
+		return fmt.Errorf("writing the machineRef of Instance %s: %w", name, err)
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,17 +51,20 @@ import (
 // label of the loop metrics.
 const Name = "staticmachines"
 
-// Keys of the queue: a StaticMachine, or the Cluster's StaticCluster and
-// StaticControlPlane (both named infrav1alpha1.StaticClusterName).
+// Keys of the queue: a StaticMachine, the Cluster's StaticCluster and
+// StaticControlPlane (both named infrav1alpha1.StaticClusterName), or a
+// StaticInstance bound to no machine, whose address is checked.
 const (
-	machinePrefix = "machine/"
-	clusterPrefix = "cluster/"
+	machinePrefix  = "machine/"
+	clusterPrefix  = "cluster/"
+	instancePrefix = "instance/"
 )
 
-// Indexes: Nodes by providerID and InternalIP, StaticInstances by address.
+// Indexes: Nodes by providerID and by each of their addresses,
+// StaticInstances by address.
 const (
 	byProviderID = "providerID"
-	byAddress    = "internalIP"
+	byAddress    = "address"
 	byInstance   = "address"
 )
 
@@ -98,6 +102,35 @@ type Controller struct {
 	queue     *loop.Loop
 	tasks     *tasks
 	writes    *prometheus.CounterVec
+	// refusals counts, per instance, the syncs in a row that refused to
+	// clean its host (in memory: a restart starts the backoff over).
+	refusals counts
+}
+
+// counts is a map of counters safe for the workers.
+type counts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (c *counts) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[key]
+}
+
+// set counts one more for key when more, else forgets key.
+func (c *counts) set(key string, more bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !more {
+		delete(c.m, key)
+		return
+	}
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	c.m[key]++
 }
 
 // New wires the controller: a StaticMachine queues itself; a
@@ -119,7 +152,7 @@ func New(d *manager.Deps, opts Options) *Controller {
 	machines, clusters, planes := infra.StaticMachines(), infra.StaticClusters(), infra.StaticControlPlanes()
 	instances, creds := dh.StaticInstances(), dh.SSHCredentialses()
 	nodes := d.Informers.Cluster.Core().V1().Nodes().Informer()
-	_ = nodes.AddIndexers(cache.Indexers{byProviderID: nodeProviderID, byAddress: nodeInternalIPs})
+	_ = nodes.AddIndexers(cache.Indexers{byProviderID: nodeProviderID, byAddress: nodeAddresses})
 	c.machines, c.clusters, c.planes = machines.Lister(), clusters.Lister(), planes.Lister()
 	_ = instances.Informer().AddIndexers(cache.Indexers{byInstance: instanceAddress})
 	c.instances, c.creds, c.nodes = instances.Lister(), creds.Lister(), nodes.GetIndexer()
@@ -135,8 +168,46 @@ func New(d *manager.Deps, opts Options) *Controller {
 		UpdateFunc: func(_, cur any) { c.instanceChanged(cur) },
 		DeleteFunc: c.instanceChanged,
 	})
-	_, _ = nodes.AddEventHandler(c.queue.Handler(c.nodeMachine))
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.nodeChanged,
+		UpdateFunc: func(old, cur any) { c.nodeChanged(old); c.nodeChanged(cur) },
+		DeleteFunc: c.nodeChanged,
+	})
 	return c
+}
+
+// nodeChanged queues the machine of the Node (nodeMachine), and for each
+// of the Node's addresses the StaticInstances there: a free one is refused
+// or freed by the Node (its address check), a bound one's machine may be
+// waiting for a cleanup refused because of it.
+func (c *Controller) nodeChanged(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if key := c.nodeMachine(obj); key != "" {
+		c.queue.Add(key)
+	}
+	addresses, _ := nodeAddresses(obj)
+	for _, address := range addresses {
+		c.queueAt(address)
+	}
+}
+
+// queueAt queues every StaticInstance at address: a free one's address
+// check, a bound one's machine.
+func (c *Controller) queueAt(address string) {
+	objs, _ := c.atAddress.ByIndex(byInstance, address)
+	for _, obj := range objs {
+		inst, ok := obj.(*deckhousev1alpha2.StaticInstance)
+		if !ok {
+			continue
+		}
+		if ref := inst.Status.MachineRef; ref != nil {
+			c.queue.Add(machinePrefix + ref.Namespace + "/" + ref.Name)
+		} else {
+			c.queue.Add(instancePrefix + inst.Name)
+		}
+	}
 }
 
 // objectKey keys a namespaced object as prefix + namespace/name.
@@ -151,7 +222,10 @@ func objectKey(prefix string) loop.Keyer {
 }
 
 // instanceChanged queues the machine an instance is bound to; a free
-// instance queues every machine without a host, which may now take it.
+// instance queues its own address check and every machine without a host,
+// which may now take it. Either way the instances at its address are
+// queued too: one that another instance's address kept refused may be
+// free now.
 func (c *Controller) instanceChanged(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -160,6 +234,7 @@ func (c *Controller) instanceChanged(obj any) {
 	if !ok {
 		return
 	}
+	c.queueAt(inst.Spec.Address)
 	if ref := inst.Status.MachineRef; ref != nil {
 		c.queue.Add(machinePrefix + ref.Namespace + "/" + ref.Name)
 		return
@@ -186,7 +261,7 @@ func (c *Controller) nodeMachine(obj any) string {
 		return ""
 	}
 	if n.Spec.ProviderID == "" {
-		ips, _ := nodeInternalIPs(n)
+		ips, _ := nodeAddresses(n)
 		for _, ip := range ips {
 			objs, _ := c.atAddress.ByIndex(byInstance, ip)
 			for _, obj := range objs {
@@ -229,20 +304,6 @@ func nodeProviderID(obj any) ([]string, error) {
 	return []string{n.Spec.ProviderID}, nil
 }
 
-func nodeInternalIPs(obj any) ([]string, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return nil, nil
-	}
-	var out []string
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			out = append(out, a.Address)
-		}
-	}
-	return out, nil
-}
-
 // instanceAddress indexes a StaticInstance by its address.
 func instanceAddress(obj any) ([]string, error) {
 	if inst, ok := obj.(*deckhousev1alpha2.StaticInstance); ok {
@@ -280,6 +341,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			return nil
 		}
 		return c.syncCluster(ctx, ns, name)
+	case strings.HasPrefix(key, instancePrefix):
+		return c.syncFree(ctx, strings.TrimPrefix(key, instancePrefix))
 	}
 	return fmt.Errorf("unknown key %q", key)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 )
 
 // taskKind is an SSH operation on a host.
@@ -52,6 +53,13 @@ type situation struct {
 	// controlPlane: the instance's Node is a control-plane node, and
 	// allowControlPlane: a person said CAPS may still adopt or clean it.
 	controlPlane, allowControlPlane bool
+	// address is the host's; foreignNode a Node there that is not this
+	// machine's ("": none). Such a host is never bootstrapped, adopted or
+	// cleaned for this machine.
+	address, foreignNode string
+	// refusals: how many syncs in a row refused this host's cleanup (the
+	// backoff of the next look, and one Event per refusal).
+	refusals int
 	// task: the last operation of the kind the phase needs, how it ended,
 	// and when.
 	task         outcome
@@ -87,6 +95,10 @@ type step struct {
 	event *eventNote
 	// requeue looks again after this long (0: on the next change only).
 	requeue time.Duration
+	// refused: the step refuses to clean the host (sync counts them).
+	refused bool
+	// machineCondition is set on the StaticMachine.
+	machineCondition *conditionChange
 }
 
 type conditionChange struct {
@@ -104,7 +116,15 @@ const (
 	condBootstrapped = "Bootstrapped"
 	condCleaned      = "Cleaned"
 	condCredentials  = "CredentialsReady"
+	// condMachineReady is the StaticMachine's Ready condition, which
+	// Cluster API shows as its Machine's InfrastructureReady.
+	condMachineReady = "Ready"
 )
+
+// reasonAdopted is the Bootstrapped reason of an adopted node: until the
+// next binding, its Node may be the one at its address without a
+// providerID (findNode).
+const reasonAdopted = "Adopted"
 
 // Retry delays: after a failed SSH operation, and while one runs (the
 // operation's end also requeues at once).
@@ -113,7 +133,23 @@ const (
 	pollWhileRunning  = 30 * time.Second
 	waitForNode       = 10 * time.Second
 	refusedRecheck    = time.Minute
+	// A refused cleanup is looked at again after 5 s, doubling up to 5
+	// minutes (and at once when the instance or a Node at its address
+	// changes).
+	refusalBackoffMin = 5 * time.Second
+	refusalBackoffMax = 5 * time.Minute
 )
+
+// refusalBackoff is the wait after the n-th refusal in a row (from 0).
+func refusalBackoff(n int) time.Duration {
+	d := refusalBackoffMin
+	for range n {
+		if d *= 2; d >= refusalBackoffMax {
+			return refusalBackoffMax
+		}
+	}
+	return d
+}
 
 // decide is the life of a bound instance (the machine already has its
 // host). Every branch either changes something or waits; none rewrites a
@@ -141,8 +177,69 @@ func decide(s situation) step {
 		// machine to pick another.
 		return step{release: true}
 	default: // Pending or none while bound: the binding just happened.
-		return step{phase: deckhousev1alpha2.StaticInstanceBootstrapping}
+		// The Bootstrapped condition starts over (an earlier adoption's
+		// "Adopted" no longer holds).
+		if s.adopt {
+			return step{phase: deckhousev1alpha2.StaticInstanceBootstrapping,
+				condition: &conditionChange{Type: condBootstrapped, Reason: "Adopting", Message: "the running node is being handed over to CAPS"}}
+		}
+		return step{phase: deckhousev1alpha2.StaticInstanceBootstrapping,
+			condition: &conditionChange{Type: condBootstrapped, Reason: "Bootstrapping", Message: "the host is being bootstrapped"}}
 	}
+}
+
+// cleanupRefusal is why the host may not be cleaned (nil: it may): it is
+// another node than this machine's, or a control-plane node without
+// allow-control-plane.
+func cleanupRefusal(s situation) *conditionChange {
+	switch {
+	case s.foreignNode != "":
+		return &conditionChange{Type: condCleaned, Reason: "ForeignNodeCleanupRefused",
+			Message: fmt.Sprintf("the host's address %s is the address of Node %s, which is not this machine's Node: CAPS does not clean it. "+
+				"If Node %s no longer exists, delete it (kubectl delete node %s) and the cleanup goes on", s.address, s.foreignNode, s.foreignNode, s.foreignNode)}
+	case s.controlPlane && !s.allowControlPlane:
+		return &conditionChange{Type: condCleaned, Reason: "ControlPlaneCleanupRefused",
+			Message: "the host is a control-plane node: CAPS cleans it only with the annotation static.node.deckhouse.io/allow-control-plane=true"}
+	}
+	return nil
+}
+
+// refuseCleanup keeps a deleted machine waiting for a cleanup it may not
+// run: reported on the instance and the StaticMachine (and an Event the
+// first time), looked at again with backoff, and at once when the
+// instance or a Node at its address changes; it goes on once the refusal
+// no longer holds.
+func refuseCleanup(s situation, why *conditionChange) step {
+	why.Message += "; its machine waits until then"
+	st := step{requeue: refusalBackoff(s.refusals), refused: true, condition: why,
+		machineCondition: &conditionChange{Type: condMachineReady, Reason: infrav1alpha1.CleanupRefusedReason, Message: why.Message}}
+	if s.refusals == 0 {
+		st.event = &eventNote{Warning: true, Reason: why.Reason, Note: why.Message}
+	}
+	return st
+}
+
+// abandon releases a host without touching it more: the machine picks
+// another host. A host that turned out to be another node goes Pending,
+// and the instance's own address check (syncFree) reports it AddressInUse
+// while the other Node is there; a host CAPS may not clean for another
+// reason (a control-plane node) goes Error, so it is not picked again at
+// once.
+func abandon(s situation, cond *conditionChange) step {
+	phase := deckhousev1alpha2.StaticInstancePending
+	if s.foreignNode == "" {
+		phase = deckhousev1alpha2.StaticInstanceError
+	}
+	return step{phase: phase, release: true, condition: cond,
+		event: &eventNote{Warning: true, Reason: cond.Reason, Note: cond.Message}}
+}
+
+// foreignAddress is the Bootstrapped condition of a host abandoned because
+// another Node has its address.
+func foreignAddress(s situation) *conditionChange {
+	return &conditionChange{Type: condBootstrapped, Reason: reasonAddressUsed,
+		Message: fmt.Sprintf("the host's address %s is the address of Node %s, which is not this machine's Node: "+
+			"CAPS released the host without bootstrapping, adopting or cleaning it", s.address, s.foreignNode)}
 }
 
 func decideBootstrap(s situation) step {
@@ -151,7 +248,14 @@ func decideBootstrap(s situation) step {
 			condition: &conditionChange{Type: condBootstrapped, True: true, Reason: "NodeJoined", Message: "the host's Node joined with the machine's providerID and bashible configured it"},
 			event:     &eventNote{Reason: "NodeBootstrappingSucceeded", Note: "the host's Node joined"}}
 	}
+	if s.foreignNode != "" {
+		return abandon(s, foreignAddress(s))
+	}
 	if s.now.Sub(s.since) >= s.bootstrapTimeout {
+		if why := cleanupRefusal(s); why != nil {
+			return abandon(s, &conditionChange{Type: condBootstrapped, Reason: "BootstrapTimeoutReached",
+				Message: fmt.Sprintf("no Node joined within %s of the bootstrap's start; the host is released but not cleaned: %s", s.bootstrapTimeout, why.Message)})
+		}
 		return step{phase: deckhousev1alpha2.StaticInstanceCleaning, run: taskCleanup,
 			condition: &conditionChange{Type: condBootstrapped, Reason: "BootstrapTimeoutReached",
 				Message: fmt.Sprintf("no Node joined within %s of the bootstrap's start; the host is cleaned and released", s.bootstrapTimeout)},
@@ -168,9 +272,12 @@ func decideAdoption(s situation) step {
 				Message: "the host is a control-plane node: CAPS adopts it only with the annotation static.node.deckhouse.io/allow-control-plane=true"},
 			event: &eventNote{Warning: true, Reason: "ControlPlaneAdoptionRefused", Note: "refused to adopt a control-plane node"}}
 	}
+	if s.foreignNode != "" {
+		return abandon(s, foreignAddress(s))
+	}
 	if s.task == outcomeSucceeded {
 		return step{phase: deckhousev1alpha2.StaticInstanceRunning, provisioned: true, dropAdoption: true,
-			condition: &conditionChange{Type: condBootstrapped, True: true, Reason: "Adopted", Message: "the running node was handed over without a bootstrap"},
+			condition: &conditionChange{Type: condBootstrapped, True: true, Reason: reasonAdopted, Message: "the running node was handed over without a bootstrap"},
 			event:     &eventNote{Reason: "AdoptionSucceeded", Note: "the host's provider id and machine name were written; the node is now managed by CAPS"}}
 	}
 	return runOrWait(s, taskAdopt, condBootstrapped, "")
@@ -182,6 +289,20 @@ func decideCleaning(s situation) step {
 		done.condition = &conditionChange{Type: condCleaned, True: true, Reason: "CleanupScriptSucceeded", Message: "the host was cleaned and is free again"}
 		done.event = &eventNote{Reason: "CleanupScriptSucceeded", Note: "the host was cleaned and is Pending again"}
 		return done
+	}
+	// Checked before every run (a restart, or a Node that came since the
+	// phase began) and before the timeout, whose message asks a person to
+	// clean the host by hand. A cleanup started before the refusal came
+	// cannot be stopped: wait for its end, then decide.
+	if why := cleanupRefusal(s); why != nil {
+		if s.task == outcomeRunning {
+			return step{requeue: pollWhileRunning}
+		}
+		if s.deleting {
+			return refuseCleanup(s, why)
+		}
+		why.Message = "the host is released but not cleaned: " + why.Message
+		return abandon(s, why)
 	}
 	if s.now.Sub(s.since) >= s.cleanupTimeout {
 		done.condition = &conditionChange{Type: condCleaned, Reason: "CleanupTimeoutReached",
@@ -198,13 +319,11 @@ func decideDeleting(s situation) step {
 	case deckhousev1alpha2.StaticInstanceCleaning:
 		return decideCleaning(s)
 	case deckhousev1alpha2.StaticInstanceRunning, deckhousev1alpha2.StaticInstanceBootstrapping:
-		if s.controlPlane && !s.allowControlPlane {
-			return step{requeue: refusedRecheck,
-				condition: &conditionChange{Type: condCleaned, Reason: "ControlPlaneCleanupRefused",
-					Message: "the host is a control-plane node: CAPS cleans it only with the annotation static.node.deckhouse.io/allow-control-plane=true; its machine waits"},
-				event: &eventNote{Warning: true, Reason: "ControlPlaneCleanupRefused", Note: "refused to clean a control-plane node"}}
+		if why := cleanupRefusal(s); why != nil {
+			return refuseCleanup(s, why)
 		}
-		return step{phase: deckhousev1alpha2.StaticInstanceCleaning, run: taskCleanup}
+		return step{phase: deckhousev1alpha2.StaticInstanceCleaning, run: taskCleanup,
+			machineCondition: &conditionChange{Type: condMachineReady, Reason: "Cleaning", Message: "the machine is deleted: its host is being cleaned"}}
 	default:
 		// Never bootstrapped (Pending, Error): nothing on the host to undo.
 		return step{release: true, removeFinalizer: true}
@@ -243,10 +362,13 @@ func runOrWait(s situation, kind taskKind, cond, succeededWait string) step {
 
 // describe is a step for logs and test failures.
 func describe(s step) string {
-	out := fmt.Sprintf("{phase:%q run:%q release:%t provisioned:%t dropAdoption:%t deleteMachine:%t removeFinalizer:%t requeue:%s",
-		s.phase, s.run, s.release, s.provisioned, s.dropAdoption, s.deleteMachine, s.removeFinalizer, s.requeue)
+	out := fmt.Sprintf("{phase:%q run:%q release:%t provisioned:%t dropAdoption:%t deleteMachine:%t removeFinalizer:%t requeue:%s refused:%t",
+		s.phase, s.run, s.release, s.provisioned, s.dropAdoption, s.deleteMachine, s.removeFinalizer, s.requeue, s.refused)
 	if s.condition != nil {
 		out += fmt.Sprintf(" condition:%+v", *s.condition)
+	}
+	if s.machineCondition != nil {
+		out += fmt.Sprintf(" machineCondition:%+v", *s.machineCondition)
 	}
 	if s.event != nil {
 		out += fmt.Sprintf(" event:%+v", *s.event)

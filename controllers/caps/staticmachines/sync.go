@@ -146,11 +146,16 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 	}
 	candidates := make([]*deckhousev1alpha2.StaticInstance, 0, len(all))
 	for _, inst := range all {
-		// An adoption CAPS refuses (a control-plane node without
-		// allow-control-plane) is no candidate: picking it would refuse
-		// and release it over and over.
+		// A host that already is a node or another instance's is never
+		// bound (address.go; syncFree reports it). An adoption CAPS
+		// refuses (a control-plane node without allow-control-plane) is
+		// no candidate either: picking it would refuse and release it
+		// over and over.
+		if inst.Status.MachineRef == nil && c.addressConflict(inst) != nil {
+			continue
+		}
 		if _, adopt := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]; adopt {
-			if n := c.findNode("", inst.Spec.Address); n != nil && isControlPlane(n) && !allowsControlPlane(inst) {
+			if n := c.findNode("", inst.Spec.Address, true); n != nil && isControlPlane(n) && !allowsControlPlane(inst) {
 				continue
 			}
 		}
@@ -174,13 +179,119 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 	return inst, nil
 }
 
+// addressConflict is what keeps the free inst from being bound because of
+// its address (nil: nothing), from the caches.
+func (c *Controller) addressConflict(inst *deckhousev1alpha2.StaticInstance) *conflict {
+	_, adopt := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]
+	var others []*deckhousev1alpha2.StaticInstance
+	objs, _ := c.atAddress.ByIndex(byInstance, inst.Spec.Address)
+	for _, obj := range objs {
+		if o, ok := obj.(*deckhousev1alpha2.StaticInstance); ok {
+			others = append(others, o)
+		}
+	}
+	return addressConflict(inst, adopt, c.nodesAt(inst.Spec.Address), others)
+}
+
+// nodesAt is the Nodes with address among theirs.
+func (c *Controller) nodesAt(address string) []*corev1.Node {
+	objs, _ := c.nodes.ByIndex(byAddress, address)
+	out := make([]*corev1.Node, 0, len(objs))
+	for _, obj := range objs {
+		if n, ok := obj.(*corev1.Node); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// syncFree checks the address of a StaticInstance bound to no machine:
+// refused while a Node or another instance has it, Pending again once
+// not (decideFree). A bound instance is its machine's business.
+func (c *Controller) syncFree(ctx context.Context, name string) error {
+	inst, err := c.instances.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if inst.Status.MachineRef != nil || inst.DeletionTimestamp != nil {
+		return nil
+	}
+	conflict := c.addressConflict(inst)
+	st := decideFree(phaseOf(inst), addressCondition(inst), conflict)
+	if st.condition == nil {
+		return nil
+	}
+	obj := inst.DeepCopy()
+	now := metav1.NewTime(c.d.Clock.Now())
+	if st.phase != "" && st.phase != phaseOf(inst) {
+		obj.Status.CurrentStatus = &deckhousev1alpha2.StaticInstanceCurrentStatus{Phase: st.phase, LastUpdateTime: &now}
+	}
+	cc := st.condition
+	cond := metav1.Condition{Type: cc.Type, Status: metav1.ConditionFalse, Reason: cc.Reason, Message: cc.Message, ObservedGeneration: inst.Generation}
+	if cc.True {
+		cond.Status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&obj.Status.Conditions, cond)
+	if !equality.Semantic.DeepEqual(inst.Status, obj.Status) {
+		if _, err := c.d.NodeManager.DeckhouseV1alpha2().StaticInstances().UpdateStatus(ctx, obj,
+			metav1.UpdateOptions{FieldManager: deckhousev1.CAPSControllerManagerName}); err != nil {
+			return fmt.Errorf("updating the status of StaticInstance %s: %w", inst.Name, err)
+		}
+		c.writes.WithLabelValues("StaticInstance").Inc()
+	}
+	if conflict != nil {
+		klog.InfoS("StaticInstance refused: its address is in use", "staticInstance", inst.Name, "address", inst.Spec.Address, "holder", conflict.holder())
+	} else {
+		klog.InfoS("StaticInstance's address is free again", "staticInstance", inst.Name, "address", inst.Spec.Address)
+	}
+	if e := st.event; e != nil {
+		typ := corev1.EventTypeNormal
+		if e.Warning {
+			typ = corev1.EventTypeWarning
+		}
+		c.d.Recorder.Eventf(inst, nil, typ, e.Reason, "bind", "%s", e.Note)
+	}
+	return nil
+}
+
+// adopted reports whether inst is, or was last bound as, an adoption: it
+// carries skip-bootstrap-phase, or its last binding adopted the node (the
+// annotation goes once the node is adopted; the Bootstrapped condition
+// says Adopted until the next binding starts over).
+func adopted(inst *deckhousev1alpha2.StaticInstance) bool {
+	if _, ok := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]; ok {
+		return true
+	}
+	cond := meta.FindStatusCondition(inst.Status.Conditions, condBootstrapped)
+	return cond != nil && cond.Reason == reasonAdopted
+}
+
+// foreignNode is a Node at inst's address other than own, this machine's
+// Node ("": none): a host that is another node is never bootstrapped,
+// adopted or cleaned for this machine.
+func (c *Controller) foreignNode(inst *deckhousev1alpha2.StaticInstance, own *corev1.Node) string {
+	var names []string
+	for _, n := range c.nodesAt(inst.Spec.Address) {
+		if own == nil || n.UID != own.UID || n.Name != own.Name {
+			names = append(names, n.Name)
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
 // advance reads the bound instance's situation, decides, and carries the
 // step out.
 func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.StaticMachine, inst *deckhousev1alpha2.StaticInstance, now time.Time) error {
 	_, adopt := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]
 	sel, err := instanceSelector(sm.Spec.LabelSelector)
 	matches := err == nil && sel.Matches(labels.Set(inst.Labels))
-	node := c.findNode(sm.Spec.ProviderID, inst.Spec.Address)
+	node := c.findNode(sm.Spec.ProviderID, inst.Spec.Address, adopted(inst))
 	phase := phaseOf(inst)
 	kind := taskOf(phase, adopt)
 	o, finished, message, _ := c.tasks.state(inst.Name, kind)
@@ -195,6 +306,9 @@ func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.
 		nodeReady:         node != nil && node.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != "",
 		controlPlane:      node != nil && isControlPlane(node),
 		allowControlPlane: allowsControlPlane(inst),
+		foreignNode:       c.foreignNode(inst, node),
+		address:           inst.Spec.Address,
+		refusals:          c.refusals.get(inst.Name),
 		task:              o,
 		taskFinished:      finished,
 		taskMessage:       message,
@@ -202,6 +316,7 @@ func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.
 		cleanupTimeout:    c.opts.CleanupTimeout,
 	}
 	st := decide(s)
+	c.refusals.set(inst.Name, st.refused)
 	klog.V(4).InfoS("Decided", "staticMachine", klog.KObj(sm), "staticInstance", inst.Name, "phase", phase, "step", describe(st))
 	return c.carryOut(ctx, key, sm, inst, node, s, st, hostKey)
 }
@@ -304,8 +419,24 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 			typ = corev1.EventTypeWarning
 		}
 		c.d.Recorder.Eventf(inst, sm, typ, e.Reason, eventAction(s), "%s", e.Note)
+		if st.refused {
+			c.d.Recorder.Eventf(sm, inst, typ, e.Reason, eventAction(s), "%s", e.Note)
+		}
 	}
 
+	if mc := st.machineCondition; mc != nil {
+		want := sm.DeepCopy()
+		meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{Type: mc.Type, Status: metav1.ConditionFalse, Reason: mc.Reason,
+			Message: mc.Message, ObservedGeneration: sm.Generation})
+		if !equality.Semantic.DeepEqual(sm.Status, want.Status) {
+			updated, err := c.d.NodeManager.InfrastructureV1alpha1().StaticMachines(sm.Namespace).UpdateStatus(ctx, want, update)
+			if err != nil {
+				return fmt.Errorf("reporting on StaticMachine %s/%s: %w", sm.Namespace, sm.Name, err)
+			}
+			c.writes.WithLabelValues("StaticMachine").Inc()
+			sm = updated
+		}
+	}
 	if st.provisioned && node != nil {
 		if err := c.provision(ctx, sm, node); err != nil {
 			return err
@@ -518,16 +649,21 @@ func (c *Controller) bootstrapData(ctx context.Context, sm *infrav1alpha1.Static
 	return data, nil
 }
 
-// findNode is the Node with providerID or, when there is none, the one
-// Node at the host's address that registered without a providerID (a node
-// joined by hand and now adopted): provision gives it the providerID.
-func (c *Controller) findNode(providerID, address string) *corev1.Node {
+// findNode is the Node with providerID or, for an adoption only, when
+// there is none, the one Node at the host's address that registered
+// without a providerID (a node joined by hand and now adopted): provision
+// gives it the providerID. A bootstrapped host's Node is found by its
+// providerID alone: a Node merely at its address is another node.
+func (c *Controller) findNode(providerID, address string, adoption bool) *corev1.Node {
 	if providerID != "" {
 		if objs, err := c.nodes.ByIndex(byProviderID, providerID); err == nil && len(objs) > 0 {
 			if n, ok := objs[0].(*corev1.Node); ok {
 				return n
 			}
 		}
+	}
+	if !adoption {
+		return nil
 	}
 	objs, err := c.nodes.ByIndex(byAddress, address)
 	if err != nil || len(objs) != 1 {

@@ -136,7 +136,7 @@ func TestStaticInstanceDeletionOnlyWhenFree(t *testing.T) {
 }
 
 // TestSkipBootstrapPhaseOnlyWhenPending: adoption may be asked for only on
-// a free host.
+// a free host: Pending, or in Error and bound to no machine.
 func TestSkipBootstrapPhaseOnlyWhenPending(t *testing.T) {
 	ctx := framework.Context(t)
 	c := f.NM.DeckhouseV1alpha2().StaticInstances()
@@ -150,6 +150,23 @@ func TestSkipBootstrapPhaseOnlyWhenPending(t *testing.T) {
 	if _, err := c.Update(ctx, free, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("annotating a Pending StaticInstance skip-bootstrap-phase: %v", err)
 	}
+
+	// In Error and free (CAPS refused its address: a running node's, which
+	// the annotation hands over); in Error and still bound, not.
+	refusedFree := createInstance(t, newInstance("adopt-error-free", "192.0.2.42"), deckhousev1alpha2.StaticInstanceError)
+	refusedFree.Annotations = map[string]string{deckhousev1.SkipBootstrapPhaseAnnotation: ""}
+	if _, err := c.Update(ctx, refusedFree, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("annotating a free StaticInstance in Error skip-bootstrap-phase: %v", err)
+	}
+	bound := createInstance(t, newInstance("adopt-error-bound", "192.0.2.43"), "")
+	bound.Status.MachineRef = &corev1.ObjectReference{Kind: "StaticMachine", Namespace: ns, Name: "adopt-error-bound"}
+	bound, err = setPhase(ctx, bound, deckhousev1alpha2.StaticInstanceError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound.Annotations = map[string]string{deckhousev1.SkipBootstrapPhaseAnnotation: ""}
+	_, err = c.Update(ctx, bound, metav1.UpdateOptions{})
+	refused(t, "annotating a bound StaticInstance in Error skip-bootstrap-phase", err, "may be added only while the StaticInstance is Pending")
 }
 
 // TestAllowBootstrapLabel: its value is true or false, and a group's

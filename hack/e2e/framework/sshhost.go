@@ -178,6 +178,17 @@ func (h *SSHHost) Stop() {
 	h.cmd = nil
 }
 
+// Logins is how many sessions the host's sshd has accepted since the host
+// was first started (its log's "Accepted" lines, which sshd writes for
+// every successful authentication).
+func (h *SSHHost) Logins() int {
+	data, err := os.ReadFile(h.log)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(data), "Accepted ")
+}
+
 // SSHPort is a TCP port free on the loopback addresses of the suite's
 // hosts (127.0.0.2 and up), so every host listens on the same port, as on
 // a real network, and one SSHCredentials serves them all.

@@ -80,4 +80,11 @@ const (
 	// /var/lib/bashible/node-spec-provider-id, from which the kubelet
 	// registers its Node with it (Deckhouse's form).
 	ProviderIDPrefix = "static:///"
+	// CleanupRefusedReason is the reason of a deleted StaticMachine's Ready
+	// condition while CAPS refuses to clean its host (a control-plane node,
+	// or a host that is another Node); the message says why and what to do.
+	// Cluster API mirrors it into the Machine's InfrastructureReady, and
+	// node-manager-controller shows it on the node's Instance
+	// (status.lastOperation).
+	CleanupRefusedReason = "CleanupRefused"
 )

@@ -1,0 +1,80 @@
+package staticmachines
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/manager"
+	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
+)
+
+// TestAUsedAddressIsRefusedBeforeBinding wires the controller to fake
+// clients: the StaticInstance at a Node's address is reported refused
+// (syncFree) and never bound, though it is the one Pending the longest;
+// once the Node is gone it is Pending again.
+func TestAUsedAddressIsRefusedBeforeBinding(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	role := map[string]string{"role": "w"}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "manual-0"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}}}}
+	used := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "a-used", UID: "uid-a", Labels: role,
+		CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))}, Spec: deckhousev1alpha2.StaticInstanceSpec{Address: "10.0.0.5"}}
+	free := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "b-free", UID: "uid-b", Labels: role,
+		CreationTimestamp: metav1.NewTime(t0)}, Spec: deckhousev1alpha2.StaticInstanceSpec{Address: "10.0.0.6"}}
+	kube, nm := kubefake.NewClientset(node), nmfake.NewClientset(used, free)
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(t0), prometheus.NewRegistry())
+	c := New(d, NewOptions())
+	if !d.Start(ctx, Name, c.synced...) {
+		t.Fatal("caches did not sync")
+	}
+
+	if err := c.syncFree(ctx, used.Name); err != nil {
+		t.Fatal(err)
+	}
+	got, err := nm.DeckhouseV1alpha2().StaticInstances().Get(ctx, used.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, condAddress)
+	if phaseOf(got) != errored || cond == nil || cond.Reason != reasonAddressUsed || !strings.Contains(cond.Message, "Node manual-0") {
+		t.Fatalf("the instance at Node manual-0's address: phase %q, condition %+v", phaseOf(got), cond)
+	}
+
+	sm := &infrav1alpha1.StaticMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m-1", UID: "uid-m"},
+		Spec: infrav1alpha1.StaticMachineSpec{LabelSelector: &metav1.LabelSelector{MatchLabels: role}}}
+	bound, err := c.bind(ctx, machinePrefix+"ns/m-1", sm, t0)
+	if err != nil || bound == nil || bound.Name != free.Name {
+		t.Fatalf("bound %v (%v), want %s", bound, err, free.Name)
+	}
+
+	if err := kube.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		cached, err := c.instances.Get(used.Name)
+		return len(c.nodesAt("10.0.0.5")) == 0 && err == nil && phaseOf(cached) == errored, nil
+	})
+	if err != nil {
+		t.Fatal("the caches did not follow")
+	}
+	if err := c.syncFree(ctx, used.Name); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = nm.DeckhouseV1alpha2().StaticInstances().Get(ctx, used.Name, metav1.GetOptions{})
+	if cond := meta.FindStatusCondition(got.Status.Conditions, condAddress); phaseOf(got) != pending || cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Errorf("once the Node is gone: phase %q, condition %+v", phaseOf(got), cond)
+	}
+}
