@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,8 +78,22 @@ func LastOperation(m *clusterv1.Machine) *deckhousev1alpha1.LastOperation {
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1alpha1.CleanupRefusedReason {
 		return nil
 	}
-	return &deckhousev1alpha1.LastOperation{Type: "Delete", State: "Failed", Description: fmt.Sprintf(
-		"Machine %s/%s is deleted, but Cluster API Provider Static refuses to clean the host: %s", m.Namespace, m.Name, c.Message)}
+	return &deckhousev1alpha1.LastOperation{Type: "Delete", State: "Failed", Description: truncate(fmt.Sprintf(
+		"Machine %s/%s is deleted, but Cluster API Provider Static refuses to clean the host: %s", m.Namespace, m.Name, c.Message),
+		deckhousev1alpha1.MaxInstanceDescription)}
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // InstanceAction is what to do about an Instance.

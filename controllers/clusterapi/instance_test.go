@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -102,5 +103,16 @@ func TestBootstrapStatusClearedOnceRunning(t *testing.T) {
 	bs := BootstrapStatus(machine("worker-a", "", "Provisioned"))
 	if bs == nil || bs.Description == "" {
 		t.Fatal("a Provisioned Machine's Instance has no bootstrapStatus")
+	}
+}
+
+func TestLastOperationFitsTheInstanceSchema(t *testing.T) {
+	m := machine("worker-a", "", "Deleting")
+	m.DeletionTimestamp = &metav1.Time{}
+	m.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineInfrastructureReadyCondition, Status: metav1.ConditionFalse,
+		Reason: infrav1alpha1.CleanupRefusedReason, Message: strings.Repeat("é", 2000)}}
+	op := LastOperation(m)
+	if op == nil || len(op.Description) > deckhousev1alpha1.MaxInstanceDescription || !utf8.ValidString(op.Description) {
+		t.Errorf("a refusal with a long message: description of %d bytes (valid UTF-8: %v); want at most %d", len(op.Description), utf8.ValidString(op.Description), deckhousev1alpha1.MaxInstanceDescription)
 	}
 }

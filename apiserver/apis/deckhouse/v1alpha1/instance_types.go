@@ -241,6 +241,10 @@ type LastOperation struct {
 	Type string `json:"type,omitempty"`
 }
 
+// MaxInstanceDescription is the longest description an Instance's status
+// holds (lastOperation, bootstrapStatus); the schema refuses longer ones.
+const MaxInstanceDescription = 1024
+
 // BootstrapStatus tells where to read a joining machine's bootstrap logs.
 type BootstrapStatus struct {
 	// LogsEndpoint is an address serving the bootstrap logs.
