@@ -298,6 +298,10 @@ type Fencing struct {
 	// WatchdogTimeoutSeconds is WatchdogTimeout in seconds, softdog's
 	// soft_margin.
 	WatchdogTimeoutSeconds int `json:"watchdogTimeoutSeconds"`
+	// AgentUID is the user the fencing agent runs as
+	// (deckhousev1.FencingAgentUID): in Watchdog mode the node step gives
+	// it the watchdog device.
+	AgentUID int `json:"agentUID"`
 }
 
 // CloudInstances is the instance class of a CloudEphemeral group.

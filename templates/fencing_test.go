@@ -1,11 +1,13 @@
 package templates
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -21,8 +23,9 @@ func fencedWith(mode, timeout string) func(*deckhousev1.NodeGroup) {
 }
 
 // TestFencingContextConvertsTheTimeoutAndRefusesNonsense: the watchdog
-// timeout reaches templates as written and in seconds; a timeout softdog
-// cannot take fails the group's render with the field named.
+// timeout reaches templates as written and in seconds, with the fencing
+// agent's user; a timeout softdog cannot take fails the group's render with
+// the field named.
 func TestFencingContextConvertsTheTimeoutAndRefusesNonsense(t *testing.T) {
 	settings, err := ParseClusterConfiguration(nil)
 	if err != nil {
@@ -65,6 +68,8 @@ func TestFencingContextConvertsTheTimeoutAndRefusesNonsense(t *testing.T) {
 			t.Errorf("mode %q, timeout %q: %v", c.mode, c.timeout, err)
 			continue
 		}
+		// Every fenced group's templates see the agent's user.
+		c.want.AgentUID = deckhousev1.FencingAgentUID
 		if *ctx.NodeGroup.Fencing != c.want {
 			t.Errorf("mode %q, timeout %q: fencing %+v, want %+v", c.mode, c.timeout, *ctx.NodeGroup.Fencing, c.want)
 		}
@@ -94,9 +99,14 @@ func TestKernelPanicRebootIsOffOnlyInWatchdogMode(t *testing.T) {
 // machine paths (/etc, /sys, /dev) moved under a temporary root, and a
 // modprobe that keeps the kernel's state there: /sys/module/softdog while
 // softdog is loaded, its refcnt (1: the fencing agent holds the device),
-// and /dev/watchdog as a regular file. Like the real one, it does nothing
-// for a module already loaded, whatever the options, and refuses to unload
-// one in use. With the file no-device in the root, softdog makes no device.
+// and /dev/watchdog as a regular file, root's with mode 0600 as the kernel
+// makes it. Like the real one, it does nothing for a module already loaded,
+// whatever the options, and refuses to unload one in use. With the file
+// no-device in the root, softdog makes no device. udevadm, which would
+// touch the host's devices, only records its calls (udevadm-calls).
+//
+// It runs as root: the step gives the device to another user (chown), as
+// on a node.
 type watchdogMachine struct {
 	t          *testing.T
 	dir, root  string
@@ -117,10 +127,18 @@ module=$STUB_ROOT/sys/module/$1
 [[ ! -d $module ]] || exit 0
 mkdir -p "$module" "$STUB_ROOT/dev"
 echo 0 > "$module/refcnt"
-[[ -e $STUB_ROOT/no-device ]] || : > "$STUB_ROOT/dev/watchdog"
+[[ -e $STUB_ROOT/no-device ]] || (umask 077; : > "$STUB_ROOT/dev/watchdog")
+`
+
+const udevadmStub = `#!/bin/bash
+set -Eeuo pipefail
+echo "udevadm $*" >> "$STUB_ROOT/udevadm-calls"
 `
 
 func newWatchdogMachine(t *testing.T) *watchdogMachine {
+	if os.Geteuid() != 0 {
+		t.Skip("the fencing step's machine runs as root: the step gives the watchdog device to the fencing agent's user (make test runs as root)")
+	}
 	dir := t.TempDir()
 	m := &watchdogMachine{t: t, dir: dir, root: filepath.Join(dir, "root"), lib: filepath.Join(dir, "lib.sh"), stubs: filepath.Join(dir, "stubs")}
 	for _, d := range []string{m.root + "/var/lib/bashible", m.root + "/dev", m.stubs} {
@@ -129,9 +147,18 @@ func newWatchdogMachine(t *testing.T) *watchdogMachine {
 		}
 	}
 	writeFile(t, m.lib, libraryOf(t))
-	writeFile(t, filepath.Join(m.stubs, "modprobe"), modprobeStub)
-	if err := os.Chmod(filepath.Join(m.stubs, "modprobe"), 0o755); err != nil {
-		t.Fatal(err)
+	for name, stub := range map[string]string{"modprobe": modprobeStub, "udevadm": udevadmStub} {
+		writeFile(t, filepath.Join(m.stubs, name), stub)
+		if err := os.Chmod(filepath.Join(m.stubs, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The machine's / is open to every user, as a real one: the agent's
+	// user reaches the device through it.
+	for _, d := range []string{filepath.Dir(dir), dir, m.root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return m
 }
@@ -161,6 +188,7 @@ func (m *watchdogMachine) run(mutate func(*deckhousev1.NodeGroup)) (string, []st
 	body = strings.ReplaceAll(body, "watchdog_device_wait_seconds=10", "watchdog_device_wait_seconds=1")
 	writeFile(t, filepath.Join(m.dir, "step.sh"), body)
 	_ = os.Remove(filepath.Join(m.root, "calls"))
+	_ = os.Remove(filepath.Join(m.root, "udevadm-calls"))
 	cmd := exec.Command("bash", "--noprofile", "--norc", "-c", `set -Eeuo pipefail; source "$1"; cd "$2"; source "$3"`, "bashible",
 		m.lib, m.root+"/var/lib/bashible", filepath.Join(m.dir, "step.sh"))
 	cmd.Env = []string{"PATH=" + m.stubs + ":" + os.Getenv("PATH"), "BASHIBLE_ROOT=" + m.root, "STUB_ROOT=" + m.root,
@@ -171,6 +199,38 @@ func (m *watchdogMachine) run(mutate func(*deckhousev1.NodeGroup)) (string, []st
 		calls = strings.Split(strings.TrimSpace(string(data)), "\n")
 	}
 	return strings.ReplaceAll(string(out), m.root, ""), calls, err == nil
+}
+
+// udevCalls are the udevadm calls of the last run.
+func (m *watchdogMachine) udevCalls() []string {
+	data, err := os.ReadFile(filepath.Join(m.root, "udevadm-calls"))
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(data)), "\n")
+}
+
+// device is the owner, group and mode of the machine's /dev/watchdog.
+func (m *watchdogMachine) device() string {
+	m.t.Helper()
+	info, err := os.Stat(filepath.Join(m.root, "dev/watchdog"))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	st := info.Sys().(*syscall.Stat_t)
+	return fmt.Sprintf("%d:%d %#o", st.Uid, st.Gid, info.Mode().Perm())
+}
+
+// opensAs opens the machine's /dev/watchdog for writing, as the agent arms
+// it, in a process of uid (its group the same, no other groups, no
+// capabilities): nil when it could.
+func (m *watchdogMachine) opensAs(uid int) error {
+	cmd := exec.Command("bash", "--noprofile", "--norc", "-c", `exec 3>> "$1"`, "open", filepath.Join(m.root, "dev/watchdog"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.ReplaceAll(strings.TrimSpace(string(out)), m.root, ""))
+	}
+	return nil
 }
 
 func (m *watchdogMachine) exists(path string) bool {
@@ -204,7 +264,7 @@ func TestFencingWatchdogStepLoadsSoftdogOnceAndReloadsAStaleOne(t *testing.T) {
 	for path, want := range map[string]string{
 		"etc/modprobe.d/node-manager-softdog.conf":        "options softdog soft_margin=120 soft_panic=1\n",
 		"etc/modules-load.d/node-manager-softdog.conf":    "\nsoftdog\n",
-		"etc/udev/rules.d/10-node-manager-watchdog.rules": `KERNEL=="watchdog*", OWNER:="root", GROUP:="root", MODE:="0600"` + "\n",
+		"etc/udev/rules.d/10-node-manager-watchdog.rules": fmt.Sprintf(`KERNEL=="watchdog", OWNER:="%d", GROUP:="root", MODE:="0600"`, deckhousev1.FencingAgentUID) + "\n",
 	} {
 		if got := readFileT(t, filepath.Join(m.root, path)); !strings.Contains(got, want) {
 			t.Errorf("/%s lacks %q:\n%s", path, want, got)
@@ -338,5 +398,102 @@ func TestFencingWatchdogStepUndoesItselfWhenFencingGoes(t *testing.T) {
 	m.softdog(true, "0")
 	if _, calls, ok := m.run(nil); !ok || len(calls) > 0 {
 		t.Errorf("a softdog the step never set up must be left alone (ok %v, calls %q)", ok, calls)
+	}
+}
+
+// TestFencingWatchdogStepGivesTheDeviceToTheAgent: in Watchdog mode
+// /dev/watchdog is the fencing agent's (FencingAgentUID, its group root,
+// mode 0600), by the udev rule and directly, on every run: a device the
+// kernel made root's, one whose owner and mode someone widened, one made
+// again by a reload. The agent's user (non-root, no capabilities) opens it;
+// 64535, the user of node-manager's other images, does not. When the group
+// stops arming a watchdog while the device stays, it is root's again and
+// udev applies the rules that remain.
+func TestFencingWatchdogStepGivesTheDeviceToTheAgent(t *testing.T) {
+	t.Parallel()
+	agent := deckhousev1.FencingAgentUID
+	const otherImages = 64535
+	agents, roots := fmt.Sprintf("%d:0 0600", agent), "0:0 0600"
+	watchdog := fencedWith("Watchdog", "")
+	reapply := []string{"udevadm control --reload", "udevadm trigger --action=add --sysname-match=watchdog*"}
+
+	m := newWatchdogMachine(t)
+	out, _, ok := m.run(watchdog)
+	if !ok {
+		t.Fatalf("first run failed:\n%s", out)
+	}
+	rule := readFileT(t, filepath.Join(m.root, "etc/udev/rules.d/10-node-manager-watchdog.rules"))
+	if want := fmt.Sprintf(`KERNEL=="watchdog", OWNER:="%d", GROUP:="root", MODE:="0600"`, agent); !strings.Contains(rule, "\n"+want+"\n") {
+		t.Errorf("the udev rule does not give /dev/watchdog to the agent (%s):\n%s", want, rule)
+	}
+	if want := `KERNEL=="watchdog?*", OWNER:="root", GROUP:="root", MODE:="0600"`; !strings.Contains(rule, "\n"+want+"\n") {
+		t.Errorf("the udev rule should keep the other watchdog devices root's (%s):\n%s", want, rule)
+	}
+	if got := m.udevCalls(); !slices.Equal(got, reapply) {
+		t.Errorf("a new rule should be loaded and applied: udevadm calls %q, want %q", got, reapply)
+	}
+	if got := m.device(); got != agents {
+		t.Errorf("after the first run /dev/watchdog is %s, want %s (the agent's, mode 0600)", got, agents)
+	}
+	if err := m.opensAs(agent); err != nil {
+		t.Errorf("the agent's user %d cannot open /dev/watchdog: %v", agent, err)
+	}
+	if err := m.opensAs(otherImages); err == nil {
+		t.Errorf("user %d (node-manager's other images) can open /dev/watchdog: only the agent may arm it", otherImages)
+	}
+
+	out, _, ok = m.run(watchdog)
+	if !ok || strings.Contains(out, "/dev/watchdog") || len(m.udevCalls()) > 0 || m.device() != agents {
+		t.Errorf("the second run should change nothing (ok %v, udevadm %q, device %s):\n%s", ok, m.udevCalls(), m.device(), out)
+	}
+
+	// Widened by someone else (Deckhouse's rule gives it to its deckhouse
+	// user, mode 0660): the agent's alone again.
+	dev := filepath.Join(m.root, "dev/watchdog")
+	if err := os.Chown(dev, otherImages, otherImages); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dev, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	out, _, ok = m.run(watchdog)
+	if !ok || m.device() != agents || !strings.Contains(out, fmt.Sprintf("gave /dev/watchdog to the fencing agent's user %d, mode 0600", agent)) {
+		t.Errorf("a widened device should be the agent's again, said so (ok %v, device %s):\n%s", ok, m.device(), out)
+	}
+
+	// Made again by a reload, root's as the kernel makes it: given again.
+	if err := os.Remove(dev); err != nil {
+		t.Fatal(err)
+	}
+	out, _, ok = m.run(watchdog)
+	if !ok || m.device() != agents {
+		t.Errorf("a device made again should be the agent's (ok %v, device %s):\n%s", ok, m.device(), out)
+	}
+
+	// The group stops arming a watchdog while the agent still holds
+	// softdog: the device stays, root's again.
+	for _, off := range []struct {
+		name   string
+		mutate func(*deckhousev1.NodeGroup)
+	}{{"Notify", fencedWith("Notify", "")}, {"no fencing", nil}} {
+		if _, _, ok := m.run(watchdog); !ok || m.device() != agents {
+			t.Fatalf("%s: set-up failed (device %s)", off.name, m.device())
+		}
+		m.softdog(true, "1")
+		out, _, ok = m.run(off.mutate)
+		if !ok || m.device() != roots {
+			t.Errorf("%s: /dev/watchdog is %s, want %s (root's again) (ok %v):\n%s", off.name, m.device(), roots, ok, out)
+		}
+		if got := m.udevCalls(); !slices.Equal(got, reapply) {
+			t.Errorf("%s: udev should apply the rules that remain: udevadm calls %q, want %q", off.name, got, reapply)
+		}
+		if err := m.opensAs(agent); err == nil {
+			t.Errorf("%s: the agent's user can still open /dev/watchdog", off.name)
+		}
+		out, _, ok = m.run(off.mutate)
+		if !ok || len(m.udevCalls()) > 0 || strings.Contains(out, "gave /dev/watchdog") || m.device() != roots {
+			t.Errorf("%s: the run after should change nothing (ok %v, udevadm %q):\n%s", off.name, ok, m.udevCalls(), out)
+		}
+		m.softdog(true, "0")
 	}
 }

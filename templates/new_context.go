@@ -168,7 +168,8 @@ var watchdogTimeoutRE = regexp.MustCompile(`^([1-9][0-9]*)([smh])$`)
 // not only by the CRD: a stored object may predate the pattern, and in
 // Watchdog mode it becomes softdog's soft_margin, which the kernel bounds.
 func resolveFencing(f *deckhousev1.FencingSpec) (*Fencing, error) {
-	out := &Fencing{Enabled: true, Mode: or(f.Mode, deckhousev1.FencingModeWatchdog), WatchdogTimeout: deckhousev1.DefaultWatchdogTimeout}
+	out := &Fencing{Enabled: true, Mode: or(f.Mode, deckhousev1.FencingModeWatchdog), WatchdogTimeout: deckhousev1.DefaultWatchdogTimeout,
+		AgentUID: deckhousev1.FencingAgentUID}
 	if f.Watchdog != nil {
 		out.WatchdogTimeout = or(f.Watchdog.Timeout, out.WatchdogTimeout)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -45,6 +46,13 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 	c := pod.Containers[0]
 	if c.Image != "registry/fencing-agent:v1" || !*c.SecurityContext.Privileged {
 		t.Errorf("image %q, privileged %v", c.Image, *c.SecurityContext.Privileged)
+	}
+	// The user the node step gives the device to, not root, no capabilities.
+	if sc := pod.SecurityContext; sc.RunAsUser == nil || *sc.RunAsUser != deckhousev1.FencingAgentUID ||
+		sc.RunAsGroup == nil || *sc.RunAsGroup != deckhousev1.FencingAgentUID || !*sc.RunAsNonRoot ||
+		!slices.Equal(c.SecurityContext.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(c.SecurityContext.Capabilities.Add) > 0 {
+		t.Errorf("the agent runs as %v:%v (non-root %v), capabilities %+v; want %d:%d, non-root, all dropped",
+			ptrValue(sc.RunAsUser), ptrValue(sc.RunAsGroup), *sc.RunAsNonRoot, *c.SecurityContext.Capabilities, deckhousev1.FencingAgentUID, deckhousev1.FencingAgentUID)
 	}
 	for _, arg := range []string{"--mode=Watchdog", "--feed-interval=5s", "--api-timeout=3s", "--watchdog-device=/dev/watchdog"} {
 		if !slices.Contains(c.Args, arg) {
@@ -191,4 +199,11 @@ func waitCached(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func ptrValue(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -29,9 +29,9 @@ const (
 // WatchdogDevice is softdog's device, made by the node step of fenced groups.
 const WatchdogDevice = "/dev/watchdog"
 
-// agentUID is the user the agent runs as; the node step makes the device
-// writable by it (Deckhouse's deckhouse user).
-const agentUID = 64535
+// agentUID is the user (and group) the agent runs as, its own: the node
+// step 017_fencing_watchdog gives the device to it, mode 0600.
+const agentUID = deckhousev1.FencingAgentUID
 
 // DaemonSetName is the DaemonSet of group's agents.
 func DaemonSetName(group string) string { return deckhousev1.FencingAgentName + "-" + group }

@@ -1,6 +1,8 @@
 package fencingagents
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -88,4 +90,18 @@ func sanitize(key string) string {
 		}
 	}
 	return string(out)
+}
+
+// TestTheNotArmedAlertNamesTheAgentsUser: the runbook of
+// NodeFencingAgentNotArmed tells what /dev/watchdog's owner must be; it is
+// the user these DaemonSets run the agent as.
+func TestTheNotArmedAlertNamesTheAgentsUser(t *testing.T) {
+	data, err := manifests.FS.ReadFile("monitoring/prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("stat -c '%%u %%a' /dev/watchdog must print %d 600", deckhousev1.FencingAgentUID)
+	if !strings.Contains(string(data), "alert: NodeFencingAgentNotArmed") || !strings.Contains(string(data), want) {
+		t.Errorf("prometheus-rules.yaml should have the alert NodeFencingAgentNotArmed, its description saying %q", want)
+	}
 }

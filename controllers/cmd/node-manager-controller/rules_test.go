@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
 
+	fencingagent "github.com/node-manager/node-manager/agents/fencing-agent/agent"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/controllers"
 	"github.com/node-manager/node-manager/controllers/manager"
@@ -51,7 +52,7 @@ func (r *recording) MustRegister(cs ...prometheus.Collector) {
 }
 
 var (
-	metricRE  = regexp.MustCompile(`\b((?:node_|d8_|bashible_apiserver_)[a-z0-9_]+)\b`)
+	metricRE  = regexp.MustCompile(`\b((?:node_|d8_|bashible_apiserver_|fencing_agent_)[a-z0-9_]+)\b`)
 	matcherRE = regexp.MustCompile(`([a-z_]+)\s*(?:=~|!~|!=|=)\s*"`)
 	byRE      = regexp.MustCompile(`\b(?:by|on)\s*\(([^)]*)\)`)
 	useRE     = regexp.MustCompile(`\$labels\.([a-z_]+)`)
@@ -63,7 +64,8 @@ var (
 
 // metricInventory is every metric node-manager exports, with its labels:
 // node-manager-controller's (every controller registered as the binary
-// does) and bashible-apiserver's. A histogram's _bucket, _sum and _count
+// does), bashible-apiserver's and the fencing agents' (with node and
+// node_group, which their PodMonitor adds). A histogram's _bucket, _sum and _count
 // series are listed too (_bucket with le). The alert rules and the Grafana
 // dashboard are checked against it.
 func metricInventory(t *testing.T) map[string][]string {
@@ -74,6 +76,11 @@ func metricInventory(t *testing.T) map[string][]string {
 	manager.New(deps, manager.NewOptions(), controllers.All)
 	reg.MustRegister(bundles.NewMetrics().Collectors()...)
 	reg.MustRegister(registry.NewMetrics().Collectors()...)
+	agents := &recording{Registry: prometheus.NewRegistry(), labels: map[string][]string{}}
+	agents.MustRegister(fencingagent.New(fencingagent.Config{NodeName: "node", Group: "group"}, kubefake.NewClientset(), nil, nil, nil, clock.RealClock{}).Collectors()...)
+	for name, ls := range agents.labels {
+		reg.labels[name] = append(ls, "node", "node_group")
+	}
 	inv := map[string][]string{}
 	for name, ls := range reg.labels {
 		inv[name] = ls
@@ -130,7 +137,8 @@ func checkExpr(t *testing.T, where, expr string, inv map[string][]string) (kept 
 func TestAlertsUseExportedMetricsAndLabels(t *testing.T) {
 	inv := metricInventory(t)
 	for _, want := range []string{"node_group_node_status", "node_manager_node_ready", "d8_node_draining", "node_manager_node_drain_failed",
-		"node_manager_nodes_waiting", "d8_unmanaged_nodes_on_cluster", "d8_nodegroup_taint_missing", "node_manager_leader"} {
+		"node_manager_nodes_waiting", "d8_unmanaged_nodes_on_cluster", "d8_nodegroup_taint_missing", "node_manager_leader",
+		"fencing_agent_armed", "fencing_agent_maintenance"} {
 		if _, ok := inv[want]; !ok {
 			t.Errorf("the binary does not register %s", want)
 		}

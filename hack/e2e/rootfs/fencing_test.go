@@ -1,10 +1,12 @@
 package rootfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -18,9 +20,11 @@ import (
 // a second after it loads: the first run reloads softdog with
 // soft_margin=120 and soft_panic=1, waits for the device, makes it load so
 // at boot and turns off the reboot after a panic; the second run changes
-// nothing; a removed /dev/watchdog (Deckhouse's bug of 2026) is made again
-// by a reload; fencing removed, the next run takes it all away and the
-// reboot after a panic comes back.
+// nothing; the device is the fencing agent's user's (mode 0600), which opens
+// it while 64535 (node-manager's other images) cannot, on this machine
+// without udev too; a removed /dev/watchdog (Deckhouse's bug of 2026) is made
+// again by a reload, and given to the agent again; fencing removed, the next
+// run takes it all away and the reboot after a panic comes back.
 func TestDebianFencedWorkerBundle(t *testing.T) {
 	w := newWorker(t)
 	n, root := w.node, w.root
@@ -63,12 +67,15 @@ func TestDebianFencedWorkerBundle(t *testing.T) {
 	for path, want := range map[string]string{
 		"etc/modprobe.d/node-manager-softdog.conf":        "\noptions softdog soft_margin=120 soft_panic=1\n",
 		"etc/modules-load.d/node-manager-softdog.conf":    "\nsoftdog\n",
-		"etc/udev/rules.d/10-node-manager-watchdog.rules": "\nKERNEL==\"watchdog*\", OWNER:=\"root\", GROUP:=\"root\", MODE:=\"0600\"\n",
+		"etc/udev/rules.d/10-node-manager-watchdog.rules": fmt.Sprintf("\nKERNEL==\"watchdog\", OWNER:=\"%d\", GROUP:=\"root\", MODE:=\"0600\"\n", deckhousev1.FencingAgentUID),
 	} {
 		if got := framework.ReadFile(t, filepath.Join(root, path)); !strings.Contains(got, want) {
 			t.Errorf("/%s lacks %q:\n%s", path, want, got)
 		}
 	}
+	// Debian's root has no udev (a machine without it, or one where the
+	// device came before the rule): the step itself gives the device.
+	agentsDevice(t, root)
 
 	// The second run changes nothing: no file, no module, no call.
 	n.applied(bundle.Checksum)
@@ -103,6 +110,7 @@ func TestDebianFencedWorkerBundle(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "dev/watchdog")); err != nil {
 		t.Errorf("the device is not back: %v", err)
 	}
+	agentsDevice(t, root)
 	if changed := changedFiles(before, snapshot(t, root)); len(changed) > 0 {
 		t.Errorf("reloading softdog changed files: %v", changed)
 	}
@@ -138,5 +146,31 @@ func TestDebianFencedWorkerBundle(t *testing.T) {
 	}
 	if changed := changedFiles(before, snapshot(t, root)); len(changed) > 0 || len(changes(calls)) > 0 {
 		t.Errorf("the run after fencing was removed changed files %v, made calls %q", changed, changes(calls))
+	}
+}
+
+// agentsDevice checks that root's /dev/watchdog is the fencing agent's
+// user's, group root, mode 0600, and that a process of that user (non-root,
+// no capabilities, as the agent's container runs) opens it for writing, as
+// the agent arms it, while one of user 64535 (node-manager's other images)
+// cannot.
+func agentsDevice(t *testing.T, root string) {
+	t.Helper()
+	info, err := os.Stat(filepath.Join(root, "dev/watchdog"))
+	if err != nil {
+		t.Fatalf("no /dev/watchdog: %v", err)
+	}
+	st := info.Sys().(*syscall.Stat_t)
+	if got, want := fmt.Sprintf("%d:%d %#o", st.Uid, st.Gid, info.Mode().Perm()), fmt.Sprintf("%d:0 0600", deckhousev1.FencingAgentUID); got != want {
+		t.Errorf("/dev/watchdog is %s, want %s (the fencing agent's, mode 0600)", got, want)
+	}
+	open := func(uid int) (string, error) {
+		return debianroot.Run(t, root, nil, fmt.Sprintf("setpriv --reuid=%d --regid=%d --clear-groups --inh-caps=-all --bounding-set=-all bash -c 'exec 3>> /dev/watchdog'", uid, uid))
+	}
+	if out, err := open(deckhousev1.FencingAgentUID); err != nil {
+		t.Errorf("the fencing agent's user %d cannot open /dev/watchdog: %v\n%s", deckhousev1.FencingAgentUID, err, out)
+	}
+	if out, err := open(64535); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Errorf("user 64535 (node-manager's other images) should be refused /dev/watchdog (err %v):\n%s", err, out)
 	}
 }

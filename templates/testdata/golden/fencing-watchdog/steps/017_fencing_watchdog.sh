@@ -5,12 +5,13 @@ if [[ -n "${BASHIBLE_ROOT:-}" ]]; then
   echo "this step configures the machine itself and does not run with BASHIBLE_ROOT=$BASHIBLE_ROOT" >&2
   exit 1
 fi
-# Fencing, mode Watchdog: the fencing agent (a DaemonSet, running as root)
-# arms the kernel's software watchdog, softdog, and feeds it while the node
-# is healthy. A node cut off from the API and from its group stops feeding
-# it, and the group's spec.fencing.watchdog.timeout later (soft_margin below)
-# softdog panics it (soft_panic=1); with kernel.panic = 0 (015_kernel) it
-# stays down, and the fencing controller frees its pods.
+# Fencing, mode Watchdog: the fencing agent (a DaemonSet, running as a
+# non-root user of its own) arms the kernel's software watchdog, softdog,
+# and feeds it while the node is healthy. A node cut off from the API and
+# from its group stops feeding it, and the group's
+# spec.fencing.watchdog.timeout later (soft_margin below) softdog panics it
+# (soft_panic=1); with kernel.panic = 0 (015_kernel) it stays down, and the
+# fencing controller frees its pods.
 #
 # softdog is loaded with its options now and at every boot (modprobe.d and
 # modules-load.d). The kernel does not show the options a loaded softdog
@@ -25,6 +26,7 @@ fi
 # softdog then loads with the options file.
 softdog_options=(soft_margin=120 soft_panic=1)
 watchdog_device=/dev/watchdog
+agent_uid=65100
 reload_pending=/run/node-manager/softdog-reload-pending
 # How long the device may take to appear after the module is loaded.
 watchdog_device_wait_seconds=10
@@ -38,18 +40,25 @@ bb-write-if-changed /etc/modules-load.d/node-manager-softdog.conf 0644 <<'CONF'
 softdog
 CONF
 
-# The device stays root's alone, mode 0600, as the kernel makes it: the
-# fencing agent runs as root and needs nothing more, and opening the device
-# arms the watchdog, so whoever may open it may panic the node. The rule
-# says so explicitly, with final assignments, so that no wider rule (such as
-# Deckhouse's, which gives it to the deckhouse user, mode 0660) applies.
-bb-write-if-changed /etc/udev/rules.d/10-node-manager-watchdog.rules 0644 watchdog-udev-rule <<'RULES'
-# Managed by node-manager: watchdog devices are root's alone (opening one arms it).
-KERNEL=="watchdog*", OWNER:="root", GROUP:="root", MODE:="0600"
+# The device is the fencing agent's alone: its user owns it, group root,
+# mode 0600. Opening it arms the watchdog, so whoever may open it may reset
+# the node; the agent runs as a user of its own (no other node-manager
+# component uses it), with no capabilities. The udev rule gives it so
+# whenever udev makes the device, with final assignments, so that no wider
+# rule (such as Deckhouse's, which gives it to the deckhouse user, mode
+# 0660) applies; the other watchdog devices stay root's (watchdog0 is the
+# same watchdog as /dev/watchdog, others are hardware watchdogs). The step
+# also gives the device itself on every run, once softdog is loaded
+# (below): a machine without udev, a device made before the rule, or one
+# someone changed since.
+bb-write-if-changed /etc/udev/rules.d/10-node-manager-watchdog.rules 0644 watchdog-udev-rule <<RULES
+# Managed by node-manager: /dev/watchdog is the fencing agent's (user ${agent_uid}),
+# the other watchdog devices root's; opening one arms it.
+KERNEL=="watchdog", OWNER:="${agent_uid}", GROUP:="root", MODE:="0600"
+KERNEL=="watchdog?*", OWNER:="root", GROUP:="root", MODE:="0600"
 RULES
 if bb-changed watchdog-udev-rule; then
-  # Without udev (a container, a chroot) the kernel's own root-only
-  # ownership applies, which is what the rule says.
+  # Without udev (a container, a chroot) the step's own chown below does it.
   if command -v udevadm > /dev/null; then
     udevadm control --reload
     udevadm trigger --action=add --sysname-match='watchdog*'
@@ -100,6 +109,13 @@ else
       exit 1
     fi
   fi
+fi
+
+# The device the agent opens is its user's, mode 0600, whoever made it.
+if [[ "$(stat -L -c '%u:%g %a' "$watchdog_device")" != "${agent_uid}:0 600" ]]; then
+  chown "${agent_uid}:0" "$watchdog_device"
+  chmod 0600 "$watchdog_device"
+  bb-log "gave $watchdog_device to the fencing agent's user ${agent_uid}, mode 0600"
 fi
 
 # /dev/watchdog is the first watchdog the kernel registered; a hardware
