@@ -173,6 +173,22 @@ build: ## compile every package, bashible-apiserver, node-manager-controller, ca
 	go build ./...
 	go build -o $(BIN)/ $(STACK_CMDS) ./hack/cmd/localstack
 
+# The release (docs/install.md): one YAML file of node-manager and Cluster
+# API's core, every image pinned by digest in REGISTRY, as make images
+# recorded them in IMAGES_DIGESTS; monitoring is a second, optional file.
+REGISTRY       ?=
+IMAGES_DIGESTS ?= $(CURDIR)/.local/images/digests
+RELEASE_DIR    ?= $(CURDIR)/.local/release
+ifneq ($(filter release,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error release: set REGISTRY=<registry>/<path>, where make push REGISTRY=... put the images)
+endif
+endif
+.PHONY: release
+release: images $(BIN)/kubectl ## the release .local/release/node-manager.yaml (REGISTRY=<registry>/<path>), applied with kubectl apply --server-side -f
+	go run ./hack/cmd/release -registry "$(REGISTRY)" -digests "$(IMAGES_DIGESTS)" -kubectl $(BIN)/kubectl \
+		-out $(RELEASE_DIR)/node-manager.yaml -monitoring-out $(RELEASE_DIR)/node-manager-monitoring.yaml
+
 .PHONY: run
 run: $(CONTROL_PLANE) $(BIN)/capi-controller-manager build ## start the local control plane and the stack; Ctrl-C stops it
 	@$(BIN)/localstack
@@ -193,7 +209,8 @@ lint: $(LINTERS) debian-tools ## gofmt, go vet, staticcheck, shellcheck of hack/
 	hack/verify-wire-names.sh
 
 .PHONY: test-unit
-test-unit: debian-tools ## unit tests (no control plane), including golden files checked by bash -n and shellcheck
+# bin/kubectl: hack/release's tests build the release with its kustomize.
+test-unit: debian-tools $(BIN)/kubectl ## unit tests (no control plane), including golden files checked by bash -n and shellcheck
 	@mkdir -p $(TEST_LOGS)
 	go test -race -timeout 20m $(TEST_VETFLAGS) $(TEST_LDFLAGS) $(GO_TEST_FLAGS) $(UNIT_PKGS) 2>&1 | tee $(TEST_LOGS)/unit.log
 	go test -count=1 -race -timeout 20m $(TEST_VETFLAGS) $(TEST_LDFLAGS) $(GO_TEST_FLAGS) $(HARNESS_PKGS) 2>&1 | tee -a $(TEST_LOGS)/unit.log

@@ -24,6 +24,8 @@ type Controller struct {
 	metrics *Metrics
 	// instances are counted per group for status.instances.
 	instances nmlistersv1alpha1.InstanceLister
+	// components decide which fields are inert (InertFields).
+	components Components
 
 	mu sync.Mutex // serializes export
 }
@@ -33,7 +35,8 @@ type Controller struct {
 // group.
 func New(d *manager.Deps) *Controller {
 	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
-	c := &Controller{d: d, metrics: newMetrics(d.Registry), instances: inst.Lister()}
+	c := &Controller{d: d, metrics: newMetrics(d.Registry), instances: inst.Lister(),
+		components: Components{ClusterAPI: d.Options != nil && d.Options.ClusterAPI}}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue)
 	c.watch.Synced = append(c.watch.Synced, inst.Informer().HasSynced)

@@ -30,16 +30,26 @@ const (
 		"and leaves containerd's default runtime alone: install the driver and runtime with a NodeGroupConfiguration"
 )
 
+// Components are the parts of node-manager a deployment runs that some
+// fields depend on.
+type Components struct {
+	// ClusterAPI: node-manager-controller runs with --cluster-api, beside
+	// Cluster API's core and Cluster API Provider Static (as the release
+	// installs them), so staticInstances are bootstrapped.
+	ClusterAPI bool
+}
+
 // InertFields lists, in a fixed order, the fields of a NodeGroup's spec
 // that are set and that no component of this deployment acts on. Every
 // other field is acted on: rendered into the group's bundle (nodeType,
 // kubernetesVersion, cri, kubelet, nodeTemplate, disruptions.approvalMode),
 // kept on its nodes (nodeTemplate), or used by update approval, the drain,
-// the fencing controller and agents (fencing) or this controller
+// the fencing controller and agents (fencing), this controller
 // (disruptions, update, nodeDrainTimeoutSecond, cloudInstances.minPerZone,
-// maxPerZone and zones). A field left at the
-// value the API defaults it to is not listed: the user did not ask for it.
-func InertFields(spec *deckhousev1.NodeGroupSpec) []InertField {
+// maxPerZone and zones) or, with c.ClusterAPI, Cluster API and its static
+// provider (staticInstances). A field left at the value the API defaults
+// it to is not listed: the user did not ask for it.
+func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 	var out []InertField
 	add := func(path, why string) { out = append(out, InertField{Path: "spec." + path, Why: why}) }
 
@@ -53,8 +63,10 @@ func InertFields(spec *deckhousev1.NodeGroupSpec) []InertField {
 	if o := spec.OperatingSystem; o != nil && o.ManageKernel != nil {
 		add("operatingSystem.manageKernel", "it is deprecated and has no effect, as in Deckhouse")
 	}
-	if spec.StaticInstances != nil {
-		add("staticInstances", "no Cluster API Provider Static runs in this deployment, so no StaticInstance is bootstrapped; join machines with the manual-bootstrap-for-<group> Secret")
+	if spec.StaticInstances != nil && !c.ClusterAPI {
+		add("staticInstances", "node-manager-controller runs without --cluster-api, so Cluster API Provider Static is given no machine and "+
+			"no StaticInstance is bootstrapped; install the release (which runs Cluster API and the provider), or join machines "+
+			"with the manual-bootstrap-for-<group> Secret")
 	}
 	if ci := spec.CloudInstances; ci != nil {
 		add("cloudInstances.classReference", noMachineController+"; templates may read it as .nodeGroup.cloudInstances.classReference")

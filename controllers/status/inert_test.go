@@ -2,12 +2,14 @@ package status
 
 import (
 	"bytes"
+	"path"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -68,18 +70,27 @@ var inertCases = []struct {
 		"spec.cloudInstances.standby", "spec.cloudInstances.standbyHolder", "spec.cloudInstances.priority"}},
 }
 
+// TestInertFieldsNameTheFieldsNothingActsOn: each case's fields without
+// Cluster API; with it (--cluster-api, as the release runs) staticInstances
+// is acted on and never listed.
 func TestInertFieldsNameTheFieldsNothingActsOn(t *testing.T) {
 	for _, tc := range inertCases {
 		t.Run(tc.name, func(t *testing.T) {
-			var got []string
-			for _, f := range InertFields(&tc.spec) {
-				if f.Why == "" {
-					t.Errorf("%s has no reason", f.Path)
+			for _, c := range []Components{{}, {ClusterAPI: true}} {
+				want := tc.want
+				if c.ClusterAPI {
+					want = slices.DeleteFunc(slices.Clone(want), func(p string) bool { return p == "spec.staticInstances" })
 				}
-				got = append(got, f.Path)
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("InertFields = %v, want %v", got, tc.want)
+				var got []string
+				for _, f := range InertFields(&tc.spec, c) {
+					if f.Why == "" {
+						t.Errorf("%s has no reason", f.Path)
+					}
+					got = append(got, f.Path)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("InertFields with %+v = %v, want %v", c, got, want)
+				}
 			}
 		})
 	}
@@ -89,18 +100,23 @@ func TestInertFieldsConditionListsEachFieldAndWhy(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w", Generation: 3}, Spec: deckhousev1.NodeGroupSpec{
 		NodeType: deckhousev1.NodeTypeStatic, Chaos: &deckhousev1.ChaosSpec{Mode: "DrainAndDelete"}, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 1},
 	}}
-	c := meta.FindStatusCondition(Compute(g, "", nil, t0).Conditions, ConditionInertFields)
+	c := meta.FindStatusCondition(Compute(g, "", nil, Components{}, t0).Conditions, ConditionInertFields)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "FieldsHaveNoEffect" || c.ObservedGeneration != 3 {
 		t.Fatalf("InertFields condition = %+v, want True, FieldsHaveNoEffect, generation 3", c)
 	}
-	for _, want := range []string{"spec.chaos.mode (node-manager has no chaos monkey", "spec.staticInstances (no Cluster API Provider Static"} {
+	for _, want := range []string{"spec.chaos.mode (node-manager has no chaos monkey", "spec.staticInstances (node-manager-controller runs without --cluster-api"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q should contain %q", c.Message, want)
 		}
 	}
+	// With Cluster API (the release) staticInstances is acted on.
+	c = meta.FindStatusCondition(Compute(g, "", nil, Components{ClusterAPI: true}, t0).Conditions, ConditionInertFields)
+	if c == nil || c.Status != metav1.ConditionTrue || strings.Contains(c.Message, "staticInstances") {
+		t.Fatalf("with --cluster-api the InertFields condition = %+v, want True for chaos.mode only", c)
+	}
 
 	g.Spec.Chaos, g.Spec.StaticInstances = nil, nil
-	c = meta.FindStatusCondition(Compute(g, "", nil, t0).Conditions, ConditionInertFields)
+	c = meta.FindStatusCondition(Compute(g, "", nil, Components{}, t0).Conditions, ConditionInertFields)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "AllFieldsActedOn" {
 		t.Fatalf("with no inert field the condition = %+v, want False, AllFieldsActedOn", c)
 	}
@@ -109,11 +125,13 @@ func TestInertFieldsConditionListsEachFieldAndWhy(t *testing.T) {
 // TestInertFieldsAgreeWithTheAdmissionPolicy evaluates the validations of
 // manifests/policies/nodegroup-inert-fields.yaml against every case, as
 // kube-apiserver would against the stored object, and requires the
-// warnings to be exactly InertFields' fields, each "<path>: <why>". Every
-// validation must fire in some case, so a field added to one side only is
-// caught.
+// warnings to be exactly InertFields' fields, each "<path>: <why>", for the
+// components the shipped node-manager-controller Deployment runs (its
+// --cluster-api). Every validation must fire in some case, so a field
+// added to one side only is caught.
 func TestInertFieldsAgreeWithTheAdmissionPolicy(t *testing.T) {
 	policy := readInertPolicy(t)
+	shipped := shippedComponents(t)
 	env, err := cel.NewEnv(cel.Variable("object", cel.DynType))
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +169,7 @@ func TestInertFieldsAgreeWithTheAdmissionPolicy(t *testing.T) {
 				}
 			}
 			var want []string
-			for _, f := range InertFields(&tc.spec) {
+			for _, f := range InertFields(&tc.spec, shipped) {
 				want = append(want, f.Path+": "+f.Why)
 			}
 			slices.Sort(warned)
@@ -187,4 +205,32 @@ func readInertPolicy(t *testing.T) *admissionregistrationv1.ValidatingAdmissionP
 	}
 	t.Fatal("nodegroup-inert-fields.yaml has no ValidatingAdmissionPolicy")
 	return nil
+}
+
+// shippedComponents are the Components of the shipped
+// node-manager-controller Deployment (manifests/node-manager-controller):
+// ClusterAPI when it passes --cluster-api.
+func shippedComponents(t *testing.T) Components {
+	t.Helper()
+	path := path.Join(deckhousev1.NodeManagerControllerName, "deployment.yaml")
+	data, err := manifests.FS.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal(doc, &d); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if d.Kind != "Deployment" || d.Name != deckhousev1.NodeManagerControllerName {
+			continue
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if c.Name == deckhousev1.NodeManagerControllerName {
+				return Components{ClusterAPI: slices.Contains(c.Args, "--cluster-api") || slices.Contains(c.Args, "--cluster-api=true")}
+			}
+		}
+	}
+	t.Fatalf("%s has no %s Deployment and container", path, deckhousev1.NodeManagerControllerName)
+	return Components{}
 }

@@ -35,10 +35,10 @@ type Status struct {
 }
 
 // Compute derives a group's status from its nodes, checksum and current
-// conditions. Only nodes of this group are counted (Deckhouse's upToDate
+// conditions, for a deployment that runs components. Only nodes of this group are counted (Deckhouse's upToDate
 // counted matching nodes of every group). A condition keeps its
 // lastTransitionTime while its status stays the same.
-func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now metav1.Time) Status {
+func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, components Components, now metav1.Time) Status {
 	var s Status
 	var updating, waitingDisruption, drainFailed []string
 	var oldest *version.Version
@@ -102,7 +102,7 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, now m
 	}
 	set(ConditionWaitingForDisruptiveApproval, len(waitingDisruption) > 0, pick(len(waitingDisruption) > 0, "DisruptionApprovalRequired", "NoDisruptionPending"), waitMsg)
 	set(ConditionError, len(errs) > 0, pick(len(errs) > 0, "Error", "NoError"), pick(len(errs) > 0, strings.Join(errs, " | "), "no error"))
-	inert, inertReason, inertMsg := inertCondition(InertFields(&g.Spec))
+	inert, inertReason, inertMsg := inertCondition(InertFields(&g.Spec, components))
 	set(ConditionInertFields, inert, inertReason, inertMsg)
 
 	s.SummaryReady = pick(ready, "True", "False")

@@ -36,7 +36,7 @@ func TestComputeCountsAndConditions(t *testing.T) {
 		node("b", "w", true, deckhousev1.ConfigurationChecksumAnnotation, "old", deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, ""),
 		node("c", "w", false, deckhousev1.ConfigurationChecksumAnnotation, "new"),
 	}
-	s := Compute(g, "new", ns, t0)
+	s := Compute(g, "new", ns, Components{}, t0)
 	if s.Nodes != 3 || s.Ready != 2 || s.UpToDate != 2 || s.KubernetesVersion != "1.36" {
 		t.Errorf("counts %+v", s)
 	}
@@ -58,17 +58,17 @@ func TestComputeCountsAndConditions(t *testing.T) {
 
 func TestTransitionTimesStayWhileStatusStays(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
-	first := Compute(g, "s", []*corev1.Node{node("a", "w", true)}, t0)
+	first := Compute(g, "s", []*corev1.Node{node("a", "w", true)}, Components{}, t0)
 	g.Status.Conditions = first.Conditions
 	later := metav1.NewTime(t0.Add(time.Hour))
-	second := Compute(g, "s", []*corev1.Node{node("a", "w", true), node("b", "w", true)}, later)
+	second := Compute(g, "s", []*corev1.Node{node("a", "w", true), node("b", "w", true)}, Components{}, later)
 	for _, c := range second.Conditions {
 		if !c.LastTransitionTime.Equal(&t0) {
 			t.Errorf("condition %s moved its transition time to %v though its status stayed", c.Type, c.LastTransitionTime)
 		}
 	}
 	g.Status.Conditions = second.Conditions
-	third := Compute(g, "s", []*corev1.Node{node("a", "w", false)}, later)
+	third := Compute(g, "s", []*corev1.Node{node("a", "w", false)}, Components{}, later)
 	if c := meta.FindStatusCondition(third.Conditions, ConditionReady); !c.LastTransitionTime.Equal(&later) {
 		t.Errorf("Ready changed but kept transition time %v", c.LastTransitionTime)
 	}
@@ -77,7 +77,7 @@ func TestTransitionTimesStayWhileStatusStays(t *testing.T) {
 func TestErrorsFromRenderingAndDrains(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"}, Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
 	g.Status.Conditions = []metav1.Condition{{Type: ConditionRendered, Status: metav1.ConditionFalse, Message: "step 100_x: line 3: missing key"}}
-	s := Compute(g, "s", []*corev1.Node{node("a", "w", true, deckhousev1.DrainFailedAnnotation, "pdb")}, t0)
+	s := Compute(g, "s", []*corev1.Node{node("a", "w", true, deckhousev1.DrainFailedAnnotation, "pdb")}, Components{}, t0)
 	c := meta.FindStatusCondition(s.Conditions, ConditionError)
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "missing key") || !strings.Contains(c.Message, "drain failed on a") {
 		t.Errorf("Error condition %+v", c)
@@ -90,10 +90,10 @@ func TestErrorsFromRenderingAndDrains(t *testing.T) {
 func TestCloudEphemeralNeedsItsMinimum(t *testing.T) {
 	g := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeCloudEphemeral,
 		CloudInstances: &deckhousev1.CloudInstancesSpec{MinPerZone: 1, Zones: []string{"a", "b"}}}}
-	if s := Compute(g, "s", []*corev1.Node{node("a", "w", true)}, t0); s.SummaryReady != "False" {
+	if s := Compute(g, "s", []*corev1.Node{node("a", "w", true)}, Components{}, t0); s.SummaryReady != "False" {
 		t.Errorf("one Ready node of a minimum of two: %+v", s)
 	}
-	if s := Compute(g, "s", []*corev1.Node{node("a", "w", true), node("b", "w", true)}, t0); s.SummaryReady != "True" {
+	if s := Compute(g, "s", []*corev1.Node{node("a", "w", true), node("b", "w", true)}, Components{}, t0); s.SummaryReady != "True" {
 		t.Errorf("minimum met: %+v", s)
 	}
 }

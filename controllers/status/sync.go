@@ -34,7 +34,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		return err
 	}
 	checksum := c.watch.Checksum(group)
-	s := Compute(g, checksum, ns, metav1.NewTime(c.d.Clock.Now()))
+	s := Compute(g, checksum, ns, c.components, metav1.NewTime(c.d.Clock.Now()))
 	scale := ComputeScale(g, int32(len(insts)))
 	c.export(group, g, ns, checksum)
 	if unchanged(g, s) && scaleUnchanged(g, scale) {
