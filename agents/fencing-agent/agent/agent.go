@@ -83,6 +83,11 @@ type Gossip interface {
 	AliveWithoutAPI() []string
 	SetAPIReached(reached bool)
 	Leave(timeout time.Duration)
+	// KeyError is why the group's gossip keyring could not be read last
+	// time (nil when it was); Keyring is the fingerprint of the keyring in
+	// use ("" before the first).
+	KeyError() error
+	Keyring() string
 }
 
 // Agent is one node's fencing agent.
@@ -113,6 +118,8 @@ type Status struct {
 	Joined        bool
 	MembersAlive  int
 	MembersWanted int
+	// KeyError is why the gossip keyring cannot be read (nil when it can).
+	KeyError error
 	// Maintenance names the annotation that put the node in maintenance.
 	MaintenanceAnnotation string
 }
@@ -240,7 +247,8 @@ func (a *Agent) Tick(ctx context.Context) {
 	}
 	expected := a.expectedMembers()
 	a.gossip.SetAPIReached(answered)
-	alive := membership.CountAlive(a.cfg.NodeName, a.gossip.Alive(), expected)
+	listed := a.gossip.Alive()
+	alive := membership.CountAlive(a.cfg.NodeName, listed, expected)
 	cutOff := membership.CountAlive(a.cfg.NodeName, a.gossip.AliveWithoutAPI(), expected)
 	maint := InMaintenance(node)
 	s := State{
@@ -259,7 +267,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.mu.Lock()
 	prev := a.status
 	a.status = Status{State: s, Decision: d, Synced: synced, Joined: a.gossip.Joined(),
-		MembersAlive: alive, MembersWanted: len(expected), MaintenanceAnnotation: maint}
+		MembersAlive: alive, MembersWanted: len(expected), MaintenanceAnnotation: maint, KeyError: a.gossip.KeyError()}
 	a.status.Armed = a.dev.Armed()
 	a.lastTick = a.clock.Now()
 	a.mu.Unlock()
@@ -269,8 +277,10 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.metrics.apiReachable.Set(boolGauge(answered))
 	a.metrics.maintenance.Set(boolGauge(maint != ""))
 	a.metrics.membersAlive.Set(float64(alive))
+	a.metrics.membersListed.Set(float64(len(listed)))
 	a.metrics.membersWant.Set(float64(len(expected)))
 	a.metrics.setQuorum(s.Quorum)
+	a.metrics.keyringReadable.Set(boolGauge(a.status.KeyError == nil))
 }
 
 // checkAPI GETs the agent's own Node within APITimeout: the cheapest
@@ -462,6 +472,10 @@ func (a *Agent) Ready() (bool, string) {
 		quorum = fmt.Sprintf("; %d of %d members of group %s alive (quorum %s)", s.MembersAlive, s.MembersWanted, a.cfg.Group, s.Quorum)
 	}
 	switch {
+	case s.KeyError != nil && !s.Joined:
+		return false, "not gossiping: " + s.KeyError.Error() + quorum
+	case s.KeyError != nil:
+		return false, "gossiping with the keys read last, the group's gossip keyring cannot be read again: " + s.KeyError.Error() + quorum
 	case !s.Synced:
 		return false, "the Node caches have not synced" + quorum
 	case !s.Joined:

@@ -63,6 +63,8 @@ func (g *fakeGossip) AliveWithoutAPI() []string {
 }
 func (g *fakeGossip) SetAPIReached(r bool) { g.mu.Lock(); defer g.mu.Unlock(); g.reached = r }
 func (g *fakeGossip) Leave(time.Duration)  {}
+func (g *fakeGossip) KeyError() error      { return nil }
+func (g *fakeGossip) Keyring() string      { return "0123456789abcdef" }
 
 // cutOff says which alive peers report that they cannot reach the API.
 func (g *fakeGossip) cutOff(names ...string) { g.mu.Lock(); defer g.mu.Unlock(); g.withoutAPI = names }

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,9 @@ type FencedGroup struct {
 	Nodes      []string
 	Proxies    []*TCPProxy
 	Agents     []*stack.FencingAgent
+	// Keys are each agent's gossip keyring volume, written from the
+	// group's Secret as the node's kubelet would.
+	Keys []*GossipKeyVolume
 }
 
 // FencedGroupOptions tune StartFencedGroup.
@@ -35,6 +39,9 @@ type FencedGroupOptions struct {
 	Group func(*deckhousev1.NodeGroup)
 	// AgentArgs are added to every agent's command line.
 	AgentArgs []string
+	// KeysFromController: node-manager-controller runs and makes the
+	// group's gossip keyring Secret; otherwise the test makes it.
+	KeysFromController bool
 }
 
 // StartFencedGroup creates group name with three Nodes, starts an agent on
@@ -54,6 +61,9 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 		}
 	}))
 	g := &FencedGroup{Name: name, Mode: opts.Mode}
+	if !opts.KeysFromController {
+		f.EnsureGossipKeySecret(t, name)
+	}
 	var gossipPorts []int
 	for i := range 3 {
 		node := fmt.Sprintf("%s-%d", name, i)
@@ -80,9 +90,11 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 				peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
 			}
 		}
+		keys := MountGossipKeys(t, f.Kube, deckhousev1.FencingGossipKeySecretPrefix+name, filepath.Join(f.CP.Dir(), "gossip-key-"+node))
+		g.Keys = append(g.Keys, keys)
 		a, err := f.Env.StartFencingAgent(ctx, stack.FencingAgentOptions{
 			Node: node, Group: name, Mode: opts.Mode, Token: token, APIServer: g.Proxies[i].Addr(),
-			GossipPort: gossipPorts[i], Peers: peers, ExtraArgs: opts.AgentArgs,
+			GossipPort: gossipPorts[i], Peers: peers, GossipKeyDir: keys.Dir, ExtraArgs: opts.AgentArgs,
 		})
 		if err != nil {
 			t.Fatal(err)
