@@ -57,7 +57,7 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 	for _, e := range c.Env {
 		env[e.Name] = true
 	}
-	if !env["NODE_NAME"] || !env["NODE_GROUP"] || !env["POD_IP"] {
+	if !env["NODE_NAME"] || !env["NODE_GROUP"] || !env["POD_IP"] || !env["HOST_IP"] || !slices.Contains(c.Args, "--gossip-bind-address=$(HOST_IP)") {
 		t.Errorf("env %+v", c.Env)
 	}
 	sel := ds.Spec.Selector.MatchLabels

@@ -76,11 +76,15 @@ func DaemonSet(ng *deckhousev1.NodeGroup, namespace, image string) *appsv1.Daemo
 			"--gossip-port=" + strconv.Itoa(GossipPort),
 			"--listen-address=:" + strconv.Itoa(MetricsPort),
 			"--gossip-key-dir=" + GossipKeyDir,
+			// The gossip listens on the node's InternalIP only.
+			"--gossip-bind-address=$(HOST_IP)",
+			"--gossip-advertise-address=$(HOST_IP)",
 		},
 		Env: []corev1.EnvVar{
 			{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 			{Name: "NODE_GROUP", Value: ng.Name},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "https-metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},

@@ -88,6 +88,12 @@ type Gossip interface {
 	// use ("" before the first).
 	KeyError() error
 	Keyring() string
+	// SetGroup is the group's Nodes and their InternalIPs: the only
+	// members, and the only senders, the gossip admits.
+	SetGroup(nodes map[string]string)
+	// Rejected counts what the gossip refused, by reason
+	// (membership.RejectedReasons).
+	Rejected(reason string) uint64
 }
 
 // Agent is one node's fencing agent.
@@ -139,7 +145,7 @@ func New(cfg Config, kube kubernetes.Interface, dev Device, gossip Gossip, recor
 		own: own, group: group, ownNodes: ownInf.Lister(), grpNodes: grpInf.Lister(),
 		synced: []cache.InformerSynced{ownInf.Informer().HasSynced, grpInf.Informer().HasSynced},
 	}
-	a.metrics = newMetrics(a.LastFeed, clk.Now)
+	a.metrics = newMetrics(a.LastFeed, clk.Now, gossip.Rejected)
 	return a
 }
 
@@ -188,6 +194,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) rejoin(ctx context.Context) {
 	for {
 		if cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+			a.gossip.SetGroup(a.groupAddresses())
 			a.gossip.Join(a.peers())
 		}
 		select {
@@ -215,6 +222,24 @@ func (a *Agent) peers() []string {
 		}
 	}
 	return peers
+}
+
+// groupAddresses maps each of the group's Nodes (this one included) to its
+// InternalIP ("" when it reports none): the members the gossip admits.
+// While the API is down the cache keeps its last view.
+func (a *Agent) groupAddresses() map[string]string {
+	out := map[string]string{a.cfg.NodeName: ""}
+	nodes, _ := a.grpNodes.List(labels.Everything())
+	for _, n := range nodes {
+		out[n.Name] = ""
+		for _, addr := range n.Status.Addresses {
+			if addr.Type == corev1.NodeInternalIP {
+				out[n.Name] = addr.Address
+				break
+			}
+		}
+	}
+	return out
 }
 
 // expectedMembers is the group's expected membership N: its Nodes that

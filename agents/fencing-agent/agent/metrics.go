@@ -25,10 +25,20 @@ type metrics struct {
 	sinceFeed     prometheus.GaugeFunc
 	// keyringReadable is 1 while the group's gossip keyring can be read.
 	keyringReadable prometheus.Gauge
+	// rejected is what the gossip refused, one series per reason.
+	rejected []prometheus.Collector
 }
 
-func newMetrics(lastFeed func() time.Time, now func() time.Time) *metrics {
+func newMetrics(lastFeed func() time.Time, now func() time.Time, rejected func(reason string) uint64) *metrics {
+	var rej []prometheus.Collector
+	for _, r := range membership.RejectedReasons {
+		rej = append(rej, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fencing_agent_gossip_rejected_total",
+			Help:        "Gossip messages or members refused: reason key (not encrypted with the group's keyring), member (no Node of the group, or not at its InternalIP), merge (a push/pull larger than the group), source (from an address that is no Node of the group).",
+			ConstLabels: prometheus.Labels{"reason": r}},
+			func() float64 { return float64(rejected(r)) }))
+	}
 	return &metrics{
+		rejected: rej,
 		armed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_armed",
 			Help: "1 while the watchdog is armed (in Notify mode: while the agent watches and the Node is labelled)."}),
 		feeding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_feeding",
@@ -64,7 +74,7 @@ func newMetrics(lastFeed func() time.Time, now func() time.Time) *metrics {
 
 // Collectors are every series, for registering.
 func (m *metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.armed, m.feeding, m.apiReachable, m.maintenance, m.membersAlive, m.membersListed, m.membersWant, m.quorum, m.feeds, m.sinceFeed, m.keyringReadable}
+	return append([]prometheus.Collector{m.armed, m.feeding, m.apiReachable, m.maintenance, m.membersAlive, m.membersListed, m.membersWant, m.quorum, m.feeds, m.sinceFeed, m.keyringReadable}, m.rejected...)
 }
 
 func (m *metrics) setQuorum(q membership.Quorum) {

@@ -19,6 +19,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,10 @@ type Gossip struct {
 	joined  atomic.Bool
 	meta    *apiMeta
 	members *members
+	// admit bounds membership to the group's Nodes and their addresses;
+	// rejected counts what it and the transport refused.
+	admit    *admission
+	rejected *rejections
 
 	// mu guards ml (nil until a keyring was read) and the keyring state.
 	mu     sync.Mutex
@@ -141,8 +146,20 @@ func New(cfg Config) *Gossip {
 	// A member starts as reaching the API: it arms only after it did.
 	meta := &apiMeta{}
 	meta.reached.Store(true)
-	return &Gossip{cfg: cfg, meta: meta, members: &members{apiReached: map[string]bool{}}}
+	rejected := &rejections{}
+	return &Gossip{cfg: cfg, meta: meta, members: &members{apiReached: map[string]bool{}},
+		admit: &admission{self: cfg.Name, rejected: rejected, nodes: map[string]net.IP{}}, rejected: rejected}
 }
+
+// SetGroup tells the gossip the group's Nodes and their InternalIPs (""
+// when a Node reports none): only they are admitted as members, at their
+// address, and only their addresses may send. The agent calls it with its
+// informer's view, which an API outage does not shrink.
+func (g *Gossip) SetGroup(nodes map[string]string) { g.admit.set(nodes) }
+
+// Rejected is how many messages or members were refused for reason (one
+// of RejectedReasons) since start.
+func (g *Gossip) Rejected(reason string) uint64 { return g.rejected.of(reason).Load() }
 
 // Start is New and the first Join's start without peers: it fails when the
 // keyring cannot be read or the port bound.
@@ -235,11 +252,23 @@ func (g *Gossip) startLocked(keys gossipkey.Keys) error {
 	mc.Keyring = ring
 	mc.GossipVerifyIncoming = true
 	mc.GossipVerifyOutgoing = true
-	mc.Logger = log.New(klogWriter{}, "", 0)
+	logger := log.New(klogWriter{rejected: g.rejected}, "", 0)
+	mc.Logger = logger
 	mc.Delegate = g.meta
 	mc.Events = g.members
+	// Membership is bounded by the group: unknown names and push/pulls
+	// larger than the group are refused, and only the group's Nodes may
+	// send at all.
+	mc.Alive = g.admit
+	mc.Merge = g.admit
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{cfg.BindAddr}, BindPort: cfg.Port, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("listening for the gossip of group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
+	}
+	mc.Transport = newFiltered(nt, g.admit, g.rejected)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = mc.Transport.Shutdown()
 		return fmt.Errorf("starting gossip for group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
 	}
 	g.ml, g.ring = ml, ring
@@ -369,12 +398,19 @@ func (g *Gossip) Leave(timeout time.Duration) {
 }
 
 // klogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
-// klog lines: errors and warnings always, the rest at -v=4.
-type klogWriter struct{}
+// klog lines: errors and warnings always, the rest at -v=4. Messages
+// dropped for want of the key, and members refused, are counted and
+// logged at -v=2 only: an attacker must not flood the log.
+type klogWriter struct{ rejected *rejections }
 
-func (klogWriter) Write(p []byte) (int, error) {
+func (w klogWriter) Write(p []byte) (int, error) {
 	line := string(bytes.TrimSpace(p))
 	switch {
+	case undecryptable(line):
+		w.rejected.of(RejectedKey).Add(1)
+		klog.V(2).InfoS("Gossip", "message", line)
+	case strings.Contains(line, "ignoring alive message") || strings.Contains(line, "more than the group could hold"):
+		klog.V(2).InfoS("Gossip", "message", line)
 	case bytes.Contains(p, []byte("[ERR]")):
 		klog.ErrorS(nil, "Gossip", "message", line)
 	case bytes.Contains(p, []byte("[WARN]")):

@@ -41,6 +41,7 @@ func TestAgentsOfAGroupSeeEachOtherAndNoticeOneGone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		g.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1", "c": "127.0.0.1"})
 		gs = append(gs, g)
 		peers = append(peers, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
@@ -95,11 +96,13 @@ func TestAnotherGroupsAgentIsNotAMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Leave(time.Second)
+	a.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1"})
 	b, err := Start(Config{Name: "b", Group: "frontends", BindAddr: "127.0.0.1", Port: pb, ProbeInterval: 200 * time.Millisecond, KeyDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Leave(time.Second)
+	b.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1"})
 	if n := b.Join([]string{net.JoinHostPort("127.0.0.1", strconv.Itoa(pa))}); n != 0 {
 		t.Fatalf("an agent of another group joined %d members", n)
 	}

@@ -50,6 +50,7 @@ func TestAnAgentWithoutItsKeyringDoesNotGossip(t *testing.T) {
 		t.Fatal("Start without a keyring succeeded")
 	}
 	g := New(cfg)
+	g.SetGroup(map[string]string{"a": "127.0.0.1"})
 	if n := g.Join(nil); n != 0 || g.Joined() {
 		t.Fatalf("without a keyring: Join contacted %d, joined %v", n, g.Joined())
 	}
@@ -91,11 +92,17 @@ func TestAnAgentWithAnotherKeyIsNotAMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Leave(time.Second)
+	for _, g := range []*Gossip{a, b} {
+		g.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1"})
+	}
 	if n := b.Join([]string{net.JoinHostPort("127.0.0.1", strconv.Itoa(pa))}); n != 0 {
 		t.Fatalf("an agent with another key joined %d members", n)
 	}
 	if alive := a.Alive(); len(alive) != 1 {
 		t.Fatalf("a sees %v alive, want only itself", alive)
+	}
+	if a.Rejected(RejectedKey) == 0 {
+		t.Error("the messages without the key were not counted")
 	}
 }
 
@@ -115,6 +122,7 @@ func TestARotationKeepsTheGroupTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer g.Leave(time.Second)
+		g.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1", "c": "127.0.0.1"})
 		gs, dirs = append(gs, g), append(dirs, dir)
 		peers = append(peers, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}

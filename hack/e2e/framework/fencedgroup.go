@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -67,7 +68,13 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 	var gossipPorts []int
 	for i := range 3 {
 		node := fmt.Sprintf("%s-%d", name, i)
-		f.TestNode(t, NewNode(node, name))
+		n := f.TestNode(t, NewNode(node, name))
+		// Its InternalIP, which its agent's gossip admits (every agent
+		// here listens on the loopback address, at its own port).
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		if _, err := f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		g.Nodes = append(g.Nodes, node)
 		g.Proxies = append(g.Proxies, NewTCPProxy(t, strings.TrimPrefix(f.CP.APIServerURL, "https://")))
 		port, err := controlplane.FreePort()
