@@ -34,6 +34,7 @@ type Controller struct {
 	groups     nmlisters.NodeGroupLister
 	daemonSets appslisters.DaemonSetLister
 	secrets    corelisters.SecretLister
+	nodes      corelisters.NodeLister
 	synced     []cache.InformerSynced
 	queue      *loop.Loop
 }
@@ -45,12 +46,14 @@ func New(d *manager.Deps) *Controller {
 	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	daemonSets := d.Informers.Namespace.Apps().V1().DaemonSets()
 	secrets := d.Informers.Namespace.Core().V1().Secrets()
+	nodes := d.Informers.Cluster.Core().V1().Nodes()
 	c := &Controller{
 		d:          d,
 		groups:     groups.Lister(),
 		daemonSets: daemonSets.Lister(),
 		secrets:    secrets.Lister(),
-		synced:     []cache.InformerSynced{groups.Informer().HasSynced, daemonSets.Informer().HasSynced, secrets.Informer().HasSynced},
+		nodes:      nodes.Lister(),
+		synced:     []cache.InformerSynced{groups.Informer().HasSynced, daemonSets.Informer().HasSynced, secrets.Informer().HasSynced, nodes.Informer().HasSynced},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(loop.ByName))
@@ -64,6 +67,8 @@ func New(d *manager.Deps) *Controller {
 	})
 	_, _ = daemonSets.Informer().AddEventHandler(ofAgents)
 	_, _ = secrets.Informer().AddEventHandler(ofAgents)
+	// A Node's keyring report (or readiness) moves its group's rotation on.
+	_, _ = nodes.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
 	return c
 }
 

@@ -123,6 +123,7 @@ func controllerWith(t *testing.T, groups ...*deckhousev1.NodeGroup) (*Controller
 	t.Cleanup(cancel)
 	d.Informers.Namespace.Start(ctx.Done())
 	d.Informers.NodeManager.Start(ctx.Done())
+	d.Informers.Cluster.Start(ctx.Done())
 	if !manager.HasSynced(ctx, "test", c.synced...) {
 		t.Fatal("informers did not sync")
 	}
@@ -182,6 +183,9 @@ func TestTheDaemonSetFollowsTheGroupsFencing(t *testing.T) {
 	}
 	if ds := c.get(t, kube, "workers"); ds != nil {
 		t.Fatal("the DaemonSet stays after the group dropped fencing")
+	}
+	if _, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, KeySecretName("workers"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the gossip keyring Secret stays after the group dropped fencing: %v", err)
 	}
 }
 

@@ -288,6 +288,9 @@ func (a *Agent) Tick(ctx context.Context) {
 	}
 	d := Decide(s)
 	a.act(ctx, d, node)
+	if answered {
+		a.reportKeyring(ctx, node)
+	}
 
 	a.mu.Lock()
 	prev := a.status
@@ -402,6 +405,27 @@ func (a *Agent) feed() {
 	a.mu.Unlock()
 	a.metrics.feeds.Inc()
 	a.metrics.feeding.Set(1)
+}
+
+// reportKeyring writes the fingerprint of the gossip keyring in use (never
+// a key) on the agent's Node when it changed, so node-manager-controller
+// knows when every agent holds the Secret's current keyring and a key
+// rotation may take its next step.
+func (a *Agent) reportKeyring(ctx context.Context, node *corev1.Node) {
+	fp := a.gossip.Keyring()
+	if node == nil || fp == "" || node.Annotations[deckhousev1.FencingGossipKeyringAnnotation] == fp {
+		return
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{deckhousev1.FencingGossipKeyringAnnotation: fp}}})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
+	defer cancel()
+	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: deckhousev1.FencingAgentName}); err != nil {
+		klog.ErrorS(err, "Cannot report the gossip keyring on the Node; a key rotation waits for it", "node", a.cfg.NodeName, "keyring", fp)
+	}
 }
 
 // patchLabels sets (armed) or removes the fencing-enabled label; setting
