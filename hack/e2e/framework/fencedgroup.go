@@ -72,6 +72,9 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 		// Its InternalIP, which its agent's gossip admits (every agent
 		// here listens on the loopback address, at its own port).
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		// Ready, as its kubelet would report: a gossip key rotation waits
+		// for the agents of Ready nodes.
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
 		if _, err := f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
