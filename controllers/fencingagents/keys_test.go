@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -20,7 +21,7 @@ func (c *Controller) keySecret(t *testing.T, kube *kubefake.Clientset, group str
 	}
 	waitCached(t, func() bool {
 		have, err := c.secrets.Secrets(deckhousev1.Namespace).Get(s.Name)
-		return err == nil && have.ResourceVersion == s.ResourceVersion
+		return err == nil && equality.Semantic.DeepEqual(have.Data, s.Data) && equality.Semantic.DeepEqual(have.Annotations, s.Annotations)
 	})
 	return s
 }
@@ -69,7 +70,7 @@ func TestTheGossipKeyRotatesOnlyAsFastAsTheAgentsFollow(t *testing.T) {
 	}
 	report(k1.Fingerprint())
 	sync()
-	if s2 := c.keySecret(t, kube, "workers"); s2.ResourceVersion != s.ResourceVersion {
+	if s2 := c.keySecret(t, kube, "workers"); !equality.Semantic.DeepEqual(s2.Data, s.Data) {
 		t.Fatal("the keyring changed though no rotation was due or asked for")
 	}
 
@@ -77,7 +78,11 @@ func TestTheGossipKeyRotatesOnlyAsFastAsTheAgentsFollow(t *testing.T) {
 	if _, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.keySecret(t, kube, "workers")
+	waitCached(t, func() bool {
+		have, err := c.secrets.Secrets(deckhousev1.Namespace).Get(s.Name)
+		_, asked := have.Annotations[deckhousev1.FencingGossipRotateAnnotation]
+		return err == nil && asked
+	})
 	sync()
 	s = c.keySecret(t, kube, "workers")
 	k2, _ := gossipkey.FromData(s.Data)
@@ -86,7 +91,7 @@ func TestTheGossipKeyRotatesOnlyAsFastAsTheAgentsFollow(t *testing.T) {
 	}
 	// The agents still report the old keyring: nothing moves.
 	sync()
-	if c.keySecret(t, kube, "workers").ResourceVersion != s.ResourceVersion {
+	if !equality.Semantic.DeepEqual(c.keySecret(t, kube, "workers").Data, s.Data) {
 		t.Fatal("switched to the next key before the agents held it")
 	}
 	report(k2.Fingerprint())
@@ -97,7 +102,7 @@ func TestTheGossipKeyRotatesOnlyAsFastAsTheAgentsFollow(t *testing.T) {
 		t.Fatalf("after every agent held the next key: %v", s.Data)
 	}
 	sync()
-	if c.keySecret(t, kube, "workers").ResourceVersion != s.ResourceVersion {
+	if !equality.Semantic.DeepEqual(c.keySecret(t, kube, "workers").Data, s.Data) {
 		t.Fatal("dropped the previous key before the agents encrypted with the new one")
 	}
 	report(k3.Fingerprint())

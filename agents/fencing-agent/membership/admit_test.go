@@ -53,8 +53,10 @@ func TestOnlyTheGroupsAddressesMaySend(t *testing.T) {
 	group := map[string]string{"a": "127.0.0.1", "b": "127.0.0.2"}
 	a, aAddr := start(t, "a", "127.0.0.1", dir, group)
 	b, _ := start(t, "b", "127.0.0.3", dir, group)
-	b.Join([]string{aAddr})
-	waitFor(t, "b at another address refused", func() bool { return a.Rejected(RejectedMember) > 0 })
+	if n := b.Join([]string{aAddr}); n != 0 {
+		t.Fatalf("b, sending from an address that is not its Node's, joined %d", n)
+	}
+	waitFor(t, "b at another address refused", func() bool { return a.Rejected(RejectedSource) > 0 })
 	// A stream from an address outside the group is closed unread.
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
 	c, err := d.Dial("tcp", aAddr)

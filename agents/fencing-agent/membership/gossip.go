@@ -265,7 +265,7 @@ func (g *Gossip) startLocked(keys gossipkey.Keys) error {
 	if err != nil {
 		return fmt.Errorf("listening for the gossip of group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
 	}
-	mc.Transport = newFiltered(nt, g.admit, g.rejected)
+	mc.Transport = newFiltered(nt, net.ParseIP(cfg.BindAddr), g.admit, g.rejected)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		_ = mc.Transport.Shutdown()

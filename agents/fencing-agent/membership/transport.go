@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -23,6 +24,10 @@ const (
 // group changes), and bounding the streams it hands over.
 type filtered struct {
 	*memberlist.NetTransport
+	// local is the bound address streams are dialled from, so that peers,
+	// which admit only the group's InternalIPs, see this one whatever the
+	// node's routes prefer.
+	local    net.IP
 	admit    *admission
 	rejected *rejections
 	packets  chan *memberlist.Packet
@@ -32,8 +37,8 @@ type filtered struct {
 	once     sync.Once
 }
 
-func newFiltered(nt *memberlist.NetTransport, admit *admission, rejected *rejections) *filtered {
-	f := &filtered{NetTransport: nt, admit: admit, rejected: rejected,
+func newFiltered(nt *memberlist.NetTransport, local net.IP, admit *admission, rejected *rejections) *filtered {
+	f := &filtered{NetTransport: nt, local: local, admit: admit, rejected: rejected,
 		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
 		slots: make(chan struct{}, maxStreams), stop: make(chan struct{})}
 	go f.forwardPackets()
@@ -47,9 +52,39 @@ func (f *filtered) PacketCh() <-chan *memberlist.Packet { return f.packets }
 // StreamCh implements memberlist.Transport.
 func (f *filtered) StreamCh() <-chan net.Conn { return f.streams }
 
-// Shutdown implements memberlist.Transport.
+// DialTimeout implements memberlist.Transport, from the bound address.
+func (f *filtered) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	if f.local != nil && !f.local.IsUnspecified() {
+		d.LocalAddr = &net.TCPAddr{IP: f.local}
+	}
+	return d.Dial("tcp", addr)
+}
+
+// DialAddressTimeout implements memberlist.NodeAwareTransport.
+func (f *filtered) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	return f.DialTimeout(a.Addr, timeout)
+}
+
+// Shutdown implements memberlist.Transport. The listeners of the
+// NetTransport block on its unbuffered channels, and its Shutdown waits
+// for them: both are drained until it returns.
 func (f *filtered) Shutdown() error {
 	f.once.Do(func() { close(f.stop) })
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		packets, streams := f.NetTransport.PacketCh(), f.NetTransport.StreamCh()
+		for {
+			select {
+			case <-done:
+				return
+			case <-packets:
+			case c := <-streams:
+				_ = c.Close()
+			}
+		}
+	}()
 	return f.NetTransport.Shutdown()
 }
 
