@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
@@ -68,14 +69,22 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 	var gossipPorts []int
 	for i := range 3 {
 		node := fmt.Sprintf("%s-%d", name, i)
-		n := f.TestNode(t, NewNode(node, name))
+		f.TestNode(t, NewNode(node, name))
 		// Its InternalIP, which its agent's gossip admits (every agent
-		// here listens on the loopback address, at its own port).
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		// here listens on the loopback address, at its own port), and
 		// Ready, as its kubelet would report: a gossip key rotation waits
-		// for the agents of Ready nodes.
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-		if _, err := f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		// for the agents of Ready nodes. kube-controller-manager writes the
+		// new Node too, hence the retry on conflict.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+			_, err = f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		g.Nodes = append(g.Nodes, node)
