@@ -1,7 +1,8 @@
 // Package fencingagents runs the fencing agents: for every NodeGroup with
 // spec.fencing it keeps a DaemonSet fencing-agent-<group> in node-manager's
-// namespace (DaemonSet in daemonset.go), and deletes it when the group
-// drops fencing or is deleted. The agent itself is agents/fencing-agent.
+// namespace (DaemonSet in daemonset.go) and the Secret of the group's
+// gossip keyring, fencing-agent-gossip-<group> (keys.go), and deletes both
+// when the group drops fencing or is deleted. The agent itself is agents/fencing-agent.
 //
 // The DaemonSets are made here rather than shipped in manifests/ because
 // the fenced groups are known only at run time, one DaemonSet per group
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
@@ -31,6 +33,8 @@ type Controller struct {
 	d          *manager.Deps
 	groups     nmlisters.NodeGroupLister
 	daemonSets appslisters.DaemonSetLister
+	secrets    corelisters.SecretLister
+	nodes      corelisters.NodeLister
 	synced     []cache.InformerSynced
 	queue      *loop.Loop
 }
@@ -41,21 +45,30 @@ type Controller struct {
 func New(d *manager.Deps) *Controller {
 	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	daemonSets := d.Informers.Namespace.Apps().V1().DaemonSets()
+	secrets := d.Informers.Namespace.Core().V1().Secrets()
+	nodes := d.Informers.Cluster.Core().V1().Nodes()
 	c := &Controller{
 		d:          d,
 		groups:     groups.Lister(),
 		daemonSets: daemonSets.Lister(),
-		synced:     []cache.InformerSynced{groups.Informer().HasSynced, daemonSets.Informer().HasSynced},
+		secrets:    secrets.Lister(),
+		nodes:      nodes.Lister(),
+		synced:     []cache.InformerSynced{groups.Informer().HasSynced, daemonSets.Informer().HasSynced, secrets.Informer().HasSynced, nodes.Informer().HasSynced},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(loop.ByName))
-	_, _ = daemonSets.Informer().AddEventHandler(c.queue.Handler(func(obj any) string {
+	// A DaemonSet or a gossip keyring Secret of the agents queues its group.
+	ofAgents := c.queue.Handler(func(obj any) string {
 		key := loop.ByLabel(deckhousev1.NodeGroupLabel)(obj)
 		if loop.ByLabel(deckhousev1.AppNameLabel)(obj) != deckhousev1.FencingAgentName {
 			return ""
 		}
 		return key
-	}))
+	})
+	_, _ = daemonSets.Informer().AddEventHandler(ofAgents)
+	_, _ = secrets.Informer().AddEventHandler(ofAgents)
+	// A Node's keyring report (or readiness) moves its group's rotation on.
+	_, _ = nodes.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
 	return c
 }
 

@@ -39,10 +39,11 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 	if pod.ServiceAccountName != deckhousev1.FencingAgentName || !pod.HostNetwork {
 		t.Errorf("service account %q, host network %v", pod.ServiceAccountName, pod.HostNetwork)
 	}
-	if len(pod.Volumes) != 1 || pod.Volumes[0].HostPath == nil || pod.Volumes[0].HostPath.Path != WatchdogDevice ||
-		*pod.Volumes[0].HostPath.Type != "CharDevice" {
-		t.Errorf("volumes %+v, want the host's watchdog as a CharDevice", pod.Volumes)
+	if len(pod.Volumes) != 2 || pod.Volumes[1].HostPath == nil || pod.Volumes[1].HostPath.Path != WatchdogDevice ||
+		*pod.Volumes[1].HostPath.Type != "CharDevice" {
+		t.Errorf("volumes %+v, want the gossip keyring and the host's watchdog as a CharDevice", pod.Volumes)
 	}
+	checkKeyVolume(t, pod, "workers")
 	c := pod.Containers[0]
 	if c.Image != "registry/fencing-agent:v1" || !*c.SecurityContext.Privileged {
 		t.Errorf("image %q, privileged %v", c.Image, *c.SecurityContext.Privileged)
@@ -63,7 +64,7 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 	for _, e := range c.Env {
 		env[e.Name] = true
 	}
-	if !env["NODE_NAME"] || !env["NODE_GROUP"] || !env["POD_IP"] {
+	if !env["NODE_NAME"] || !env["NODE_GROUP"] || !env["POD_IP"] || !env["HOST_IP"] || !slices.Contains(c.Args, "--gossip-bind-address=$(HOST_IP)") {
 		t.Errorf("env %+v", c.Env)
 	}
 	sel := ds.Spec.Selector.MatchLabels
@@ -77,14 +78,33 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 func TestANotifyGroupsAgentsHaveNoDeviceAndNoPrivilege(t *testing.T) {
 	ds := DaemonSet(fenced("workers", deckhousev1.FencingModeNotify), deckhousev1.Namespace, deckhousev1.FencingAgentName)
 	pod := ds.Spec.Template.Spec
-	if len(pod.Volumes) != 0 || len(pod.Containers[0].VolumeMounts) != 0 {
-		t.Errorf("a Notify agent mounts %+v; it never opens the device", pod.Volumes)
+	if len(pod.Volumes) != 1 || len(pod.Containers[0].VolumeMounts) != 1 {
+		t.Errorf("a Notify agent mounts %+v; it never opens the device, and mounts only its gossip keyring", pod.Volumes)
 	}
+	checkKeyVolume(t, pod, "workers")
 	if *pod.Containers[0].SecurityContext.Privileged {
 		t.Error("a Notify agent is privileged")
 	}
 	if !slices.Contains(pod.Containers[0].Args, "--mode=Notify") {
 		t.Errorf("args %v", pod.Containers[0].Args)
+	}
+}
+
+// checkKeyVolume checks that the pod mounts its group's gossip keyring
+// Secret, read-only, readable by the agent's group alone, and tells the
+// agent where.
+func checkKeyVolume(t *testing.T, pod corev1.PodSpec, group string) {
+	t.Helper()
+	v := pod.Volumes[0]
+	if v.Secret == nil || v.Secret.SecretName != deckhousev1.FencingGossipKeySecretPrefix+group || *v.Secret.DefaultMode != 0o440 {
+		t.Errorf("volume %+v, want Secret %s%s of mode 0440", v, deckhousev1.FencingGossipKeySecretPrefix, group)
+	}
+	if pod.SecurityContext.FSGroup == nil || *pod.SecurityContext.FSGroup != *pod.SecurityContext.RunAsUser {
+		t.Errorf("fsGroup %v: the keyring must be readable by the agent's group", pod.SecurityContext.FSGroup)
+	}
+	m := pod.Containers[0].VolumeMounts[0]
+	if m.Name != v.Name || m.MountPath != GossipKeyDir || !m.ReadOnly || !slices.Contains(pod.Containers[0].Args, "--gossip-key-dir="+GossipKeyDir) {
+		t.Errorf("mount %+v, args %v", m, pod.Containers[0].Args)
 	}
 }
 
@@ -110,6 +130,7 @@ func controllerWith(t *testing.T, groups ...*deckhousev1.NodeGroup) (*Controller
 	t.Cleanup(cancel)
 	d.Informers.Namespace.Start(ctx.Done())
 	d.Informers.NodeManager.Start(ctx.Done())
+	d.Informers.Cluster.Start(ctx.Done())
 	if !manager.HasSynced(ctx, "test", c.synced...) {
 		t.Fatal("informers did not sync")
 	}
@@ -169,6 +190,9 @@ func TestTheDaemonSetFollowsTheGroupsFencing(t *testing.T) {
 	}
 	if ds := c.get(t, kube, "workers"); ds != nil {
 		t.Fatal("the DaemonSet stays after the group dropped fencing")
+	}
+	if _, err := kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, KeySecretName("workers"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the gossip keyring Secret stays after the group dropped fencing: %v", err)
 	}
 }
 

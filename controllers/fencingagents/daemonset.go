@@ -29,6 +29,14 @@ const (
 // WatchdogDevice is softdog's device, made by the node step of fenced groups.
 const WatchdogDevice = "/dev/watchdog"
 
+// GossipKeyDir is where the agent's pod mounts its group's gossip keyring
+// Secret (KeySecretName); the kubelet updates the files in place when the
+// Secret changes, and the agent reads them again.
+const GossipKeyDir = "/etc/fencing-agent/gossip-key"
+
+// KeySecretName is the Secret of group's gossip keyring.
+func KeySecretName(group string) string { return deckhousev1.FencingGossipKeySecretPrefix + group }
+
 // agentUID is the user (and group) the agent runs as, its own: the node
 // step 017_fencing_watchdog gives the device to it, mode 0600.
 const agentUID = deckhousev1.FencingAgentUID
@@ -67,11 +75,16 @@ func DaemonSet(ng *deckhousev1.NodeGroup, namespace, image string) *appsv1.Daemo
 			"--api-timeout=" + APITimeout.String(),
 			"--gossip-port=" + strconv.Itoa(GossipPort),
 			"--listen-address=:" + strconv.Itoa(MetricsPort),
+			"--gossip-key-dir=" + GossipKeyDir,
+			// The gossip listens on the node's InternalIP only.
+			"--gossip-bind-address=$(HOST_IP)",
+			"--gossip-advertise-address=$(HOST_IP)",
 		},
 		Env: []corev1.EnvVar{
 			{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 			{Name: "NODE_GROUP", Value: ng.Name},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "https-metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
@@ -116,11 +129,19 @@ func DaemonSet(ng *deckhousev1.NodeGroup, namespace, image string) *appsv1.Daemo
 		},
 		Containers: []corev1.Container{container},
 	}
+	// The group's gossip keyring: the kubelet reads the Secret for the pod
+	// (the agent's ServiceAccount has no read of it) and writes it group-
+	// readable by the agent's group only (fsGroup), never world-readable.
+	pod.SecurityContext.FSGroup = new(int64(agentUID))
+	pod.Volumes = []corev1.Volume{{Name: "gossip-key", VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: KeySecretName(ng.Name), DefaultMode: new(int32(0o440))},
+	}}}
+	pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "gossip-key", MountPath: GossipKeyDir, ReadOnly: true}}
 	if watchdog {
-		pod.Volumes = []corev1.Volume{{Name: "watchdog", VolumeSource: corev1.VolumeSource{
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "watchdog", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: WatchdogDevice, Type: new(corev1.HostPathCharDev)},
-		}}}
-		pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "watchdog", MountPath: WatchdogDevice}}
+		}})
+		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "watchdog", MountPath: WatchdogDevice})
 	}
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(ng.Name), Namespace: namespace, Labels: objLabels},

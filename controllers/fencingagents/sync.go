@@ -32,6 +32,10 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	if apierrors.IsNotFound(err) {
 		have = nil
 	}
+	// The keyring before the DaemonSet, whose pods mount it.
+	if err := c.syncKey(ctx, group, want != nil); err != nil {
+		return err
+	}
 	api := c.d.Kube.AppsV1().DaemonSets(c.d.Namespace)
 	opts := metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName}
 	switch {

@@ -57,6 +57,9 @@ type Options struct {
 	// FencingAgentImage is the image of the fencing agents' DaemonSets
 	// (controllers/fencingagents).
 	FencingAgentImage string
+	// FencingGossipKeyRotationPeriod is how old a fenced group's gossip key
+	// gets before node-manager-controller rotates it (0: only on demand).
+	FencingGossipKeyRotationPeriod time.Duration
 	// NodeName is the node this process runs on (the Deployment passes
 	// spec.nodeName): while it is its group's only Ready node, it is not
 	// drained for an update, as Deckhouse spares its own node.
@@ -225,9 +228,10 @@ func NewOptions() *Options {
 		DrainTimeout:  10 * time.Minute,
 		// The image's name as the manifests' kustomization names it (a
 		// kustomize images transformer, or the flag, sets the real one).
-		FencingAgentImage: deckhousev1.FencingAgentName,
-		Serving:           serving.NewOptions(),
-		Fencing:           newFencingOptions(),
+		FencingAgentImage:              deckhousev1.FencingAgentName,
+		FencingGossipKeyRotationPeriod: 30 * 24 * time.Hour,
+		Serving:                        serving.NewOptions(),
+		Fencing:                        newFencingOptions(),
 		Certificates: CertificateOptions{
 			Manage:           true,
 			CALifetime:       10 * 365 * 24 * time.Hour,
@@ -263,6 +267,7 @@ func (o *Options) AddNodeManagerFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.EvictionRetry, "eviction-retry-interval", o.EvictionRetry, "wait before evicting a pod again after a PodDisruptionBudget refused it")
 	fs.DurationVar(&o.DrainTimeout, "default-drain-timeout", o.DrainTimeout, "drain deadline for groups without nodeDrainTimeoutSecond")
 	fs.StringVar(&o.FencingAgentImage, "fencing-agent-image", o.FencingAgentImage, "image of the fencing agents' DaemonSets, one per group with spec.fencing")
+	fs.DurationVar(&o.FencingGossipKeyRotationPeriod, "fencing-gossip-key-rotation-period", o.FencingGossipKeyRotationPeriod, "rotate a fenced group's gossip key once it is this old (0: only when its Secret carries node-manager.deckhouse.io/rotate-gossip-key)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the node this process runs on; it is not drained while it is its group's only Ready node")
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", o.ClusterAPI, "write the Cluster API objects of static groups with staticInstances (Cluster, MachineDeployments, StaticMachineTemplates) and link Instances to their Machines; needs Cluster API's CRDs and capi-controller-manager")
 	fs.StringVar(&o.ClusterAPIKubeconfig, "cluster-api-kubeconfig", o.ClusterAPIKubeconfig, "kubeconfig file stored in the static-kubeconfig Secret for a capi-controller-manager running outside the cluster; empty means the in-cluster API with capi-controller-manager's own ServiceAccount token")

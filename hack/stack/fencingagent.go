@@ -86,6 +86,9 @@ type FencingAgentOptions struct {
 	// Peers are the other agents' gossip addresses.
 	GossipPort int
 	Peers      []string
+	// GossipKeyDir is the group's gossip keyring as the kubelet would mount
+	// it (framework.MountGossipKeys).
+	GossipKeyDir string
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
 }
@@ -161,6 +164,7 @@ func (e *Environment) StartFencingAgent(ctx context.Context, opts FencingAgentOp
 		"--gossip-advertise-address=127.0.0.1",
 		"--gossip-port=" + strconv.Itoa(opts.GossipPort),
 		"--peers=" + strings.Join(opts.Peers, ","),
+		"--gossip-key-dir=" + opts.GossipKeyDir,
 		"--v=2",
 	}, FencingAgentTimings...)
 	args = append(args, opts.ExtraArgs...)

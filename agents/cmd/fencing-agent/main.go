@@ -61,14 +61,13 @@ func run() error {
 		return err
 	}
 
-	gossip, err := membership.Start(membership.Config{
+	// The gossip starts listening at the first join, once the group's
+	// keyring is read; until then the agent is not ready and does not arm.
+	gossip := membership.New(membership.Config{
 		Name: opts.NodeName, Group: opts.Group,
 		BindAddr: opts.GossipBindAddress, Port: opts.GossipPort, AdvertiseAddr: opts.AdvertiseAddress,
-		ProbeInterval: opts.ProbeInterval,
+		ProbeInterval: opts.ProbeInterval, KeyDir: opts.GossipKeyDir,
 	})
-	if err != nil {
-		return err
-	}
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, deckhousev1.FencingAgentName)
 	a := agent.New(opts.Config, kube, agent.NewDevice(opts.Mode, opts.DevicePath), gossip, recorder, clock.RealClock{})

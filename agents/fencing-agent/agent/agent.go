@@ -83,6 +83,17 @@ type Gossip interface {
 	AliveWithoutAPI() []string
 	SetAPIReached(reached bool)
 	Leave(timeout time.Duration)
+	// KeyError is why the group's gossip keyring could not be read last
+	// time (nil when it was); Keyring is the fingerprint of the keyring in
+	// use ("" before the first).
+	KeyError() error
+	Keyring() string
+	// SetGroup is the group's Nodes and their InternalIPs: the only
+	// members, and the only senders, the gossip admits.
+	SetGroup(nodes map[string]string)
+	// Rejected counts what the gossip refused, by reason
+	// (membership.RejectedReasons).
+	Rejected(reason string) uint64
 }
 
 // Agent is one node's fencing agent.
@@ -113,6 +124,8 @@ type Status struct {
 	Joined        bool
 	MembersAlive  int
 	MembersWanted int
+	// KeyError is why the gossip keyring cannot be read (nil when it can).
+	KeyError error
 	// Maintenance names the annotation that put the node in maintenance.
 	MaintenanceAnnotation string
 }
@@ -132,7 +145,7 @@ func New(cfg Config, kube kubernetes.Interface, dev Device, gossip Gossip, recor
 		own: own, group: group, ownNodes: ownInf.Lister(), grpNodes: grpInf.Lister(),
 		synced: []cache.InformerSynced{ownInf.Informer().HasSynced, grpInf.Informer().HasSynced},
 	}
-	a.metrics = newMetrics(a.LastFeed, clk.Now)
+	a.metrics = newMetrics(a.LastFeed, clk.Now, gossip.Rejected)
 	return a
 }
 
@@ -181,6 +194,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) rejoin(ctx context.Context) {
 	for {
 		if cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+			a.gossip.SetGroup(a.groupAddresses())
 			a.gossip.Join(a.peers())
 		}
 		select {
@@ -208,6 +222,24 @@ func (a *Agent) peers() []string {
 		}
 	}
 	return peers
+}
+
+// groupAddresses maps each of the group's Nodes (this one included) to its
+// InternalIP ("" when it reports none): the members the gossip admits.
+// While the API is down the cache keeps its last view.
+func (a *Agent) groupAddresses() map[string]string {
+	out := map[string]string{a.cfg.NodeName: ""}
+	nodes, _ := a.grpNodes.List(labels.Everything())
+	for _, n := range nodes {
+		out[n.Name] = ""
+		for _, addr := range n.Status.Addresses {
+			if addr.Type == corev1.NodeInternalIP {
+				out[n.Name] = addr.Address
+				break
+			}
+		}
+	}
+	return out
 }
 
 // expectedMembers is the group's expected membership N: its Nodes that
@@ -240,7 +272,8 @@ func (a *Agent) Tick(ctx context.Context) {
 	}
 	expected := a.expectedMembers()
 	a.gossip.SetAPIReached(answered)
-	alive := membership.CountAlive(a.cfg.NodeName, a.gossip.Alive(), expected)
+	listed := a.gossip.Alive()
+	alive := membership.CountAlive(a.cfg.NodeName, listed, expected)
 	cutOff := membership.CountAlive(a.cfg.NodeName, a.gossip.AliveWithoutAPI(), expected)
 	maint := InMaintenance(node)
 	s := State{
@@ -255,11 +288,14 @@ func (a *Agent) Tick(ctx context.Context) {
 	}
 	d := Decide(s)
 	a.act(ctx, d, node)
+	if answered {
+		a.reportKeyring(ctx, node)
+	}
 
 	a.mu.Lock()
 	prev := a.status
 	a.status = Status{State: s, Decision: d, Synced: synced, Joined: a.gossip.Joined(),
-		MembersAlive: alive, MembersWanted: len(expected), MaintenanceAnnotation: maint}
+		MembersAlive: alive, MembersWanted: len(expected), MaintenanceAnnotation: maint, KeyError: a.gossip.KeyError()}
 	a.status.Armed = a.dev.Armed()
 	a.lastTick = a.clock.Now()
 	a.mu.Unlock()
@@ -269,8 +305,10 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.metrics.apiReachable.Set(boolGauge(answered))
 	a.metrics.maintenance.Set(boolGauge(maint != ""))
 	a.metrics.membersAlive.Set(float64(alive))
+	a.metrics.membersListed.Set(float64(len(listed)))
 	a.metrics.membersWant.Set(float64(len(expected)))
 	a.metrics.setQuorum(s.Quorum)
+	a.metrics.keyringReadable.Set(boolGauge(a.status.KeyError == nil))
 }
 
 // checkAPI GETs the agent's own Node within APITimeout: the cheapest
@@ -369,6 +407,27 @@ func (a *Agent) feed() {
 	a.metrics.feeding.Set(1)
 }
 
+// reportKeyring writes the fingerprint of the gossip keyring in use (never
+// a key) on the agent's Node when it changed, so node-manager-controller
+// knows when every agent holds the Secret's current keyring and a key
+// rotation may take its next step.
+func (a *Agent) reportKeyring(ctx context.Context, node *corev1.Node) {
+	fp := a.gossip.Keyring()
+	if node == nil || fp == "" || node.Annotations[deckhousev1.FencingGossipKeyringAnnotation] == fp {
+		return
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{deckhousev1.FencingGossipKeyringAnnotation: fp}}})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
+	defer cancel()
+	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: deckhousev1.FencingAgentName}); err != nil {
+		klog.ErrorS(err, "Cannot report the gossip keyring on the Node; a key rotation waits for it", "node", a.cfg.NodeName, "keyring", fp)
+	}
+}
+
 // patchLabels sets (armed) or removes the fencing-enabled label; setting
 // it also sets the mode label. Only these two labels change: the
 // admission policy d8-node-manager-fencing-agent-own-node refuses the
@@ -462,6 +521,10 @@ func (a *Agent) Ready() (bool, string) {
 		quorum = fmt.Sprintf("; %d of %d members of group %s alive (quorum %s)", s.MembersAlive, s.MembersWanted, a.cfg.Group, s.Quorum)
 	}
 	switch {
+	case s.KeyError != nil && !s.Joined:
+		return false, "not gossiping: " + s.KeyError.Error() + quorum
+	case s.KeyError != nil:
+		return false, "gossiping with the keys read last, the group's gossip keyring cannot be read again: " + s.KeyError.Error() + quorum
 	case !s.Synced:
 		return false, "the Node caches have not synced" + quorum
 	case !s.Joined:

@@ -61,8 +61,12 @@ func (g *fakeGossip) AliveWithoutAPI() []string {
 	}
 	return out
 }
-func (g *fakeGossip) SetAPIReached(r bool) { g.mu.Lock(); defer g.mu.Unlock(); g.reached = r }
-func (g *fakeGossip) Leave(time.Duration)  {}
+func (g *fakeGossip) SetAPIReached(r bool)       { g.mu.Lock(); defer g.mu.Unlock(); g.reached = r }
+func (g *fakeGossip) Leave(time.Duration)        {}
+func (g *fakeGossip) KeyError() error            { return nil }
+func (g *fakeGossip) Keyring() string            { return "0123456789abcdef" }
+func (g *fakeGossip) SetGroup(map[string]string) {}
+func (g *fakeGossip) Rejected(string) uint64     { return 0 }
 
 // cutOff says which alive peers report that they cannot reach the API.
 func (g *fakeGossip) cutOff(names ...string) { g.mu.Lock(); defer g.mu.Unlock(); g.withoutAPI = names }

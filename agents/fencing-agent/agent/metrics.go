@@ -18,13 +18,27 @@ type metrics struct {
 	maintenance  prometheus.Gauge
 	membersAlive prometheus.Gauge
 	membersWant  prometheus.Gauge
-	quorum       *prometheus.GaugeVec
-	feeds        prometheus.Counter
-	sinceFeed    prometheus.GaugeFunc
+	// membersListed is every member the gossip lists, of the group or not.
+	membersListed prometheus.Gauge
+	quorum        *prometheus.GaugeVec
+	feeds         prometheus.Counter
+	sinceFeed     prometheus.GaugeFunc
+	// keyringReadable is 1 while the group's gossip keyring can be read.
+	keyringReadable prometheus.Gauge
+	// rejected is what the gossip refused, one series per reason.
+	rejected []prometheus.Collector
 }
 
-func newMetrics(lastFeed func() time.Time, now func() time.Time) *metrics {
+func newMetrics(lastFeed func() time.Time, now func() time.Time, rejected func(reason string) uint64) *metrics {
+	var rej []prometheus.Collector
+	for _, r := range membership.RejectedReasons {
+		rej = append(rej, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fencing_agent_gossip_rejected_total",
+			Help:        "Gossip messages or members refused: reason key (not encrypted with the group's keyring), member (no Node of the group, or not at its InternalIP), merge (a push/pull larger than the group), source (from an address that is no Node of the group).",
+			ConstLabels: prometheus.Labels{"reason": r}},
+			func() float64 { return float64(rejected(r)) }))
+	}
 	return &metrics{
+		rejected: rej,
 		armed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_armed",
 			Help: "1 while the watchdog is armed (in Notify mode: while the agent watches and the Node is labelled)."}),
 		feeding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_feeding",
@@ -35,6 +49,8 @@ func newMetrics(lastFeed func() time.Time, now func() time.Time) *metrics {
 			Help: "1 while the Node carries a maintenance annotation (the watchdog stays disarmed)."}),
 		membersAlive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_members_alive",
 			Help: "Members of the node's group this agent sees alive over gossip, itself included."}),
+		membersListed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_gossip_members",
+			Help: "Members the group's gossip lists alive, itself included, whether or not they are Nodes of the group."}),
 		membersWant: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_members_expected",
 			Help: "The group's expected membership N: its Nodes in the agent's last view of the API."}),
 		quorum: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fencing_agent_quorum",
@@ -42,6 +58,8 @@ func newMetrics(lastFeed func() time.Time, now func() time.Time) *metrics {
 			[]string{"state"}),
 		feeds: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencing_agent_feeds_total",
 			Help: "Writes that fed the watchdog."}),
+		keyringReadable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencing_agent_gossip_keyring_readable",
+			Help: "1 while the group's gossip keyring (its Secret, mounted by the kubelet) can be read; at 0 the agent does not gossip, or gossips with the keys it read last."}),
 		sinceFeed: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencing_agent_seconds_since_last_feed",
 			Help: "Seconds since the watchdog was last fed; -1 before the first feed."},
 			func() float64 {
@@ -56,7 +74,7 @@ func newMetrics(lastFeed func() time.Time, now func() time.Time) *metrics {
 
 // Collectors are every series, for registering.
 func (m *metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.armed, m.feeding, m.apiReachable, m.maintenance, m.membersAlive, m.membersWant, m.quorum, m.feeds, m.sinceFeed}
+	return append([]prometheus.Collector{m.armed, m.feeding, m.apiReachable, m.maintenance, m.membersAlive, m.membersListed, m.membersWant, m.quorum, m.feeds, m.sinceFeed, m.keyringReadable}, m.rejected...)
 }
 
 func (m *metrics) setQuorum(q membership.Quorum) {

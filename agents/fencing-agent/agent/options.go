@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -33,7 +34,13 @@ type Options struct {
 	AdvertiseAddress  string
 	// ProbeInterval tunes how fast gossip notices a member gone.
 	ProbeInterval time.Duration
+	// GossipKeyDir is the group's gossip keyring, its Secret as mounted.
+	GossipKeyDir string
 }
+
+// DefaultGossipKeyDir is where the DaemonSet mounts the group's gossip
+// keyring Secret.
+const DefaultGossipKeyDir = "/etc/fencing-agent/gossip-key"
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
@@ -51,9 +58,10 @@ func NewOptions() *Options {
 		DevicePath:        "/dev/watchdog",
 		ListenAddress:     ":9681",
 		Serving:           serving.NewOptions(),
-		GossipBindAddress: "0.0.0.0",
-		AdvertiseAddress:  os.Getenv("POD_IP"),
+		GossipBindAddress: os.Getenv("HOST_IP"),
+		AdvertiseAddress:  os.Getenv("HOST_IP"),
 		ProbeInterval:     time.Second,
+		GossipKeyDir:      DefaultGossipKeyDir,
 	}
 }
 
@@ -69,8 +77,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RejoinInterval, "rejoin-interval", o.RejoinInterval, "how often gossip peers that were lost are contacted again")
 	fs.StringSliceVar(&o.Peers, "peers", o.Peers, "gossip peers (host:port) to join besides the InternalIP of each of the group's Nodes at --gossip-port")
 	fs.IntVar(&o.GossipPort, "gossip-port", o.GossipPort, "gossip port (TCP and UDP), the same on every node of the group")
-	fs.StringVar(&o.GossipBindAddress, "gossip-bind-address", o.GossipBindAddress, "address the gossip listens on")
-	fs.StringVar(&o.AdvertiseAddress, "gossip-advertise-address", o.AdvertiseAddress, "address peers reach this agent at (default $POD_IP; the DaemonSet runs on the host network)")
+	fs.StringVar(&o.GossipBindAddress, "gossip-bind-address", o.GossipBindAddress, "address the gossip listens on: the node's InternalIP (default $HOST_IP, status.hostIP), never every address")
+	fs.StringVar(&o.AdvertiseAddress, "gossip-advertise-address", o.AdvertiseAddress, "address peers reach this agent at (default $HOST_IP; the DaemonSet runs on the host network)")
+	fs.StringVar(&o.GossipKeyDir, "gossip-key-dir", o.GossipKeyDir, "the group's gossip keyring: the Secret fencing-agent-gossip-<group> mounted as files (primary, and next or previous during a rotation); re-read as the kubelet updates it. Without it the agent does not gossip and does not arm")
 	fs.DurationVar(&o.ProbeInterval, "gossip-probe-interval", o.ProbeInterval, "how often gossip probes a member; a silent member is declared dead a few intervals later")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster configuration (the pod's bound ServiceAccount token)")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics (HTTPS; callers authenticated and authorized by the Kubernetes API), /healthz and /readyz (open)")
@@ -94,6 +103,12 @@ func (o *Options) Validate() error {
 	}
 	if o.APITimeout >= o.FeedInterval {
 		errs = append(errs, fmt.Errorf("--api-timeout (%s) must be shorter than --feed-interval (%s), or a slow API delays the feeds", o.APITimeout, o.FeedInterval))
+	}
+	if ip := net.ParseIP(o.GossipBindAddress); ip == nil || ip.IsUnspecified() {
+		errs = append(errs, fmt.Errorf("--gossip-bind-address=%q: want the node's InternalIP (the DaemonSet passes status.hostIP as $HOST_IP), not every address", o.GossipBindAddress))
+	}
+	if o.GossipKeyDir == "" {
+		errs = append(errs, errors.New("--gossip-key-dir is empty; the agents never gossip in the clear"))
 	}
 	if o.GossipPort <= 0 || o.GossipPort > 65535 {
 		errs = append(errs, fmt.Errorf("--gossip-port=%d is not a port", o.GossipPort))

@@ -19,12 +19,15 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"k8s.io/klog/v2"
+
+	"github.com/node-manager/node-manager/agents/fencing-agent/gossipkey"
 )
 
 // Config says where this agent gossips.
@@ -44,6 +47,12 @@ type Config struct {
 	// stops answering is suspected after a probe and declared dead after
 	// the suspicion timeout (a few probe intervals).
 	ProbeInterval time.Duration
+	// KeyDir is the group's gossip keyring, the Secret
+	// deckhousev1.FencingGossipKeySecretPrefix+<group> as the kubelet
+	// mounts it (gossipkey.Load). Every message is encrypted and
+	// authenticated (AES-GCM, the group's label as additional data) with
+	// it; without a readable keyring the agent does not gossip at all.
+	KeyDir string
 }
 
 // Gossip is this agent's membership in its group's gossip. Each member
@@ -54,10 +63,20 @@ type Config struct {
 // reach the API is the one cut off (CutOffFromAPI).
 type Gossip struct {
 	cfg     Config
-	ml      *memberlist.Memberlist
 	joined  atomic.Bool
 	meta    *apiMeta
 	members *members
+	// admit bounds membership to the group's Nodes and their addresses;
+	// rejected counts what it and the transport refused.
+	admit    *admission
+	rejected *rejections
+
+	// mu guards ml (nil until a keyring was read) and the keyring state.
+	mu     sync.Mutex
+	ml     *memberlist.Memberlist
+	ring   *memberlist.Keyring
+	keys   gossipkey.Keys
+	keyErr error
 }
 
 // members is this agent's copy of the group's membership, kept by
@@ -121,8 +140,95 @@ func (*apiMeta) GetBroadcasts(int, int) [][]byte { return nil }
 func (*apiMeta) LocalState(bool) []byte          { return nil }
 func (*apiMeta) MergeRemoteState([]byte, bool)   {}
 
-// Start listens for gossip; Join then contacts the peers.
+// New prepares this agent's membership; nothing listens until Join has
+// read the group's keyring.
+func New(cfg Config) *Gossip {
+	// A member starts as reaching the API: it arms only after it did.
+	meta := &apiMeta{}
+	meta.reached.Store(true)
+	rejected := &rejections{}
+	return &Gossip{cfg: cfg, meta: meta, members: &members{apiReached: map[string]bool{}},
+		admit: &admission{self: cfg.Name, rejected: rejected, nodes: map[string]net.IP{}}, rejected: rejected}
+}
+
+// SetGroup tells the gossip the group's Nodes and their InternalIPs (""
+// when a Node reports none): only they are admitted as members, at their
+// address, and only their addresses may send. The agent calls it with its
+// informer's view, which an API outage does not shrink.
+func (g *Gossip) SetGroup(nodes map[string]string) { g.admit.set(nodes) }
+
+// Rejected is how many messages or members were refused for reason (one
+// of RejectedReasons) since start.
+func (g *Gossip) Rejected(reason string) uint64 { return g.rejected.of(reason).Load() }
+
+// Start is New and the first Join's start without peers: it fails when the
+// keyring cannot be read or the port bound.
 func Start(cfg Config) (*Gossip, error) {
+	g := New(cfg)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.refreshKeysLocked(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// refreshKeysLocked reads the keyring again and starts the gossip the
+// first time it reads one. A keyring that cannot be read is an error the
+// agent reports (KeyError); once running, the gossip keeps the last
+// keyring it read, and never falls back to plain text.
+func (g *Gossip) refreshKeysLocked() error {
+	keys, err := gossipkey.Load(g.cfg.KeyDir)
+	if err != nil {
+		if g.keyErr == nil || g.keyErr.Error() != err.Error() {
+			if g.ml == nil {
+				klog.ErrorS(err, "Not gossiping: the group's gossip keyring cannot be read; this agent will not join its group or arm until it can", "group", g.cfg.Group)
+			} else {
+				klog.ErrorS(err, "The group's gossip keyring cannot be read again; gossiping with the keys read last", "group", g.cfg.Group, "keyring", g.keys.Fingerprint())
+			}
+		}
+		g.keyErr = err
+		return err
+	}
+	g.keyErr = nil
+	if g.ml == nil {
+		if err := g.startLocked(keys); err != nil {
+			g.keyErr = err
+			return err
+		}
+		g.keys = keys
+		klog.InfoS("Gossiping encrypted with the group's keyring", "group", g.cfg.Group, "keyring", keys.Fingerprint())
+		return nil
+	}
+	if keys.Equal(g.keys) {
+		return nil
+	}
+	// Accept the new keys first, then encrypt with the primary, then drop
+	// what the keyring no longer holds.
+	ring := g.ring
+	for _, k := range keys.All() {
+		if err := ring.AddKey(k); err != nil {
+			return fmt.Errorf("installing a gossip key of group %s: %w", g.cfg.Group, err)
+		}
+	}
+	if err := ring.UseKey(keys.Primary); err != nil {
+		return fmt.Errorf("switching the primary gossip key of group %s: %w", g.cfg.Group, err)
+	}
+	for _, old := range g.keys.All() {
+		if !slices.ContainsFunc(keys.All(), func(k []byte) bool { return bytes.Equal(k, old) }) {
+			if err := ring.RemoveKey(old); err != nil {
+				return fmt.Errorf("removing an old gossip key of group %s: %w", g.cfg.Group, err)
+			}
+		}
+	}
+	klog.InfoS("The group's gossip keyring changed", "group", g.cfg.Group, "from", g.keys.Fingerprint(), "to", keys.Fingerprint())
+	g.keys = keys
+	return nil
+}
+
+// startLocked listens for gossip, encrypted with keys.
+func (g *Gossip) startLocked(keys gossipkey.Keys) error {
+	cfg := g.cfg
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
 	mc.Label = cfg.Group
@@ -137,18 +243,62 @@ func Start(cfg Config) (*Gossip, error) {
 		mc.ProbeTimeout = cfg.ProbeInterval / 2
 		mc.GossipInterval = cfg.ProbeInterval / 5
 	}
-	mc.Logger = log.New(klogWriter{}, "", 0)
-	// A member starts as reaching the API: it arms only after it did.
-	meta := &apiMeta{}
-	meta.reached.Store(true)
-	mc.Delegate = meta
-	ms := &members{apiReached: map[string]bool{}}
-	mc.Events = ms
+	ring, err := memberlist.NewKeyring(keys.All(), keys.Primary)
+	if err != nil {
+		return fmt.Errorf("the gossip keyring of group %s: %w", cfg.Group, err)
+	}
+	// Encrypted and authenticated both ways: a message without the key, or
+	// in the clear, is dropped.
+	mc.Keyring = ring
+	mc.GossipVerifyIncoming = true
+	mc.GossipVerifyOutgoing = true
+	logger := log.New(klogWriter{rejected: g.rejected}, "", 0)
+	mc.Logger = logger
+	mc.Delegate = g.meta
+	mc.Events = g.members
+	// Membership is bounded by the group: unknown names and push/pulls
+	// larger than the group are refused, and only the group's Nodes may
+	// send at all.
+	mc.Alive = g.admit
+	mc.Merge = g.admit
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{cfg.BindAddr}, BindPort: cfg.Port, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("listening for the gossip of group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
+	}
+	mc.Transport = newFiltered(nt, net.ParseIP(cfg.BindAddr), g.admit, g.rejected)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		return nil, fmt.Errorf("starting gossip for group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
+		_ = mc.Transport.Shutdown()
+		return fmt.Errorf("starting gossip for group %s on %s: %w", cfg.Group, net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port)), err)
 	}
-	return &Gossip{cfg: cfg, ml: ml, meta: meta, members: ms}, nil
+	g.ml, g.ring = ml, ring
+	return nil
+}
+
+// KeyError is why the keyring could not be read last time (nil when it
+// was): before the first keyring the agent does not gossip, after it the
+// gossip goes on with the keys read last.
+func (g *Gossip) KeyError() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.keyErr
+}
+
+// Keyring is the fingerprint of the keyring in use ("" before the first).
+func (g *Gossip) Keyring() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ml == nil {
+		return ""
+	}
+	return g.keys.Fingerprint()
+}
+
+// list is the running memberlist, or nil before a keyring was read.
+func (g *Gossip) list() *memberlist.Memberlist {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ml
 }
 
 // SetAPIReached publishes whether this member's last check reached the
@@ -157,7 +307,11 @@ func (g *Gossip) SetAPIReached(reached bool) {
 	if g.meta.reached.Swap(reached) == reached {
 		return
 	}
-	if err := g.ml.UpdateNode(g.cfg.ProbeInterval + time.Second); err != nil {
+	ml := g.list()
+	if ml == nil {
+		return
+	}
+	if err := ml.UpdateNode(g.cfg.ProbeInterval + time.Second); err != nil {
 		klog.V(2).InfoS("Publishing the API state to the group's gossip", "group", g.cfg.Group, "apiReached", reached, "err", err)
 	}
 }
@@ -166,19 +320,29 @@ func (g *Gossip) SetAPIReached(reached bool) {
 // check did not reach the API, this member included when its own did not.
 func (g *Gossip) AliveWithoutAPI() []string { return g.members.names(true) }
 
-// Join contacts every peer (host:port) that is not an alive member yet.
-// The first call marks the agent joined whatever it reached: the first
-// agent of a group finds nobody, and the others join it later. Later
-// calls re-join peers the gossip lost (memberlist never contacts a member
-// it declared dead again, so after a partition heals someone must).
+// Join reads the group's keyring again (starting the gossip the first time
+// it can), then contacts every peer (host:port) that is not an alive
+// member yet. The first call that gossips marks the agent joined whatever
+// it reached: the first agent of a group finds nobody, and the others join
+// it later. Later calls re-join peers the gossip lost (memberlist never
+// contacts a member it declared dead again, so after a partition heals
+// someone must). Without a keyring it contacts nobody and the agent stays
+// unjoined (KeyError says why).
 func (g *Gossip) Join(peers []string) int {
+	g.mu.Lock()
+	_ = g.refreshKeysLocked()
+	ml := g.ml
+	g.mu.Unlock()
+	if ml == nil {
+		return 0
+	}
 	alive := map[string]bool{}
-	for _, m := range g.ml.Members() {
+	for _, m := range ml.Members() {
 		if m.State == memberlist.StateAlive {
 			alive[m.Address()] = true
 		}
 	}
-	self := g.ml.LocalNode().Address()
+	self := ml.LocalNode().Address()
 	var todo []string
 	for _, p := range peers {
 		if p != self && !alive[p] {
@@ -188,7 +352,7 @@ func (g *Gossip) Join(peers []string) int {
 	n := 0
 	if len(todo) > 0 {
 		var err error
-		n, err = g.ml.Join(todo)
+		n, err = ml.Join(todo)
 		if err != nil {
 			klog.V(2).InfoS("Some gossip peers did not answer", "group", g.cfg.Group, "contacted", n, "tried", len(todo), "err", err)
 		}
@@ -211,26 +375,42 @@ func (g *Gossip) Joined() bool { return g.joined.Load() }
 func (g *Gossip) Alive() []string { return g.members.names(false) }
 
 // Address is where peers reach this agent (host:port).
-func (g *Gossip) Address() string { return g.ml.LocalNode().Address() }
+func (g *Gossip) Address() string {
+	if ml := g.list(); ml != nil {
+		return ml.LocalNode().Address()
+	}
+	return net.JoinHostPort(g.cfg.BindAddr, strconv.Itoa(g.cfg.Port))
+}
 
 // Leave tells the peers this agent is going (so they do not wait for a
 // suspicion to expire) and stops gossiping.
 func (g *Gossip) Leave(timeout time.Duration) {
-	if err := g.ml.Leave(timeout); err != nil {
+	ml := g.list()
+	if ml == nil {
+		return
+	}
+	if err := ml.Leave(timeout); err != nil {
 		klog.V(2).InfoS("Leaving the gossip", "group", g.cfg.Group, "err", err)
 	}
-	if err := g.ml.Shutdown(); err != nil {
+	if err := ml.Shutdown(); err != nil {
 		klog.V(2).InfoS("Stopping the gossip", "group", g.cfg.Group, "err", err)
 	}
 }
 
 // klogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
-// klog lines: errors and warnings always, the rest at -v=4.
-type klogWriter struct{}
+// klog lines: errors and warnings always, the rest at -v=4. Messages
+// dropped for want of the key, and members refused, are counted and
+// logged at -v=2 only: an attacker must not flood the log.
+type klogWriter struct{ rejected *rejections }
 
-func (klogWriter) Write(p []byte) (int, error) {
+func (w klogWriter) Write(p []byte) (int, error) {
 	line := string(bytes.TrimSpace(p))
 	switch {
+	case undecryptable(line):
+		w.rejected.of(RejectedKey).Add(1)
+		klog.V(2).InfoS("Gossip", "message", line)
+	case strings.Contains(line, "ignoring alive message") || strings.Contains(line, "more than the group could hold"):
+		klog.V(2).InfoS("Gossip", "message", line)
 	case bytes.Contains(p, []byte("[ERR]")):
 		klog.ErrorS(nil, "Gossip", "message", line)
 	case bytes.Contains(p, []byte("[WARN]")):

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/node-manager/node-manager/agents/fencing-agent/gossipkey"
 )
 
 func freePort(t *testing.T) int {
@@ -30,14 +32,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestAgentsOfAGroupSeeEachOtherAndNoticeOneGone(t *testing.T) {
+	dir := keyDir(t, gossipkey.New())
 	var gs []*Gossip
 	var peers []string
 	for _, name := range []string{"a", "b", "c"} {
 		port := freePort(t)
-		g, err := Start(Config{Name: name, Group: "workers", BindAddr: "127.0.0.1", Port: port, ProbeInterval: 200 * time.Millisecond})
+		g, err := Start(Config{Name: name, Group: "workers", BindAddr: "127.0.0.1", Port: port, ProbeInterval: 200 * time.Millisecond, KeyDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
+		g.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1", "c": "127.0.0.1"})
 		gs = append(gs, g)
 		peers = append(peers, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
@@ -84,17 +88,21 @@ func TestAgentsOfAGroupSeeEachOtherAndNoticeOneGone(t *testing.T) {
 }
 
 func TestAnotherGroupsAgentIsNotAMember(t *testing.T) {
+	// Even with the same key, the label (authenticated with it) differs.
+	dir := keyDir(t, gossipkey.New())
 	pa, pb := freePort(t), freePort(t)
-	a, err := Start(Config{Name: "a", Group: "workers", BindAddr: "127.0.0.1", Port: pa, ProbeInterval: 200 * time.Millisecond})
+	a, err := Start(Config{Name: "a", Group: "workers", BindAddr: "127.0.0.1", Port: pa, ProbeInterval: 200 * time.Millisecond, KeyDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Leave(time.Second)
-	b, err := Start(Config{Name: "b", Group: "frontends", BindAddr: "127.0.0.1", Port: pb, ProbeInterval: 200 * time.Millisecond})
+	a.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1"})
+	b, err := Start(Config{Name: "b", Group: "frontends", BindAddr: "127.0.0.1", Port: pb, ProbeInterval: 200 * time.Millisecond, KeyDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Leave(time.Second)
+	b.SetGroup(map[string]string{"a": "127.0.0.1", "b": "127.0.0.1"})
 	if n := b.Join([]string{net.JoinHostPort("127.0.0.1", strconv.Itoa(pa))}); n != 0 {
 		t.Fatalf("an agent of another group joined %d members", n)
 	}

@@ -1,8 +1,10 @@
 package fencing
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +116,57 @@ func TestAGroupCutOffTogetherKeepsRunningAndIsNotFenced(t *testing.T) {
 		hbs[i].Resume()
 	}
 	waitHeld(t, "island", metav1.ConditionFalse, fencing.ReasonNotHeld)
+}
+
+// A rotation of the group's gossip key, asked for on its Secret and
+// carried out by the real controller while each agent reads the Secret as
+// its kubelet mounts it, keeps the group together: no agent ever starves
+// or loses a member, and afterwards the group, cut off from the API
+// together, still holds its outage quorum over the new key.
+func TestAGossipKeyRotationKeepsEveryNodeFed(t *testing.T) {
+	g := f.StartFencedGroup(t, "rotate", framework.FencedGroupOptions{
+		KeysFromController: true,
+		Group: func(ng *deckhousev1.NodeGroup) {
+			ng.Spec.Fencing.Watchdog = &deckhousev1.WatchdogSpec{Timeout: watchdogTimeout}
+		},
+		AgentArgs: []string{"--lease-stale-after=" + agentLeaseStaleAfter},
+	})
+	for _, node := range g.Nodes {
+		hb, err := framework.StartHeartbeat(framework.Context(t), f.CP, node, 500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(hb.Stop)
+	}
+	s := f.WaitGossipKeySecret(t, "rotate")
+	old := s.Data[deckhousev1.FencingGossipKeyPrimary]
+	s.Annotations[deckhousev1.FencingGossipRotateAnnotation] = ""
+	if _, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Update(framework.Context(t), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Poll(t, "the rotation done, every agent fed and with its whole group throughout", func(ctx context.Context) (bool, error) {
+		for _, a := range g.Agents {
+			if _, body, err := a.Readyz(ctx); err == nil && (strings.Contains(body, "starve") || !strings.Contains(body, "3 of 3 members")) {
+				return false, fmt.Errorf("during the rotation %s: %s", a.Node, body)
+			}
+		}
+		cur, err := f.Kube.CoreV1().Secrets(deckhousev1.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(cur.Data) == 1 && !bytes.Equal(cur.Data[deckhousev1.FencingGossipKeyPrimary], old), nil
+	})
+	for i := range g.Agents {
+		g.FeedsGrow(t, i, 3)
+	}
+	for _, p := range g.Proxies {
+		p.Cut()
+	}
+	for i := range g.Agents {
+		g.ReadyzSays(t, i, "sees a majority of its group without the API too")
+		g.FeedsGrow(t, i, 3)
+	}
+	for _, p := range g.Proxies {
+		p.Restore()
+	}
 }

@@ -98,7 +98,12 @@ func TestTheAgentMayChangeOnlyItsOwnNodesFencingLabels(t *testing.T) {
 	refused(t, "another label of its own Node", patchLabels(ctx, agent, own, map[string]any{deckhousev1.NodeGroupLabel: "elsewhere"}, nil),
 		"fencing-agent may change only the labels")
 	refused(t, "an annotation of its own Node", patchLabels(ctx, agent, own, nil, map[string]any{deckhousev1.FencingDisableAnnotation: ""}),
-		"its spec, annotations, finalizers and owners must stay as they are")
+		"its spec, other annotations, finalizers and owners must stay as they are")
+	refused(t, "a keyring fingerprint that is no fingerprint", patchLabels(ctx, agent, own, nil, map[string]any{deckhousev1.FencingGossipKeyringAnnotation: "a key, perhaps"}),
+		"gossip keyring fingerprint (16 hex digits)")
+	if err := patchLabels(ctx, agent, own, nil, map[string]any{deckhousev1.FencingGossipKeyringAnnotation: "0123456789abcdef"}); err != nil {
+		t.Errorf("the agent reporting its keyring fingerprint: %v", err)
+	}
 	refused(t, "a fencing mode that does not exist", patchLabels(ctx, agent, own, map[string]any{deckhousev1.FencingModeLabel: "Reboot"}, nil),
 		"fencing-mode only to Watchdog or Notify")
 

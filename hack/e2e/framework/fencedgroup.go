@@ -3,11 +3,14 @@ package framework
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
@@ -24,6 +27,9 @@ type FencedGroup struct {
 	Nodes      []string
 	Proxies    []*TCPProxy
 	Agents     []*stack.FencingAgent
+	// Keys are each agent's gossip keyring volume, written from the
+	// group's Secret as the node's kubelet would.
+	Keys []*GossipKeyVolume
 }
 
 // FencedGroupOptions tune StartFencedGroup.
@@ -35,6 +41,9 @@ type FencedGroupOptions struct {
 	Group func(*deckhousev1.NodeGroup)
 	// AgentArgs are added to every agent's command line.
 	AgentArgs []string
+	// KeysFromController: node-manager-controller runs and makes the
+	// group's gossip keyring Secret; otherwise the test makes it.
+	KeysFromController bool
 }
 
 // StartFencedGroup creates group name with three Nodes, starts an agent on
@@ -54,10 +63,30 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 		}
 	}))
 	g := &FencedGroup{Name: name, Mode: opts.Mode}
+	if !opts.KeysFromController {
+		f.EnsureGossipKeySecret(t, name)
+	}
 	var gossipPorts []int
 	for i := range 3 {
 		node := fmt.Sprintf("%s-%d", name, i)
 		f.TestNode(t, NewNode(node, name))
+		// Its InternalIP, which its agent's gossip admits (every agent
+		// here listens on the loopback address, at its own port), and
+		// Ready, as its kubelet would report: a gossip key rotation waits
+		// for the agents of Ready nodes. kube-controller-manager writes the
+		// new Node too, hence the retry on conflict.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+			_, err = f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
 		g.Nodes = append(g.Nodes, node)
 		g.Proxies = append(g.Proxies, NewTCPProxy(t, strings.TrimPrefix(f.CP.APIServerURL, "https://")))
 		port, err := controlplane.FreePort()
@@ -80,9 +109,11 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 				peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
 			}
 		}
+		keys := MountGossipKeys(t, f.Kube, deckhousev1.FencingGossipKeySecretPrefix+name, filepath.Join(f.CP.Dir(), "gossip-key-"+node))
+		g.Keys = append(g.Keys, keys)
 		a, err := f.Env.StartFencingAgent(ctx, stack.FencingAgentOptions{
 			Node: node, Group: name, Mode: opts.Mode, Token: token, APIServer: g.Proxies[i].Addr(),
-			GossipPort: gossipPorts[i], Peers: peers, ExtraArgs: opts.AgentArgs,
+			GossipPort: gossipPorts[i], Peers: peers, GossipKeyDir: keys.Dir, ExtraArgs: opts.AgentArgs,
 		})
 		if err != nil {
 			t.Fatal(err)

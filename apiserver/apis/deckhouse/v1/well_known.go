@@ -297,6 +297,34 @@ const (
 	TokenExpiresAtAnnotation = "node-manager.deckhouse.io/token-expires-at"
 	// TokenIDAnnotation is the public id of that token.
 	TokenIDAnnotation = "node-manager.deckhouse.io/token-id"
+
+	// FencingGossipKeySecretPrefix + <group> is the Secret holding the
+	// group's fencing gossip keyring (agents/fencing-agent/gossipkey):
+	// node-manager-controller alone writes it, and the group's fencing-agent
+	// pods mount it (the kubelet reads it for them). Its data keys follow.
+	FencingGossipKeySecretPrefix = "fencing-agent-gossip-"
+	// FencingGossipKeyPrimary is the key every agent encrypts with.
+	FencingGossipKeyPrimary = "primary"
+	// FencingGossipKeyNext is, during a rotation, the key being handed out
+	// before it becomes primary; agents accept it.
+	FencingGossipKeyNext = "next"
+	// FencingGossipKeyPrevious is, during a rotation, the key that was
+	// primary; agents still accept it until every agent encrypts with the
+	// new one.
+	FencingGossipKeyPrevious = "previous"
+	// FencingGossipRotatedAtAnnotation on that Secret is when its primary
+	// key was made (RFC 3339); the controller rotates it once it is older
+	// than its --fencing-gossip-key-rotation-period.
+	FencingGossipRotatedAtAnnotation = "node-manager.deckhouse.io/gossip-key-rotated-at"
+	// FencingGossipRotateAnnotation (any value), set by a person on that
+	// Secret, asks for a rotation now; the controller removes it once the
+	// rotation has begun.
+	FencingGossipRotateAnnotation = "node-manager.deckhouse.io/rotate-gossip-key"
+	// FencingGossipKeyringAnnotation is set by the fencing agent on its own
+	// Node to the fingerprint of the gossip keyring it uses
+	// (gossipkey.Keys.Fingerprint, never a key), so the controller knows
+	// when every agent of the group has the Secret's current keys.
+	FencingGossipKeyringAnnotation = "node-manager.deckhouse.io/fencing-gossip-keyring"
 )
 
 // Certificates node-manager-controller keeps (controllers/certificates,
