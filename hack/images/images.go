@@ -25,14 +25,17 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 // UID and GID of the user every node-manager image runs as; the manifests'
 // securityContexts name the same (runAsUser: 64535).
 const (
-	UID  = 64535
-	GID  = 64535
-	User = "node-manager"
+	UID = 64535
+	GID = 64535
+	// User is named after the product (the heritage its objects carry).
+	User = deckhousev1.HeritageNodeManager
 )
 
 // OCI annotation and label keys (github.com/opencontainers/image-spec's

@@ -18,6 +18,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrastructurev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/images"
 )
@@ -48,17 +50,17 @@ type binary struct {
 // present certificates of a public CA, so it carries them (as upstream's
 // image, on distroless/static, does).
 var binaries = []binary{
-	{name: "bashible-apiserver", pkg: "./apiserver/cmd/bashible-apiserver", versionPkg: "k8s.io/component-base/version",
+	{name: deckhousev1.BashibleAPIServerName, pkg: "./apiserver/cmd/bashible-apiserver", versionPkg: "k8s.io/component-base/version",
 		description: "node-manager's aggregated API server: renders and serves bashible bundles"},
-	{name: "node-manager-controller", pkg: "./controllers/cmd/node-manager-controller", versionPkg: "k8s.io/component-base/version",
+	{name: deckhousev1.NodeManagerControllerName, pkg: "./controllers/cmd/node-manager-controller", versionPkg: "k8s.io/component-base/version",
 		description: "node-manager's controllers: node groups, updates, fencing, Cluster API"},
-	{name: "caps-controller-manager", pkg: "./controllers/cmd/caps-controller-manager", versionPkg: "k8s.io/component-base/version",
+	{name: deckhousev1.CAPSControllerManagerName, pkg: "./controllers/cmd/caps-controller-manager", versionPkg: "k8s.io/component-base/version",
 		description: "Cluster API Provider Static: bootstraps static machines over SSH"},
-	{name: "fencing-agent", pkg: "./agents/cmd/fencing-agent", versionPkg: "k8s.io/component-base/version",
+	{name: deckhousev1.FencingAgentName, pkg: "./agents/cmd/fencing-agent", versionPkg: "k8s.io/component-base/version",
 		description: "node-manager's fencing agent: feeds the node's watchdog"},
-	{name: "early-oom", pkg: "./agents/cmd/early-oom", versionPkg: "k8s.io/component-base/version",
+	{name: deckhousev1.EarlyOOMName, pkg: "./agents/cmd/early-oom", versionPkg: "k8s.io/component-base/version",
 		description: "node-manager's early OOM killer"},
-	{name: "capi-controller-manager", module: "hack/tools/clusterapi", pkg: "sigs.k8s.io/cluster-api/core", versionPkg: "sigs.k8s.io/cluster-api/version", ca: true,
+	{name: infrastructurev1alpha1.CAPIControllerManagerName, module: "hack/tools/clusterapi", pkg: "sigs.k8s.io/cluster-api/core", versionPkg: "sigs.k8s.io/cluster-api/version", ca: true,
 		description: "upstream Cluster API's core manager (sigs.k8s.io/cluster-api), pinned by node-manager"},
 }
 

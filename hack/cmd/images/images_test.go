@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrastructurev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/images"
 )
@@ -33,7 +35,7 @@ import (
 // certificates. Every image is built the same way; make images builds all
 // six. Under make test's -race the test's own work (compressing and reading
 // back the layers) is slow, so it builds no more than these.
-var testImages = []string{"early-oom", "capi-controller-manager"}
+var testImages = []string{deckhousev1.EarlyOOMName, infrastructurev1alpha1.CAPIControllerManagerName}
 
 // TestTwoBuildsOfOneCommitGiveTheSameDigestsAndPushThem builds the images
 // twice, from real binaries compiled twice into two directories, and wants
@@ -193,7 +195,7 @@ func checkImage(t *testing.T, n images.Named, info buildInfo) {
 		t.Errorf("%s: /tmp is %v, want a directory of mode 1777", n.Name, h)
 	}
 	_, hasCA := files[images.CACertificates]
-	if wantCA := n.Name == "capi-controller-manager"; hasCA != wantCA {
+	if wantCA := n.Name == infrastructurev1alpha1.CAPIControllerManagerName; hasCA != wantCA {
 		t.Errorf("%s: has CA certificates: %t, want %t", n.Name, hasCA, wantCA)
 	}
 	if want := []string{"/etc", "/etc/group", "/etc/passwd", "/home", "/home/node-manager", "/root", "/tmp", "/usr", "/usr/local", "/usr/local/bin", entrypoint}; !hasCA {
