@@ -138,6 +138,10 @@ func TestAGossipKeyRotationKeepsEveryNodeFed(t *testing.T) {
 		}
 		t.Cleanup(hb.Stop)
 	}
+	// The group together first: each agent sees all three members.
+	for i := range g.Agents {
+		g.ReadyzSays(t, i, "3 of 3 members")
+	}
 	s := f.WaitGossipKeySecret(t, "rotate")
 	old := s.Data[deckhousev1.FencingGossipKeyPrimary]
 	s.Annotations[deckhousev1.FencingGossipRotateAnnotation] = ""

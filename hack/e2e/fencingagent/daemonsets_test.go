@@ -46,7 +46,7 @@ func TestTheControllerRunsTheAgentsOfEachFencedGroup(t *testing.T) {
 			return false, err
 		}
 		c := ds.Spec.Template.Spec.Containers[0]
-		return c.Image == image && slices.Contains(c.Args, "--mode=Watchdog") && len(ds.Spec.Template.Spec.Volumes) == 1, nil
+		return c.Image == image && slices.Contains(c.Args, "--mode=Watchdog") && len(ds.Spec.Template.Spec.Volumes) == 2, nil
 	})
 
 	ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, "fa-ds", metav1.GetOptions{})
@@ -57,12 +57,13 @@ func TestTheControllerRunsTheAgentsOfEachFencedGroup(t *testing.T) {
 	if _, err := f.NM.DeckhouseV1().NodeGroups().Update(ctx, ng, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Poll(t, "DaemonSet "+name+" in Notify mode, without the device", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, "DaemonSet "+name+" in Notify mode, without the device (only the gossip keyring)", func(ctx context.Context) (bool, error) {
 		ds, err := daemonSet(ctx)
 		if ds == nil || err != nil {
 			return false, err
 		}
-		return slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--mode=Notify") && len(ds.Spec.Template.Spec.Volumes) == 0, nil
+		vs := ds.Spec.Template.Spec.Volumes
+		return slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--mode=Notify") && len(vs) == 1 && vs[0].HostPath == nil, nil
 	})
 	// No update loop: the API's defaults do not count as a difference, so
 	// once the DaemonSet controller has seen it the spec stays put.
@@ -116,7 +117,7 @@ func TestTheControllerMayWriteOnlyFencingAgentDaemonSets(t *testing.T) {
 	refused(t, "a DaemonSet of another name", err, "may write only the DaemonSets fencing-agent-<group>")
 
 	rootfs := legit.DeepCopy()
-	rootfs.Spec.Template.Spec.Volumes[0].HostPath.Path = "/"
+	rootfs.Spec.Template.Spec.Volumes[watchdogVolume(t, rootfs)].HostPath.Path = "/"
 	_, err = asController.Create(ctx, rootfs, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	refused(t, "a fencing agent mounting the host's root", err, "mounts nothing from the host but /dev/watchdog")
 
@@ -133,4 +134,16 @@ func TestTheControllerMayWriteOnlyFencingAgentDaemonSets(t *testing.T) {
 	if _, err := asController.Create(ctx, legit, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatalf("the controller may create a fencing agent's DaemonSet: %v", err)
 	}
+}
+
+// watchdogVolume is the index of the DaemonSet's /dev/watchdog hostPath volume.
+func watchdogVolume(t *testing.T, ds *appsv1.DaemonSet) int {
+	t.Helper()
+	for i, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == fencingagents.WatchdogDevice {
+			return i
+		}
+	}
+	t.Fatalf("DaemonSet %s mounts no %s", ds.Name, fencingagents.WatchdogDevice)
+	return -1
 }
