@@ -145,7 +145,8 @@ func New(cfg Config, kube kubernetes.Interface, dev Device, gossip Gossip, recor
 		own: own, group: group, ownNodes: ownInf.Lister(), grpNodes: grpInf.Lister(),
 		synced: []cache.InformerSynced{ownInf.Informer().HasSynced, grpInf.Informer().HasSynced},
 	}
-	a.metrics = newMetrics(a.LastFeed, clk.Now, gossip.Rejected)
+	// Read at scrape time, through a: the gossip's counters as they are then.
+	a.metrics = newMetrics(a.LastFeed, clk.Now, func(reason string) uint64 { return a.gossip.Rejected(reason) })
 	return a
 }
 
