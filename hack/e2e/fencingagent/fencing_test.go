@@ -106,14 +106,7 @@ func TestAnAgentCutOffFromTheAPIAndItsPeersStopsFeeding(t *testing.T) {
 	g.ReadyzSays(t, 0, "this node sees less than a majority of its group: cut off")
 	// Stopped feeding: the device stays silent for ten loop turns while
 	// the loop keeps turning (/readyz answers with the same state).
-	cutOff := a.Device.Writes()
-	framework.Poll(t, "the watchdog of "+a.Node+" unfed for 3 s", func(ctx context.Context) (bool, error) {
-		w := a.Device.Writes()
-		if w.Feeds != cutOff.Feeds || w.MagicCloses != cutOff.MagicCloses {
-			return false, fmt.Errorf("the cut-off agent wrote to its watchdog: %+v, then %+v", cutOff, w)
-		}
-		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
-	})
+	waitUnfed(t, a, "")
 	g.ReadyzSays(t, 0, "starve: the API does not answer")
 	if w := a.Device.Writes(); w.Last == 'V' {
 		t.Fatal("the cut-off agent disarmed its watchdog; it must stay armed so the watchdog resets the node")
@@ -269,4 +262,19 @@ func annotate(t *testing.T, node, key string, value *string) {
 	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitUnfed waits until a cut-off agent has left its watchdog unfed for
+// ten loop turns (3 s) while its loop keeps turning, failing on any write
+// to the device meanwhile; how says under what (for the message).
+func waitUnfed(t *testing.T, a *stack.FencingAgent, how string) {
+	t.Helper()
+	cutOff := a.Device.Writes()
+	framework.Poll(t, "the watchdog of "+a.Node+" unfed for 3 s", func(ctx context.Context) (bool, error) {
+		w := a.Device.Writes()
+		if w.Feeds != cutOff.Feeds || w.MagicCloses != cutOff.MagicCloses {
+			return false, fmt.Errorf("the cut-off agent wrote to its watchdog%s: %+v, then %+v", how, cutOff, w)
+		}
+		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
+	})
 }
