@@ -26,6 +26,10 @@ CTRD_DIR      := $(CURDIR)/hack/tools/containerd
 CTRD_MOD      := $(CTRD_DIR)/go.mod $(CTRD_DIR)/go.sum
 CTRD_VERSION   = $(shell cd $(CTRD_DIR) && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 NODE_BINARIES := $(BIN)/kubelet $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr
+# The join suite's install test runs node-manager's release as pods: the
+# machine needs a scheduler for its Deployments and DaemonSets and a
+# kube-proxy for its Services, both from the pinned module.
+CLUSTER_BINARIES := $(BIN)/kube-scheduler $(BIN)/kube-proxy
 # promtool tests the alerting rules (make test-rules); its own module, as
 # Prometheus's dependencies clash with k8s.io/kubernetes. Only cmd/promtool
 # is built, without the service discoveries of every cloud (remove_all_sd:
@@ -40,7 +44,7 @@ PROM_MOD      := $(PROM_DIR)/go.mod $(PROM_DIR)/go.sum
 CAPI_DIR      := $(CURDIR)/hack/tools/clusterapi
 CAPI_MOD      := $(CAPI_DIR)/go.mod $(CAPI_DIR)/go.sum
 CAPI_VERSION   = $(shell cd $(CAPI_DIR) && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
-TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES) $(BIN)/promtool $(BIN)/capi-controller-manager
+TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES) $(CLUSTER_BINARIES) $(BIN)/promtool $(BIN)/capi-controller-manager
 
 # Every go command below compiles with -trimpath, so a build's cache entries
 # do not depend on where the checkout lives: a fresh clone (CI's, or a second
@@ -113,6 +117,10 @@ $(BIN)/kubectl: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kubectl "$(K8S_LDFLAGS)"
 $(BIN)/kubelet: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kubelet "$(K8S_LDFLAGS)"
+$(BIN)/kube-scheduler: $(TOOLS_MOD)
+	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kube-scheduler "$(K8S_LDFLAGS)"
+$(BIN)/kube-proxy: $(TOOLS_MOD)
+	@hack/build-tool.sh $@ k8s.io/kubernetes/cmd/kube-proxy "$(K8S_LDFLAGS)"
 $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr: $(BIN)/%: $(CTRD_MOD)
 	@TOOLS_MODULE=hack/tools/containerd hack/build-tool.sh $@ github.com/containerd/containerd/v2/cmd/$* \
 		"-X github.com/containerd/containerd/v2/version.Version=$(patsubst v%,%,$(CTRD_VERSION))"
@@ -220,7 +228,7 @@ test-rules: $(BIN)/promtool ## promtool test rules: every alert of manifests/mon
 	@hack/test-rules.sh
 
 .PHONY: test-e2e
-test-e2e: $(CONTROL_PLANE) $(NODE_BINARIES) $(BIN)/capi-controller-manager debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
+test-e2e: images $(CONTROL_PLANE) $(NODE_BINARIES) $(CLUSTER_BINARIES) $(BIN)/capi-controller-manager debian-tools ## e2e suites: the local control plane, and the bundle run in a Debian root
 	@mkdir -p $(TEST_LOGS)
 	@# Linked once here, where three suites starting at once each linked all
 	@# of them; the suites then skip their own build (hack/stack.PrebuiltEnv).

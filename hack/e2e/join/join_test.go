@@ -59,7 +59,8 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	source := framework.StartPackageSource(t)
 	setClusterConfiguration(t, framework.ClusterConfiguration(t, source.URL, source.Versions,
 		"registry:\n  mirrors:\n    - host: registry.k8s.io\n      endpoints: ["+images.URL+"]\n"))
-	t.Logf("the cluster's API endpoint: %s", forwardAPIServer(t))
+	endpoint := forwardAPIServer(t)
+	t.Logf("the cluster's API endpoint: %s", endpoint)
 	f.TestGroup(t, framework.NewGroup(group, func(ng *deckhousev1.NodeGroup) {
 		// This host: cgroup v1, no CAP_SYS_RESOURCE (see the README).
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{FailCgroupV1: ptr.To(false)}
@@ -237,6 +238,13 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 			errorf(t, "%s restarted: %v (before %s, after %s); a new maxPods restarts only the kubelet", unit, restarted, started, after[unit])
 		}
 	}
+
+	// The joined machine then runs node-manager's own release as pods.
+	if t.Failed() {
+		return
+	}
+	host, _, _ := net.SplitHostPort(endpoint)
+	t.Run("TheReleaseRunsAsPodsOnTheMachine", func(t *testing.T) { testTheReleaseRunsAsPods(t, m, host) })
 }
 
 // installCNI is what a cluster's network module does on a new node: its
@@ -253,7 +261,7 @@ cat > /etc/cni/net.d/10-e2e-join.conflist <<'EOF'
   "name": "e2e-join",
   "plugins": [
     {"type": "bridge", "bridge": "` + bridge + `", "isGateway": true, "ipMasq": false,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "` + podSubnet + `"}]]}},
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "` + podSubnet + `"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }

@@ -32,11 +32,14 @@ func setUp(ctx context.Context) (func(), error) {
 	if os.Geteuid() != 0 {
 		return nil, nil // the test skips: a machine boots only as root
 	}
-	if _, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{}); err != nil {
+	s, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{})
+	if err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}
-	if _, err := f.Env.StartController(ctx, stack.ControllerOptions{}); err != nil {
+	c, err := f.Env.StartController(ctx, stack.ControllerOptions{})
+	if err != nil {
 		return nil, fmt.Errorf("start node-manager-controller: %w", err)
 	}
+	harness.apiServer, harness.controller = s, c
 	return nil, nil
 }
