@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -32,11 +33,14 @@ import (
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	"github.com/node-manager/node-manager/controllers/caps/hostssh"
 	"github.com/node-manager/node-manager/controllers/fencingagents"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/e2e/framework/debianroot"
 	"github.com/node-manager/node-manager/hack/images"
 	"github.com/node-manager/node-manager/hack/release"
+	"github.com/node-manager/node-manager/templates"
 )
 
 // imagesPath is the path of the images under the test's registry, as
@@ -133,8 +137,12 @@ func testTheReleaseRunsAsPods(t *testing.T, m *debianroot.Machine, host string) 
 	enter("installing the release")
 	applied := time.Now()
 	in.apply(in.digests)
+	// A namespace deleted while the APIService is not yet Available waits
+	// for it (the namespace controller must list every API first).
+	during := in.deleteNamespace()
 	in.waitAPIServiceAvailable(installTimeout)
 	t.Logf("install: kubectl apply → APIService Available: %s", time.Since(applied).Round(100*time.Millisecond))
+	t.Logf("install: a namespace deleted right after kubectl apply was gone after %s", during().Round(100*time.Millisecond))
 	for _, d := range []string{deckhousev1.BashibleAPIServerName, deckhousev1.NodeManagerControllerName, deckhousev1.CAPSControllerManagerName, "capi-controller-manager"} {
 		in.waitDeploymentRolledOut(d, installTimeout)
 	}
@@ -164,6 +172,11 @@ func testTheReleaseRunsAsPods(t *testing.T, m *debianroot.Machine, host string) 
 	if code, _ := scrape(t, oomMetrics, ""); code != http.StatusUnauthorized && code != http.StatusForbidden {
 		errorf(t, "early-oom's /metrics without a token answered %d, want 401 or 403", code)
 	}
+
+	// A static host bootstrapped over SSH by the caps-controller-manager
+	// pod, through the capi-controller-manager pods' Machines.
+	enter("bootstrapping a StaticInstance from the CAPS pod")
+	in.bootstrapStaticInstance()
 
 	// An update approved by the node-manager-controller pod: fencing in
 	// Watchdog mode. The kernel's softdog cannot be loaded in a test
@@ -231,8 +244,19 @@ func testTheReleaseRunsAsPods(t *testing.T, m *debianroot.Machine, host string) 
 		fatalf(t, "hack/uninstall.sh: %v\n%s", err, tail(string(out), 30))
 	}
 	t.Logf("removal: hack/uninstall.sh took %s", time.Since(removed).Round(100*time.Millisecond))
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-after-removal-"}}
-	ns, err = f.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	t.Logf("removal: a namespace deleted in %s", in.deleteNamespace()().Round(100*time.Millisecond))
+	node, err := f.Kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil || !ready(node) || node.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != fenced {
+		errorf(t, "after the removal the node should be Ready with its configuration %s: %v %v", fenced, err, node)
+	}
+}
+
+// deleteNamespace creates a namespace and deletes it; the returned
+// function waits until it is gone (a minute at most) and says how long
+// that took from the deletion.
+func (in *installation) deleteNamespace() func() time.Duration {
+	t, ctx := in.t, framework.Context(in.t)
+	ns, err := f.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-deleted-"}}, metav1.CreateOptions{})
 	if err != nil {
 		fatalf(t, "%v", err)
 	}
@@ -240,14 +264,12 @@ func testTheReleaseRunsAsPods(t *testing.T, m *debianroot.Machine, host string) 
 	if err := f.Kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
 		fatalf(t, "%v", err)
 	}
-	waitFor(t, "namespace "+ns.Name+" to be deleted after the removal", time.Minute, func(ctx context.Context) (bool, error) {
-		_, err := f.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	t.Logf("removal: a namespace deleted in %s", time.Since(deleted).Round(100*time.Millisecond))
-	node, err := f.Kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil || !ready(node) || node.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != fenced {
-		errorf(t, "after the removal the node should be Ready with its configuration %s: %v %v", fenced, err, node)
+	return func() time.Duration {
+		waitFor(t, "namespace "+ns.Name+" to be deleted", time.Minute, func(ctx context.Context) (bool, error) {
+			_, err := f.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		return time.Since(deleted)
 	}
 }
 
@@ -717,4 +739,98 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// staticHostAddress is the simulated static host's address: test-only,
+// outside the pods' range, on no network but this host's.
+const staticHostAddress = "10.244.16.1"
+
+// staticGroup is the group of the StaticInstance the CAPS pod bootstraps.
+const staticGroup = "e2e-static"
+
+// bootstrapStaticInstance proves caps-controller-manager's pod against a
+// simulated host (Debian's sshd in a root of its own, with the suites'
+// stubs, on this host's address, which the pod reaches): a Static group
+// asks for one StaticInstance; the capi-controller-manager pods make its
+// Machine; the CAPS pod logs in over SSH from its pod address (the host's
+// sshd log says so), writes the host's identity and runs the group's
+// bootstrap, as served by the bashible-apiserver pods, which fetches
+// bashible from the API. The test then plays the kubelet (a Node with the
+// providerID CAPS wrote and a configuration recorded), and the instance is
+// Running.
+func (in *installation) bootstrapStaticInstance() {
+	t, ctx := in.t, framework.Context(in.t)
+	logins := framework.NewSSHLogins(t)
+	root := debianroot.Fresh(t, templates.BuiltinVersions().BasePackages["debian"])
+	debianroot.InstallStubs(t, root)
+	// The kubelet's bootstrap kubeconfig, which the kubelet step writes on a
+	// real host: bashible's first run then waits for the (played) kubelet.
+	debianroot.WriteFile(t, filepath.Join(root, "etc/kubernetes/bootstrap-kubelet.conf"), "apiVersion: v1\nkind: Config\n", 0o600)
+	// The API's address that its serving certificate names is loopback
+	// (the host shares this host's network): the bootstrap is pointed at it
+	// the documented way, as the machine's is; sshd's PAM session reads it.
+	debianroot.WriteFile(t, filepath.Join(root, "etc/environment"), "BASHIBLE_API_ENDPOINTS="+apiServerHostPort(t)+"\n", 0o644)
+	const name = "e2e-static-1"
+	// The host has an address of its own, on the pods' bridge of this host
+	// (the machine's address is a node's, which CAPS refuses to bootstrap).
+	if out, err := exec.Command("ip", "addr", "add", staticHostAddress+"/32", "dev", bridge).CombinedOutput(); err != nil {
+		fatalf(t, "give the static host its address: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "addr", "del", staticHostAddress+"/32", "dev", bridge).Run() })
+	h := framework.StartSSHHost(t, name, root, staticHostAddress, freePort(t), logins)
+
+	creds := f.NM.DeckhouseV1alpha2().SSHCredentialses()
+	if _, err := creds.Create(ctx, &deckhousev1alpha2.SSHCredentials{ObjectMeta: metav1.ObjectMeta{Name: staticGroup},
+		Spec: deckhousev1alpha2.SSHCredentialsSpec{User: "root", PrivateSSHKey: base64.StdEncoding.EncodeToString(logins.RootKey), SSHPort: int32(h.Port)}}, metav1.CreateOptions{}); err != nil {
+		fatalf(t, "create SSHCredentials: %v", err)
+	}
+	role := map[string]string{"role": staticGroup}
+	inst := &deckhousev1alpha2.StaticInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: role, Annotations: map[string]string{deckhousev1.SSHHostKeyAnnotation: h.HostKey}},
+		Spec: deckhousev1alpha2.StaticInstanceSpec{Address: h.Address,
+			CredentialsRef: &corev1.ObjectReference{Kind: "SSHCredentials", APIVersion: deckhousev1alpha2.SchemeGroupVersion.String(), Name: staticGroup}},
+	}
+	if _, err := f.NM.DeckhouseV1alpha2().StaticInstances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
+		fatalf(t, "create StaticInstance: %v", err)
+	}
+	started := time.Now()
+	if _, err := f.NM.DeckhouseV1().NodeGroups().Create(ctx, framework.NewGroup(staticGroup, func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.StaticInstances = &deckhousev1.StaticInstancesSpec{Count: 1, LabelSelector: &metav1.LabelSelector{MatchLabels: role}}
+	}), metav1.CreateOptions{}); err != nil {
+		fatalf(t, "create NodeGroup %s: %v", staticGroup, err)
+	}
+
+	providerIDFile := filepath.Join(root, hostssh.ProviderIDFile)
+	waitFor(t, "the CAPS pod to write the host's identity over SSH", installTimeout, func(context.Context) (bool, error) {
+		_, err := os.Stat(providerIDFile)
+		return err == nil, nil
+	})
+	sshdLog, err := os.ReadFile(filepath.Join(filepath.Dir(root), name+"-sshd.log"))
+	if err != nil || !strings.Contains(string(sshdLog), "Accepted publickey for root from "+strings.TrimSuffix(podSubnet, "0/24")) {
+		errorf(t, "the host's sshd log shows no login from a pod address of %s: %v\n%s", podSubnet, err, tail(string(sshdLog), 10))
+	}
+	waitFor(t, "the host's bootstrap to fetch bashible.sh", installTimeout, func(context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join(root, "var/lib/bashible/bashible.sh"))
+		return err == nil, nil
+	})
+	providerID := strings.TrimSpace(framework.ReadFile(t, providerIDFile))
+	node := framework.NewNode(name, staticGroup)
+	node.Spec.ProviderID = providerID
+	// What bashible records once the kubelet has joined, which CAPS waits
+	// for: the played kubelet's stand-in.
+	node.Annotations = map[string]string{deckhousev1.ConfigurationChecksumAnnotation: "e2e"}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.Address}, {Type: corev1.NodeHostName, Address: name}}
+	if _, err := f.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		fatalf(t, "register Node %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	waitFor(t, "StaticInstance "+name+" Running with its Node", installTimeout, func(ctx context.Context) (bool, error) {
+		si, err := f.NM.DeckhouseV1alpha2().StaticInstances().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && si.Status.CurrentStatus != nil && si.Status.CurrentStatus.Phase == deckhousev1alpha2.StaticInstanceRunning &&
+			si.Status.NodeRef != nil && si.Status.NodeRef.Name == name, nil
+	})
+	t.Logf("static group created → StaticInstance bootstrapped by the CAPS pod and Running: %s", time.Since(started).Round(100*time.Millisecond))
+	// The host's bootstrap session (bashible waiting for a kubelet that is
+	// played) ends with the host.
+	h.Stop()
 }
