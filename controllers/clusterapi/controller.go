@@ -179,7 +179,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 func (c *Controller) kubeconfig() ([]byte, error) {
 	path := c.d.Options.ClusterAPIKubeconfig
 	if path == "" {
-		return InClusterKubeconfig()
+		return InClusterKubeconfig(InClusterServer(os.Getenv))
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"net"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -194,15 +195,30 @@ const (
 	inClusterServer         = "https://kubernetes.default.svc"
 )
 
+// InClusterServer is the address of the cluster's own API as every pod
+// of the cluster reaches it: the kubernetes Service's ClusterIP and port,
+// which the kubelet gives each container (KUBERNETES_SERVICE_HOST and
+// _PORT, read by getenv), and which the API server's certificate names.
+// Not its DNS name: Cluster API must reach the cluster before the
+// cluster's DNS runs (static nodes are joined while there may be no node
+// for it to run on yet). Outside a pod, the Service's DNS name.
+func InClusterServer(getenv func(string) string) string {
+	host, port := getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return inClusterServer
+	}
+	return "https://" + net.JoinHostPort(host, port)
+}
+
 // InClusterKubeconfig is the kubeconfig the Cluster's Secret holds by
-// default: the cluster's own API through its in-cluster Service, with the
+// default: the cluster's own API at server (InClusterServer), with the
 // reading pod's own ServiceAccount token and CA files. So the Secret holds
 // no credential, and capi-controller-manager reaches the Nodes as itself
 // (its RBAC in manifests/capi-controller-manager).
-func InClusterKubeconfig() ([]byte, error) {
+func InClusterKubeconfig(server string) ([]byte, error) {
 	name := infrav1alpha1.StaticClusterName
 	cfg := clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: inClusterServer, CertificateAuthority: serviceAccountCAFile}},
+		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: server, CertificateAuthority: serviceAccountCAFile}},
 		AuthInfos:      map[string]*clientcmdapi.AuthInfo{name: {TokenFile: serviceAccountTokenFile}},
 		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: name}},
 		CurrentContext: name,

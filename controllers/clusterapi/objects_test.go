@@ -148,11 +148,22 @@ func TestClusterObjects(t *testing.T) {
 	if KubeconfigSecretCurrent(s, KubeconfigSecret(ns, []byte("other"))) {
 		t.Error("a changed kubeconfig is reported current")
 	}
-	kc, err := InClusterKubeconfig()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	server := InClusterServer(env(map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}))
+	if server != "https://10.96.0.1:443" {
+		t.Errorf("in a pod the server is the kubernetes Service's address, got %q (its DNS name needs the cluster's DNS)", server)
+	}
+	if got := InClusterServer(env(map[string]string{"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"})); got != "https://[fd00::1]:443" {
+		t.Errorf("an IPv6 Service address: %q", got)
+	}
+	if got := InClusterServer(env(nil)); got != inClusterServer {
+		t.Errorf("outside a pod the server is the Service's DNS name, got %q", got)
+	}
+	kc, err := InClusterKubeconfig(server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(kc), serviceAccountTokenFile) || strings.Contains(string(kc), "token:") {
-		t.Errorf("the in-cluster kubeconfig must point at the token file, not hold a token:\n%s", kc)
+	if !strings.Contains(string(kc), serviceAccountTokenFile) || strings.Contains(string(kc), "token:") || !strings.Contains(string(kc), "server: "+server) {
+		t.Errorf("the in-cluster kubeconfig must name the server and point at the token file, not hold a token:\n%s", kc)
 	}
 }

@@ -830,6 +830,22 @@ func (in *installation) bootstrapStaticInstance() {
 			si.Status.NodeRef != nil && si.Status.NodeRef.Name == name, nil
 	})
 	t.Logf("static group created → StaticInstance bootstrapped by the CAPS pod and Running: %s", time.Since(started).Round(100*time.Millisecond))
+	// Cluster API's own view: its Machine found the Node, through the
+	// Cluster's kubeconfig, which must not need the cluster's DNS (there is
+	// none here, as before a cluster's DNS has a node to run on).
+	machines := schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
+	waitFor(t, "the Machine of "+name+" to reference its Node", installTimeout, func(ctx context.Context) (bool, error) {
+		list, err := in.dyn.Resource(machines).Namespace(deckhousev1.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, m := range list.Items {
+			if ref, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name"); ref == name {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	// The host's bootstrap session (bashible waiting for a kubelet that is
 	// played) ends with the host.
 	h.Stop()
