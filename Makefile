@@ -62,7 +62,7 @@ STACK_CMDS := ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-
 # long suite running alone at the end. test-durations.sh prints the figures
 # this order comes from at the end of every make test.
 MODULE       = $(shell go list -m)
-E2E_SLOWEST := controllers agent caps drills join fencing apiserver foundation rootfs fencingagent
+E2E_SLOWEST := join controllers agent caps drills fencing apiserver foundation rootfs fencingagent
 E2E_PKGS     = $(addprefix $(MODULE)/hack/e2e/,$(E2E_SLOWEST)) \
                $(filter-out $(addprefix $(MODULE)/hack/e2e/,$(E2E_SLOWEST)),$(shell go list ./hack/e2e/...))
 # Three suites at once: a suite mostly waits (on its control plane, on
