@@ -34,6 +34,7 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
+	infrastructurev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/caps/hostssh"
 	"github.com/node-manager/node-manager/controllers/fencingagents"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
@@ -44,8 +45,8 @@ import (
 )
 
 // imagesPath is the path of the images under the test's registry, as
-// REGISTRY=<host>/node-manager would be given to make push and make release.
-const imagesPath = "node-manager"
+// REGISTRY=<host>/images would be given to make push and make release.
+const imagesPath = "images"
 
 // installTimeout bounds the waits for pods: images pulled from loopback,
 // certificates issued, leaders elected.
@@ -143,7 +144,7 @@ func testTheReleaseRunsAsPods(t *testing.T, m *debianroot.Machine, host string) 
 	in.waitAPIServiceAvailable(installTimeout)
 	t.Logf("install: kubectl apply → APIService Available: %s", time.Since(applied).Round(100*time.Millisecond))
 	t.Logf("install: a namespace deleted right after kubectl apply was gone after %s", during().Round(100*time.Millisecond))
-	for _, d := range []string{deckhousev1.BashibleAPIServerName, deckhousev1.NodeManagerControllerName, deckhousev1.CAPSControllerManagerName, "capi-controller-manager"} {
+	for _, d := range []string{deckhousev1.BashibleAPIServerName, deckhousev1.NodeManagerControllerName, deckhousev1.CAPSControllerManagerName, infrastructurev1alpha1.CAPIControllerManagerName} {
 		in.waitDeploymentRolledOut(d, installTimeout)
 	}
 	in.waitDaemonSetReady(deckhousev1.EarlyOOMName, installTimeout)
