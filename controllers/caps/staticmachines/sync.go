@@ -651,7 +651,7 @@ func (c *Controller) credentials(ctx context.Context, name string) (hostssh.Cred
 		}
 		v, ok := s.Data[key]
 		if !ok {
-			return nil, fmt.Errorf("Secret %s/%s has no key %s", deckhousev1.SSHCredentialsNamespace, secret, key)
+			return nil, fmt.Errorf("the Secret %s/%s has no key %s", deckhousev1.SSHCredentialsNamespace, secret, key)
 		}
 		return v, nil
 	}

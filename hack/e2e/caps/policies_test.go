@@ -203,8 +203,10 @@ func TestAllowBootstrapLabel(t *testing.T) {
 }
 
 // TestSSHCredentialsReadableOnlyByCAPS asks kube-apiserver's authorizer
-// who may read SSHCredentials: caps-controller-manager and cluster admins,
-// and none of node-manager's other identities nor an ordinary user.
+// who may read SSHCredentials and the Secrets of d8-ssh-credentials they
+// name: caps-controller-manager and cluster admins, and none of
+// node-manager's other identities nor an ordinary user; and that CAPS may
+// only get those Secrets, one at a time, never list or watch them.
 func TestSSHCredentialsReadableOnlyByCAPS(t *testing.T) {
 	ctx := framework.Context(t)
 	sa := func(name string) string { return "system:serviceaccount:" + deckhousev1.Namespace + ":" + name }
@@ -232,6 +234,17 @@ func TestSSHCredentialsReadableOnlyByCAPS(t *testing.T) {
 			}
 			if review.Status.Allowed != c.want {
 				t.Errorf("%s %s sshcredentials: allowed=%v, want %v (%s)", c.user, verb, review.Status.Allowed, c.want, review.Status.Reason)
+			}
+			want := c.want && (verb == "get" || c.user == "admin")
+			review, err = f.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: c.user, Groups: c.groups,
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: deckhousev1.SSHCredentialsNamespace, Resource: "secrets", Verb: verb, Name: "any"}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("SubjectAccessReview for %s: %v", c.user, err)
+			}
+			if review.Status.Allowed != want {
+				t.Errorf("%s %s secrets in %s: allowed=%v, want %v (%s)", c.user, verb, deckhousev1.SSHCredentialsNamespace, review.Status.Allowed, want, review.Status.Reason)
 			}
 		}
 	}

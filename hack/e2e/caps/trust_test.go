@@ -346,7 +346,7 @@ func TestCAPSFromSecretsNeverContactsUnpinned(t *testing.T) {
 	scale := scriptedMachines(t, name, 1)
 
 	// Refused, never contacted, while a machine waits for a host.
-	inst := waitPhase(t, h.instance, deckhousev1alpha2.StaticInstanceError, false)
+	waitPhase(t, h.instance, deckhousev1alpha2.StaticInstanceError, false)
 	framework.Poll(t, "the machine waiting for a host", func(ctx context.Context) (bool, error) {
 		sms, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
