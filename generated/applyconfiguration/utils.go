@@ -124,6 +124,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		// Group=deckhouse.io, Version=v1alpha2
 	case v1alpha2.SchemeGroupVersion.WithKind("SSHCredentials"):
 		return &deckhousev1alpha2.SSHCredentialsApplyConfiguration{}
+	case v1alpha2.SchemeGroupVersion.WithKind("SSHCredentialsSecretRef"):
+		return &deckhousev1alpha2.SSHCredentialsSecretRefApplyConfiguration{}
 	case v1alpha2.SchemeGroupVersion.WithKind("SSHCredentialsSpec"):
 		return &deckhousev1alpha2.SSHCredentialsSpecApplyConfiguration{}
 	case v1alpha2.SchemeGroupVersion.WithKind("StaticInstance"):

@@ -20,9 +20,12 @@ type Host struct {
 	// Address is the host's IP address; the port comes from Credentials.
 	Address string
 	// PinnedKey is the host key the host must present, in authorized_keys
-	// form ("ssh-ed25519 AAAA..."). Empty: trust on first use, the key seen
-	// is returned in Result.HostKey for the caller to pin.
+	// form ("ssh-ed25519 AAAA...").
 	PinnedKey string
+	// TrustOnFirstUse, with no PinnedKey, accepts the key the host shows
+	// (returned in Result.HostKey for the caller to pin): an admin's
+	// explicit choice. Without either, Run refuses before it dials.
+	TrustOnFirstUse bool
 }
 
 // Result is what a session produced. Output is the session's stdout and
@@ -39,13 +42,18 @@ type Result struct {
 // the pinned one.
 var ErrHostKeyMismatch = errors.New("the host presented a different SSH host key than the one pinned in its StaticInstance")
 
+// ErrHostKeyNotPinned is returned, before any connection, for a host with
+// no pinned key whose trust on first use was not allowed: no password and
+// no script goes to a host CAPS cannot tell from an impostor.
+var ErrHostKeyNotPinned = errors.New("the host's SSH key is not pinned and trust on first use is not allowed for it")
+
 // Error is a failure to reach or log in to a host (as opposed to a script
 // that ran and exited non-zero: Result.ExitCode). Its text names the host
 // and the stage, and carries the SSH library's reason, which never
 // includes credentials.
 type Error struct {
 	Host  string
-	Stage string // "connect", "handshake", "session"
+	Stage string // "hostkey", "credentials", "connect", "handshake", "session"
 	Err   error
 }
 
@@ -61,6 +69,9 @@ const maxOutput = 64 << 10
 // remote shell).
 func Run(ctx context.Context, h Host, c Credentials, script string) (Result, error) {
 	addr := net.JoinHostPort(h.Address, strconv.Itoa(c.Port))
+	if strings.TrimSpace(h.PinnedKey) == "" && !h.TrustOnFirstUse {
+		return Result{}, &Error{Host: addr, Stage: "hostkey", Err: ErrHostKeyNotPinned}
+	}
 	cfg, seen, err := clientConfig(h, c)
 	if err != nil {
 		return Result{}, &Error{Host: addr, Stage: "credentials", Err: err}
@@ -74,8 +85,10 @@ func Run(ctx context.Context, h Host, c Credentials, script string) (Result, err
 	sconn, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
 	if err != nil {
 		_ = conn.Close()
-		if errors.Is(err, ErrHostKeyMismatch) {
-			return Result{HostKey: *seen}, &Error{Host: addr, Stage: "handshake", Err: ErrHostKeyMismatch}
+		for _, known := range []error{ErrHostKeyMismatch, ErrHostKeyNotPinned} {
+			if errors.Is(err, known) {
+				return Result{HostKey: *seen}, &Error{Host: addr, Stage: "handshake", Err: known}
+			}
 		}
 		return Result{HostKey: *seen}, &Error{Host: addr, Stage: "handshake", Err: err}
 	}
@@ -130,17 +143,22 @@ func Run(ctx context.Context, h Host, c Credentials, script string) (Result, err
 
 // clientConfig is the SSH client configuration: the login methods of c and
 // the host key policy of h. seen receives the host key the server shows.
+//
+// With a key, the key is the only login method: the password is for sudo
+// alone and is never offered as a login password, so a host that refuses
+// the key (an impostor that passed the host key check on first use, or a
+// host whose authorized_keys changed) never receives it. The SSH library
+// checks the host key before any login method runs.
 func clientConfig(h Host, c Credentials) (*ssh.ClientConfig, *string, error) {
 	var auth []ssh.AuthMethod
 	if len(c.Key) > 0 {
 		signer, err := ssh.ParsePrivateKey(c.Key)
 		if err != nil {
 			// The parser's message may quote the key's header; say only what failed.
-			return nil, nil, errors.New("spec.privateSSHKey is not a private key in PEM form (or it is protected by a passphrase)")
+			return nil, nil, errors.New("the private key is not a private key in PEM form (or it is protected by a passphrase)")
 		}
 		auth = append(auth, ssh.PublicKeys(signer))
-	}
-	if len(c.Password) > 0 {
+	} else if len(c.Password) > 0 {
 		password := string(c.Password)
 		auth = append(auth, ssh.Password(password))
 		auth = append(auth, ssh.KeyboardInteractive(func(_, _ string, questions []string, _ []bool) ([]string, error) {
@@ -158,13 +176,18 @@ func clientConfig(h Host, c Credentials) (*ssh.ClientConfig, *string, error) {
 		Timeout: c.ConnectTimeout,
 		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
 			*seen = FormatKey(key)
-			if h.PinnedKey != "" && *seen != normalizeKey(h.PinnedKey) {
-				return ErrHostKeyMismatch
+			switch {
+			case strings.TrimSpace(h.PinnedKey) != "":
+				if *seen != normalizeKey(h.PinnedKey) {
+					return ErrHostKeyMismatch
+				}
+			case !h.TrustOnFirstUse:
+				return ErrHostKeyNotPinned
 			}
 			return nil
 		},
 	}
-	if h.PinnedKey != "" {
+	if strings.TrimSpace(h.PinnedKey) != "" {
 		pinned, _, _, _, err := ssh.ParseAuthorizedKey([]byte(h.PinnedKey))
 		if err != nil {
 			return nil, nil, fmt.Errorf("the pinned host key is not in authorized_keys form (\"ssh-ed25519 AAAA...\"): %w", err)

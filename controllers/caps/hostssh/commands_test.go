@@ -2,12 +2,14 @@ package hostssh
 
 import (
 	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
 )
 
@@ -158,7 +160,7 @@ func TestAdoptScriptWritesOnlyIdentity(t *testing.T) {
 func TestFromSpec(t *testing.T) {
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 	c, err := FromSpec(deckhousev1alpha2.SSHCredentialsSpec{User: "caps", SudoPasswordEncoded: b64("pw"),
-		SSHExtraArgs: "-o ConnectTimeout=3 -oServerAliveInterval=5"})
+		SSHExtraArgs: "-o ConnectTimeout=3 -oServerAliveInterval=5"}, nil)
 	if err != nil || c.Port != 22 || string(c.Password) != "pw" || c.ConnectTimeout.Seconds() != 3 || c.KeepAlive.Seconds() != 5 {
 		t.Errorf("FromSpec: %+v, %v", c, err)
 	}
@@ -170,7 +172,7 @@ func TestFromSpec(t *testing.T) {
 		"-o ProxyCommand=nc":      "ProxyCommand is not supported",
 		"-o ConnectTimeout=never": "whole seconds",
 	} {
-		_, err := FromSpec(deckhousev1alpha2.SSHCredentialsSpec{User: "caps", PrivateSSHKey: b64("k"), SSHExtraArgs: args})
+		_, err := FromSpec(deckhousev1alpha2.SSHCredentialsSpec{User: "caps", PrivateSSHKey: b64("k"), SSHExtraArgs: args}, nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("sshExtraArgs %q: error %v, want one saying %q", args, err, want)
 		}
@@ -180,9 +182,46 @@ func TestFromSpec(t *testing.T) {
 		{User: "caps", SudoPasswordEncoded: "not base64 secret!"},
 		{User: "caps", SudoPasswordEncoded: b64("two\nlines")},
 	} {
-		_, err := FromSpec(spec)
+		_, err := FromSpec(spec, nil)
 		if err == nil || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "two") {
 			t.Errorf("FromSpec(%+v): error %v; want one that names the field, not the value", spec, err)
 		}
+	}
+}
+
+// TestFromSpecReadsSecrets: the Secret references are read as is (not
+// base64 again), with the default keys of Secrets of type
+// kubernetes.io/ssh-auth and kubernetes.io/basic-auth, and win over
+// nothing else: errors name the Secret and the key, never a value.
+func TestFromSpecReadsSecrets(t *testing.T) {
+	secrets := map[string]map[string]string{
+		"host-a": {deckhousev1.SSHPrivateKeySecretKey: "PEM KEY", deckhousev1.SSHPasswordSecretKey: "pw\n"},
+		"other":  {"sudo": "secret two\nlines"},
+	}
+	read := func(name, key string) ([]byte, error) {
+		v, ok := secrets[name][key]
+		if !ok {
+			return nil, fmt.Errorf("Secret %s has no key %s", name, key)
+		}
+		return []byte(v), nil
+	}
+	c, err := FromSpec(deckhousev1alpha2.SSHCredentialsSpec{User: "caps",
+		PrivateSSHKeySecretRef: &deckhousev1alpha2.SSHCredentialsSecretRef{Name: "host-a"},
+		SudoPasswordSecretRef:  &deckhousev1alpha2.SSHCredentialsSecretRef{Name: "host-a"}}, read)
+	if err != nil || string(c.Key) != "PEM KEY" || string(c.Password) != "pw" {
+		t.Errorf("FromSpec with Secret references: key %q, password %q, %v; want the Secret's values, the password's final line break dropped", c.Key, c.Password, err)
+	}
+	for _, spec := range []deckhousev1alpha2.SSHCredentialsSpec{
+		{User: "caps", PrivateSSHKeySecretRef: &deckhousev1alpha2.SSHCredentialsSecretRef{Name: "missing"}},
+		{User: "caps", SudoPasswordSecretRef: &deckhousev1alpha2.SSHCredentialsSecretRef{Name: "other", Key: "sudo"}},
+	} {
+		_, err := FromSpec(spec, read)
+		if err == nil || strings.Contains(err.Error(), "secret two") || !strings.Contains(err.Error(), "SecretRef") {
+			t.Errorf("FromSpec(%+v): error %v; want one that names the field, not the value", spec, err)
+		}
+	}
+	if _, err := FromSpec(deckhousev1alpha2.SSHCredentialsSpec{User: "caps",
+		PrivateSSHKeySecretRef: &deckhousev1alpha2.SSHCredentialsSecretRef{Name: "host-a"}}, nil); err == nil {
+		t.Error("FromSpec without a Secret reader accepted a Secret reference")
 	}
 }

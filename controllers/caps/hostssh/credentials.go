@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
 )
 
@@ -49,9 +50,15 @@ func (c Credentials) String() string {
 // NeedsSudo reports whether commands must go through sudo.
 func (c Credentials) NeedsSudo() bool { return c.User != "root" }
 
-// FromSpec decodes an SSHCredentials spec. Its errors name the field, never
-// its value.
-func FromSpec(spec deckhousev1alpha2.SSHCredentialsSpec) (Credentials, error) {
+// SecretReader reads one key of a Secret of the namespace
+// deckhousev1.SSHCredentialsNamespace. Its errors name the Secret and the
+// key, never a value.
+type SecretReader func(name, key string) ([]byte, error)
+
+// FromSpec decodes an SSHCredentials spec, reading the Secrets it names
+// with read (nil: a spec that names a Secret is an error). Its errors name
+// the field, never its value.
+func FromSpec(spec deckhousev1alpha2.SSHCredentialsSpec, read SecretReader) (Credentials, error) {
 	c := Credentials{User: spec.User, Port: int(spec.SSHPort), ConnectTimeout: DefaultConnectTimeout}
 	if c.Port == 0 {
 		c.Port = 22
@@ -60,12 +67,27 @@ func FromSpec(spec deckhousev1alpha2.SSHCredentialsSpec) (Credentials, error) {
 		return Credentials{}, errors.New("spec.user is empty")
 	}
 	var err error
-	if spec.PrivateSSHKey != "" {
+	switch {
+	case spec.PrivateSSHKeySecretRef != nil:
+		if c.Key, err = fromSecret(read, "spec.privateSSHKeySecretRef", spec.PrivateSSHKeySecretRef, deckhousev1.SSHPrivateKeySecretKey); err != nil {
+			return Credentials{}, err
+		}
+	case spec.PrivateSSHKey != "":
 		if c.Key, err = base64.StdEncoding.DecodeString(strings.TrimSpace(spec.PrivateSSHKey)); err != nil {
 			return Credentials{}, errors.New("spec.privateSSHKey is not valid base64 (it must be the PEM key, base64-encoded)")
 		}
 	}
-	if spec.SudoPasswordEncoded != "" {
+	switch {
+	case spec.SudoPasswordSecretRef != nil:
+		if c.Password, err = fromSecret(read, "spec.sudoPasswordSecretRef", spec.SudoPasswordSecretRef, deckhousev1.SSHPasswordSecretKey); err != nil {
+			return Credentials{}, err
+		}
+		// A password file written with a final line break is meant without it.
+		c.Password = []byte(strings.TrimRight(string(c.Password), "\r\n"))
+		if strings.ContainsAny(string(c.Password), "\n\r") {
+			return Credentials{}, errors.New("spec.sudoPasswordSecretRef names a password with a line break, which sudo -S cannot read")
+		}
+	case spec.SudoPasswordEncoded != "":
 		if c.Password, err = base64.StdEncoding.DecodeString(strings.TrimSpace(spec.SudoPasswordEncoded)); err != nil {
 			return Credentials{}, errors.New("spec.sudoPasswordEncoded is not valid base64")
 		}
@@ -74,12 +96,31 @@ func FromSpec(spec deckhousev1alpha2.SSHCredentialsSpec) (Credentials, error) {
 		}
 	}
 	if len(c.Key) == 0 && len(c.Password) == 0 {
-		return Credentials{}, errors.New("neither spec.privateSSHKey nor spec.sudoPasswordEncoded is set")
+		return Credentials{}, errors.New("no private key (spec.privateSSHKeySecretRef or spec.privateSSHKey) and no password (spec.sudoPasswordSecretRef or spec.sudoPasswordEncoded) is set")
 	}
 	if err := c.applyExtraArgs(spec.SSHExtraArgs); err != nil {
 		return Credentials{}, err
 	}
 	return c, nil
+}
+
+// fromSecret reads the key of ref (def when it names none), which must not be empty.
+func fromSecret(read SecretReader, field string, ref *deckhousev1alpha2.SSHCredentialsSecretRef, def string) ([]byte, error) {
+	key := ref.Key
+	if key == "" {
+		key = def
+	}
+	if read == nil {
+		return nil, fmt.Errorf("%s: Secrets cannot be read here", field)
+	}
+	v, err := read(ref.Name, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	if len(v) == 0 {
+		return nil, fmt.Errorf("%s: key %s of Secret %s/%s is empty", field, key, deckhousev1.SSHCredentialsNamespace, ref.Name)
+	}
+	return v, nil
 }
 
 // applyExtraArgs understands the OpenSSH options that make sense for this

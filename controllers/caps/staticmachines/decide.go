@@ -57,6 +57,9 @@ type situation struct {
 	// machine's ("": none). Such a host is never bootstrapped, adopted or
 	// cleaned for this machine.
 	address, foreignNode string
+	// hostKeyNotPinned: the instance has no pinned host key and no leave
+	// to trust on first use, so its host may not be contacted (hostkey.go).
+	hostKeyNotPinned bool
 	// refusals: how many syncs in a row refused this host's cleanup (the
 	// backoff of the next look, and one Event per refusal).
 	refusals int
@@ -153,8 +156,18 @@ func refusalBackoff(n int) time.Duration {
 
 // decide is the life of a bound instance (the machine already has its
 // host). Every branch either changes something or waits; none rewrites a
-// status that has not changed (sync compares before writing).
+// status that has not changed (sync compares before writing). A host whose
+// key is not trusted is never contacted: whatever would run an SSH
+// operation on it is refused instead (Error, HostKeyNotPinned, released).
 func decide(s situation) step {
+	st := decideTrusted(s)
+	if st.run != "" && s.hostKeyNotPinned {
+		return refuseUnpinned()
+	}
+	return st
+}
+
+func decideTrusted(s situation) step {
 	if s.deleting {
 		return decideDeleting(s)
 	}

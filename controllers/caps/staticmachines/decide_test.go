@@ -194,7 +194,7 @@ func TestDecideNeverTouchesAnotherNode(t *testing.T) {
 		for _, ago := range []time.Duration{0, 15 * time.Minute, time.Hour} {
 			for _, o := range outcomes {
 				for _, refusals := range []int{0, 2} {
-					for flags := range 1 << 7 {
+					for flags := range 1 << 8 {
 						bit := func(i int) bool { return flags&(1<<i) != 0 }
 						s := at(phase, ago)
 						s.task, s.taskFinished, s.refusals = o, t0.Add(-time.Minute), refusals
@@ -202,6 +202,7 @@ func TestDecideNeverTouchesAnotherNode(t *testing.T) {
 						if bit(6) {
 							s = with(s, foreign(nil))
 						}
+						s.hostKeyNotPinned = bit(7)
 						checkGuards(t, s, decide(s))
 						n++
 					}
@@ -226,6 +227,9 @@ func checkGuards(t *testing.T, s situation, got step) {
 	}
 	if (got.run == taskBootstrap || got.run == taskAdopt) && s.foreignNode != "" {
 		t.Errorf("%s: runs %s on a host that is another node: %s", name, got.run, describe(got))
+	}
+	if s.hostKeyNotPinned && got.run != "" {
+		t.Errorf("%s: runs %s on a host whose key is neither pinned nor trusted on first use: %s", name, got.run, describe(got))
 	}
 	if got.refused {
 		if got.removeFinalizer || got.release || got.run != "" {

@@ -14,6 +14,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha2 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha2"
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/manager"
@@ -30,9 +31,11 @@ func TestAUsedAddressIsRefusedBeforeBinding(t *testing.T) {
 	role := map[string]string{"role": "w"}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "manual-0"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}}}}
-	used := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "a-used", UID: "uid-a", Labels: role,
+	// Both hosts' keys are pinned: only the address is in question here.
+	pinned := map[string]string{deckhousev1.SSHHostKeyAnnotation: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA"}
+	used := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "a-used", UID: "uid-a", Labels: role, Annotations: pinned,
 		CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))}, Spec: deckhousev1alpha2.StaticInstanceSpec{Address: "10.0.0.5"}}
-	free := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "b-free", UID: "uid-b", Labels: role,
+	free := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "b-free", UID: "uid-b", Labels: role, Annotations: pinned,
 		CreationTimestamp: metav1.NewTime(t0)}, Spec: deckhousev1alpha2.StaticInstanceSpec{Address: "10.0.0.6"}}
 	kube, nm := kubefake.NewClientset(node), nmfake.NewClientset(used, free)
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(t0), prometheus.NewRegistry())

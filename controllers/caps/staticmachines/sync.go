@@ -146,12 +146,13 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 	}
 	candidates := make([]*deckhousev1alpha2.StaticInstance, 0, len(all))
 	for _, inst := range all {
-		// A host that already is a node or another instance's is never
-		// bound (address.go; syncFree reports it). An adoption CAPS
+		// A host that already is a node or another instance's, or whose
+		// host key is not trusted, is never bound (address.go, hostkey.go;
+		// syncFree reports it). An adoption CAPS
 		// refuses (a control-plane node without allow-control-plane) is
 		// no candidate either: picking it would refuse and release it
 		// over and over.
-		if inst.Status.MachineRef == nil && c.addressConflict(inst) != nil {
+		if inst.Status.MachineRef == nil && (c.addressConflict(inst) != nil || !hostKeyTrusted(inst)) {
 			continue
 		}
 		if _, adopt := inst.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation]; adopt {
@@ -219,21 +220,35 @@ func (c *Controller) syncFree(ctx context.Context, name string) error {
 		return nil
 	}
 	conflict := c.addressConflict(inst)
-	st := decideFree(phaseOf(inst), addressCondition(inst), conflict)
-	if st.condition == nil {
+	trusted := hostKeyTrusted(inst)
+	address := decideFree(phaseOf(inst), addressCondition(inst), conflict)
+	hostKey := decideHostKey(phaseOf(inst), hostKeyCondition(inst), trusted)
+	if address.condition == nil && hostKey.condition == nil {
 		return nil
+	}
+	// Error while either refuses; Pending again only once neither does.
+	phase := address.phase
+	if phase == "" {
+		phase = hostKey.phase
+	}
+	if conflict != nil || !trusted {
+		phase = deckhousev1alpha2.StaticInstanceError
 	}
 	obj := inst.DeepCopy()
 	now := metav1.NewTime(c.d.Clock.Now())
-	if st.phase != "" && st.phase != phaseOf(inst) {
-		obj.Status.CurrentStatus = &deckhousev1alpha2.StaticInstanceCurrentStatus{Phase: st.phase, LastUpdateTime: &now}
+	if phase != "" && phase != phaseOf(inst) {
+		obj.Status.CurrentStatus = &deckhousev1alpha2.StaticInstanceCurrentStatus{Phase: phase, LastUpdateTime: &now}
 	}
-	cc := st.condition
-	cond := metav1.Condition{Type: cc.Type, Status: metav1.ConditionFalse, Reason: cc.Reason, Message: cc.Message, ObservedGeneration: inst.Generation}
-	if cc.True {
-		cond.Status = metav1.ConditionTrue
+	for _, cc := range []*conditionChange{address.condition, hostKey.condition} {
+		if cc == nil {
+			continue
+		}
+		cond := metav1.Condition{Type: cc.Type, Status: metav1.ConditionFalse, Reason: cc.Reason, Message: cc.Message, ObservedGeneration: inst.Generation}
+		if cc.True {
+			cond.Status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&obj.Status.Conditions, cond)
 	}
-	meta.SetStatusCondition(&obj.Status.Conditions, cond)
 	if !equality.Semantic.DeepEqual(inst.Status, obj.Status) {
 		if _, err := c.d.NodeManager.DeckhouseV1alpha2().StaticInstances().UpdateStatus(ctx, obj,
 			metav1.UpdateOptions{FieldManager: deckhousev1.CAPSControllerManagerName}); err != nil {
@@ -241,12 +256,24 @@ func (c *Controller) syncFree(ctx context.Context, name string) error {
 		}
 		c.writes.WithLabelValues("StaticInstance").Inc()
 	}
-	if conflict != nil {
+	switch {
+	case address.condition == nil:
+	case conflict != nil:
 		klog.InfoS("StaticInstance refused: its address is in use", "staticInstance", inst.Name, "address", inst.Spec.Address, "holder", conflict.holder())
-	} else {
+	default:
 		klog.InfoS("StaticInstance's address is free again", "staticInstance", inst.Name, "address", inst.Spec.Address)
 	}
-	if e := st.event; e != nil {
+	switch {
+	case hostKey.condition == nil:
+	case !trusted:
+		klog.InfoS("StaticInstance refused: its host key is not pinned and trust on first use is not allowed", "staticInstance", inst.Name, "address", inst.Spec.Address)
+	default:
+		klog.InfoS("StaticInstance's host key is trusted", "staticInstance", inst.Name, "address", inst.Spec.Address)
+	}
+	for _, e := range []*eventNote{address.event, hostKey.event} {
+		if e == nil {
+			continue
+		}
 		typ := corev1.EventTypeNormal
 		if e.Warning {
 			typ = corev1.EventTypeWarning
@@ -307,6 +334,7 @@ func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.
 		controlPlane:      node != nil && isControlPlane(node),
 		allowControlPlane: allowsControlPlane(inst),
 		foreignNode:       c.foreignNode(inst, node),
+		hostKeyNotPinned:  !hostKeyTrusted(inst),
 		address:           inst.Spec.Address,
 		refusals:          c.refusals.get(inst.Name),
 		task:              o,
@@ -358,10 +386,11 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 	instances := c.d.NodeManager.DeckhouseV1alpha2().StaticInstances()
 	update := metav1.UpdateOptions{FieldManager: deckhousev1.CAPSControllerManagerName}
 
-	// The instance's metadata: the host key seen on first use is pinned,
-	// and an adoption's annotation goes once it is done.
+	// The instance's metadata: the host key seen on first use is pinned
+	// (where an admin allowed trust on first use), and an adoption's
+	// annotation goes once it is done.
 	meta2 := inst.DeepCopy()
-	if hostKey != "" && meta2.Annotations[deckhousev1.SSHHostKeyAnnotation] == "" {
+	if hostKey != "" && pinnedKey(meta2) == "" && trustOnFirstUse(meta2) {
 		if meta2.Annotations == nil {
 			meta2.Annotations = map[string]string{}
 		}
@@ -555,7 +584,7 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 		timeout -= s.now.Sub(s.since)
 	}
 	timeout = max(timeout, time.Second)
-	host := hostssh.Host{Address: inst.Spec.Address, PinnedKey: inst.Annotations[deckhousev1.SSHHostKeyAnnotation]}
+	host := hostssh.Host{Address: inst.Spec.Address, PinnedKey: pinnedKey(inst), TrustOnFirstUse: trustOnFirstUse(inst)}
 	credentials := ""
 	if inst.Spec.CredentialsRef != nil {
 		credentials = inst.Spec.CredentialsRef.Name
@@ -567,7 +596,7 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 	op := func(ctx context.Context) (hostssh.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		creds, err := c.credentials(credentials)
+		creds, err := c.credentials(ctx, credentials)
 		if err != nil {
 			return hostssh.Result{}, &hostssh.Error{Host: host.Address, Stage: "credentials", Err: err}
 		}
@@ -602,9 +631,12 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 	}
 }
 
-// credentials decodes the SSHCredentials named. Its errors name the object
-// and the field, never a value.
-func (c *Controller) credentials(name string) (hostssh.Credentials, error) {
+// credentials decodes the SSHCredentials named, reading the Secrets it
+// names (privateSSHKeySecretRef, sudoPasswordSecretRef) from
+// deckhousev1.SSHCredentialsNamespace when the operation starts: they are
+// not cached, so CAPS holds no key it is not about to use. Its errors name
+// the object, the field and the Secret, never a value.
+func (c *Controller) credentials(ctx context.Context, name string) (hostssh.Credentials, error) {
 	if name == "" {
 		return hostssh.Credentials{}, errors.New("spec.credentialsRef names no SSHCredentials")
 	}
@@ -612,7 +644,18 @@ func (c *Controller) credentials(name string) (hostssh.Credentials, error) {
 	if err != nil {
 		return hostssh.Credentials{}, fmt.Errorf("SSHCredentials %s: %w", name, err)
 	}
-	creds, err := hostssh.FromSpec(sc.Spec)
+	read := func(secret, key string) ([]byte, error) {
+		s, err := c.d.Kube.CoreV1().Secrets(deckhousev1.SSHCredentialsNamespace).Get(ctx, secret, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", deckhousev1.SSHCredentialsNamespace, secret, err)
+		}
+		v, ok := s.Data[key]
+		if !ok {
+			return nil, fmt.Errorf("the Secret %s/%s has no key %s", deckhousev1.SSHCredentialsNamespace, secret, key)
+		}
+		return v, nil
+	}
+	creds, err := hostssh.FromSpec(sc.Spec, read)
 	if err != nil {
 		return hostssh.Credentials{}, fmt.Errorf("SSHCredentials %s: %w", name, err)
 	}

@@ -111,6 +111,8 @@ func classify(kind taskKind, res hostssh.Result, err error) (outcome, string) {
 		return outcomeFailed, fmt.Sprintf("the %s script exited with code %d", kind, res.ExitCode)
 	case errors.Is(err, hostssh.ErrHostKeyMismatch):
 		return outcomeRefused, "the host presented another SSH host key than the one in the annotation static.node.deckhouse.io/ssh-host-key; if the host was reinstalled, remove or correct the annotation"
+	case errors.Is(err, hostssh.ErrHostKeyNotPinned):
+		return outcomeRefused, "the host's SSH key is not pinned and trust on first use is not allowed for this instance: it was not contacted"
 	case errors.As(err, &sshErr) && sshErr.Stage == "credentials":
 		return outcomeRefused, "the SSHCredentials cannot be used: " + sshErr.Err.Error()
 	case errors.As(err, &sshErr) && sshErr.Stage == "handshake" && strings.Contains(sshErr.Err.Error(), "unable to authenticate"):

@@ -32,9 +32,13 @@ func refused(t *testing.T, what string, err error, want string) {
 	}
 }
 
+// newInstance is a StaticInstance of the policy tests. Its host key is
+// pinned (to a key no host has), so caps-controller-manager, which refuses
+// an unpinned instance by writing its status, leaves the status to the test.
 func newInstance(name, address string) *deckhousev1alpha2.StaticInstance {
 	return &deckhousev1alpha2.StaticInstance{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+			deckhousev1.SSHHostKeyAnnotation: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}},
 		Spec: deckhousev1alpha2.StaticInstanceSpec{
 			Address:        address,
 			CredentialsRef: &corev1.ObjectReference{Kind: "SSHCredentials", Name: "creds"},
@@ -141,12 +145,12 @@ func TestSkipBootstrapPhaseOnlyWhenPending(t *testing.T) {
 	ctx := framework.Context(t)
 	c := f.NM.DeckhouseV1alpha2().StaticInstances()
 	busy := createInstance(t, newInstance("adopt-busy", "192.0.2.40"), deckhousev1alpha2.StaticInstanceBootstrapping)
-	busy.Annotations = map[string]string{deckhousev1.SkipBootstrapPhaseAnnotation: ""}
+	busy.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation] = ""
 	_, err := c.Update(ctx, busy, metav1.UpdateOptions{})
 	refused(t, "annotating a Bootstrapping StaticInstance skip-bootstrap-phase", err, "may be added only while the StaticInstance is Pending")
 
 	free := createInstance(t, newInstance("adopt-free", "192.0.2.41"), deckhousev1alpha2.StaticInstancePending)
-	free.Annotations = map[string]string{deckhousev1.SkipBootstrapPhaseAnnotation: ""}
+	free.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation] = ""
 	if _, err := c.Update(ctx, free, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("annotating a Pending StaticInstance skip-bootstrap-phase: %v", err)
 	}
@@ -154,7 +158,7 @@ func TestSkipBootstrapPhaseOnlyWhenPending(t *testing.T) {
 	// In Error and free (CAPS refused its address: a running node's, which
 	// the annotation hands over); in Error and still bound, not.
 	refusedFree := createInstance(t, newInstance("adopt-error-free", "192.0.2.42"), deckhousev1alpha2.StaticInstanceError)
-	refusedFree.Annotations = map[string]string{deckhousev1.SkipBootstrapPhaseAnnotation: ""}
+	refusedFree.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation] = ""
 	if _, err := c.Update(ctx, refusedFree, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("annotating a free StaticInstance in Error skip-bootstrap-phase: %v", err)
 	}
@@ -164,7 +168,7 @@ func TestSkipBootstrapPhaseOnlyWhenPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bound.Annotations = map[string]string{deckhousev1.SkipBootstrapPhaseAnnotation: ""}
+	bound.Annotations[deckhousev1.SkipBootstrapPhaseAnnotation] = ""
 	_, err = c.Update(ctx, bound, metav1.UpdateOptions{})
 	refused(t, "annotating a bound StaticInstance in Error skip-bootstrap-phase", err, "may be added only while the StaticInstance is Pending")
 }
@@ -199,8 +203,10 @@ func TestAllowBootstrapLabel(t *testing.T) {
 }
 
 // TestSSHCredentialsReadableOnlyByCAPS asks kube-apiserver's authorizer
-// who may read SSHCredentials: caps-controller-manager and cluster admins,
-// and none of node-manager's other identities nor an ordinary user.
+// who may read SSHCredentials and the Secrets of d8-ssh-credentials they
+// name: caps-controller-manager and cluster admins, and none of
+// node-manager's other identities nor an ordinary user; and that CAPS may
+// only get those Secrets, one at a time, never list or watch them.
 func TestSSHCredentialsReadableOnlyByCAPS(t *testing.T) {
 	ctx := framework.Context(t)
 	sa := func(name string) string { return "system:serviceaccount:" + deckhousev1.Namespace + ":" + name }
@@ -228,6 +234,17 @@ func TestSSHCredentialsReadableOnlyByCAPS(t *testing.T) {
 			}
 			if review.Status.Allowed != c.want {
 				t.Errorf("%s %s sshcredentials: allowed=%v, want %v (%s)", c.user, verb, review.Status.Allowed, c.want, review.Status.Reason)
+			}
+			want := c.want && (verb == "get" || c.user == "admin")
+			review, err = f.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: c.user, Groups: c.groups,
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: deckhousev1.SSHCredentialsNamespace, Resource: "secrets", Verb: verb, Name: "any"}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("SubjectAccessReview for %s: %v", c.user, err)
+			}
+			if review.Status.Allowed != want {
+				t.Errorf("%s %s secrets in %s: allowed=%v, want %v (%s)", c.user, verb, deckhousev1.SSHCredentialsNamespace, review.Status.Allowed, want, review.Status.Reason)
 			}
 		}
 	}

@@ -93,12 +93,17 @@ func testCredentials(t *testing.T, name string, spec deckhousev1alpha2.SSHCreden
 	t.Cleanup(func() { _ = creds.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
-// testInstance creates the StaticInstance of h for the test. Its deletion
-// at the end waits for nothing: the policies allow deleting a Pending or
-// Error instance only, so the test's group goes first (its cleanup runs
-// before this one).
+// testInstance creates the StaticInstance of h for the test, with the
+// annotations given; nil annotations pin the host's key, as an admin would
+// (CAPS contacts no host whose key is neither pinned nor left to trust on
+// first use). Its deletion at the end waits for nothing: the policies
+// allow deleting a Pending or Error instance only, so the test's group
+// goes first (its cleanup runs before this one).
 func testInstance(t *testing.T, h host, credentials string, labels, annotations map[string]string) {
 	t.Helper()
+	if annotations == nil {
+		annotations = map[string]string{deckhousev1.SSHHostKeyAnnotation: h.HostKey}
+	}
 	instances := f.NM.DeckhouseV1alpha2().StaticInstances()
 	inst := &deckhousev1alpha2.StaticInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: h.instance, Labels: labels, Annotations: annotations},
@@ -351,8 +356,11 @@ func TestStaticInstancesJoinAndLeave(t *testing.T) {
 	testCredentials(t, "caps-root", deckhousev1alpha2.SSHCredentialsSpec{User: "root", PrivateSSHKey: b64(logins.RootKey), SSHPort: port})
 	testCredentials(t, "caps-sudo", deckhousev1alpha2.SSHCredentialsSpec{User: logins.SudoUser, PrivateSSHKey: b64(logins.SudoKey), SSHPort: port})
 	role := map[string]string{"role": group}
-	testInstance(t, hosts[0], "caps-root", role, nil)
-	testInstance(t, hosts[1], "caps-sudo", role, nil)
+	// The first two hosts' keys are left to trust on first use (an admin's
+	// choice): CAPS pins what it sees.
+	tofu := map[string]string{deckhousev1.SSHHostKeyTrustOnFirstUseAnnotation: "true"}
+	testInstance(t, hosts[0], "caps-root", role, tofu)
+	testInstance(t, hosts[1], "caps-sudo", role, tofu)
 	testInstance(t, hosts[2], "caps-root", map[string]string{"role": group, deckhousev1.AllowBootstrapLabel: "false"}, nil)
 	f.TestGroup(t, framework.NewGroup(group, func(ng *deckhousev1.NodeGroup) {
 		ng.Spec.StaticInstances = &deckhousev1.StaticInstancesSpec{Count: 2, LabelSelector: &metav1.LabelSelector{MatchLabels: role}}

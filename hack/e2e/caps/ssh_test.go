@@ -27,7 +27,7 @@ func startHost(t *testing.T, logins *framework.SSHLogins) *framework.SSHHost {
 
 func credentials(t *testing.T, spec deckhousev1alpha2.SSHCredentialsSpec) hostssh.Credentials {
 	t.Helper()
-	c, err := hostssh.FromSpec(spec)
+	c, err := hostssh.FromSpec(spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +83,13 @@ func TestSSHAgainstRealSSHD(t *testing.T) {
 	if _, err := hostssh.Run(ctx, hostssh.Host{Address: h.Address, PinnedKey: otherKey}, root, probe); !errors.Is(err, hostssh.ErrHostKeyMismatch) {
 		t.Errorf("a host whose key is not the pinned one: want ErrHostKeyMismatch, got %v", err)
 	}
-	if res, err := hostssh.Run(ctx, hostssh.Host{Address: h.Address}, root, probe); err != nil || res.HostKey != h.HostKey {
+	if res, err := hostssh.Run(ctx, hostssh.Host{Address: h.Address, TrustOnFirstUse: true}, root, probe); err != nil || res.HostKey != h.HostKey {
 		t.Errorf("trust on first use: want the host's key %q reported, got %q, %v", h.HostKey, res.HostKey, err)
+	}
+	// Neither pinned nor trusted on first use: not contacted at all.
+	logins0 := h.Logins()
+	if _, err := hostssh.Run(ctx, hostssh.Host{Address: h.Address}, root, probe); !errors.Is(err, hostssh.ErrHostKeyNotPinned) || h.Logins() != logins0 {
+		t.Errorf("an unpinned host without trust on first use: want ErrHostKeyNotPinned and no login, got %v (logins %d -> %d)", err, logins0, h.Logins())
 	}
 
 	// The host dies while a script runs: the session fails, the script's

@@ -432,12 +432,56 @@ const (
 	SkipBootstrapPhaseAnnotation = "static.node.deckhouse.io/skip-bootstrap-phase"
 
 	// SSHHostKeyAnnotation on a StaticInstance is the host's SSH public key
-	// in authorized_keys form ("ssh-ed25519 AAAA..."). A person may set it
+	// in authorized_keys form ("ssh-ed25519 AAAA..."). An admin sets it
 	// before CAPS first connects (the host is then trusted only with that
-	// key); otherwise CAPS pins the key it sees on its first connection
-	// (trust on first use). A host presenting any other key is refused
-	// until the annotation is changed or removed by a person.
+	// key), or allows trust on first use (SSHHostKeyTrustOnFirstUseAnnotation)
+	// and CAPS pins the key it sees on its first connection. Without
+	// either, CAPS never contacts the host: the instance is in Error with
+	// reason HostKeyNotPinned. A host presenting any other key is refused
+	// until an admin changes or removes the annotation. Only a requester
+	// allowed the verb TrustHostKeyVerb on the StaticInstance may set,
+	// change or remove it (manifests/policies/static-instance-trust.yaml);
+	// CAPS may only pin it on first use.
 	SSHHostKeyAnnotation = "static.node.deckhouse.io/ssh-host-key"
+
+	// SSHHostKeyTrustOnFirstUseAnnotation = "true" on a StaticInstance lets
+	// CAPS trust the host key it sees on its first connection to the host
+	// and pin it (SSHHostKeyAnnotation): an admin's explicit choice per
+	// host, writable like SSHHostKeyAnnotation.
+	SSHHostKeyTrustOnFirstUseAnnotation = "static.node.deckhouse.io/ssh-host-key-trust-on-first-use"
+
+	// TrustHostKeyVerb on staticinstances (group deckhouse.io) is what a
+	// requester must be allowed to write a StaticInstance's host key
+	// annotations: cluster admins have it (verbs *), the ClusterRole
+	// StaticHostKeysRole grants it.
+	TrustHostKeyVerb = "trust-host-key"
+
+	// UseVerb on sshcredentials (group deckhouse.io) is what a requester
+	// must be allowed to name SSHCredentials in a StaticInstance's
+	// credentialsRef (manifests/policies/static-instance-trust.yaml): CAPS
+	// sends those credentials, password included, to the instance's host.
+	// Cluster admins have it (verbs *); the ClusterRole
+	// SSHCredentialsUserRole grants it for every SSHCredentials, and a copy
+	// with resourceNames for some.
+	UseVerb = "use"
+
+	// SSHCredentialsUserRole and StaticHostKeysRole are the ClusterRoles
+	// (manifests/caps-controller-manager/user-roles.yaml) an admin binds to
+	// delegate the verbs above.
+	SSHCredentialsUserRole = "d8:node-manager:sshcredentials-user"
+	StaticHostKeysRole     = "d8:node-manager:static-host-keys"
+
+	// SSHCredentialsNamespace holds the Secrets that SSHCredentials name
+	// (privateSSHKeySecretRef, sudoPasswordSecretRef): the only namespace
+	// whose Secrets caps-controller-manager may read besides its own
+	// bootstrap data, so it reads no other Secret of the cluster.
+	SSHCredentialsNamespace = "d8-ssh-credentials"
+
+	// The default keys of those Secrets: the key of a Secret of type
+	// kubernetes.io/ssh-auth and the password of one of type
+	// kubernetes.io/basic-auth.
+	SSHPrivateKeySecretKey = "ssh-privatekey"
+	SSHPasswordSecretKey   = "password"
 
 	// AllowControlPlaneAnnotation (value "true") on a StaticInstance lets
 	// CAPS adopt or clean it although its Node is a control-plane node.

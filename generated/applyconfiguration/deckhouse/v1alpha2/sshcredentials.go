@@ -17,9 +17,16 @@ import (
 //
 // SSHCredentials is how Cluster API Provider Static logs in to the hosts of
 // the StaticInstances that name it: a user, and a private key, a password,
-// or both (the key to log in and the password for sudo). Only
-// caps-controller-manager and cluster admins may read it (RBAC in
-// manifests/caps-controller-manager/rbac.yaml): it holds secrets.
+// or both (the key to log in and the password for sudo). The key and the
+// password are best kept in Secrets of the namespace d8-ssh-credentials
+// (privateSSHKeySecretRef, sudoPasswordSecretRef): a Secret is what
+// encryption at rest covers, and its value never shows in this object, its
+// audit entries or its last-applied-configuration. The inline fields
+// (privateSSHKey, sudoPasswordEncoded) are kept for manifests written for
+// Deckhouse, with a warning at apply. Only caps-controller-manager and
+// cluster admins may read SSHCredentials (RBAC in
+// manifests/caps-controller-manager/rbac.yaml); a StaticInstance may name
+// one only if its author may "use" it.
 type SSHCredentialsApplyConfiguration struct {
 	v1.TypeMetaApplyConfiguration    `json:",inline"`
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`

@@ -14,12 +14,27 @@ type SSHCredentialsSpecApplyConfiguration struct {
 	// User is the login name. A user other than root needs sudo on the host;
 	// with sudoPasswordEncoded its password is given to sudo on stdin.
 	User *string `json:"user,omitempty"`
-	// PrivateSSHKey is the private key in PEM (OpenSSH or PKCS#8), base64-encoded.
+	// PrivateSSHKey is the private key in PEM (OpenSSH or PKCS#8),
+	// base64-encoded. Kept for Deckhouse's manifests, with a warning at
+	// apply: prefer privateSSHKeySecretRef.
 	PrivateSSHKey *string `json:"privateSSHKey,omitempty"`
+	// PrivateSSHKeySecretRef names the Secret (in the namespace
+	// d8-ssh-credentials) and its key holding the private key in PEM
+	// (OpenSSH or PKCS#8), as is (not base64-encoded again): a Secret of
+	// type kubernetes.io/ssh-auth holds it under ssh-privatekey, the
+	// default key.
+	PrivateSSHKeySecretRef *SSHCredentialsSecretRefApplyConfiguration `json:"privateSSHKeySecretRef,omitempty"`
 	// SudoPasswordEncoded is the user's password, base64-encoded: it logs
 	// in when there is no key, and it is given to sudo when the user is not
-	// root.
+	// root. Kept for Deckhouse's manifests, with a warning at apply: prefer
+	// sudoPasswordSecretRef.
 	SudoPasswordEncoded *string `json:"sudoPasswordEncoded,omitempty"`
+	// SudoPasswordSecretRef names the Secret (in the namespace
+	// d8-ssh-credentials) and its key holding the user's password, as is
+	// (not base64-encoded again; the default key is password, as in a
+	// Secret of type kubernetes.io/basic-auth). It is used as
+	// sudoPasswordEncoded is.
+	SudoPasswordSecretRef *SSHCredentialsSecretRefApplyConfiguration `json:"sudoPasswordSecretRef,omitempty"`
 	// SSHPort is the port sshd listens on.
 	SSHPort *int32 `json:"sshPort,omitempty"`
 	// SSHExtraArgs are OpenSSH command-line options, as Deckhouse passes
@@ -53,11 +68,27 @@ func (b *SSHCredentialsSpecApplyConfiguration) WithPrivateSSHKey(value string) *
 	return b
 }
 
+// WithPrivateSSHKeySecretRef sets the PrivateSSHKeySecretRef field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PrivateSSHKeySecretRef field is set to the value of the last call.
+func (b *SSHCredentialsSpecApplyConfiguration) WithPrivateSSHKeySecretRef(value *SSHCredentialsSecretRefApplyConfiguration) *SSHCredentialsSpecApplyConfiguration {
+	b.PrivateSSHKeySecretRef = value
+	return b
+}
+
 // WithSudoPasswordEncoded sets the SudoPasswordEncoded field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the SudoPasswordEncoded field is set to the value of the last call.
 func (b *SSHCredentialsSpecApplyConfiguration) WithSudoPasswordEncoded(value string) *SSHCredentialsSpecApplyConfiguration {
 	b.SudoPasswordEncoded = &value
+	return b
+}
+
+// WithSudoPasswordSecretRef sets the SudoPasswordSecretRef field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SudoPasswordSecretRef field is set to the value of the last call.
+func (b *SSHCredentialsSpecApplyConfiguration) WithSudoPasswordSecretRef(value *SSHCredentialsSecretRefApplyConfiguration) *SSHCredentialsSpecApplyConfiguration {
+	b.SudoPasswordSecretRef = value
 	return b
 }
 
