@@ -277,8 +277,9 @@ func (a *Agent) sample(ctx context.Context, now time.Time) {
 	}
 	a.detector.SetThresholds(s.Thresholds)
 	smp := detect.Sample{Time: now, Pressure: pods, NodePressure: p, Available: available}
-	if _, nodeOver := a.detector.Over(detect.Sample{Pressure: p}); nodeOver && source == attribute.Pods && !a.detector.Paused(now) {
-		if _, podsOver := a.detector.Over(detect.Sample{Pressure: pods}); !podsOver {
+	// The pressure alone (Available -1: the floor is not what is compared).
+	if _, nodeOver := a.detector.Over(detect.Sample{Pressure: p, Available: -1}); nodeOver && source == attribute.Pods && !a.detector.Paused(now) {
+		if _, podsOver := a.detector.Over(detect.Sample{Pressure: pods, Available: -1}); !podsOver {
 			// The node-wide figures are over the thresholds only by the
 			// stalls of pods at their own limit: the node is not short.
 			a.m.limitedPressure.Inc()
