@@ -1,13 +1,10 @@
 package earlyoom
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -87,47 +84,4 @@ func TestTheAgentReadsOnlyItsOwnNodesPods(t *testing.T) {
 	}
 	_, err = as(unbound.Status.Token).CoreV1().Pods("").List(ctx, onNode(a.name))
 	denied("listing a node's pods with a token bound to no pod", err)
-}
-
-// TestCAPSReadsOnlyBootstrapDataSecrets: caps-controller-manager's Role
-// (manifests/caps-controller-manager, applied here) grants get on every
-// Secret of d8-cloud-instance-manager; the control plane's authorization
-// chain leaves it only the machines' bootstrap data,
-// manual-bootstrap-for-<group> (issue 35, item 18). Asked as the
-// ServiceAccount (a SubjectAccessReview through the whole chain): a
-// group's bootstrap Secret is allowed, bashible-apiserver's serving key
-// and a fencing keyring are denied.
-func TestCAPSReadsOnlyBootstrapDataSecrets(t *testing.T) {
-	ctx := framework.Context(t)
-	if err := f.Env.Applier.ApplyFiles(ctx, filepath.Join(f.Root, "manifests", deckhousev1.CAPSControllerManagerName, "rbac.yaml")); err != nil {
-		t.Fatalf("apply caps-controller-manager's RBAC: %v", err)
-	}
-	const caps = "system:serviceaccount:" + deckhousev1.Namespace + ":" + deckhousev1.CAPSControllerManagerName
-	may := func(ctx context.Context, secret string) (*authorizationv1.SubjectAccessReviewStatus, error) {
-		sar, err := f.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   caps,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + deckhousev1.Namespace, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: deckhousev1.Namespace, Verb: "get", Resource: "secrets", Name: secret,
-			},
-		}}, metav1.CreateOptions{})
-		if err != nil {
-			return nil, err
-		}
-		return &sar.Status, nil
-	}
-	bootstrap := deckhousev1.ManualBootstrapSecretPrefix + "workers"
-	framework.Poll(t, "caps-controller-manager's RBAC in force", func(ctx context.Context) (bool, error) {
-		st, err := may(ctx, bootstrap)
-		return err == nil && st.Allowed, err
-	})
-	for _, secret := range []string{"bashible-apiserver-tls", deckhousev1.FencingGossipKeySecretPrefix + "workers", deckhousev1.ConfigurationChecksumsSecret} {
-		st, err := may(ctx, secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Allowed {
-			t.Errorf("caps-controller-manager may get Secret %s/%s; want only %s<group> there", deckhousev1.Namespace, secret, deckhousev1.ManualBootstrapSecretPrefix)
-		}
-	}
 }
