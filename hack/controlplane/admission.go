@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 
@@ -8,6 +9,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	"github.com/node-manager/node-manager/manifests"
 )
 
 // writeAdmissionConfig writes kube-apiserver's admission configuration:
@@ -47,4 +49,29 @@ plugins:
 		return fmt.Errorf("write the admission configuration: %w", err)
 	}
 	return nil
+}
+
+// ShippedDenyKubeconfig is where manifests/control-plane/authorization-config.yaml
+// expects the kubeconfig of its never-answering webhook on a real control
+// plane; the harness puts it in its own directory.
+const ShippedDenyKubeconfig = "/etc/kubernetes/node-manager/deny.kubeconfig"
+
+// writeAuthorizationConfig writes kube-apiserver's authorization chain: the
+// one node-manager ships (manifests/control-plane), unchanged but for the
+// path of its kubeconfig, so that every suite runs under what an operator
+// installs.
+func (cp *ControlPlane) writeAuthorizationConfig() error {
+	config, err := manifests.FS.ReadFile("control-plane/authorization-config.yaml")
+	if err != nil {
+		return fmt.Errorf("read the shipped authorization configuration: %w", err)
+	}
+	kubeconfig, err := manifests.FS.ReadFile("control-plane/deny.kubeconfig")
+	if err != nil {
+		return fmt.Errorf("read the shipped deny webhook kubeconfig: %w", err)
+	}
+	if !bytes.Contains(config, []byte(ShippedDenyKubeconfig)) {
+		return fmt.Errorf("manifests/control-plane/authorization-config.yaml does not name %s", ShippedDenyKubeconfig)
+	}
+	config = bytes.ReplaceAll(config, []byte(ShippedDenyKubeconfig), []byte(cp.path("deny.kubeconfig")))
+	return writeFiles(cp.dir, map[string][]byte{"authorization-config.yaml": config, "deny.kubeconfig": kubeconfig})
 }

@@ -297,6 +297,9 @@ func (cp *ControlPlane) writeCertificates() error {
 	}); err != nil {
 		return err
 	}
+	if err := cp.writeAuthorizationConfig(); err != nil {
+		return err
+	}
 	return cp.writeAdmissionConfig()
 }
 
@@ -351,7 +354,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, binDir string) error
 		"--service-account-key-file=" + cp.path("sa.pub"),
 		"--service-account-signing-key-file=" + cp.path("sa.key"),
 		"--service-cluster-ip-range=" + ServiceCIDR,
-		"--authorization-mode=Node,RBAC",
+		// Node, node-manager's read narrowing, RBAC: the shipped
+		// manifests/control-plane/authorization-config.yaml.
+		"--authorization-config=" + cp.path("authorization-config.yaml"),
 		// Nodes may only write their own Node object, as in a real cluster;
 		// ValidatingAdmissionPolicy (on by default since 1.30, named so
 		// that the manifests' policies are enforced whatever the default)

@@ -13,7 +13,8 @@
 // repository.
 //
 // Every container image (and every image a flag names, such as
-// node-manager-controller's --fencing-agent-image) is then pinned by
+// node-manager-controller's --fencing-agent-image, and the same image in the
+// DaemonSet admission policy's fencingAgentImage) is then pinned by
 // digest: the manifests name node-manager's images by their bare names
 // (bashible-apiserver, ...), and the release writes
 // <registry>/<name>@sha256:<hex> from the digests file `make images`
@@ -38,6 +39,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -69,6 +71,13 @@ const clusterAPICore = "cluster-api-core"
 // imageFlags are the container flags whose value is an image, pinned as
 // the containers' images are.
 var imageFlags = []string{"--fencing-agent-image"}
+
+// imageVariables are the ValidatingAdmissionPolicy variables whose
+// expression is an image as a CEL string literal ("fencing-agent"), pinned
+// as the containers' images are: the DaemonSet policy admits only the image
+// node-manager-controller's --fencing-agent-image names, and both are
+// pinned to the same digest.
+var imageVariables = []string{"fencingAgentImage"}
 
 var (
 	digestRE = regexp.MustCompile(`\Asha256:[0-9a-f]{64}\z`)
@@ -216,7 +225,8 @@ func checkRegistry(registry string) error {
 }
 
 // Pin replaces every container image (containers, initContainers,
-// ephemeralContainers of any object) and every image flag (imageFlags) that
+// ephemeralContainers of any object), every image flag (imageFlags) and
+// every image variable of an admission policy (imageVariables) that
 // names one of node-manager's images by its bare name with
 // <registry>/<name>@<digest>. An image that is neither one of those nor
 // already pinned by a sha256 digest is an error, as is an image of the
@@ -244,6 +254,26 @@ func Pin(objs []*unstructured.Unstructured, registry string, digests map[string]
 		return image
 	}
 	for _, obj := range objs {
+		if obj.GetKind() == "ValidatingAdmissionPolicy" {
+			vars, _, _ := unstructured.NestedSlice(obj.Object, "spec", "variables")
+			for _, v := range vars {
+				vm, ok := v.(map[string]any)
+				name, _ := vm["name"].(string)
+				if !ok || !slices.Contains(imageVariables, name) {
+					continue
+				}
+				expr, _ := vm["expression"].(string)
+				image, err := strconv.Unquote(strings.TrimSpace(expr))
+				if err != nil || !strings.HasPrefix(strings.TrimSpace(expr), `"`) {
+					errs = append(errs, fmt.Errorf("ValidatingAdmissionPolicy %s, variable %s: expression %q is not an image as a CEL string literal (\"<image>\")", obj.GetName(), name, expr))
+					continue
+				}
+				vm["expression"] = strconv.Quote(pin(obj, "-", "policy variable "+name, image))
+			}
+			if err := unstructured.SetNestedSlice(obj.Object, vars, "spec", "variables"); err != nil && len(vars) > 0 {
+				errs = append(errs, fmt.Errorf("ValidatingAdmissionPolicy %s: %w", obj.GetName(), err))
+			}
+		}
 		walkContainers(obj.Object, func(c map[string]any) {
 			name, _ := c["name"].(string)
 			if image, ok := c["image"].(string); ok {

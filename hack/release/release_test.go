@@ -198,8 +198,23 @@ func TestReleaseRunsClusterAPI(t *testing.T) {
 	if v, ok := flagValue(args, "--cluster-api"); !ok || (v != "" && v != "true") {
 		t.Errorf("node-manager-controller's args %q do not turn --cluster-api on", args)
 	}
-	if v, _ := flagValue(args, "--fencing-agent-image"); v != testRegistry+"/"+deckhousev1.FencingAgentName+"@"+o.Digests[deckhousev1.FencingAgentName] {
+	pinnedAgent := testRegistry + "/" + deckhousev1.FencingAgentName + "@" + o.Digests[deckhousev1.FencingAgentName]
+	if v, _ := flagValue(args, "--fencing-agent-image"); v != pinnedAgent {
 		t.Errorf("node-manager-controller's --fencing-agent-image = %q, want the pinned fencing-agent image", v)
+	}
+	// The DaemonSet policy admits exactly that image from the controller.
+	vap := r.find("ValidatingAdmissionPolicy", "", "d8-node-manager-controller-daemonsets")
+	if vap == nil {
+		t.Fatal("the release has no ValidatingAdmissionPolicy d8-node-manager-controller-daemonsets")
+	}
+	image := ""
+	for _, v := range convert[admissionregistrationv1.ValidatingAdmissionPolicy](t, vap).Spec.Variables {
+		if v.Name == "fencingAgentImage" {
+			image = v.Expression
+		}
+	}
+	if image != strconv.Quote(pinnedAgent) {
+		t.Errorf("the DaemonSet policy's fencingAgentImage is %s, want %q: the controller's DaemonSets would be refused", image, pinnedAgent)
 	}
 
 	// capi-controller-manager's Deployment.

@@ -6,20 +6,26 @@
 //
 //   - psi reads /proc/pressure/memory (the kernel's Pressure Stall
 //     Information); a kernel without it makes the agent idle, not crash;
-//   - meminfo reads MemAvailable from /proc/meminfo, the second trigger;
+//   - meminfo reads MemAvailable from /proc/meminfo, the second trigger,
+//     and MemTotal, which bounds the MemAvailable floor;
+//   - attribute takes out of the pressure the stalls of pods at their own
+//     memory limit, so that a pod thrashing inside its limit evicts none
+//     of its neighbours, and says which pods are under pressure;
 //   - detect decides, sample by sample, when pressure has lasted long
 //     enough to act and when to wait after an action (a pure function of
 //     the samples and the thresholds);
 //   - settings resolves the thresholds and the mode (Evict, Observe, Disabled)
 //     for the node's group from the early-oom ConfigMap over the flags;
 //   - cgroup reads each pod's memory working set from the kubelet's pod
-//     cgroups (v1 and v2, cgroupfs and systemd drivers);
+//     cgroups (v1 and v2, cgroupfs and systemd drivers), and on v2 the
+//     pods' and their parent's memory pressure and who is at its limit;
 //   - rank orders the node's pods as the kubelet's memory-pressure
 //     eviction does and leaves out those it must never touch;
 //   - evict deletes the victim through the API (or, observing, only says
 //     it would) and records Events on the pod and the node;
 //   - agent (this package) wires them: it samples every --interval, asks
-//     detect, ranks, acts, and serves /healthz, /readyz and /metrics.
+//     detect, ranks (preferring the pods under pressure), acts within the
+//     node's eviction budget, and serves /healthz, /readyz and /metrics.
 package agent
 
 import (
@@ -45,6 +51,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"github.com/node-manager/node-manager/agents/early-oom/attribute"
 	"github.com/node-manager/node-manager/agents/early-oom/cgroup"
 	"github.com/node-manager/node-manager/agents/early-oom/detect"
 	"github.com/node-manager/node-manager/agents/early-oom/evict"
@@ -55,9 +62,19 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
-// ReasonPSIUnavailable is the reason of the Event on the node when the
-// kernel offers no memory PSI and the agent idles.
-const ReasonPSIUnavailable = "PSIUnavailable"
+// Reasons of the agent's Warning Events on its node.
+const (
+	// ReasonPSIUnavailable: the kernel offers no memory PSI and the agent
+	// idles.
+	ReasonPSIUnavailable = "PSIUnavailable"
+	// ReasonSettingsInvalid: the settings ConfigMap cannot be used on this
+	// node; the flags' settings apply.
+	ReasonSettingsInvalid = "SettingsInvalid"
+	// ReasonEvictionBudgetExhausted: the node's agent has deleted
+	// maxEvictions pods within evictionWindow and deletes no more until
+	// the oldest leaves the window.
+	ReasonEvictionBudgetExhausted = "EvictionBudgetExhausted"
+)
 
 // Agent is one node's early-oom.
 type Agent struct {
@@ -72,6 +89,13 @@ type Agent struct {
 	configMaps corelisters.ConfigMapNamespaceLister
 	group      string
 	evictor    *evict.Evictor
+	recorder   events.EventRecorder
+	node       *corev1.Node
+	// memTotal is the node's RAM (0: unknown), which bounds the floor.
+	memTotal int64
+	// budget records this node's evictions (settings' maxEvictions per
+	// evictionWindow).
+	budget detect.Budget
 
 	// notReady is why /readyz fails; empty once the agent samples.
 	notReady atomic.Pointer[string]
@@ -126,6 +150,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(kubescheme.Scheme, deckhousev1.EarlyOOMName)
+	a.recorder = recorder
+	if total, err := meminfo.ReadTotal(a.opts.MeminfoPath); err != nil {
+		klog.ErrorS(err, "Reading MemTotal; the MemAvailable floor is not checked against the node's RAM")
+	} else {
+		a.memTotal = total
+		if err := a.base.ValidateFor(total); err != nil {
+			return fmt.Errorf("the flags' settings on this node: %w", err)
+		}
+	}
 
 	if _, err := psi.Read(a.opts.PSIPath); errors.Is(err, psi.ErrUnavailable) {
 		a.m.psiUnavailable.Set(1)
@@ -142,6 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.node = node
 	// The group is read once: a node does not change groups in its life
 	// (node-manager pins it at join).
 	a.group = node.Labels[deckhousev1.NodeGroupLabel]
@@ -231,28 +265,51 @@ func (a *Agent) sample(ctx context.Context, now time.Time) {
 	}
 	a.m.pressure.WithLabelValues("some").Set(p.Some.Avg10)
 	a.m.pressure.WithLabelValues("full").Set(p.Full.Avg10)
+	tree, treeErr := cgroup.Reader{Root: a.opts.CgroupRoot}.ReadTree()
+	if treeErr != nil {
+		a.m.readErrors.WithLabelValues("cgroup").Inc()
+	}
+	pods, source := attribute.Pressure(p, tree)
+	a.m.podsPressure.WithLabelValues("some").Set(pods.Some.Avg10)
+	a.m.podsPressure.WithLabelValues("full").Set(pods.Full.Avg10)
 	if s.Mode == settings.Disabled {
 		return
 	}
 	a.detector.SetThresholds(s.Thresholds)
-	smp := detect.Sample{Time: now, Pressure: p, Available: available}
+	smp := detect.Sample{Time: now, Pressure: pods, NodePressure: p, Available: available}
+	// The pressure alone (Available -1: the floor is not what is compared).
+	if _, nodeOver := a.detector.Over(detect.Sample{Pressure: p, Available: -1}); nodeOver && source == attribute.Pods && !a.detector.Paused(now) {
+		if _, podsOver := a.detector.Over(detect.Sample{Pressure: pods, Available: -1}); !podsOver {
+			// The node-wide figures are over the thresholds only by the
+			// stalls of pods at their own limit: the node is not short.
+			a.m.limitedPressure.Inc()
+		}
+	}
 	reason, act := a.detector.Observe(smp)
 	if !act {
 		return
 	}
 	a.detector.Acted(now)
-	a.act(ctx, s.Mode, evict.Evidence{Reason: reason, Sample: smp, Thresholds: s.Thresholds})
+	a.act(ctx, s, tree, treeErr, evict.Evidence{Reason: reason, Sample: smp, Thresholds: s.Thresholds})
 }
 
 // settings are the ConfigMap's settings for the node's group over the
 // flags', or the flags' when there is no usable ConfigMap.
 func (a *Agent) settings() settings.Settings {
 	s, err := a.resolve()
+	if err == nil {
+		err = s.ValidateFor(a.memTotal)
+	}
 	if err != nil {
 		a.m.settingsInvalid.Set(1)
 		if msg := err.Error(); msg != a.lastSettingsError {
 			klog.ErrorS(err, "The settings ConfigMap cannot be used; the flags' settings apply until it is fixed",
 				"configMap", a.opts.Namespace+"/"+a.opts.SettingsConfigMap, "group", a.group)
+			if a.recorder != nil && a.node != nil {
+				a.recorder.Eventf(a.node, nil, corev1.EventTypeWarning, ReasonSettingsInvalid, "Validate",
+					"the early-oom settings (ConfigMap %s/%s) cannot be used on this node, its flags' settings apply until they are fixed: %v",
+					a.opts.Namespace, a.opts.SettingsConfigMap, err)
+			}
 			a.lastSettingsError = msg
 		}
 		s = a.base
@@ -290,24 +347,36 @@ func (a *Agent) resolve() (settings.Settings, error) {
 	return a.parsed.Resolve(a.base, a.group)
 }
 
-// act chooses the victim and deletes or reports it. A victim that vanished
-// or was replaced meanwhile gives way to the next one.
-func (a *Agent) act(ctx context.Context, mode settings.Mode, ev evict.Evidence) {
+// act chooses the victim, among the pods under pressure when the tree
+// tells them, and deletes or reports it, within the node's eviction
+// budget. A victim that vanished or was replaced meanwhile gives way to
+// the next one.
+func (a *Agent) act(ctx context.Context, s settings.Settings, tree cgroup.Tree, treeErr error, ev evict.Evidence) {
+	mode := s.Mode
 	reason := string(ev.Reason)
-	usage, _, err := cgroup.Reader{Root: a.opts.CgroupRoot}.Read()
-	if err != nil {
-		a.m.readErrors.WithLabelValues("cgroup").Inc()
+	if treeErr != nil {
 		a.m.actions.WithLabelValues(reason, ResultFailed).Inc()
-		klog.ErrorS(err, "Memory pressure, but the pods' usage cannot be read; nothing done", "reason", reason)
+		klog.ErrorS(treeErr, "Memory pressure, but the pods' usage cannot be read; nothing done", "reason", reason)
 		return
 	}
+	now := ev.Sample.Time
+	if mode == settings.Evict && !a.budget.Allow(now, s.MaxEvictions, s.EvictionWindow) {
+		a.m.actions.WithLabelValues(reason, ResultBudgetExhausted).Inc()
+		klog.ErrorS(nil, "Memory pressure, but this node's eviction budget is spent; nothing deleted",
+			"reason", reason, "maxEvictions", s.MaxEvictions, "evictionWindow", s.EvictionWindow)
+		a.recorder.Eventf(a.node, nil, corev1.EventTypeWarning, ReasonEvictionBudgetExhausted, "None",
+			"early-oom deleted %d pods on this node within %s (maxEvictions) and deletes no more until the oldest deletion leaves the window; the memory pressure (%s) goes on",
+			s.MaxEvictions, s.EvictionWindow, reason)
+		return
+	}
+	usage := tree.Usage()
 	pods, err := a.pods.List(labels.Everything())
 	if err != nil {
 		a.m.actions.WithLabelValues(reason, ResultFailed).Inc()
 		klog.ErrorS(err, "Listing the node's pods")
 		return
 	}
-	candidates := rank.Rank(pods, usage, a.opts.Self(), int64(a.opts.GracePeriod/time.Second))
+	candidates := attribute.Prefer(rank.Rank(pods, usage, a.opts.Self(), int64(a.opts.GracePeriod/time.Second)), attribute.UnderPressure(tree))
 	for _, v := range candidates {
 		logArgs := []any{"pod", klog.KObj(v.Pod), "reason", reason, "fullAvg10", ev.Sample.Pressure.Full.Avg10,
 			"someAvg10", ev.Sample.Pressure.Some.Avg10, "memAvailable", ev.Sample.Available,
@@ -329,6 +398,7 @@ func (a *Agent) act(ctx context.Context, mode settings.Mode, ev evict.Evidence) 
 			klog.ErrorS(err, "Memory pressure: eviction failed", logArgs...)
 			return
 		}
+		a.budget.Spend(now)
 		a.m.actions.WithLabelValues(reason, ResultEvicted).Inc()
 		a.m.victims.WithLabelValues(evict.QoS(v), string(mode)).Inc()
 		klog.InfoS("Memory pressure: evicted", logArgs...)

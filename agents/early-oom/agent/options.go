@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/node-manager/node-manager/agents/early-oom/cgroup"
+	"github.com/node-manager/node-manager/agents/early-oom/detect"
 	"github.com/node-manager/node-manager/agents/early-oom/meminfo"
 	"github.com/node-manager/node-manager/agents/early-oom/psi"
 	"github.com/node-manager/node-manager/agents/early-oom/settings"
@@ -47,6 +48,8 @@ type Options struct {
 	MemAvailableFloor string
 	Samples           int
 	RecoveryPause     time.Duration
+	MaxEvictions      int
+	EvictionWindow    time.Duration
 
 	ListenAddress string
 	Serving       serving.Options
@@ -66,9 +69,11 @@ func NewOptions() *Options {
 		Mode:              string(d.Mode),
 		FullAvg10:         d.Thresholds.FullAvg10,
 		SomeAvg10:         d.Thresholds.SomeAvg10,
-		MemAvailableFloor: "0",
+		MemAvailableFloor: resource.NewQuantity(d.Thresholds.MinAvailable, resource.BinarySI).String(),
 		Samples:           d.Thresholds.Samples,
 		RecoveryPause:     d.Thresholds.Pause,
+		MaxEvictions:      d.MaxEvictions,
+		EvictionWindow:    d.EvictionWindow,
 		ListenAddress:     ":9681",
 		Serving:           serving.NewOptions(),
 	}
@@ -89,11 +94,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "time between samples")
 	fs.DurationVar(&o.GracePeriod, "grace-period", o.GracePeriod, "longest termination grace period a victim gets (its own, if shorter, is kept)")
 	fs.StringVar(&o.Mode, "mode", o.Mode, fmt.Sprintf("what to do under pressure, one of %v (the ConfigMap overrides it)", settings.Modes))
-	fs.Float64Var(&o.FullAvg10, "full-avg10", o.FullAvg10, "act when full avg10 (percent) stays above this")
-	fs.Float64Var(&o.SomeAvg10, "some-avg10", o.SomeAvg10, "also act when some avg10 (percent) stays above this; 0: not a trigger")
-	fs.StringVar(&o.MemAvailableFloor, "mem-available-floor", o.MemAvailableFloor, "also act when MemAvailable stays below this size (for example 200Mi); 0: not a trigger")
+	fs.Float64Var(&o.FullAvg10, "full-avg10", o.FullAvg10, fmt.Sprintf("act when full avg10 (percent; %v to 100) of the pods not at their own limit stays above this", detect.MinAvg10))
+	fs.Float64Var(&o.SomeAvg10, "some-avg10", o.SomeAvg10, fmt.Sprintf("also act when some avg10 (percent; %v to 100) of the pods not at their own limit stays above this; 0: not a trigger", detect.MinAvg10))
+	fs.StringVar(&o.MemAvailableFloor, "mem-available-floor", o.MemAvailableFloor, fmt.Sprintf("also act when MemAvailable stays below this size (at most %v of the node's RAM); 0: not a trigger", detect.MaxFloorShareOfRAM))
 	fs.IntVar(&o.Samples, "samples", o.Samples, "consecutive samples over the thresholds before acting")
-	fs.DurationVar(&o.RecoveryPause, "recovery-pause", o.RecoveryPause, "wait after each action before counting again")
+	fs.DurationVar(&o.RecoveryPause, "recovery-pause", o.RecoveryPause, fmt.Sprintf("wait after each action before counting again (%s to %s)", detect.MinPause, detect.MaxPause))
+	fs.IntVar(&o.MaxEvictions, "max-evictions", o.MaxEvictions, fmt.Sprintf("the most pods this node's agent deletes in any --eviction-window (1 to %d); past it, it reports and deletes nothing", settings.MaxMaxEvictions))
+	fs.DurationVar(&o.EvictionWindow, "eviction-window", o.EvictionWindow, fmt.Sprintf("the window of --max-evictions (%s to %s)", settings.MinEvictionWindow, settings.MaxEvictionWindow))
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics (HTTPS; callers authenticated and authorized by the Kubernetes API), /healthz and /readyz (open)")
 	o.Serving.AddFlags(fs)
 }
@@ -111,6 +118,8 @@ func (o *Options) Baseline() (settings.Settings, error) {
 	s.Thresholds.MinAvailable = floor.Value()
 	s.Thresholds.Samples = o.Samples
 	s.Thresholds.Pause = o.RecoveryPause
+	s.MaxEvictions = o.MaxEvictions
+	s.EvictionWindow = o.EvictionWindow
 	if err := s.Validate(); err != nil {
 		return settings.Settings{}, fmt.Errorf("the flags' settings: %w", err)
 	}

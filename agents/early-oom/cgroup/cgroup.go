@@ -18,6 +18,11 @@
 // inactive file cache, which the kernel can reclaim without help
 // (memory.current and inactive_file on v2; memory.usage_in_bytes and
 // total_inactive_file on v1).
+//
+// On v2 it also reads what tells a node short of memory from a pod
+// thrashing inside its own limit (ReadTree): the memory pressure (PSI) of
+// the pods' parent cgroup and of each pod, and whether a pod, or one of its
+// containers, is at its own memory.max.
 package cgroup
 
 import (
@@ -32,6 +37,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/node-manager/node-manager/agents/early-oom/psi"
 )
 
 // DefaultRoot is where the cgroup file systems are mounted.
@@ -54,16 +61,64 @@ type Reader struct {
 	Root string
 }
 
+// Pod is what one pod's cgroup says.
+type Pod struct {
+	// WorkingSet is usage minus inactive file cache, in bytes.
+	WorkingSet int64
+	// Pressure is the pod cgroup's memory.pressure; nil when it cannot be
+	// read (cgroup v1 has none).
+	Pressure *psi.Pressure
+	// AtLimit: the pod, or one of its containers, has a memory.max and
+	// uses at least AtLimitShare of it, so that its stalls are its own
+	// limit's doing, not the node's (v2 only).
+	AtLimit bool
+}
+
+// AtLimitShare is the share of its memory.max from which a cgroup counts
+// as at its own limit: a thrashing cgroup sits just under it, reclaiming
+// its own pages to make room.
+const AtLimitShare = 0.9
+
+// Tree is what the pods' cgroups say.
+type Tree struct {
+	Version Version
+	// Pods by UID; a pod cgroup whose files cannot be read (the pod is
+	// being torn down) is left out.
+	Pods map[types.UID]Pod
+	// Parent is the memory.pressure of the pods' parent cgroup (kubepods
+	// or kubepods.slice): the stalls of all pods together and nothing
+	// else; nil when it cannot be read (cgroup v1 has none).
+	Parent *psi.Pressure
+}
+
+// Usage is the working set of every pod in the tree.
+func (t Tree) Usage() Usage {
+	u := make(Usage, len(t.Pods))
+	for uid, p := range t.Pods {
+		u[uid] = p.WorkingSet
+	}
+	return u
+}
+
 // Read returns the working set of every pod cgroup found, and the cgroup
-// version. A pod cgroup whose files cannot be read (the pod is being torn
-// down) is left out; a tree with no kubepods cgroup at all is an error,
-// since then no pod can be ranked.
+// version (ReadTree, the working sets only).
 func (r Reader) Read() (Usage, Version, error) {
+	t, err := r.ReadTree()
+	if err != nil {
+		return nil, t.Version, err
+	}
+	return t.Usage(), t.Version, nil
+}
+
+// ReadTree reads every pod cgroup found, and on v2 the pods' and their
+// parent's memory pressure. A tree with no kubepods cgroup at all is an
+// error, since then no pod can be ranked.
+func (r Reader) ReadTree() (Tree, error) {
 	version, memRoot := V1, filepath.Join(r.Root, "memory")
 	if _, err := os.Stat(filepath.Join(r.Root, "cgroup.controllers")); err == nil {
 		version, memRoot = V2, r.Root
 	}
-	usage := Usage{}
+	t := Tree{Version: version, Pods: map[types.UID]Pod{}}
 	found := false
 	for _, top := range []string{"kubepods.slice", "kubepods"} {
 		dir := filepath.Join(memRoot, top)
@@ -71,19 +126,22 @@ func (r Reader) Read() (Usage, Version, error) {
 			continue
 		}
 		found = true
-		if err := r.readPods(version, dir, usage); err != nil {
-			return nil, version, err
+		if version == V2 && t.Parent == nil {
+			t.Parent = pressure(dir)
+		}
+		if err := r.readPods(version, dir, t.Pods); err != nil {
+			return t, err
 		}
 	}
 	if !found {
-		return nil, version, fmt.Errorf("no kubepods or kubepods.slice cgroup under %s (cgroup v%d): is --cgroup-root the host's cgroup mount?", memRoot, version)
+		return t, fmt.Errorf("no kubepods or kubepods.slice cgroup under %s (cgroup v%d): is --cgroup-root the host's cgroup mount?", memRoot, version)
 	}
-	return usage, version, nil
+	return t, nil
 }
 
 // readPods reads the pod cgroups in dir and in its QoS child cgroups
 // (burstable, besteffort).
-func (r Reader) readPods(version Version, dir string, usage Usage) error {
+func (r Reader) readPods(version Version, dir string, pods map[types.UID]Pod) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("listing pod cgroups in %s: %w", dir, err)
@@ -94,18 +152,78 @@ func (r Reader) readPods(version Version, dir string, usage Usage) error {
 		}
 		name := e.Name()
 		if uid, ok := PodUID(name); ok {
-			if ws, err := workingSet(version, filepath.Join(dir, name)); err == nil {
-				usage[uid] = ws
+			podDir := filepath.Join(dir, name)
+			ws, err := workingSet(version, podDir)
+			if err != nil {
+				continue
 			}
+			p := Pod{WorkingSet: ws}
+			if version == V2 {
+				p.Pressure = pressure(podDir)
+				p.AtLimit = atLimit(podDir)
+			}
+			pods[uid] = p
 			continue
 		}
 		if isQoSCgroup(name) {
-			if err := r.readPods(version, filepath.Join(dir, name), usage); err != nil {
+			if err := r.readPods(version, filepath.Join(dir, name), pods); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// pressure is dir's memory.pressure, nil when it cannot be read or parsed.
+func pressure(dir string) *psi.Pressure {
+	data, err := os.ReadFile(filepath.Join(dir, "memory.pressure"))
+	if err != nil {
+		return nil
+	}
+	p, err := psi.Parse(data)
+	if err != nil {
+		return nil
+	}
+	return &p
+}
+
+// atLimit says whether the cgroup v2 dir, or one of its child cgroups (the
+// pod's containers: a pod whose containers do not all have a limit has
+// none of its own), uses at least AtLimitShare of its memory.max.
+func atLimit(dir string) bool {
+	if limitReached(dir) {
+		return true
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.IsDir() && limitReached(filepath.Join(dir, e.Name())) {
+			return true
+		}
+	}
+	return false
+}
+
+func limitReached(dir string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "memory.max"))
+	if err != nil {
+		return false
+	}
+	text := strings.TrimSpace(string(data))
+	if text == "max" {
+		return false
+	}
+	limit, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || limit <= 0 {
+		return false
+	}
+	current, err := readInt(filepath.Join(dir, "memory.current"))
+	if err != nil {
+		return false
+	}
+	return float64(current) >= AtLimitShare*float64(limit)
 }
 
 func isQoSCgroup(name string) bool {

@@ -103,3 +103,50 @@ func TestPodUID(t *testing.T) {
 		}
 	}
 }
+
+// TestV2TreeReadsPressureAndWhoIsAtItsLimit: the parent's and each pod's
+// memory.pressure, and a pod at its own limit whether the limit is the
+// pod's or one of its containers'.
+func TestV2TreeReadsPressureAndWhoIsAtItsLimit(t *testing.T) {
+	root := t.TempDir()
+	file := func(rel, data string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, rel), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file("cgroup.controllers", "memory\n")
+	file("kubepods.slice/memory.pressure", "some avg10=70.00 avg60=0 avg300=0 total=1\nfull avg10=60.00 avg60=0 avg300=0 total=1\n")
+	g := "kubepods.slice/kubepods-pod0a1b2c3d_0000_4000_8000_000000000001.slice"
+	write(t, root, g, "memory.current", 1000, "")
+	file(g+"/memory.max", "1024\n")
+	file(g+"/memory.pressure", "some avg10=70.00 avg60=0 avg300=0 total=1\nfull avg10=65.00 avg60=0 avg300=0 total=1\n")
+	b := "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_0000_4000_8000_000000000002.slice"
+	write(t, root, b, "memory.current", 1000, "")
+	file(b+"/memory.max", "max\n")
+	file(b+"/cri-containerd-abc.scope/memory.max", "1000\n")
+	file(b+"/cri-containerd-abc.scope/memory.current", "950\n")
+	e := "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_0000_4000_8000_000000000003.slice"
+	write(t, root, e, "memory.current", 5000, "")
+	file(e+"/memory.max", "max\n")
+
+	tree, err := Reader{Root: root}.ReadTree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tree.Parent == nil || tree.Parent.Full.Avg10 != 60 {
+		t.Errorf("parent pressure %+v; want full avg10 60", tree.Parent)
+	}
+	if p := tree.Pods[guaranteed]; !p.AtLimit || p.Pressure == nil || p.Pressure.Full.Avg10 != 65 {
+		t.Errorf("the Guaranteed pod at its limit: %+v", p)
+	}
+	if p := tree.Pods[burstable]; !p.AtLimit {
+		t.Errorf("the pod whose container is at its limit: %+v; want AtLimit", p)
+	}
+	if p := tree.Pods[besteffort]; p.AtLimit || p.Pressure != nil {
+		t.Errorf("the pod without a limit or a pressure file: %+v", p)
+	}
+}

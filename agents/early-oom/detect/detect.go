@@ -38,25 +38,52 @@ type Thresholds struct {
 	Pause time.Duration
 }
 
-// Validate says what is wrong with t, naming the setting.
+// The bounds of the thresholds. Outside them a setting is destructive
+// rather than a choice: a full avg10 of 1 % evicts at the first stall, a
+// recovery pause shorter than the ten seconds avg10 averages over evicts
+// the next pod before the last eviction can show in the figures (0s: one
+// pod every Samples samples for as long as the average decays), and a
+// MemAvailable floor above half the node's RAM evicts on an idle node.
+const (
+	MinAvg10           = 10.0
+	MaxSamples         = 300
+	MinPause           = 10 * time.Second
+	MaxPause           = time.Hour
+	MaxFloorShareOfRAM = 0.5
+)
+
+// Validate says what is wrong with t, naming the setting. The floor's
+// bound depends on the node's RAM: ValidateFor checks it.
 func (t Thresholds) Validate() error {
 	var errs []error
-	if t.FullAvg10 <= 0 || t.FullAvg10 >= 100 {
-		errs = append(errs, fmt.Errorf("fullAvg10 %v: want a percentage above 0 and below 100", t.FullAvg10))
+	if t.FullAvg10 < MinAvg10 || t.FullAvg10 >= 100 {
+		errs = append(errs, fmt.Errorf("fullAvg10 %v: want a percentage from %v and below 100", t.FullAvg10, MinAvg10))
 	}
-	if t.SomeAvg10 < 0 || t.SomeAvg10 >= 100 {
-		errs = append(errs, fmt.Errorf("someAvg10 %v: want 0 (off) or a percentage below 100", t.SomeAvg10))
+	if t.SomeAvg10 != 0 && (t.SomeAvg10 < MinAvg10 || t.SomeAvg10 >= 100) {
+		errs = append(errs, fmt.Errorf("someAvg10 %v: want 0 (off) or a percentage from %v and below 100", t.SomeAvg10, MinAvg10))
 	}
 	if t.MinAvailable < 0 {
 		errs = append(errs, fmt.Errorf("memAvailableFloor %d: want 0 (off) or a size", t.MinAvailable))
 	}
-	if t.Samples < 1 {
-		errs = append(errs, fmt.Errorf("samples %d: want at least 1", t.Samples))
+	if t.Samples < 1 || t.Samples > MaxSamples {
+		errs = append(errs, fmt.Errorf("samples %d: want 1 to %d", t.Samples, MaxSamples))
 	}
-	if t.Pause < 0 {
-		errs = append(errs, fmt.Errorf("recoveryPause %s: want 0 or more", t.Pause))
+	if t.Pause < MinPause || t.Pause > MaxPause {
+		errs = append(errs, fmt.Errorf("recoveryPause %s: want %s to %s (an action shows in avg10 only after about ten seconds)", t.Pause, MinPause, MaxPause))
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateFor is Validate on a node with memTotal bytes of RAM: the
+// MemAvailable floor must also be at most MaxFloorShareOfRAM of it.
+// memTotal 0 (unknown) skips that check.
+func (t Thresholds) ValidateFor(memTotal int64) error {
+	err := t.Validate()
+	if memTotal > 0 && float64(t.MinAvailable) > MaxFloorShareOfRAM*float64(memTotal) {
+		err = errors.Join(err, fmt.Errorf("memAvailableFloor %d bytes: above %v of this node's RAM (MemTotal %d bytes), it would evict on an idle node",
+			t.MinAvailable, MaxFloorShareOfRAM, memTotal))
+	}
+	return err
 }
 
 // Reason is why a sample counts, the first that holds in this order.
@@ -73,8 +100,12 @@ var Reasons = []Reason{FullPressure, SomePressure, LowMemory}
 
 // Sample is one reading of the node.
 type Sample struct {
-	Time     time.Time
+	Time time.Time
+	// Pressure is the pressure the thresholds apply to: the node's
+	// shortage as the pods feel it (package attribute).
 	Pressure psi.Pressure
+	// NodePressure is the node-wide /proc/pressure/memory, for the record.
+	NodePressure psi.Pressure
 	// Available is MemAvailable in bytes; negative when it could not be
 	// read (the floor is then not checked).
 	Available int64
@@ -139,3 +170,32 @@ func (d *Detector) Acted(now time.Time) {
 
 // Paused says whether the detector is in its recovery pause at now.
 func (d *Detector) Paused(now time.Time) bool { return now.Before(d.pausedUntil) }
+
+// Budget bounds how many evictions one node makes in a sliding window, so
+// that a fault in the figures (or in the thresholds) cannot empty a node:
+// past the budget the agent reports and deletes nothing until the oldest
+// eviction leaves the window. The zero value is an empty record.
+type Budget struct {
+	spent []time.Time
+}
+
+// Allow says whether one more eviction at now stays within max in the
+// window ending at now.
+func (b *Budget) Allow(now time.Time, max int, window time.Duration) bool {
+	return b.Spent(now, window) < max
+}
+
+// Spent is how many evictions the window ending at now holds.
+func (b *Budget) Spent(now time.Time, window time.Duration) int {
+	keep := b.spent[:0]
+	for _, t := range b.spent {
+		if now.Sub(t) < window {
+			keep = append(keep, t)
+		}
+	}
+	b.spent = keep
+	return len(b.spent)
+}
+
+// Spend records an eviction at now.
+func (b *Budget) Spend(now time.Time) { b.spent = append(b.spent, now) }

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -86,19 +87,65 @@ func TestSomeAndMemAvailableAreOptionalTriggers(t *testing.T) {
 }
 
 func TestValidateNamesTheBadSetting(t *testing.T) {
-	if err := (Thresholds{FullAvg10: 30, Samples: 1}).Validate(); err != nil {
+	ok := Thresholds{FullAvg10: 30, Samples: 1, Pause: 30 * time.Second}
+	if err := ok.Validate(); err != nil {
 		t.Errorf("valid thresholds refused: %v", err)
 	}
-	for _, bad := range []Thresholds{
-		{FullAvg10: 0, Samples: 1},
-		{FullAvg10: 100, Samples: 1},
-		{FullAvg10: 30, Samples: 0},
-		{FullAvg10: 30, Samples: 1, SomeAvg10: -1},
-		{FullAvg10: 30, Samples: 1, MinAvailable: -1},
-		{FullAvg10: 30, Samples: 1, Pause: -time.Second},
+	with := func(f func(*Thresholds)) Thresholds { t := ok; f(&t); return t }
+	for want, bad := range map[string]Thresholds{
+		"fullAvg10 0":          with(func(t *Thresholds) { t.FullAvg10 = 0 }),
+		"fullAvg10 1":          with(func(t *Thresholds) { t.FullAvg10 = 1 }),
+		"fullAvg10 100":        with(func(t *Thresholds) { t.FullAvg10 = 100 }),
+		"samples 0":            with(func(t *Thresholds) { t.Samples = 0 }),
+		"samples 301":          with(func(t *Thresholds) { t.Samples = 301 }),
+		"someAvg10 -1":         with(func(t *Thresholds) { t.SomeAvg10 = -1 }),
+		"someAvg10 2":          with(func(t *Thresholds) { t.SomeAvg10 = 2 }),
+		"memAvailableFloor -1": with(func(t *Thresholds) { t.MinAvailable = -1 }),
+		"recoveryPause -1s":    with(func(t *Thresholds) { t.Pause = -time.Second }),
+		"recoveryPause 0s":     with(func(t *Thresholds) { t.Pause = 0 }),
+		"recoveryPause 5s":     with(func(t *Thresholds) { t.Pause = 5 * time.Second }),
+		"recoveryPause 2h0m0s": with(func(t *Thresholds) { t.Pause = 2 * time.Hour }),
 	} {
-		if bad.Validate() == nil {
-			t.Errorf("%+v accepted", bad)
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v; want an error naming %q", bad, err, want)
 		}
+	}
+}
+
+// TestTheFloorIsBoundedByTheNodesRAM: a MemAvailable floor above half the
+// RAM (or above all of it) is refused on that node, and passes where the
+// RAM is unknown or large enough.
+func TestTheFloorIsBoundedByTheNodesRAM(t *testing.T) {
+	th := Thresholds{FullAvg10: 30, Samples: 1, Pause: 30 * time.Second, MinAvailable: 3 << 30}
+	for _, total := range []int64{2 << 30, 4 << 30} {
+		if err := th.ValidateFor(total); err == nil || !strings.Contains(err.Error(), "memAvailableFloor") {
+			t.Errorf("a 3Gi floor on %d bytes of RAM: %v; want refused", total, err)
+		}
+	}
+	for _, total := range []int64{0, 8 << 30} {
+		if err := th.ValidateFor(total); err != nil {
+			t.Errorf("a 3Gi floor on %d bytes of RAM refused: %v", total, err)
+		}
+	}
+}
+
+// TestTheBudgetAllowsMaxPerSlidingWindow: three evictions in a minute
+// spend a budget of three; the fourth waits until the first leaves the
+// window.
+func TestTheBudgetAllowsMaxPerSlidingWindow(t *testing.T) {
+	var b Budget
+	t0 := time.Unix(1000, 0)
+	for i := range 3 {
+		now := t0.Add(time.Duration(i) * 10 * time.Second)
+		if !b.Allow(now, 3, time.Minute) {
+			t.Fatalf("eviction %d refused", i+1)
+		}
+		b.Spend(now)
+	}
+	if b.Allow(t0.Add(59*time.Second), 3, time.Minute) {
+		t.Error("a fourth eviction within the minute allowed")
+	}
+	if !b.Allow(t0.Add(60*time.Second), 3, time.Minute) {
+		t.Error("refused after the first eviction left the window")
 	}
 }

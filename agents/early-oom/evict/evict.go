@@ -102,9 +102,9 @@ func Message(v rank.Candidate, ev Evidence) string {
 	if s.Available >= 0 {
 		avail = size(s.Available)
 	}
-	return fmt.Sprintf("early-oom: %s for %d samples (full avg10=%.2f%%, some avg10=%.2f%%, MemAvailable %s); "+
+	return fmt.Sprintf("early-oom: %s for %d samples (pods' full avg10=%.2f%%, some avg10=%.2f%%; node-wide full avg10=%.2f%%, some avg10=%.2f%%; MemAvailable %s); "+
 		"the pod uses %s of memory against a request of %s (QoS %s, priority %d)",
-		why, t.Samples, s.Pressure.Full.Avg10, s.Pressure.Some.Avg10, avail,
+		why, t.Samples, s.Pressure.Full.Avg10, s.Pressure.Some.Avg10, s.NodePressure.Full.Avg10, s.NodePressure.Some.Avg10, avail,
 		size(v.Usage), size(v.Request), qos(v.QoS), v.Priority)
 }
 

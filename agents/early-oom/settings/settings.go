@@ -7,9 +7,11 @@
 //	mode: Evict            # Evict, Observe (report only) or Disabled
 //	fullAvg10: 40          # percent
 //	someAvg10: 0           # percent, 0: not a trigger
-//	memAvailableFloor: 0   # a size such as 200Mi, 0: not a trigger
+//	memAvailableFloor: 256Mi # a size, at most half the node's RAM; 0: not a trigger
 //	samples: 5             # consecutive samples over the thresholds
-//	recoveryPause: 30s
+//	recoveryPause: 30s     # 10s to 1h
+//	maxEvictions: 5        # at most this many evictions on a node ...
+//	evictionWindow: 10m    # ... in any window this long
 //	groups:
 //	  loki:                # a NodeGroup's name
 //	    fullAvg10: 70
@@ -22,6 +24,13 @@
 // group, an edit takes effect at the agents' next sample without rolling a
 // pod on every node, and nothing has to render or garbage-collect
 // per-group DaemonSets. The agent watches only this one ConfigMap.
+//
+// Every value is bounded (detect's bounds for the thresholds, and the
+// eviction budget's here): a value outside them, or a MemAvailable floor
+// above half the node's RAM, makes the ConfigMap unusable on that node,
+// which the agent reports (early_oom_settings_invalid, the alert
+// EarlyOOMSettingsInvalid, a Warning Event SettingsInvalid on the node)
+// and then keeps the flags' settings.
 package settings
 
 import (
@@ -59,16 +68,37 @@ var Modes = []Mode{Evict, Observe, Disabled}
 type Settings struct {
 	Mode       Mode
 	Thresholds detect.Thresholds
+	// MaxEvictions is the most pods one node's agent deletes in any
+	// EvictionWindow (detect.Budget); past it, it reports and waits.
+	MaxEvictions   int
+	EvictionWindow time.Duration
 }
 
+// The eviction budget's bounds.
+const (
+	MaxMaxEvictions   = 100
+	MinEvictionWindow = time.Minute
+	MaxEvictionWindow = 24 * time.Hour
+)
+
 // Validate names what is wrong.
-func (s Settings) Validate() error {
+func (s Settings) Validate() error { return s.ValidateFor(0) }
+
+// ValidateFor is Validate on a node with memTotal bytes of RAM (0:
+// unknown), which bounds the MemAvailable floor.
+func (s Settings) ValidateFor(memTotal int64) error {
 	var errs []error
 	if !slices.Contains(Modes, s.Mode) {
 		errs = append(errs, fmt.Errorf("mode %q: want one of %v", s.Mode, Modes))
 	}
-	if err := s.Thresholds.Validate(); err != nil {
+	if err := s.Thresholds.ValidateFor(memTotal); err != nil {
 		errs = append(errs, err)
+	}
+	if s.MaxEvictions < 1 || s.MaxEvictions > MaxMaxEvictions {
+		errs = append(errs, fmt.Errorf("maxEvictions %d: want 1 to %d", s.MaxEvictions, MaxMaxEvictions))
+	}
+	if s.EvictionWindow < MinEvictionWindow || s.EvictionWindow > MaxEvictionWindow {
+		errs = append(errs, fmt.Errorf("evictionWindow %s: want %s to %s", s.EvictionWindow, MinEvictionWindow, MaxEvictionWindow))
 	}
 	return errors.Join(errs...)
 }
@@ -82,6 +112,8 @@ type Overrides struct {
 	MemAvailableFloor *resource.Quantity `json:"memAvailableFloor,omitempty"`
 	Samples           *int               `json:"samples,omitempty"`
 	RecoveryPause     *metav1.Duration   `json:"recoveryPause,omitempty"`
+	MaxEvictions      *int               `json:"maxEvictions,omitempty"`
+	EvictionWindow    *metav1.Duration   `json:"evictionWindow,omitempty"`
 }
 
 // File is the ConfigMap's settings.yaml: cluster-wide overrides and
@@ -145,13 +177,22 @@ func (o Overrides) apply(s Settings) Settings {
 	if o.RecoveryPause != nil {
 		s.Thresholds.Pause = o.RecoveryPause.Duration
 	}
+	if o.MaxEvictions != nil {
+		s.MaxEvictions = *o.MaxEvictions
+	}
+	if o.EvictionWindow != nil {
+		s.EvictionWindow = o.EvictionWindow.Duration
+	}
 	return s
 }
 
 // Default are the built-in settings: act when full avg10 stays above 40 %
-// for five samples (ten seconds at the default two-second interval), then
-// wait 30 s. Deckhouse acted on a single sample above 30 %, which killed
-// pods during short spikes.
+// for five samples (ten seconds at the default two-second interval), or
+// when MemAvailable stays below 256 MiB (before the kubelet's own hard
+// eviction at 100 MiB), then wait 30 s; at most five evictions in ten
+// minutes. Deckhouse acted on a
+// single sample above 30 %, which killed pods during short spikes.
 func Default() Settings {
-	return Settings{Mode: Evict, Thresholds: detect.Thresholds{FullAvg10: 40, Samples: 5, Pause: 30 * time.Second}}
+	return Settings{Mode: Evict, Thresholds: detect.Thresholds{FullAvg10: 40, MinAvailable: 256 << 20, Samples: 5, Pause: 30 * time.Second},
+		MaxEvictions: 5, EvictionWindow: 10 * time.Minute}
 }

@@ -61,6 +61,11 @@ func TestInvalidSettingsNameTheLevelAndKeepTheBase(t *testing.T) {
 	for data, want := range map[string]string{
 		"mode: Kill\n":                       "cluster-wide",
 		"groups:\n  loki:\n    samples: 0\n": "group loki",
+		// Destructive values are bounded (issue 35, item 19).
+		"recoveryPause: 0s\n":                        "recoveryPause 0s",
+		"fullAvg10: 1\n":                             "fullAvg10 1",
+		"groups:\n  loki:\n    maxEvictions: 0\n":    "maxEvictions 0",
+		"groups:\n  loki:\n    evictionWindow: 1s\n": "evictionWindow 1s",
 	} {
 		f, err := Parse([]byte(data))
 		if err != nil {

@@ -77,25 +77,55 @@ func (n *simNode) write(t *testing.T, rel, data string) {
 // setPressure writes /proc/pressure/memory with the given avg10 values.
 func (n *simNode) setPressure(t *testing.T, some, full float64) {
 	t.Helper()
-	n.write(t, "pressure/memory", fmt.Sprintf("some avg10=%.2f avg60=0.00 avg300=0.00 total=1\nfull avg10=%.2f avg60=0.00 avg300=0.00 total=1\n", some, full))
+	n.write(t, "pressure/memory", pressureFile(some, full))
 }
 
-// setUsage gives pod p a cgroup (the systemd driver's layout for its QoS
-// class) using usageMi of memory.
-func (n *simNode) setUsage(t *testing.T, p *corev1.Pod, usageMi int64) {
-	t.Helper()
+// podDir is pod p's cgroup under the node's tree (the systemd driver's
+// layout for its QoS class).
+func podDir(p *corev1.Pod) string {
 	uid := strings.ReplaceAll(string(p.UID), "-", "_")
-	var rel string
 	switch p.Status.QOSClass {
 	case corev1.PodQOSGuaranteed:
-		rel = "kubepods.slice/kubepods-pod" + uid + ".slice"
+		return "cgroup/kubepods.slice/kubepods-pod" + uid + ".slice"
 	case corev1.PodQOSBurstable:
-		rel = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice"
+		return "cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice"
 	default:
-		rel = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + uid + ".slice"
+		return "cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + uid + ".slice"
 	}
-	n.write(t, "cgroup/"+rel+"/memory.current", strconv.FormatInt(usageMi*mi, 10)+"\n")
-	n.write(t, "cgroup/"+rel+"/memory.stat", "anon 1\ninactive_file 0\n")
+}
+
+// setUsage gives pod p a cgroup using usageMi of memory, with no limit of
+// its own (memory.max "max") unless setLimit gives one.
+func (n *simNode) setUsage(t *testing.T, p *corev1.Pod, usageMi int64) {
+	t.Helper()
+	n.write(t, podDir(p)+"/memory.current", strconv.FormatInt(usageMi*mi, 10)+"\n")
+	n.write(t, podDir(p)+"/memory.stat", "anon 1\ninactive_file 0\n")
+	if _, err := os.Stat(filepath.Join(n.dir, podDir(p), "memory.max")); err != nil {
+		n.write(t, podDir(p)+"/memory.max", "max\n")
+	}
+}
+
+// setLimit writes pod p's memory.max, as the kubelet sets a pod's limit.
+func (n *simNode) setLimit(t *testing.T, p *corev1.Pod, limitMi int64) {
+	t.Helper()
+	n.write(t, podDir(p)+"/memory.max", strconv.FormatInt(limitMi*mi, 10)+"\n")
+}
+
+// setPodPressure writes pod p's own memory.pressure.
+func (n *simNode) setPodPressure(t *testing.T, p *corev1.Pod, some, full float64) {
+	t.Helper()
+	n.write(t, podDir(p)+"/memory.pressure", pressureFile(some, full))
+}
+
+// setPodsPressure writes the memory.pressure of the pods' parent cgroup
+// (kubepods.slice).
+func (n *simNode) setPodsPressure(t *testing.T, some, full float64) {
+	t.Helper()
+	n.write(t, "cgroup/kubepods.slice/memory.pressure", pressureFile(some, full))
+}
+
+func pressureFile(some, full float64) string {
+	return fmt.Sprintf("some avg10=%.2f avg60=0.00 avg300=0.00 total=1\nfull avg10=%.2f avg60=0.00 avg300=0.00 total=1\n", some, full)
 }
 
 // podSpec says how a test pod looks.

@@ -1,0 +1,62 @@
+package manifests_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/yaml"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/fencingagents"
+	"github.com/node-manager/node-manager/manifests"
+)
+
+// TestDaemonSetPolicyKnowsWhatTheControllerMakes: the literals the
+// DaemonSet policy compares with (the agent's user, its flags, its
+// environment, the image by its bare name) are those of
+// controllers/fencingagents, so that a change there that the policy would
+// refuse fails here, before the e2e suite (hack/e2e/fencingagent) proves
+// the whole on a real API server.
+func TestDaemonSetPolicyKnowsWhatTheControllerMakes(t *testing.T) {
+	data, err := manifests.FS.ReadFile("policies/node-manager-controller-daemonsets.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyDoc, _, _ := strings.Cut(string(data), "\n---\n")
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := yaml.UnmarshalStrict([]byte(policyDoc), &policy); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, v := range policy.Spec.Variables {
+		vars[v.Name] = v.Expression
+	}
+	if got := strings.TrimSpace(vars["uid"]); got != strconv.Itoa(deckhousev1.FencingAgentUID) {
+		t.Errorf("the policy's uid is %s, want deckhousev1.FencingAgentUID %d", got, deckhousev1.FencingAgentUID)
+	}
+	if got := vars["fencingAgentImage"]; got != strconv.Quote(deckhousev1.FencingAgentName) {
+		t.Errorf("the policy's fencingAgentImage is %s, want %q (the bare name the release pins)", got, deckhousev1.FencingAgentName)
+	}
+	validations := ""
+	for _, v := range policy.Spec.Validations {
+		validations += v.Expression
+	}
+	for _, mode := range []string{deckhousev1.FencingModeWatchdog, deckhousev1.FencingModeNotify} {
+		ds := fencingagents.DaemonSet(&deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{Fencing: &deckhousev1.FencingSpec{Mode: mode}}}, deckhousev1.Namespace, deckhousev1.FencingAgentName)
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			for _, a := range c.Args {
+				flag, _, _ := strings.Cut(a, "=")
+				if !strings.Contains(vars["flags"], `"`+flag) {
+					t.Errorf("%s mode: the controller passes %s, which the policy's flags do not list", mode, a)
+				}
+			}
+			for _, e := range c.Env {
+				if !strings.Contains(validations, `"`+e.Name+`"`) {
+					t.Errorf("%s mode: the controller sets %s, which the policy does not admit", mode, e.Name)
+				}
+			}
+		}
+	}
+}
