@@ -445,3 +445,14 @@ const (
 	// master and later wiped it.
 	AllowControlPlaneAnnotation = "static.node.deckhouse.io/allow-control-plane"
 )
+
+// Addresses on the node.
+const (
+	// NodeAPIProxyURL is the node's local API proxy (HAProxy, unit
+	// kubernetes-api-proxy, made by the bundle's step 055_api_proxy), which
+	// balances over the API servers: the kubelet's path to the API. The
+	// fencing agent (host network) checks the API through it too, so "the
+	// API answers" means what it means for the kubelet, not for the
+	// Service VIP (kube-proxy, the CNI).
+	NodeAPIProxyURL = "https://127.0.0.1:6445"
+)
