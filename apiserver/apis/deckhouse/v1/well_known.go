@@ -151,6 +151,15 @@ const (
 	// and the fencing controller never fences a node that carries it,
 	// ApprovedAnnotation or DisruptionApprovedAnnotation.
 	FencingDisableAnnotation = "node-manager.deckhouse.io/fencing-disable"
+	// FencingNotifyFreeReadWriteOnceAnnotation, set to "true" on a NodeGroup
+	// fenced in Notify mode, lets the fencing controller free the pods of a
+	// dead node that use ReadWriteOnce (or ReadWriteOncePod) volumes too.
+	// Nothing resets a Notify node, so such a pod may still run there, and
+	// freeing it runs it twice (a StatefulSet's pod on two nodes, two
+	// writers on one disk): without the annotation those pods stay, and
+	// the group's author is warned at apply when it is set
+	// (manifests/policies/nodegroup-fencing-notify.yaml).
+	FencingNotifyFreeReadWriteOnceAnnotation = "node-manager.deckhouse.io/fencing-notify-free-readwriteonce"
 
 	// FencedAnnotation is set by the fencing controller on a fenced Node it
 	// keeps (a Static or CloudStatic node, or one in Notify mode) to the
