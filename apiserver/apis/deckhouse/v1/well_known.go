@@ -160,6 +160,15 @@ const (
 	// the group's author is warned at apply when it is set
 	// (manifests/policies/nodegroup-fencing-notify.yaml).
 	FencingNotifyFreeReadWriteOnceAnnotation = "node-manager.deckhouse.io/fencing-notify-free-readwriteonce"
+	// PinAcrossClusterSettingsAnnotation, on a NodeGroup, set to the
+	// revision of spec.update.pinnedRevision, lets bashible-apiserver serve
+	// that revision though it was rendered under other cluster settings
+	// than the current ones (an extra CA, registry credentials or a proxy
+	// removed since), which it otherwise refuses (condition Pinned=False,
+	// ClusterSettingsChanged). Only a user allowed the verb
+	// PinAcrossClusterSettingsVerb on the NodeGroup may set or change it
+	// (manifests/policies/nodegroup-pin-across-cluster-settings.yaml).
+	PinAcrossClusterSettingsAnnotation = "node-manager.deckhouse.io/allow-pin-across-cluster-settings"
 
 	// FencedAnnotation is set by the fencing controller on a fenced Node it
 	// keeps (a Static or CloudStatic node, or one in Notify mode) to the
@@ -454,6 +463,11 @@ const (
 	// master and later wiped it.
 	AllowControlPlaneAnnotation = "static.node.deckhouse.io/allow-control-plane"
 )
+
+// PinAcrossClusterSettingsVerb is the RBAC verb on nodegroups (a verb of
+// node-manager's own, which no built-in role but cluster-admin's "*"
+// grants) that a user needs to set PinAcrossClusterSettingsAnnotation.
+const PinAcrossClusterSettingsVerb = "pin-across-cluster-settings"
 
 // Addresses on the node.
 const (
