@@ -45,7 +45,7 @@ func TestTheAgentsReachTheAPIThroughTheNodesLocalProxy(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := agent.NewOptions()
-			fs := pflag.NewFlagSet("fencing-agent", pflag.ContinueOnError)
+			fs := pflag.NewFlagSet(deckhousev1.FencingAgentName, pflag.ContinueOnError)
 			opts.AddFlags(fs)
 			args := make([]string, 0, len(pod.Containers[0].Args)+1)
 			for _, a := range pod.Containers[0].Args {
