@@ -95,7 +95,13 @@
 // and node along the path every bundle takes. New renders of a pinned
 // group are still recorded; unpinning publishes the newest. A pin to a
 // revision that is not kept changes nothing the nodes receive and is
-// reported by the NodeGroup's Pinned condition.
+// reported by the NodeGroup's Pinned condition. Each revision records the
+// digest of the cluster settings it was rendered under (SettingsDigest): a
+// pin rolls back the group's configuration, not the cluster's, so a pin to
+// a revision rendered under other settings (an extra CA, registry
+// credentials or a proxy removed since) serves the current bundle and is
+// reported as Pinned=False, ClusterSettingsChanged, unless a cluster
+// administrator allowed that revision by annotation.
 //
 // # Who may author a bundle
 //

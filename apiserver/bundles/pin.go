@@ -15,14 +15,21 @@ import (
 
 // ConditionPinned is the NodeGroup condition bashible-apiserver sets while
 // the group is pinned to a revision (spec.update.pinnedRevision): True
-// when its nodes receive that revision, False (ReasonRevisionNotFound)
-// when the revision is not kept. It is absent on a group without a pin.
+// when its nodes receive that revision, False when the revision is not
+// kept (ReasonRevisionNotFound) or was rendered under other cluster
+// settings than the current ones (ReasonClusterSettingsChanged). It is
+// absent on a group without a pin.
 const ConditionPinned = "Pinned"
 
 // Reasons of the Pinned condition.
 const (
 	ReasonRevisionServed   = "RevisionServed"
 	ReasonRevisionNotFound = "RevisionNotFound"
+	// ReasonClusterSettingsChanged: the pinned revision was rendered under
+	// cluster settings that have changed since (an extra CA, registry
+	// credentials or a proxy removed, the cluster CA rotated...); serving
+	// it would bring them back, so the nodes receive the current bundle.
+	ReasonClusterSettingsChanged = "ClusterSettingsChanged"
 )
 
 // pinOutcome is what a group's pin came to: its Pinned condition.
@@ -40,18 +47,47 @@ func pinnedRevision(ng *deckhousev1.NodeGroup) int64 {
 	return *ng.Spec.Update.PinnedRevision
 }
 
+// pinRequest is what a NodeGroup asks of its bundle: the revision it is
+// pinned to (zero for none), and the revision a cluster administrator
+// allowed across a change of the cluster settings
+// (deckhousev1.PinAcrossClusterSettingsAnnotation, zero for none).
+type pinRequest struct {
+	revision, allowedAcrossSettings int64
+}
+
+// pinOf is ng's pinRequest.
+func pinOf(ng *deckhousev1.NodeGroup) pinRequest {
+	req := pinRequest{revision: pinnedRevision(ng)}
+	if ng != nil {
+		if v, err := strconv.ParseInt(ng.Annotations[deckhousev1.PinAcrossClusterSettingsAnnotation], 10, 64); err == nil && v > 0 {
+			req.allowedAcrossSettings = v
+		}
+	}
+	return req
+}
+
 // chooseServed decides what a group's nodes receive. current is the
 // group's render as its newest revision (nil when it failed or is too
 // large), prev what is published now (nil before the first publish),
-// index the kept revisions.
+// index the kept revisions, settings the digest of the cluster settings
+// now (SettingsDigest; empty when they cannot be read).
 //
 //   - Not pinned: current; without one, the last good bundle, which after
 //     an unpin is the newest revision rather than the pinned one.
-//   - Pinned to a kept revision: that revision, loaded from its Secret.
+//   - Pinned to a kept revision rendered under the current cluster
+//     settings (or whose bundle is the current one): that revision,
+//     loaded from its Secret.
+//   - Pinned to a kept revision rendered under other cluster settings:
+//     what an unpinned group receives, and a Pinned=False condition that
+//     says why, unless a cluster administrator allowed this very revision
+//     (deckhousev1.PinAcrossClusterSettingsAnnotation): a pin is a
+//     rollback of the group's configuration, and must not bring back an
+//     extra CA, registry credentials or a proxy that were removed since.
 //   - Pinned to a revision not kept: what is published now, unchanged (a
 //     node never falls back to another configuration silently), and a
 //     Pinned=False condition that says so.
-func (c *Controller) chooseServed(ctx context.Context, group string, pin int64, current, prev *Published, index []RevisionInfo) (*Published, *pinOutcome, error) {
+func (c *Controller) chooseServed(ctx context.Context, group string, req pinRequest, settings string, current, prev *Published, index []RevisionInfo) (*Published, *pinOutcome, error) {
+	pin := req.revision
 	if pin == 0 {
 		if current != nil {
 			return current, nil, nil
@@ -73,19 +109,39 @@ func (c *Controller) chooseServed(ctx context.Context, group string, pin int64, 
 	if len(index) > 0 {
 		newest = index[len(index)-1].Revision
 	}
+	var pinned *Published
 	if prev != nil && prev.PinnedRevision == pin {
-		return prev, servedOutcome(prev, newest), nil
-	}
-	if hasRevision(index, pin) {
+		pinned = prev
+	} else if hasRevision(index, pin) {
 		p, err := c.revisions.load(ctx, group, pin)
 		switch {
 		case err == nil:
-			pinned := *p
-			pinned.PinnedRevision = pin
-			return &pinned, servedOutcome(&pinned, newest), nil
+			cp := *p
+			cp.PinnedRevision = pin
+			pinned = &cp
 		case !apierrors.IsNotFound(err):
 			return nil, nil, fmt.Errorf("load revision %d of group %s, which the group is pinned to: %w", pin, group, err)
 		}
+	}
+	if pinned != nil {
+		if !acrossSettings(pinned, current, settings) || req.allowedAcrossSettings == pin {
+			return pinned, servedOutcome(pinned, newest), nil
+		}
+		served, _, err := c.chooseServed(ctx, group, pinRequest{}, settings, current, prev, index)
+		if err != nil {
+			return nil, nil, err
+		}
+		msg := fmt.Sprintf("spec.update.pinnedRevision %d was rendered under other cluster settings (cluster configuration, static cluster configuration and cluster CA: digest %s, now %s), "+
+			"and a pin does not bring back cluster-level settings changed since, such as an extra CA, registry credentials or a proxy that were removed",
+			pin, shortChecksum(orNone(pinned.ClusterSettingsDigest)), shortChecksum(orNone(settings)))
+		if served != nil {
+			msg += fmt.Sprintf("; its nodes receive revision %d (checksum %s) instead", served.Revision, shortChecksum(served.Checksum))
+		}
+		msg += fmt.Sprintf(". Pin a revision rendered under the current settings, remove the pin, or, as a cluster administrator, allow this pin with the annotation %s=%d on the NodeGroup.",
+			deckhousev1.PinAcrossClusterSettingsAnnotation, pin)
+		klog.InfoS("Refused a pin across a change of the cluster settings", "group", group, "revision", pin,
+			"revisionSettings", pinned.ClusterSettingsDigest, "currentSettings", settings)
+		return served, &pinOutcome{status: metav1.ConditionFalse, reason: ReasonClusterSettingsChanged, message: msg}, nil
 	}
 	keep := prev
 	if keep == nil {
@@ -97,6 +153,25 @@ func (c *Controller) chooseServed(ctx context.Context, group string, pin int64, 
 	}
 	msg += ". Pin a kept revision (kubectl get nodegroupbundles " + group + " -o yaml lists them) or remove the pin."
 	return keep, &pinOutcome{status: metav1.ConditionFalse, reason: ReasonRevisionNotFound, message: msg}, nil
+}
+
+// acrossSettings reports whether serving the pinned bundle would serve
+// cluster settings other than the current ones: it was rendered under
+// another settings digest (or none was recorded, or the current one is
+// unknown), and it is not the current bundle itself.
+func acrossSettings(pinned, current *Published, settings string) bool {
+	if current != nil && pinned.Checksum == current.Checksum {
+		return false
+	}
+	return settings == "" || pinned.ClusterSettingsDigest != settings
+}
+
+// orNone is s, or "none" when it is empty.
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // servedOutcome is the Pinned condition of a group whose nodes receive

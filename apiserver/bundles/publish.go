@@ -136,7 +136,7 @@ func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]
 		groups[ng.Name] = ng
 	}
 	for _, group := range sortedGroups(results) {
-		big, pin, err := c.publishGroup(ctx, pinnedRevision(groups[group]), results[group])
+		big, pin, err := c.publishGroup(ctx, pinOf(groups[group]), results[group])
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -161,8 +161,9 @@ func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]
 // Secret, which it returns) it writes the group's last good bundle
 // instead: writeBundle leaves an intact Secret alone, so this only
 // restores one that someone else changed or deleted. It returns what the
-// pin came to, nil when the group is not pinned.
-func (c *Controller) publishGroup(ctx context.Context, pin int64, r *Result) (*BundleTooLargeError, *pinOutcome, error) {
+// pin (req) came to, nil when the group is not pinned.
+func (c *Controller) publishGroup(ctx context.Context, req pinRequest, r *Result) (*BundleTooLargeError, *pinOutcome, error) {
+	pin := req.revision
 	var big *BundleTooLargeError
 	prev := c.lastGood.get(r.Group)
 	var index []RevisionInfo
@@ -189,7 +190,7 @@ func (c *Controller) publishGroup(ctx context.Context, pin int64, r *Result) (*B
 			current = &fresh
 		}
 	}
-	served, outcome, err := c.chooseServed(ctx, r.Group, pin, current, prev, index)
+	served, outcome, err := c.chooseServed(ctx, r.Group, req, r.ClusterSettingsDigest, current, prev, index)
 	if err != nil || served == nil {
 		return big, outcome, err
 	}

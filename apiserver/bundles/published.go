@@ -33,6 +33,11 @@ type Published struct {
 	Bashible          string            `json:"bashible"`
 	Steps             map[string]string `json:"steps"`
 	Bootstrap         string            `json:"bootstrap"`
+	// ClusterSettingsDigest identifies the cluster-level settings the
+	// bundle was rendered under (SettingsDigest); empty for a bundle
+	// rendered before it was recorded. A pin to a revision rendered under
+	// other settings is refused (chooseServed).
+	ClusterSettingsDigest string `json:"clusterSettingsDigest,omitempty"`
 	// Revision is the number of the group's revision this bundle is; zero
 	// for a bundle published before revisions were kept.
 	Revision int64 `json:"revision,omitempty"`

@@ -46,6 +46,10 @@ type Result struct {
 	Cached bool
 	// Duration of the render (zero when cached).
 	Duration time.Duration
+	// ClusterSettingsDigest identifies the cluster-level settings the
+	// group was rendered under (SettingsDigest), also when the render
+	// failed; empty when they could not be read.
+	ClusterSettingsDigest string
 
 	inputHash string
 }
@@ -129,13 +133,17 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	if err != nil {
 		return &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: err}}}
 	}
+	digest, err := SettingsDigest(settings, in.CA)
+	if err != nil {
+		return &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: err}}}
+	}
 	ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
 	if err != nil {
-		return &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: fmt.Errorf("NodeGroup %s: %w", ng.Name, err)}}}
+		return &Result{Group: ng.Name, Custom: names, ClusterSettingsDigest: digest, Failures: []templates.Failure{{Err: fmt.Errorf("NodeGroup %s: %w", ng.Name, err)}}}
 	}
 	hash, err := inputHash(r.tree.Digest(), &ctx, custom)
 	if err != nil {
-		return &Result{Group: ng.Name, Custom: names, Failures: []templates.Failure{{Err: err}}}
+		return &Result{Group: ng.Name, Custom: names, ClusterSettingsDigest: digest, Failures: []templates.Failure{{Err: err}}}
 	}
 	r.mu.Lock()
 	prev := r.cache[ng.Name]
@@ -147,12 +155,13 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	}
 	start := time.Now()
 	bundle, failures := r.tree.Render(&ctx, custom)
-	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), inputHash: hash}
+	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest, inputHash: hash}
 	if bundle != nil {
 		res.Published = &Published{
 			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
 			KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
 			Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
+			ClusterSettingsDigest: digest,
 		}
 		res.Published.intern()
 	}
@@ -194,6 +203,26 @@ func customSteps(group string, configs []*deckhousev1alpha1.NodeGroupConfigurati
 	slices.SortFunc(steps, func(a, b templates.CustomStep) int { return strings.Compare(a.Name, b.Name) })
 	slices.Sort(names)
 	return steps, names
+}
+
+// SettingsDigest identifies the cluster-level settings a bundle is
+// rendered under: the parsed cluster-configuration.yaml and
+// static-cluster-configuration.yaml (extra CAs, registry mirrors and their
+// credentials, proxy, package source and versions, cluster network) and
+// the cluster CA. The API endpoints are left out: they change with the
+// control plane, and a pin across them would be refused for nothing. A
+// revision keeps the digest it was rendered under, so that a pin does not
+// bring back cluster-level trust an administrator has removed since.
+func SettingsDigest(settings templates.ClusterSettings, ca string) (string, error) {
+	h := sha256.New()
+	enc := json.NewEncoder(h) // encoding/json sorts map keys: stable across runs
+	if err := enc.Encode(settings); err != nil {
+		return "", fmt.Errorf("hash the cluster settings: %w", err)
+	}
+	if err := enc.Encode(ca); err != nil {
+		return "", fmt.Errorf("hash the cluster CA: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // inputHash identifies everything a group's render depends on.

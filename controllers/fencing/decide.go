@@ -150,6 +150,10 @@ type Decision struct {
 	// KeepNode: after its pods are deleted, the Node stays (Static and
 	// CloudStatic nodes, so they can rejoin; Notify mode).
 	KeepNode bool
+	// Notify: the node is fenced in Notify mode, so nothing has reset it:
+	// its pods with ReadWriteOnce volumes are not freed unless its group
+	// opts in (deckhousev1.FencingNotifyFreeReadWriteOnceAnnotation).
+	Notify bool
 	// LastRenewal is the renewal the node was judged by; Age how long ago
 	// it was, and Delay the group's evacuation delay it exceeded.
 	LastRenewal time.Time
@@ -391,13 +395,16 @@ func Decide(f Facts) Plan {
 			keep := n.Notify || n.Type == deckhousev1.NodeTypeStatic || n.Type == deckhousev1.NodeTypeCloudStatic
 			h.Dead--
 			what := "its pods are force-deleted and its Node deleted"
-			if keep {
+			switch {
+			case n.Notify:
+				what = "its pods are force-deleted (but those with ReadWriteOnce volumes, unless the group opts in) and its Node kept (" + keptWhy(n) + ")"
+			case keep:
 				what = "its pods are force-deleted and its Node kept (" + keptWhy(n) + ")"
 			}
-			p.Decisions = append(p.Decisions, Decision{Node: n.Name, Group: n.Group, Verdict: Fence, KeepNode: keep,
+			p.Decisions = append(p.Decisions, Decision{Node: n.Name, Group: n.Group, Verdict: Fence, KeepNode: keep, Notify: n.Notify,
 				LastRenewal: n.LastRenewal, Age: d.age, Delay: delay, Reason: ReasonFenced,
-				Message: fmt.Sprintf("node %s has not renewed its Lease for %s, longer than the evacuation delay %s, so its watchdog has fired: %s",
-					n.Name, d.age.Round(time.Millisecond), delay, what)})
+				Message: fmt.Sprintf("node %s has not renewed its Lease for %s, longer than the evacuation delay %s, so %s: %s",
+					n.Name, d.age.Round(time.Millisecond), delay, deadBecause(n), what)})
 		}
 		p.Groups[n.Group] = h
 	}
@@ -431,6 +438,15 @@ func Decide(f Facts) Plan {
 // interval: MaxNodes, or MaxPercent of the group if that is more.
 func capOf(l Limits, size int) int {
 	return max(l.MaxNodes, size*l.MaxPercent/100)
+}
+
+// deadBecause says why a dead node is taken for down: its watchdog has
+// fired, or, in Notify mode, which arms none, only that it is silent.
+func deadBecause(n Node) string {
+	if n.Notify {
+		return "it is taken for down (Notify mode: no watchdog has reset it)"
+	}
+	return "its watchdog has fired"
 }
 
 func keptWhy(n Node) string {

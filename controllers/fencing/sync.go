@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -224,8 +225,23 @@ func (c *Controller) fence(ctx context.Context, d Decision) error {
 	if err != nil {
 		return fmt.Errorf("listing the pods of dead node %s to free them: %w", d.Node, err)
 	}
+	freeRWO := !d.Notify
+	if g, err := c.groups.Get(d.Group); err == nil && g.Annotations[deckhousev1.FencingNotifyFreeReadWriteOnceAnnotation] == "true" {
+		freeRWO = true
+	}
 	deleted := 0
+	var kept []string
 	for _, p := range pods.Items {
+		if !freeRWO {
+			claim, why, err := c.readWriteOnceClaim(ctx, &p)
+			if err != nil {
+				return fmt.Errorf("reading the volumes of pod %s/%s of dead Notify node %s before freeing it: %w", p.Namespace, p.Name, d.Node, err)
+			}
+			if claim != "" {
+				kept = append(kept, fmt.Sprintf("%s/%s (PersistentVolumeClaim %s %s)", p.Namespace, p.Name, claim, why))
+				continue
+			}
+		}
 		err := c.d.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: new(int64),
 			Preconditions:      &metav1.Preconditions{UID: &p.UID},
@@ -257,6 +273,12 @@ func (c *Controller) fence(ctx context.Context, d Decision) error {
 	klog.InfoS("Fenced a dead node", "node", d.Node, "group", d.Group, "podsDeleted", deleted, "nodeKept", d.KeepNode,
 		"sinceLastRenewal", freed, "evacuationDelay", d.Delay)
 	note := fmt.Sprintf("%s; %d pod(s) deleted %s after the last Lease renewal", d.Message, deleted, freed.Round(time.Millisecond))
+	if len(kept) > 0 {
+		klog.InfoS("Kept the pods of a dead Notify node that use ReadWriteOnce volumes", "node", d.Node, "group", d.Group, "pods", kept)
+		note += fmt.Sprintf("; %d pod(s) with ReadWriteOnce volumes kept: %s. Nothing resets a node in Notify mode, so they may still run there and "+
+			"freeing them could run them twice; delete them once the node is known to be down, or annotate the group %s=true to free them",
+			len(kept), strings.Join(kept, ", "), deckhousev1.FencingNotifyFreeReadWriteOnceAnnotation)
+	}
 	c.d.Recorder.Eventf(n, nil, corev1.EventTypeWarning, ReasonFenced, "Fence", "%s", note)
 	if g, err := c.groups.Get(d.Group); err == nil {
 		c.d.Recorder.Eventf(g, n, corev1.EventTypeWarning, ReasonFenced, "Fence", "%s", note)
@@ -266,6 +288,37 @@ func (c *Controller) fence(ctx context.Context, d Decision) error {
 	delete(c.reported, d.Node)
 	c.mu.Unlock()
 	return nil
+}
+
+// readWriteOnceClaim is the first PersistentVolumeClaim of p (its own, or
+// the one of a generic ephemeral volume) that a single node may mount:
+// access mode ReadWriteOnce or ReadWriteOncePod, with why; "" when it has
+// none. A claim that is gone counts, as its access modes are unknown.
+func (c *Controller) readWriteOnceClaim(ctx context.Context, p *corev1.Pod) (string, string, error) {
+	for _, v := range p.Spec.Volumes {
+		var claim string
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil:
+			claim = p.Name + "-" + v.Name
+		default:
+			continue
+		}
+		pvc, err := c.d.Kube.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, claim, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return claim, "not found, its access modes unknown", nil
+		case err != nil:
+			return "", "", err
+		}
+		for _, m := range pvc.Spec.AccessModes {
+			if m == corev1.ReadWriteOnce || m == corev1.ReadWriteOncePod {
+				return claim, string(m), nil
+			}
+		}
+	}
+	return "", "", nil
 }
 
 // report records a skipped dead node once per reason: an Event on the

@@ -76,6 +76,11 @@ func DaemonSet(ng *deckhousev1.NodeGroup, namespace, image string) *appsv1.Daemo
 			"--gossip-port=" + strconv.Itoa(GossipPort),
 			"--listen-address=:" + strconv.Itoa(MetricsPort),
 			"--gossip-key-dir=" + GossipKeyDir,
+			// The API as the kubelet reaches it: the node's local API
+			// proxy, not the Service VIP (kube-proxy and the CNI), so a
+			// Service path broken on this node alone does not reset it.
+			// In-cluster credentials and CA are kept.
+			"--api-server=" + deckhousev1.NodeAPIProxyURL,
 			// The gossip listens on the node's InternalIP only.
 			"--gossip-bind-address=$(HOST_IP)",
 			"--gossip-advertise-address=$(HOST_IP)",

@@ -82,6 +82,11 @@ type FencingAgentOptions struct {
 	// APIServer is host:port the agent reaches kube-apiserver at (a
 	// proxy the test can cut); empty means kube-apiserver itself.
 	APIServer string
+	// ServicePath, when set, is host:port the agent's kubeconfig names
+	// instead of APIServer: the Service VIP path, the in-cluster
+	// configuration of a pod. APIServer is then passed as --api-server,
+	// as the DaemonSet passes the node's local API proxy.
+	ServicePath string
 	// GossipPort is the agent's gossip port on 127.0.0.1 (0: a free one);
 	// Peers are the other agents' gossip addresses.
 	GossipPort int
@@ -125,8 +130,12 @@ func (e *Environment) StartFencingAgent(ctx context.Context, opts FencingAgentOp
 		return nil, err
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
+	server := opts.APIServer
+	if opts.ServicePath != "" {
+		server = opts.ServicePath
+	}
 	if err := clientcmd.WriteToFile(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"local": {Server: "https://" + opts.APIServer, CertificateAuthorityData: cp.CACertPEM()}},
+		Clusters:       map[string]*clientcmdapi.Cluster{"local": {Server: "https://" + server, CertificateAuthorityData: cp.CACertPEM()}},
 		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"agent": {Token: opts.Token}},
 		Contexts:       map[string]*clientcmdapi.Context{"local": {Cluster: "local", AuthInfo: "agent"}},
 		CurrentContext: "local",
@@ -167,6 +176,9 @@ func (e *Environment) StartFencingAgent(ctx context.Context, opts FencingAgentOp
 		"--gossip-key-dir=" + opts.GossipKeyDir,
 		"--v=2",
 	}, FencingAgentTimings...)
+	if opts.ServicePath != "" {
+		args = append(args, "--api-server=https://"+opts.APIServer)
+	}
 	args = append(args, opts.ExtraArgs...)
 	proc, err := cp.StartProcess(deckhousev1.FencingAgentName+"-"+opts.Node, filepath.Join(e.Root, "bin", deckhousev1.FencingAgentName), args, port, opts.GossipPort)
 	if err != nil {

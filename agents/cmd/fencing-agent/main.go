@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -51,11 +50,10 @@ func run() error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	cfg, err := opts.RESTConfig()
 	if err != nil {
-		return fmt.Errorf("loading the API client configuration (--kubeconfig %q, or in-cluster): %w", opts.Kubeconfig, err)
+		return err
 	}
-	cfg.UserAgent = deckhousev1.FencingAgentName
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -90,7 +88,7 @@ func run() error {
 		return err
 	}
 	klog.InfoS("Fencing agent started", "node", opts.NodeName, "group", opts.Group, "mode", opts.Mode,
-		"device", opts.DevicePath, "feedInterval", opts.FeedInterval, "apiTimeout", opts.APITimeout,
+		"device", opts.DevicePath, "apiServer", cfg.Host, "feedInterval", opts.FeedInterval, "apiTimeout", opts.APITimeout,
 		"gossip", gossip.Address(), "serving", addr.String())
 	return a.Run(ctx)
 }

@@ -110,6 +110,12 @@ type Agent struct {
 	ownNodes, grpNodes corelisters.NodeLister
 	synced             []cache.InformerSynced
 
+	// started is when the agent was made; leaseReadAt when the node's
+	// Lease was last read (zero before the first read). Tick alone uses
+	// them.
+	started     time.Time
+	leaseReadAt time.Time
+
 	mu       sync.Mutex
 	status   Status
 	lastFeed time.Time
@@ -141,7 +147,7 @@ func New(cfg Config, kube kubernetes.Interface, dev Device, gossip Gossip, recor
 	}))
 	ownInf, grpInf := own.Core().V1().Nodes(), group.Core().V1().Nodes()
 	a := &Agent{
-		cfg: cfg, kube: kube, dev: dev, gossip: gossip, recorder: recorder, clock: clk,
+		cfg: cfg, kube: kube, dev: dev, gossip: gossip, recorder: recorder, clock: clk, started: clk.Now(),
 		own: own, group: group, ownNodes: ownInf.Lister(), grpNodes: grpInf.Lister(),
 		synced: []cache.InformerSynced{ownInf.Informer().HasSynced, grpInf.Informer().HasSynced},
 	}
@@ -267,7 +273,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	for _, s := range a.synced {
 		synced = synced && s()
 	}
-	node, answered, leaseAge := a.checkAPI(ctx)
+	node, answered, lease := a.checkAPI(ctx)
 	if node == nil {
 		node, _ = a.ownNodes.Get(a.cfg.NodeName)
 	}
@@ -282,8 +288,10 @@ func (a *Agent) Tick(ctx context.Context) {
 		Armed:        a.dev.Armed(),
 		Maintenance:  maint != "",
 		APIAnswered:  answered,
-		LeaseStale:   answered && leaseAge > a.cfg.LeaseStaleAfter,
-		LeaseAge:     leaseAge,
+		LeaseStale:   answered && lease.stale(a.cfg.LeaseStaleAfter, !a.leaseReadAt.IsZero()),
+		LeaseAge:     lease.ageOrUnread(),
+		LeaseUnread:  lease.unread,
+		LeaseError:   lease.err,
 		Quorum:       membership.QuorumOf(alive, len(expected)),
 		OutageQuorum: membership.QuorumOf(cutOff, len(expected)),
 	}
@@ -312,34 +320,77 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.metrics.keyringReadable.Set(boolGauge(a.status.KeyError == nil))
 }
 
-// checkAPI GETs the agent's own Node within APITimeout: the cheapest
-// authenticated request that proves this node reaches the API. The Node
-// is returned when it came back.
-// checkAPI GETs the agent's own Node and, when that answers, its node's
-// Lease: the Node (nil when the API did not give it), whether the API
-// answered, and how long ago the kubelet last renewed the Lease (0 when
-// there is no Lease or it could not be read: the fencing controller never
-// fences a node without one).
-func (a *Agent) checkAPI(ctx context.Context) (*corev1.Node, bool, time.Duration) {
+// checkAPI GETs the agent's own Node and, when that succeeds, its node's
+// Lease, within APITimeout. It returns the Node (nil when the API did not
+// give it), whether the API answered, and what is known of the Lease.
+func (a *Agent) checkAPI(ctx context.Context) (*corev1.Node, bool, leaseCheck) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
 	defer cancel()
 	node, err := a.kube.CoreV1().Nodes().Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		klog.V(2).InfoS("API check", "node", a.cfg.NodeName, "answered", Answered(err), "err", err)
-		return nil, Answered(err), 0
+		return nil, Answered(err), a.leaseUnread(fmt.Errorf("reading Node %s: %w", a.cfg.NodeName, err))
 	}
 	lease, err := a.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return node, true, 0
+		// No Lease: the fencing controller never fences such a node.
+		a.leaseReadAt = a.clock.Now()
+		return node, true, leaseCheck{}
 	case err != nil:
-		klog.ErrorS(err, "Cannot read the node's Lease; a kubelet that stopped renewing it goes unnoticed until this is fixed",
-			"node", a.cfg.NodeName, "namespace", corev1.NamespaceNodeLease)
-		return node, true, 0
-	case lease.Spec.RenewTime == nil:
-		return node, true, 0
+		klog.ErrorS(err, "Cannot read the node's Lease; once it has been unread for --lease-stale-after the agent stops feeding, as for a stale one",
+			"node", a.cfg.NodeName, "namespace", corev1.NamespaceNodeLease, "lastRead", a.leaseReadAt)
+		return node, true, a.leaseUnread(fmt.Errorf("reading Lease %s/%s: %w", corev1.NamespaceNodeLease, a.cfg.NodeName, err))
 	}
-	return node, true, max(a.clock.Since(lease.Spec.RenewTime.Time), 0)
+	a.leaseReadAt = a.clock.Now()
+	if lease.Spec.RenewTime == nil {
+		return node, true, leaseCheck{}
+	}
+	return node, true, leaseCheck{age: max(a.clock.Since(lease.Spec.RenewTime.Time), 0)}
+}
+
+// leaseCheck is what one tick knows of the node's Lease.
+type leaseCheck struct {
+	// age is how long ago the kubelet last renewed it, as read this tick
+	// (0 without a Lease, or when it was not read).
+	age time.Duration
+	// unread: it could not be read this tick, for unreadFor since the last
+	// successful read (since the agent started when it never was), and
+	// err says why.
+	unread    bool
+	unreadFor time.Duration
+	err       error
+}
+
+// leaseUnread is the leaseCheck of a tick that could not read the Lease.
+func (a *Agent) leaseUnread(err error) leaseCheck {
+	since := a.leaseReadAt
+	if since.IsZero() {
+		since = a.started
+	}
+	return leaseCheck{unread: true, unreadFor: max(a.clock.Since(since), 0), err: err}
+}
+
+// ageOrUnread is the age the decision reports: how long ago the kubelet
+// renewed the Lease, or how long it has gone unread.
+func (l leaseCheck) ageOrUnread() time.Duration {
+	if l.unread {
+		return l.unreadFor
+	}
+	return l.age
+}
+
+// stale is whether the Lease counts as stale: renewed longer than limit
+// ago, or unread for longer than limit (a Lease the agent cannot read —
+// RBAC drift, 429, 5xx — proves nothing about the kubelet, while the
+// fencing controller, which reads it, frees the node's pods once the
+// kubelet stops renewing it), or never read at all (an agent that never
+// saw its kubelet renew does not promise anything about it).
+func (l leaseCheck) stale(limit time.Duration, everRead bool) bool {
+	if l.unread {
+		return !everRead || l.unreadFor > limit
+	}
+	return l.age > limit
 }
 
 // act carries a decision out.

@@ -25,6 +25,13 @@ type State struct {
 	// stuck, and the fencing controller will free the node's pods.
 	LeaseStale bool
 	LeaseAge   time.Duration
+	// LeaseUnread: this tick could not read the Lease (LeaseError says
+	// why); LeaseStale is then whether it has gone unread for longer than
+	// LeaseStaleAfter (LeaseAge is that time), or was never read: the
+	// agent cannot tell whether the kubelet renews it, and the controller,
+	// which can, frees the node's pods when it does not.
+	LeaseUnread bool
+	LeaseError  error
 	// Quorum is what gossip says (membership.QuorumOf) of the members this
 	// node sees alive.
 	Quorum membership.Quorum
@@ -69,7 +76,9 @@ type Decision struct {
 //   - armed, it stops feeding while its node's Lease is stale though the
 //     API answers: the controller fences on the Lease, and a node whose
 //     kubelet died still runs its containers, so the watchdog must reset
-//     it first;
+//     it first. A Lease the agent has not been able to read for as long
+//     (403 after an RBAC drift, 429, 5xx) counts as stale: the agent
+//     cannot tell, and the controller can; one never read blocks arming;
 //   - armed, it feeds while EITHER the API answers OR it sees a majority
 //     of its group that cannot reach the API either, and stops feeding
 //     only when it has lost both. Such a majority means the control plane
@@ -91,12 +100,16 @@ func Decide(s State) Decision {
 		return Decision{Wait, "the node is in maintenance: staying disarmed"}
 	case !s.Ready && !s.Armed:
 		return Decision{Wait, "not joined to the group's gossip or the Node caches not synced yet"}
+	case !s.Armed && s.APIAnswered && s.LeaseStale && s.LeaseUnread:
+		return Decision{Wait, fmt.Sprintf("the node's Lease cannot be read (%v): not arming while the agent cannot see the kubelet renew it", s.LeaseError)}
 	case !s.Armed && s.APIAnswered && s.LeaseStale:
 		return Decision{Wait, fmt.Sprintf("the node's Lease was last renewed %s ago: not arming while the kubelet does not renew it", s.LeaseAge.Round(time.Second))}
 	case !s.Armed && s.APIAnswered:
 		return Decision{Arm, "ready and the API answers"}
 	case !s.Armed:
 		return Decision{Wait, "the API does not answer, so the Node cannot be labelled: not arming yet"}
+	case s.APIAnswered && s.LeaseStale && s.LeaseUnread:
+		return Decision{Starve, fmt.Sprintf("the API answers, but the node's Lease has not been read for %s (%v): the agent cannot tell whether the kubelet renews it, and the fencing controller frees this node's pods if it does not", s.LeaseAge.Round(time.Second), s.LeaseError)}
 	case s.APIAnswered && s.LeaseStale:
 		return Decision{Starve, fmt.Sprintf("the API answers, but the node's Lease was last renewed %s ago: the kubelet is not renewing it, and the fencing controller will free this node's pods", s.LeaseAge.Round(time.Second))}
 	case s.APIAnswered && s.Quorum == membership.QuorumTooSmall:

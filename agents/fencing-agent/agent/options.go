@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/serving"
@@ -23,6 +26,11 @@ type Options struct {
 	// DevicePath is the watchdog device; never opened in Notify mode.
 	DevicePath string
 	Kubeconfig string
+	// APIServer, when set, replaces the server of the kubeconfig (or of
+	// the in-cluster configuration), keeping its credentials and CA: the
+	// DaemonSet points the agent at the node's local API proxy
+	// (deckhousev1.NodeAPIProxyURL), the kubelet's own path to the API.
+	APIServer string
 	// ListenAddress serves /metrics (authenticated and authorized) and the
 	// probes (open), over HTTPS.
 	ListenAddress string
@@ -82,6 +90,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.GossipKeyDir, "gossip-key-dir", o.GossipKeyDir, "the group's gossip keyring: the Secret fencing-agent-gossip-<group> mounted as files (primary, and next or previous during a rotation); re-read as the kubelet updates it. Without it the agent does not gossip and does not arm")
 	fs.DurationVar(&o.ProbeInterval, "gossip-probe-interval", o.ProbeInterval, "how often gossip probes a member; a silent member is declared dead a few intervals later")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster configuration (the pod's bound ServiceAccount token)")
+	fs.StringVar(&o.APIServer, "api-server", o.APIServer, "the API server URL to check and use, replacing the kubeconfig's (or in-cluster) server but keeping its credentials and CA; the DaemonSet passes the node's local API proxy, "+deckhousev1.NodeAPIProxyURL+", which the kubelet uses, so a broken Service path on one node does not reset it")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of /metrics (HTTPS; callers authenticated and authorized by the Kubernetes API), /healthz and /readyz (open)")
 	o.Serving.AddFlags(fs)
 }
@@ -118,6 +127,25 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--peers: %q is not host:port", p))
 		}
 	}
+	if o.APIServer != "" {
+		if u, err := url.Parse(o.APIServer); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--api-server=%q: want an https URL such as %s", o.APIServer, deckhousev1.NodeAPIProxyURL))
+		}
+	}
 	errs = append(errs, o.Serving.Validate()...)
 	return errors.Join(errs...)
+}
+
+// RESTConfig is the agent's API client configuration: the kubeconfig's
+// (in-cluster when none), with its server replaced by APIServer when set.
+func (o *Options) RESTConfig() (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading the API client configuration (--kubeconfig %q, or in-cluster): %w", o.Kubeconfig, err)
+	}
+	if o.APIServer != "" {
+		cfg.Host = o.APIServer
+	}
+	cfg.UserAgent = deckhousev1.FencingAgentName
+	return cfg, nil
 }

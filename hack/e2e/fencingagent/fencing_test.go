@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/fencingagents"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -277,4 +280,87 @@ func waitUnfed(t *testing.T, a *stack.FencingAgent, how string) {
 		}
 		return time.Since(w.LastWrite) > 10*300*time.Millisecond, nil
 	})
+}
+
+// The agent checks the API along the kubelet's path, the node's local API
+// proxy, which node-manager-controller's DaemonSet passes as --api-server,
+// not the Service VIP of its in-cluster configuration (here each agent's
+// kubeconfig names a proxy of its own, the Service path, and its node's
+// local proxy is passed as --api-server, as the DaemonSet's
+// 127.0.0.1:6445 is on a node). With the Service path broken on every
+// node (kube-proxy or the CNI down), every agent keeps feeding: the API
+// answers the kubelet. With its node's local proxy cut, an agent stops
+// feeding though its Service path works: its kubelet has lost the API too,
+// its Lease goes stale and its pods will be freed.
+func TestAgentsCheckTheAPIThroughTheNodesLocalProxyNotTheServicePath(t *testing.T) {
+	ds := fencingagents.DaemonSet(framework.NewGroup("fa-path", func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.Fencing = &deckhousev1.FencingSpec{Mode: deckhousev1.FencingModeWatchdog}
+	}), deckhousev1.Namespace, deckhousev1.FencingAgentName)
+	apiServer := ""
+	for _, arg := range ds.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(arg, "--api-server="); ok {
+			apiServer = v
+		}
+	}
+	if apiServer != deckhousev1.NodeAPIProxyURL || !ds.Spec.Template.Spec.HostNetwork {
+		t.Fatalf("node-manager-controller's DaemonSet has its agents reach the API at %q (host network %t), want the node's local API proxy %s on the host network: "+
+			"the in-cluster configuration is the Service VIP, which a node's broken kube-proxy or CNI cuts while its kubelet still reaches the API",
+			apiServer, ds.Spec.Template.Spec.HostNetwork, deckhousev1.NodeAPIProxyURL)
+	}
+
+	g := f.StartFencedGroup(t, "fa-path", framework.FencedGroupOptions{ServicePath: true})
+	for _, p := range g.ServicePaths {
+		p.Cut()
+	}
+	for i := range g.Agents {
+		g.FeedsGrow(t, i, 5)
+		g.ReadyzSays(t, i, "feed: the API answers")
+	}
+	g.Proxies[0].Cut()
+	g.ReadyzSays(t, 0, "starve: the API does not answer while the members this node sees still reach it")
+	waitUnfed(t, g.Agents[0], "")
+	g.FeedsGrow(t, 1, 3)
+	g.Proxies[0].Restore()
+	g.FeedsGrow(t, 0, 3)
+}
+
+// An RBAC drift takes the agents' read of their node's Lease away (the
+// RoleBinding in kube-node-lease is deleted) while the API still answers
+// their Node GET. The fencing controller still reads the Leases and would
+// free the pods of a node whose kubelet died, so a Lease the agent cannot
+// read must not count as fresh: once it has been unread for
+// --lease-stale-after (2 s here) every agent stops feeding; when the read
+// is allowed again, they feed again.
+func TestAgentsThatCannotReadTheirLeaseStopFeeding(t *testing.T) {
+	g := startGroup(t, "fa-lease-rbac")
+	ctx := framework.Context(t)
+	const binding = "d8:node-manager:fencing-agent"
+	bindings := f.Kube.RbacV1().RoleBindings(corev1.NamespaceNodeLease)
+	rb, err := bindings.Get(ctx, binding, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := func() {
+		again := rb.DeepCopy()
+		again.ResourceVersion, again.UID = "", ""
+		if _, err := bindings.Create(context.Background(), again, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Errorf("restoring RoleBinding %s/%s: %v", corev1.NamespaceNodeLease, binding, err)
+		}
+	}
+	t.Cleanup(restore)
+	if err := bindings.Delete(ctx, binding, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range g.Agents {
+		g.ReadyzSays(t, i, "starve: the API answers, but the node's Lease has not been read for")
+	}
+	waitUnfed(t, g.Agents[0], " with its Lease unreadable")
+	if w := g.Agents[0].Device.Writes(); w.Last == 'V' {
+		t.Fatal("the agent disarmed its watchdog; it must stay armed so the watchdog resets the node")
+	}
+	restore()
+	for i := range g.Agents {
+		g.FeedsGrow(t, i, 3)
+		g.ReadyzSays(t, i, "feed: the API answers")
+	}
 }

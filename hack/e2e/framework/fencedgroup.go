@@ -26,7 +26,12 @@ type FencedGroup struct {
 	Name, Mode string
 	Nodes      []string
 	Proxies    []*TCPProxy
-	Agents     []*stack.FencingAgent
+	// ServicePaths, with FencedGroupOptions.ServicePath, are each agent's
+	// second way to kube-apiserver, the one its kubeconfig names (a pod's
+	// Service VIP path); Proxies are then its node's local API proxy,
+	// passed as --api-server.
+	ServicePaths []*TCPProxy
+	Agents       []*stack.FencingAgent
 	// Keys are each agent's gossip keyring volume, written from the
 	// group's Secret as the node's kubelet would.
 	Keys []*GossipKeyVolume
@@ -44,6 +49,10 @@ type FencedGroupOptions struct {
 	// KeysFromController: node-manager-controller runs and makes the
 	// group's gossip keyring Secret; otherwise the test makes it.
 	KeysFromController bool
+	// ServicePath: each agent's kubeconfig names a proxy of its own
+	// (ServicePaths, the Service VIP path), and its Proxies entry, the
+	// node's local API proxy, is passed as --api-server.
+	ServicePath bool
 }
 
 // StartFencedGroup creates group name with three Nodes, starts an agent on
@@ -89,6 +98,9 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 		}
 		g.Nodes = append(g.Nodes, node)
 		g.Proxies = append(g.Proxies, NewTCPProxy(t, strings.TrimPrefix(f.CP.APIServerURL, "https://")))
+		if opts.ServicePath {
+			g.ServicePaths = append(g.ServicePaths, NewTCPProxy(t, strings.TrimPrefix(f.CP.APIServerURL, "https://")))
+		}
 		port, err := controlplane.FreePort()
 		if err != nil {
 			t.Fatal(err)
@@ -109,10 +121,14 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 				peers = append(peers, fmt.Sprintf("127.0.0.1:%d", p))
 			}
 		}
+		servicePath := ""
+		if opts.ServicePath {
+			servicePath = g.ServicePaths[i].Addr()
+		}
 		keys := MountGossipKeys(t, f.Kube, deckhousev1.FencingGossipKeySecretPrefix+name, filepath.Join(f.CP.Dir(), "gossip-key-"+node))
 		g.Keys = append(g.Keys, keys)
 		a, err := f.Env.StartFencingAgent(ctx, stack.FencingAgentOptions{
-			Node: node, Group: name, Mode: opts.Mode, Token: token, APIServer: g.Proxies[i].Addr(),
+			Node: node, Group: name, Mode: opts.Mode, Token: token, APIServer: g.Proxies[i].Addr(), ServicePath: servicePath,
 			GossipPort: gossipPorts[i], Peers: peers, GossipKeyDir: keys.Dir, ExtraArgs: opts.AgentArgs,
 		})
 		if err != nil {

@@ -470,7 +470,13 @@ type UpdateSpec struct {
 	// checksum instead of the current configuration's, and converge to it
 	// through the usual update approval. Removing it resumes the current
 	// configuration. A pin to a revision that is not kept is reported by the
-	// group's Pinned condition and changes nothing the nodes receive.
+	// group's Pinned condition and changes nothing the nodes receive. A pin
+	// to a revision rendered under other cluster settings than the current
+	// ones (cluster configuration, static cluster configuration, cluster
+	// CA) is refused: the nodes receive the current bundle and the Pinned
+	// condition is False (ClusterSettingsChanged), unless a cluster
+	// administrator annotates the group
+	// node-manager.deckhouse.io/allow-pin-across-cluster-settings=<revision>.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self >= 1",message="update.pinnedRevision must be a revision number (1 or more) listed in kubectl get nodegroupbundles <group> -o yaml",reason=FieldValueInvalid
 	PinnedRevision *int64 `json:"pinnedRevision,omitempty"`
@@ -660,7 +666,10 @@ type FencingSpec struct {
 	// from both the API and its group's peers, and its pods are then freed
 	// and its Node deleted (a Static or CloudStatic node keeps its Node);
 	// or Notify: the same detection with no watchdog armed, its pods freed
-	// and its Node kept.
+	// (but, as nothing reset the node, those with ReadWriteOnce volumes,
+	// unless the group opts in with the annotation
+	// node-manager.deckhouse.io/fencing-notify-free-readwriteonce=true) and
+	// its Node kept.
 	// +required
 	// +kubebuilder:validation:Enum=Watchdog;Notify
 	Mode string `json:"mode"`

@@ -151,6 +151,24 @@ const (
 	// and the fencing controller never fences a node that carries it,
 	// ApprovedAnnotation or DisruptionApprovedAnnotation.
 	FencingDisableAnnotation = "node-manager.deckhouse.io/fencing-disable"
+	// FencingNotifyFreeReadWriteOnceAnnotation, set to "true" on a NodeGroup
+	// fenced in Notify mode, lets the fencing controller free the pods of a
+	// dead node that use ReadWriteOnce (or ReadWriteOncePod) volumes too.
+	// Nothing resets a Notify node, so such a pod may still run there, and
+	// freeing it runs it twice (a StatefulSet's pod on two nodes, two
+	// writers on one disk): without the annotation those pods stay, and
+	// the group's author is warned at apply when it is set
+	// (manifests/policies/nodegroup-fencing-notify.yaml).
+	FencingNotifyFreeReadWriteOnceAnnotation = "node-manager.deckhouse.io/fencing-notify-free-readwriteonce"
+	// PinAcrossClusterSettingsAnnotation, on a NodeGroup, set to the
+	// revision of spec.update.pinnedRevision, lets bashible-apiserver serve
+	// that revision though it was rendered under other cluster settings
+	// than the current ones (an extra CA, registry credentials or a proxy
+	// removed since), which it otherwise refuses (condition Pinned=False,
+	// ClusterSettingsChanged). Only a user allowed the verb
+	// PinAcrossClusterSettingsVerb on the NodeGroup may set or change it
+	// (manifests/policies/nodegroup-pin-across-cluster-settings.yaml).
+	PinAcrossClusterSettingsAnnotation = "node-manager.deckhouse.io/allow-pin-across-cluster-settings"
 
 	// FencedAnnotation is set by the fencing controller on a fenced Node it
 	// keeps (a Static or CloudStatic node, or one in Notify mode) to the
@@ -488,4 +506,20 @@ const (
 	// Without it CAPS refuses both: Deckhouse's CAPS once adopted a single
 	// master and later wiped it.
 	AllowControlPlaneAnnotation = "static.node.deckhouse.io/allow-control-plane"
+)
+
+// PinAcrossClusterSettingsVerb is the RBAC verb on nodegroups (a verb of
+// node-manager's own, which no built-in role but cluster-admin's "*"
+// grants) that a user needs to set PinAcrossClusterSettingsAnnotation.
+const PinAcrossClusterSettingsVerb = "pin-across-cluster-settings"
+
+// Addresses on the node.
+const (
+	// NodeAPIProxyURL is the node's local API proxy (HAProxy, unit
+	// kubernetes-api-proxy, made by the bundle's step 055_api_proxy), which
+	// balances over the API servers: the kubelet's path to the API. The
+	// fencing agent (host network) checks the API through it too, so "the
+	// API answers" means what it means for the kubelet, not for the
+	// Service VIP (kube-proxy, the CNI).
+	NodeAPIProxyURL = "https://127.0.0.1:6445"
 )

@@ -15,7 +15,10 @@ type FencingSpecApplyConfiguration struct {
 	// from both the API and its group's peers, and its pods are then freed
 	// and its Node deleted (a Static or CloudStatic node keeps its Node);
 	// or Notify: the same detection with no watchdog armed, its pods freed
-	// and its Node kept.
+	// (but, as nothing reset the node, those with ReadWriteOnce volumes,
+	// unless the group opts in with the annotation
+	// node-manager.deckhouse.io/fencing-notify-free-readwriteonce=true) and
+	// its Node kept.
 	Mode *string `json:"mode,omitempty"`
 	// Watchdog tunes Watchdog mode.
 	Watchdog *WatchdogSpecApplyConfiguration `json:"watchdog,omitempty"`

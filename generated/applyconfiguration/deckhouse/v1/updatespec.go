@@ -42,7 +42,13 @@ type UpdateSpecApplyConfiguration struct {
 	// checksum instead of the current configuration's, and converge to it
 	// through the usual update approval. Removing it resumes the current
 	// configuration. A pin to a revision that is not kept is reported by the
-	// group's Pinned condition and changes nothing the nodes receive.
+	// group's Pinned condition and changes nothing the nodes receive. A pin
+	// to a revision rendered under other cluster settings than the current
+	// ones (cluster configuration, static cluster configuration, cluster
+	// CA) is refused: the nodes receive the current bundle and the Pinned
+	// condition is False (ClusterSettingsChanged), unless a cluster
+	// administrator annotates the group
+	// node-manager.deckhouse.io/allow-pin-across-cluster-settings=<revision>.
 	PinnedRevision *int64 `json:"pinnedRevision,omitempty"`
 }
 
