@@ -39,6 +39,9 @@ func TestDaemonSetPolicyKnowsWhatTheControllerMakes(t *testing.T) {
 	if got := vars["fencingAgentImage"]; got != strconv.Quote(deckhousev1.FencingAgentName) {
 		t.Errorf("the policy's fencingAgentImage is %s, want %q (the bare name the release pins)", got, deckhousev1.FencingAgentName)
 	}
+	if got, want := vars["apiServer"], strconv.Quote("--api-server="+deckhousev1.NodeAPIProxyURL); got != want {
+		t.Errorf("the policy's apiServer is %s, want %s (the node's local API proxy the controller passes)", got, want)
+	}
 	validations := ""
 	for _, v := range policy.Spec.Validations {
 		validations += v.Expression

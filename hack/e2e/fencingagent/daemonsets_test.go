@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,6 +271,13 @@ func TestTheControllerCannotRunARootShellOnEveryNode(t *testing.T) {
 		{"another image", variant(watchdog, func(_ *corev1.PodSpec, c *corev1.Container) { c.Image = "registry.example/debian:12" }), "of image fencing-agent"},
 		{"another entrypoint", variant(watchdog, func(_ *corev1.PodSpec, c *corev1.Container) { c.Command = []string{"nsenter", "--target", "1"} }), "the agent's own entrypoint"},
 		{"another flag", variant(watchdog, func(_ *corev1.PodSpec, c *corev1.Container) { c.Args = append(c.Args, "--kubeconfig=/tmp/x") }), "the agent's own entrypoint, flags"},
+		{"another API server", variant(watchdog, func(_ *corev1.PodSpec, c *corev1.Container) {
+			for i, a := range c.Args {
+				if strings.HasPrefix(a, "--api-server=") {
+					c.Args[i] = "--api-server=https://203.0.113.7:443"
+				}
+			}
+		}), "the agent's own entrypoint, flags"},
 		{"an init container", variant(watchdog, func(p *corev1.PodSpec, c *corev1.Container) {
 			p.InitContainers = []corev1.Container{{Name: "init", Image: c.Image, Command: []string{"sh", "-c", "id"}}}
 		}), "no init or ephemeral container"},
