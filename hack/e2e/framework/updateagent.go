@@ -37,6 +37,9 @@ type Agent struct {
 	Disruptive atomic.Bool
 	// Ready is the Ready condition the agent reports.
 	Ready atomic.Bool
+	// ReadyMessage, when set, is the Ready condition's message (a kubelet
+	// writes there what it likes).
+	ReadyMessage atomic.Pointer[string]
 	// Paused stops the agent from acting (a node whose bashible is stuck).
 	Paused atomic.Bool
 	// ApplyTakes is how long applying an approved update takes (nanoseconds).
@@ -90,13 +93,17 @@ func (f *Framework) TestAgent(t *testing.T, name, group string) *Agent {
 // ReportNodeReady reports the node's Ready condition now, with a capacity,
 // as its kubelet would (kube-controller-manager marks silent nodes unknown).
 func (f *Framework) ReportNodeReady(ctx context.Context, name string, ready bool) error {
+	return f.reportNodeReady(ctx, name, ready, "")
+}
+
+func (f *Framework) reportNodeReady(ctx context.Context, name string, ready bool, message string) error {
 	st := corev1.ConditionFalse
 	if ready {
 		st = corev1.ConditionTrue
 	}
 	now := metav1.Now()
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: st, Reason: "SimulatedKubelet", LastHeartbeatTime: now, LastTransitionTime: now,
+		Type: corev1.NodeReady, Status: st, Reason: "SimulatedKubelet", Message: message, LastHeartbeatTime: now, LastTransitionTime: now,
 	}}, "nodeInfo": map[string]any{"kubeletVersion": "v1.36.3"},
 		"capacity":    map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"},
 		"allocatable": map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"}}})
@@ -118,7 +125,11 @@ func (a *Agent) run(ctx context.Context) {
 		case <-tick.C:
 		}
 		if time.Since(lastBeat) > 5*time.Second || a.Ready.Load() != lastReady {
-			if a.f.ReportNodeReady(ctx, a.Name, a.Ready.Load()) == nil {
+			msg := ""
+			if m := a.ReadyMessage.Load(); m != nil {
+				msg = *m
+			}
+			if a.f.reportNodeReady(ctx, a.Name, a.Ready.Load(), msg) == nil {
 				lastBeat, lastReady = time.Now(), a.Ready.Load()
 			}
 		}
