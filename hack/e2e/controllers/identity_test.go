@@ -15,6 +15,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -412,4 +413,72 @@ func TestNodeWhoseInstanceWasLostGetsTheGroupOfItsJoin(t *testing.T) {
 		}
 		return ng.Status.Instances != nil && *ng.Status.Instances == 1, nil
 	})
+}
+
+// TestNodeWritesEventsOnlyAboutItself: the halt of a rollout quotes the
+// last output of a node's BashibleStepFailed Event, so a node may write
+// Events about Nodes only about itself (the policy
+// d8-node-manager-node-events-own-node), through either Events API, and
+// may not turn another node's Event into its own; Events about itself and
+// about other kinds (a kubelet's about its pods) stay allowed.
+func TestNodeWritesEventsOnlyAboutItself(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const self, victim = "ev-self", "ev-victim"
+	cfg, err := f.CP.NodeConfig(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode := kubernetes.NewForConfigOrDie(cfg)
+	about := func(kind, name string) *eventsv1.Event {
+		return &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-", Namespace: metav1.NamespaceDefault},
+			EventTime: metav1.NewMicroTime(time.Now()), ReportingController: "bashible", ReportingInstance: self, Action: "Converge",
+			Type: corev1.EventTypeWarning, Reason: "BashibleStepFailed", Note: "step 050_x failed; last output: forged by " + self,
+			Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Name: name}}
+	}
+	cleanup := func(name string) {
+		t.Cleanup(func() { _ = f.Kube.EventsV1().Events(metav1.NamespaceDefault).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	forbidden := "node " + self + " may write Events only about its own Node, not about Node " + victim
+	if ev, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, about("Node", victim), metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), forbidden) {
+		if err == nil {
+			cleanup(ev.Name)
+		}
+		t.Errorf("node %s creating an events.k8s.io Event about Node %s: want 403 (%s), got %v", self, victim, forbidden, err)
+	}
+	now := metav1.Now()
+	core := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: victim}, Reason: "BashibleStepFailed",
+		Message: "last output: forged", Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "bashible", Host: self},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1}
+	if ev, err := asNode.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, core, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), forbidden) {
+		if err == nil {
+			cleanup(ev.Name)
+		}
+		t.Errorf("node %s creating a core/v1 Event about Node %s: want 403 (%s), got %v", self, victim, forbidden, err)
+	}
+	own, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, about("Node", self), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("node %s creating an Event about itself: %v", self, err)
+	}
+	cleanup(own.Name)
+	pod, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, about("Pod", "some-pod"), metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("node %s creating an Event about a pod (as a kubelet does): %v", self, err)
+	} else {
+		cleanup(pod.Name)
+	}
+	// The victim's own Event may not be taken over (nor its object changed).
+	theirs := about("Node", victim)
+	theirs.ReportingInstance = victim
+	theirs, err = f.Kube.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, theirs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanup(theirs.Name)
+	// Only an Event's series may change; even that is refused.
+	theirs.Series = &eventsv1.EventSeries{Count: 2, LastObservedTime: metav1.NewMicroTime(time.Now())}
+	if _, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Update(ctx, theirs, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node %s rewriting an Event about Node %s: want 403, got %v", self, victim, err)
+	}
 }
