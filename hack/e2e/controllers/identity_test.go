@@ -482,3 +482,108 @@ func TestNodeWritesEventsOnlyAboutItself(t *testing.T) {
 		t.Errorf("node %s rewriting an Event about Node %s: want 403, got %v", self, victim, err)
 	}
 }
+
+// TestASecondCertificateRequestForANameIsDeniedNamingTheFirst: two
+// requests of one group's token for one name with different keys, before
+// the kubelet registers (two machines given one name, or someone racing
+// the real kubelet with a leaked token): the first is approved and
+// recorded on the Instance, the second is denied, naming the first.
+func TestASecondCertificateRequestForANameIsDeniedNamingTheFirst(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const group, name = "claim", "claim-node"
+	newGroup(t, group, nil)
+	tok, err := f.CP.CreateBootstrapToken(ctx, group, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap := kubernetes.NewForConfigOrDie(f.CP.BootstrapTokenConfig(tok))
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	first, _ := certificateRequest(t, bootstrap, name)
+	if c := decision(t, first).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
+		t.Fatalf("the first request: want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+	inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+	if err != nil || !strings.Contains(inst.Annotations[deckhousev1.ApprovedRequestAnnotation], first) {
+		t.Errorf("the Instance records %q (%v); want the first request %s", inst.Annotations[deckhousev1.ApprovedRequestAnnotation], err, first)
+	}
+	second, _ := certificateRequest(t, bootstrap, name)
+	csr := decision(t, second)
+	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonNameClaimed ||
+		!strings.Contains(c.Message, "CSR "+first) {
+		t.Errorf("a second request for %s: want Denied %s naming CSR %s, got %s %s: %s", name, csrapproval.ReasonNameClaimed, first, c.Type, c.Reason, c.Message)
+	}
+	if len(csr.Status.Certificate) > 0 {
+		t.Error("a second certificate was issued for the name")
+	}
+}
+
+// TestAFencedNodesNameCannotBeClaimedByAnotherGroup: once a node is gone
+// (fencing deletes its Node, node-manager then its Instance), a token of
+// another group may not obtain a certificate under its name: the name is
+// remembered as its group's. A token of its own group may (the machine
+// reinstalled).
+func TestAFencedNodesNameCannotBeClaimedByAnotherGroup(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const group, other, name = "tomb", "tomb-other", "tomb-node"
+	newGroup(t, group, nil)
+	newGroup(t, other, nil)
+	token := func(group string) kubernetes.Interface {
+		tok, err := f.CP.CreateBootstrapToken(ctx, group, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kubernetes.NewForConfigOrDie(f.CP.BootstrapTokenConfig(tok))
+	}
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	joined, _ := certificateRequest(t, token(group), name)
+	if c := decision(t, joined).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
+		t.Fatalf("the join: want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+	cfg, err := f.CP.NodeConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{deckhousev1.NodeGroupLabel: group}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the node registering itself: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	framework.Poll(t, "the Instance knows its Node", func(ctx context.Context) (bool, error) {
+		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && inst.Status.NodeRef != nil, nil
+	})
+	// Fenced: the fencing controller deletes the Node (as it does, guarded
+	// by its UID); node-manager deletes the Instance.
+	if err := f.Kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &node.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Poll(t, "the Instance of the fenced node is gone", func(ctx context.Context) (bool, error) {
+		_, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	claim, _ := certificateRequest(t, token(other), name)
+	csr := decision(t, claim)
+	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonNameTombstoned ||
+		!strings.Contains(c.Message, fmt.Sprintf("node %s of node group %q was deleted", name, group)) {
+		t.Errorf("a token of %s claiming the fenced node's name: want Denied %s naming group %s, got %s %s: %s",
+			other, csrapproval.ReasonNameTombstoned, group, c.Type, c.Reason, c.Message)
+	}
+	if len(csr.Status.Certificate) > 0 {
+		t.Error("a certificate was issued to another group's token for the fenced node's name")
+	}
+	if inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Errorf("the fenced node's name got an Instance of group %q", inst.Labels[deckhousev1.NodeGroupLabel])
+	}
+	again, _ := certificateRequest(t, token(group), name)
+	if c := decision(t, again).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
+		t.Errorf("a token of the node's own group (a reinstalled machine): want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+}
