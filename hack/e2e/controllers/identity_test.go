@@ -437,7 +437,9 @@ func TestNodeWritesEventsOnlyAboutItself(t *testing.T) {
 			Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Name: name}}
 	}
 	cleanup := func(name string) {
-		t.Cleanup(func() { _ = f.Kube.EventsV1().Events(metav1.NamespaceDefault).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = f.Kube.EventsV1().Events(metav1.NamespaceDefault).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	forbidden := "node " + self + " may write Events only about its own Node, not about Node " + victim
 	if ev, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, about("Node", victim), metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), forbidden) {
