@@ -142,7 +142,7 @@ func (c *Controller) cluster(ctx context.Context) (Cluster, *error) {
 			if err != nil {
 				return "", false
 			}
-			return nodes.Group(node), true
+			return nodes.Label(node), true
 		},
 	}, &lookupErr
 }

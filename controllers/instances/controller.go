@@ -143,7 +143,7 @@ func (c *Controller) enqueueGroup(obj any) {
 	for _, name := range c.metrics.nodes() {
 		c.queue.Add(name)
 	}
-	ns, err := c.d.Nodes.InGroup(g.Name)
+	ns, err := c.d.Nodes.Labelled(g.Name)
 	if err != nil {
 		return
 	}

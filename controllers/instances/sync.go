@@ -150,7 +150,7 @@ func (c *Controller) joins(node string) []Join {
 // warnMismatch reports a Node whose label names another group than its
 // Instance: the label is ignored (a kubelet may write it), never followed.
 func (c *Controller) warnMismatch(n *corev1.Node, inst *deckhousev1alpha1.Instance) {
-	label, pinned := nodes.Group(n), inst.Labels[deckhousev1.NodeGroupLabel]
+	label, pinned := nodes.Label(n), inst.Labels[deckhousev1.NodeGroupLabel]
 	if label == pinned {
 		c.forget(n.Name)
 		return

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +18,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/instances"
+	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
@@ -337,7 +344,7 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
 	t.Parallel()
 	newGroup(t, "late", nil)
-	f.TestAgent(t, "late-node", "late")
+	f.TestAgentWithoutInstance(t, "late-node", "late")
 	framework.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
 		return f.HasEventNote(t, "late-node", instances.ReasonNoInstance, "has no Instance"), nil
 	})
@@ -587,5 +594,79 @@ func TestAFencedNodesNameCannotBeClaimedByAnotherGroup(t *testing.T) {
 	again, _ := certificateRequest(t, token(group), name)
 	if c := decision(t, again).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
 		t.Errorf("a token of the node's own group (a reinstalled machine): want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+}
+
+// TestARelabelledNodeLeavesTheOtherGroupAlone: a node of one group whose
+// kubelet labels it into another (a gated group with canaries, as master
+// would be), asks for an update there and, once approved, reports that
+// group's configuration and goes NotReady, as if to halt its rollout. Its
+// group is its Instance's: the other group's status does not count it,
+// its rollout never approves it and is not halted, and the node is warned
+// about.
+func TestARelabelledNodeLeavesTheOtherGroupAlone(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const victim, own, rogue = "relabel-victim", "relabel-own", "relabel-rogue"
+	newGroup(t, victim, func(s *deckhousev1.NodeGroupSpec) {
+		mc := intstr.FromInt32(1)
+		s.Update = &deckhousev1.UpdateSpec{MaxConcurrent: &mc, Canaries: ptr.To(int32(1)), SoakTime: &metav1.Duration{Duration: time.Second}}
+	})
+	newGroup(t, own, nil)
+	f.TestAgent(t, victim+"-0", victim)
+	f.TestAgent(t, victim+"-1", victim)
+	r := f.TestAgent(t, rogue, own)
+	f.WaitRolledOut(t, victim, f.Checksum(t, victim), 2)
+	f.WaitRolledOut(t, own, f.Checksum(t, own), 1)
+
+	// The rogue's kubelet, with its own identity, moves its Node into the
+	// victim group and asks for an update there.
+	r.Paused.Store(true)
+	cfg, err := f.CP.NodeConfig(rogue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q},"annotations":{%q:"",%q:null}}}`,
+		deckhousev1.NodeGroupLabel, victim, deckhousev1.WaitingForApprovalAnnotation, deckhousev1.ConfigurationChecksumAnnotation)
+	if _, err := self.Patch(ctx, rogue, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the node relabelling itself (NodeRestriction allows it): %v", err)
+	}
+	framework.Poll(t, "the relabelled node is warned about", func(ctx context.Context) (bool, error) {
+		return f.HasEventNote(t, rogue, instances.ReasonGroupMismatch, fmt.Sprintf("%q", victim)), nil
+	})
+	sum := f.NewConfiguration(t, victim, "echo relabel\n")
+	// Approved into the victim's rollout, it would report the victim's
+	// configuration and go NotReady: the canary's failure halts a rollout.
+	go func() {
+		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			n, err := f.Kube.CoreV1().Nodes().Get(ctx, rogue, metav1.GetOptions{})
+			if err != nil || !nodes.Has(n, deckhousev1.ApprovedAnnotation) {
+				return false, nil
+			}
+			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:null}}}`,
+				deckhousev1.ConfigurationChecksumAnnotation, sum, deckhousev1.WaitingForApprovalAnnotation)
+			_, err = self.Patch(ctx, rogue, types.MergePatchType, patch, metav1.PatchOptions{})
+			r.Ready.Store(false)
+			return err == nil, nil
+		})
+	}()
+	f.WaitRolledOut(t, victim, sum, 2)
+	ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, victim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (Its own group may approve it: it asked for an update, and is its.)
+	if r := approval.ParseRollout(ng); slices.Contains(r.Canaries, rogue) || slices.Contains(r.Batch, rogue) {
+		t.Errorf("the relabelled node took part in %s's rollout: canaries %v, batch %v", victim, r.Canaries, r.Batch)
+	}
+	if ng.Status.Nodes != 2 {
+		t.Errorf("%s's status counts %d nodes, want its 2: the relabelled node is %s's", victim, ng.Status.Nodes, own)
+	}
+	if h := meta.FindStatusCondition(ng.Status.Conditions, approval.ConditionRolloutHalted); h != nil && h.Status == metav1.ConditionTrue {
+		t.Errorf("%s's rollout halted: %s", victim, h.Message)
+	}
+	if ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, own, metav1.GetOptions{}); err != nil || ng.Status.Nodes != 1 {
+		t.Errorf("%s's status: %v; want its 1 node counted, whatever its label says", own, err)
 	}
 }

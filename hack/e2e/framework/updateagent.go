@@ -59,8 +59,21 @@ type Agent struct {
 
 // TestAgent registers a Node in group and starts its agent; it starts on
 // the group's current checksum, as a node that has joined and converged.
-// The agent stops and the Node goes when the test ends.
+// The node is the group's by its Instance, as node-manager's approver
+// makes it at the join (created first, deleted when the test ends, unless
+// the test made one). The agent stops and the Node goes when the test ends.
 func (f *Framework) TestAgent(t *testing.T, name, group string) *Agent {
+	t.Helper()
+	if _, err := f.NM.DeckhouseV1alpha1().Instances().Get(Context(t), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		f.TestInstance(t, NewInstance(name, group))
+	}
+	return f.TestAgentWithoutInstance(t, name, group)
+}
+
+// TestAgentWithoutInstance is TestAgent for a node node-manager never
+// admitted: labelled with group, but without an Instance, so it belongs to
+// no group.
+func (f *Framework) TestAgentWithoutInstance(t *testing.T, name, group string) *Agent {
 	t.Helper()
 	ctx := Context(t)
 	node := NewNode(name, group)
@@ -449,11 +462,20 @@ func (f *Framework) WaitRolledOut(t *testing.T, group, sum string, count int) {
 		if int(ng.Status.UpToDate) != count || int(ng.Status.Nodes) != count {
 			return false, nil
 		}
-		list, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
+		// The group's nodes are its Instances' (a node's own label may
+		// say another group).
+		insts, err := f.NM.DeckhouseV1alpha1().Instances().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
 		if err != nil {
 			return false, nil
 		}
-		for _, n := range list.Items {
+		for _, inst := range insts.Items {
+			n, err := f.Kube.CoreV1().Nodes().Get(ctx, inst.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return false, nil
+			}
 			if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != sum || n.Spec.Unschedulable {
 				return false, nil
 			}
