@@ -36,7 +36,7 @@ func TestAGroupIsItsInstancesNotItsLabels(t *testing.T) {
 	instance("m-0", "master")
 	node("w-0", "master") // relabelled itself
 	instance("w-0", "worker")
-	node("stray", "master") // never admitted
+	node("stray", "master")   // never admitted
 	instance("w-1", "worker") // not registered yet
 	c := NewCache(corelisters.NewNodeLister(ns), nmlisters.NewInstanceLister(is), clocktesting.NewFakeClock(time.Now()))
 
