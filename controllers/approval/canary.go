@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -81,18 +82,43 @@ type Halt struct {
 	FailedAt metav1.Time `json:"failedAt"`
 }
 
+// MaxNodeText is the most of what a node wrote (its Instance's
+// BashibleReady message, its Ready condition's message, the last output of
+// its failed step) that a halt quotes. A node writes those as it likes (a
+// kubelet's Ready message is unbounded), and the halt goes into the
+// RolloutHalted condition (whose message the API bounds to 32 KiB: one
+// longer fails every sync of the group), the group's record annotation and
+// an Event.
+const MaxNodeText = 1024
+
+// clip cuts what a node wrote to MaxNodeText bytes, on a rune boundary,
+// marking the cut.
+func clip(s string) string {
+	if len(s) <= MaxNodeText {
+		return s
+	}
+	const mark = "…"
+	cut := MaxNodeText - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
 // Describe is the halt as the RolloutHalted condition and the Event say it.
 func (h *Halt) Describe(group, checksum string) string {
 	what := "went NotReady after applying the configuration"
 	if h.Reason == ReasonBashibleFailed {
 		what = "failed its bashible run"
 		if h.Step != "" {
-			what = "failed bashible step " + h.Step
+			what = "failed bashible step " + clip(h.Step)
 		}
 	}
-	msg := fmt.Sprintf("the rollout of configuration %.12s halted: node %s %s: %s", checksum, h.Node, what, h.Message)
+	// Clipped again: a record written by an older controller may hold
+	// what a node wrote whole.
+	msg := fmt.Sprintf("the rollout of configuration %.12s halted: node %s %s: %s", checksum, h.Node, what, clip(h.Message))
 	if h.Output != "" {
-		msg += "; last output: " + h.Output
+		msg += "; last output: " + clip(h.Output)
 	}
 	return msg + fmt.Sprintf("; no other node is approved until a new configuration, or kubectl annotate nodegroup %s %s=", group, deckhousev1.ResumeRolloutAnnotation)
 }
@@ -239,7 +265,7 @@ func (gt *gate) failure(n *corev1.Node, inst *deckhousev1alpha1.Instance, checks
 	if inst != nil {
 		if c := meta.FindStatusCondition(inst.Status.Conditions, "BashibleReady"); c != nil && c.Status == metav1.ConditionFalse &&
 			!c.LastTransitionTime.Time.Before(since) && !excused(c.LastTransitionTime) {
-			h := &Halt{Node: n.Name, Reason: ReasonBashibleFailed, Message: c.Message, FailedAt: second(c.LastTransitionTime.Time)}
+			h := &Halt{Node: n.Name, Reason: ReasonBashibleFailed, Message: clip(c.Message), FailedAt: second(c.LastTransitionTime.Time)}
 			if m := stepName.FindStringSubmatch(c.Message); m != nil {
 				h.Step = m[1]
 			}
@@ -249,7 +275,7 @@ func (gt *gate) failure(n *corev1.Node, inst *deckhousev1alpha1.Instance, checks
 	if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == checksum && !nodes.IsReady(n) {
 		at, msg := readyTransition(n)
 		if !at.Time.Before(since) && !excused(at) {
-			return &Halt{Node: n.Name, Reason: ReasonNodeNotReady, Message: msg, FailedAt: second(at.Time)}
+			return &Halt{Node: n.Name, Reason: ReasonNodeNotReady, Message: clip(msg), FailedAt: second(at.Time)}
 		}
 	}
 	return nil

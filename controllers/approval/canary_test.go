@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -315,5 +316,40 @@ func TestAnUnreadableRecordStartsOver(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{deckhousev1.RolloutStateAnnotation: "{not json"}}}
 	if r := ParseRollout(g); r.Checksum != "" || r.Halt != nil {
 		t.Errorf("got %+v", r)
+	}
+}
+
+// TestWhatANodeWroteIsClippedInTheHalt: a node's Ready message (a kubelet
+// writes it as long as it likes) and its failed step's output are quoted
+// in the RolloutHalted condition, whose message the API bounds to 32 KiB:
+// whole, a 40 KiB one made every sync of the group fail. The halt quotes
+// at most MaxNodeText bytes of each, cut on a rune boundary.
+func TestWhatANodeWroteIsClippedInTheHalt(t *testing.T) {
+	long := strings.Repeat("ж", 20*1024) // 40 KiB, two bytes a rune
+	n := doneNode("a", false)
+	n.Status.Conditions[0].Message = long
+	d := Plan(Input{Group: gatedGroup(1, 3), Checksum: sum, Now: noon.Add(soak),
+		Rollout: Rollout{Checksum: sum, Batch: []string{"a"}, BatchStart: at(noon), SoakUntil: at(noon.Add(soak))},
+		Nodes:   []*corev1.Node{n, waitingNode("b")}})
+	if d.Halted == nil || d.Halted.Reason != ReasonNodeNotReady {
+		t.Fatalf("halt %+v, want one for a NotReady canary", d.Halted)
+	}
+	d.Halted.Output = long // as lastOutput would quote a long Event note
+	for what, s := range map[string]string{"the halt's message": d.Halted.Message, "the halt's output": clip(d.Halted.Output)} {
+		if len(s) > MaxNodeText || !utf8.ValidString(s) {
+			t.Errorf("%s: %d bytes (valid UTF-8: %v), want at most %d", what, len(s), utf8.ValidString(s), MaxNodeText)
+		}
+	}
+	// A record written before the clip quotes a node whole; Describe clips it.
+	old := &Halt{Node: "a", Reason: ReasonBashibleFailed, Step: long, Message: long, Output: long}
+	const conditionMessageLimit = 32 * 1024
+	for _, h := range []*Halt{d.Halted, old} {
+		msg := h.Describe("w", sum)
+		if len(msg) > conditionMessageLimit || !utf8.ValidString(msg) {
+			t.Errorf("RolloutHalted message of %d bytes (valid UTF-8: %v); the API refuses more than %d", len(msg), utf8.ValidString(msg), conditionMessageLimit)
+		}
+		if !strings.Contains(msg, "kubectl annotate nodegroup w "+deckhousev1.ResumeRolloutAnnotation+"=") {
+			t.Errorf("the clipped halt lost how to resume: %.200s…", msg)
+		}
 	}
 }

@@ -24,7 +24,6 @@ package approval
 import (
 	"context"
 
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
@@ -52,10 +51,8 @@ func New(d *manager.Deps) *Controller {
 	c := &Controller{d: d, metrics: newMetrics(d.Registry)}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue)
-	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
-	_, _ = inst.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
-	c.instances = inst.Lister()
-	c.watch.Synced = append(c.watch.Synced, inst.Informer().HasSynced)
+	// WatchGroups queues the group on a change of one of its Instances.
+	c.instances = d.Informers.NodeManager.Deckhouse().V1alpha1().Instances().Lister()
 	return c
 }
 

@@ -134,5 +134,5 @@ func (c *Controller) lastOutput(ctx context.Context, node string) string {
 	}
 	latest := slices.MaxFunc(list.Items, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
 	_, out, _ := strings.Cut(latest.Note, "last output: ")
-	return out
+	return clip(out)
 }

@@ -50,14 +50,9 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	}
 	d := Plan(in)
 	if grants(d) && c.listed.mustList(group, c.d.Nodes) {
-		list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-			LabelSelector: labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}).String()})
+		listed, err := c.listMembers(ctx, group, ns)
 		if err != nil {
-			return fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
-		}
-		listed := make([]*corev1.Node, 0, len(list.Items))
-		for i := range list.Items {
-			listed = append(listed, &list.Items[i])
+			return err
 		}
 		c.listed.set(group, sameSlots(listed, ns))
 		ns = listed
@@ -105,6 +100,41 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		return fmt.Errorf("group %s: %w", group, err)
 	}
 	return nil
+}
+
+// listMembers reads the group's nodes (members: the view's, by their
+// Instances) from the API: one LIST by the group's label, of which only
+// the members count (a node that labelled itself into the group is not
+// one), and a GET of each member the LIST missed (a member that labelled
+// itself out of it is still one).
+func (c *Controller) listMembers(ctx context.Context, group string, members []*corev1.Node) ([]*corev1.Node, error) {
+	list, err := c.d.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the nodes of group %s before approving: %w", group, err)
+	}
+	want := make(map[string]bool, len(members))
+	for _, n := range members {
+		want[n.Name] = true
+	}
+	listed := make([]*corev1.Node, 0, len(members))
+	for i := range list.Items {
+		if n := &list.Items[i]; want[n.Name] {
+			listed = append(listed, n)
+			delete(want, n.Name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		n, err := c.d.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading node %s of group %s before approving: %w", name, group, err)
+		}
+		listed = append(listed, n)
+	}
+	return listed, nil
 }
 
 // patchConcurrency is how many node writes one sync makes at once. A

@@ -27,6 +27,7 @@ import (
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -95,11 +96,14 @@ func TestASyncWritesItsNodesAtOnce(t *testing.T) {
 func TestGrantsListUntilTheInformerIsCurrentAndWhileItLags(t *testing.T) {
 	const checksum = "new"
 	var objs []runtime.Object
+	nmObjs := []runtime.Object{group("g"), &bashiblev1alpha1.NodeGroupBundle{ObjectMeta: metav1.ObjectMeta{Name: "g",
+		Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: checksum}}}}
 	for i := range 3 {
 		n := node(fmt.Sprintf("n%d", i), true, deckhousev1.WaitingForApprovalAnnotation, "")
 		n.Labels = map[string]string{deckhousev1.NodeGroupLabel: "g"}
 		n.ResourceVersion = "1"
 		objs = append(objs, n)
+		nmObjs = append(nmObjs, &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}})
 	}
 	kube := kubefake.NewClientset(objs...)
 	// While unseen is set, the API's LIST shows n2 approved by someone
@@ -121,8 +125,7 @@ func TestGrantsListUntilTheInformerIsCurrentAndWhileItLags(t *testing.T) {
 		}
 		return true, list, nil
 	})
-	nm := nmfake.NewClientset(group("g"), &bashiblev1alpha1.NodeGroupBundle{ObjectMeta: metav1.ObjectMeta{Name: "g",
-		Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: checksum}}})
+	nm := nmfake.NewClientset(nmObjs...)
 	clk := clocktesting.NewFakeClock(noon)
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clk, prometheus.NewRegistry())
 	c := New(d)

@@ -22,6 +22,7 @@ import (
 	certificateslisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/node-manager/node-manager/controllers/instances"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
@@ -40,6 +41,8 @@ type Controller struct {
 	instances nmlistersv1alpha1.InstanceLister
 	synced    []cache.InformerSynced
 	queue     *loop.Loop
+	// tombstones are the names of nodes deleted recently, and their groups.
+	tombstones *instances.Tombstones
 }
 
 // New wires the controller to the shared informers: a CSR that is still
@@ -55,6 +58,7 @@ func New(d *manager.Deps) *Controller {
 		instances: inst.Lister(),
 		synced: []cache.InformerSynced{csrs.Informer().HasSynced, ng.Informer().HasSynced, inst.Informer().HasSynced,
 			d.Informers.Cluster.Core().V1().Nodes().Informer().HasSynced},
+		tombstones: &instances.Tombstones{Kube: d.Kube, Namespace: d.Namespace, Clock: d.Clock},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	_, _ = csrs.Informer().AddEventHandler(cache.FilteringResourceEventHandler{

@@ -2,6 +2,7 @@ package csrapproval
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,7 +81,8 @@ func TestTheLoserOfARaceForANameIsDenied(t *testing.T) {
 	req.Name = "node-csr-2"
 	c, kube, nm := approverWith(t, []any{req}, ng("worker"), ng("master"))
 	// The other group's Instance lands after the cache was read.
-	d := Decide(req, c.cluster())
+	cl, _ := c.cluster(context.Background())
+	d := Decide(req, cl)
 	if d.Verdict != Approve || !d.CreateInstance {
 		t.Fatalf("setup: want an approval that creates the Instance, got %+v", d)
 	}
@@ -104,5 +106,41 @@ func TestTheLoserOfARaceForANameIsDenied(t *testing.T) {
 	}
 	if inst, _ := nm.DeckhouseV1alpha1().Instances().Get(context.Background(), "contested", metav1.GetOptions{}); inst.Labels[deckhousev1.NodeGroupLabel] != "master" {
 		t.Errorf("the winner's Instance was relabelled to %q", inst.Labels[deckhousev1.NodeGroupLabel])
+	}
+}
+
+// TestASecondRequestForANameIsDeniedNamingTheFirst: two requests of one
+// group's token for one fresh name, with different keys (two machines, or
+// an attacker racing the real kubelet), before the kubelet registers: the
+// first is approved and recorded on the Instance, the second denied,
+// naming the first, whether or not the cache shows the Instance yet.
+func TestASecondRequestForANameIsDeniedNamingTheFirst(t *testing.T) {
+	first, second := csr(t, "twice", "worker"), csr(t, "twice", "worker")
+	first.Name, second.Name = "node-csr-first", "node-csr-second"
+	c, kube, nm := approverWith(t, []any{first, second}, ng("worker"))
+	ctx := context.Background()
+	if err := c.sync(ctx, first.Name); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := nm.DeckhouseV1alpha1().Instances().Get(ctx, "twice", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, ok := ParseClaim(inst.Annotations)
+	if !ok || claim.CSR != first.Name || claim.Token != "abcdef" || !strings.HasPrefix(claim.Key, "sha256:") {
+		t.Fatalf("the Instance records %+v (%v); want the first request, its token and key", claim, ok)
+	}
+	if err := c.sync(ctx, second.Name); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]certificatesv1.RequestConditionType{first.Name: certificatesv1.CertificateApproved, second.Name: certificatesv1.CertificateDenied} {
+		got, _ := kube.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != want {
+			t.Errorf("CSR %s: conditions %+v, want %s", name, got.Status.Conditions, want)
+			continue
+		}
+		if c := got.Status.Conditions[0]; want == certificatesv1.CertificateDenied && (c.Reason != ReasonNameClaimed || !strings.Contains(c.Message, "CSR "+first.Name)) {
+			t.Errorf("CSR %s denied %s: %s; want %s naming CSR %s", name, c.Reason, c.Message, ReasonNameClaimed, first.Name)
+		}
 	}
 }

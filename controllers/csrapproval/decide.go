@@ -1,17 +1,22 @@
 package csrapproval
 
 import (
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/instances"
 )
 
 // Verdict is what the approver does with a CSR.
@@ -35,6 +40,8 @@ const (
 	ReasonUnknownGroup      = "UnknownNodeGroup"
 	ReasonNodeOfOtherGroup  = "NodeOfAnotherGroup"
 	ReasonNodeExists        = "NodeAlreadyRegistered"
+	ReasonNameClaimed       = "NodeNameAlreadyClaimed"
+	ReasonNameTombstoned    = "NodeNameOfDeletedNode"
 	nodeOrganization        = "system:nodes"
 	kubeletClientSignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
 )
@@ -50,23 +57,66 @@ type Decision struct {
 	// CreateInstance asks for Instance <Node> labelled Group before the
 	// approval: the node has none yet.
 	CreateInstance bool
+	// Claim is the approved request to record on the Instance before the
+	// approval (created with it, or added to one that has none); nil when
+	// the Instance records this very request already.
+	Claim *Claim
+}
+
+// Claim is the request node-manager approved for a node name, recorded on
+// its Instance (ApprovedRequestAnnotation) until the node registers.
+type Claim struct {
+	// CSR is the request's name, Token the bootstrap token's id.
+	CSR   string `json:"csr"`
+	Token string `json:"token"`
+	// Key is the sha256 fingerprint of the request's public key.
+	Key string `json:"key"`
+}
+
+// ParseClaim reads an Instance's ApprovedRequestAnnotation; ok is false
+// when there is none. An unreadable one is a claim by nobody's key, so it
+// holds the name until a person removes it.
+func ParseClaim(annotations map[string]string) (c Claim, ok bool) {
+	v, ok := annotations[deckhousev1.ApprovedRequestAnnotation]
+	if !ok {
+		return Claim{}, false
+	}
+	if json.Unmarshal([]byte(v), &c) != nil || c.Key == "" {
+		return Claim{CSR: "(unreadable)", Token: "(unreadable)", Key: "(unreadable)"}, true
+	}
+	return c, true
+}
+
+// Encode is the claim as ApprovedRequestAnnotation holds it.
+func (c Claim) Encode() string {
+	raw, _ := json.Marshal(c)
+	return string(raw)
 }
 
 // Cluster is what the decision needs to know about the cluster.
 type Cluster struct {
 	// GroupExists reports whether a NodeGroup exists.
 	GroupExists func(group string) bool
-	// InstanceGroup is the group label of Instance node, if it exists.
-	InstanceGroup func(node string) (group string, exists bool)
+	// Instance is the group label and the annotations of Instance node, if
+	// it exists.
+	Instance func(node string) (group string, annotations map[string]string, exists bool)
 	// NodeGroup is the group label of Node node, if it exists.
 	NodeGroup func(node string) (group string, exists bool)
+	// Tombstone is the tombstone of a node whose Instance node-manager
+	// deleted recently (instances.Tombstones), if there is one.
+	Tombstone func(node string) (instances.Tombstone, bool)
 }
 
 // Decide decides on a CSR. It approves a kubelet client certificate asked
 // for by a node-manager bootstrap token of group G only for a node that is
 // not another group's (no Instance of another group, no Node labelled with
-// another group) and has not registered yet (no Node of that name). It denies a node-manager bootstrapper's CSR that is not a
-// well-formed kubelet client request, and ignores every other CSR.
+// another group, no other group's node of that name deleted within
+// instances.TombstoneTTL), has not registered yet (no Node of that name),
+// and whose name no other request holds (the Instance records the request
+// node-manager approved for it: another key is refused until the node
+// registered or a person removed the record). It denies a node-manager
+// bootstrapper's CSR that is not a well-formed kubelet client request,
+// and ignores every other CSR.
 func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
 	if decided(csr) || csr.Spec.SignerName != kubeletClientSignerName ||
 		!strings.HasPrefix(csr.Spec.Username, access.BootstrapUserPrefix) ||
@@ -78,14 +128,14 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
 	if err != nil {
 		return deny(ReasonNoNodeGroup, "", "", "bootstrap token %s: %v", token, err)
 	}
-	node, err := kubeletClientNode(csr)
+	node, key, err := kubeletClientNode(csr)
 	if err != nil {
 		return deny(ReasonMalformed, "", group, "bootstrap token %s of node group %s asked for a certificate that is not a kubelet client certificate: %v", token, group, err)
 	}
 	if !c.GroupExists(group) {
 		return deny(ReasonUnknownGroup, node, group, "bootstrap token %s names node group %s, which does not exist", token, group)
 	}
-	pinned, hasInstance := c.InstanceGroup(node)
+	pinned, annotations, hasInstance := c.Instance(node)
 	if hasInstance && pinned != group {
 		return deny(ReasonNodeOfOtherGroup, node, group,
 			"node %s belongs to node group %q (its Instance), so a bootstrap token of node group %s may not obtain its certificate", node, pinned, group)
@@ -101,12 +151,36 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
 		return deny(ReasonNodeExists, node, group,
 			"node %s has already registered; a bootstrap token may not obtain its certificate (it renews its own). To join a reinstalled machine under this name, delete the Node first", node)
 	}
+	claim := &Claim{CSR: csr.Name, Token: token, Key: key}
 	if hasInstance {
-		return Decision{Verdict: Approve, Reason: ReasonApproved, Node: node, Group: group,
-			Message: fmt.Sprintf("node-manager approved the kubelet client certificate of node %s of node group %s (bootstrap token %s; its Instance exists)", node, group, token)}
+		if first, ok := ParseClaim(annotations); ok {
+			if first.Key != key {
+				return claimed(node, group, token, first)
+			}
+			claim = nil // the same kubelet asking again, with its key
+		}
+		return Decision{Verdict: Approve, Reason: ReasonApproved, Node: node, Group: group, Claim: claim,
+			Message: fmt.Sprintf("node-manager approved the kubelet client certificate of node %s of node group %s (bootstrap token %s, key %s; its Instance exists)", node, group, token, key)}
 	}
-	return Decision{Verdict: Approve, Reason: ReasonApproved, Node: node, Group: group, CreateInstance: true,
-		Message: fmt.Sprintf("node-manager approved the kubelet client certificate of node %s of node group %s (bootstrap token %s) and created its Instance", node, group, token)}
+	if ts, ok := c.Tombstone(node); ok && ts.Group != group {
+		return deny(ReasonNameTombstoned, node, group,
+			"node %s of node group %q was deleted at %s (removed or fenced); until %s only a bootstrap token of %q may obtain a certificate under its name, not one of node group %s. "+
+				"If the name is to go to another group sooner, remove key %s from ConfigMap %s/%s",
+			node, ts.Group, ts.DeletedAt.UTC().Format(time.RFC3339), ts.DeletedAt.Add(instances.TombstoneTTL).UTC().Format(time.RFC3339), ts.Group, group,
+			node, deckhousev1.Namespace, deckhousev1.NodeNameTombstonesConfigMap)
+	}
+	return Decision{Verdict: Approve, Reason: ReasonApproved, Node: node, Group: group, CreateInstance: true, Claim: claim,
+		Message: fmt.Sprintf("node-manager approved the kubelet client certificate of node %s of node group %s (bootstrap token %s, key %s) and created its Instance", node, group, token, key)}
+}
+
+// claimed denies a second request for a name whose Instance holds the
+// first, naming it.
+func claimed(node, group, token string, first Claim) Decision {
+	return deny(ReasonNameClaimed, node, group,
+		"node %s already has an approved certificate request, CSR %s of bootstrap token %s (key %s), and has not registered with it; "+
+			"a second request (bootstrap token %s) for the name is refused. If the first was not this machine's, find who holds token %s; "+
+			"to let another request through, remove annotation %s from Instance %s (or delete the Instance)",
+		node, first.CSR, first.Token, first.Key, token, first.Token, deckhousev1.ApprovedRequestAnnotation, node)
 }
 
 func deny(reason, node, group, format string, args ...any) Decision {
@@ -126,40 +200,55 @@ func decided(csr *certificatesv1.CertificateSigningRequest) bool {
 // certificate (CN system:node:<name>, O system:nodes, no alternative
 // names, client auth with at most digital signature and key encipherment
 // besides, signed by its key) and returns the node name.
-func kubeletClientNode(csr *certificatesv1.CertificateSigningRequest) (string, error) {
+func kubeletClientNode(csr *certificatesv1.CertificateSigningRequest) (node, key string, err error) {
+	node, req, err := parseKubeletClient(csr)
+	if err != nil {
+		return "", "", err
+	}
+	return node, KeyFingerprint(req.RawSubjectPublicKeyInfo), nil
+}
+
+// KeyFingerprint is the sha256 fingerprint of a public key (its DER
+// SubjectPublicKeyInfo), as a Claim records it.
+func KeyFingerprint(spki []byte) string {
+	sum := sha256.Sum256(spki)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func parseKubeletClient(csr *certificatesv1.CertificateSigningRequest) (string, *x509.CertificateRequest, error) {
 	block, _ := pem.Decode(csr.Spec.Request)
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return "", fmt.Errorf("spec.request is not a PEM CERTIFICATE REQUEST")
+		return "", nil, fmt.Errorf("spec.request is not a PEM CERTIFICATE REQUEST")
 	}
 	req, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return "", fmt.Errorf("parsing spec.request: %w", err)
+		return "", nil, fmt.Errorf("parsing spec.request: %w", err)
 	}
 	if err := req.CheckSignature(); err != nil {
-		return "", fmt.Errorf("spec.request is not signed by its key: %w", err)
+		return "", nil, fmt.Errorf("spec.request is not signed by its key: %w", err)
 	}
 	node, ok := strings.CutPrefix(req.Subject.CommonName, access.NodeUserPrefix)
 	if !ok || node == "" {
-		return "", fmt.Errorf("common name %q is not %s<node>", req.Subject.CommonName, access.NodeUserPrefix)
+		return "", nil, fmt.Errorf("common name %q is not %s<node>", req.Subject.CommonName, access.NodeUserPrefix)
 	}
 	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
-		return "", fmt.Errorf("node name %q: %s", node, strings.Join(errs, "; "))
+		return "", nil, fmt.Errorf("node name %q: %s", node, strings.Join(errs, "; "))
 	}
 	if !slices.Equal(req.Subject.Organization, []string{nodeOrganization}) {
-		return "", fmt.Errorf("organization %q is not exactly [%s]", req.Subject.Organization, nodeOrganization)
+		return "", nil, fmt.Errorf("organization %q is not exactly [%s]", req.Subject.Organization, nodeOrganization)
 	}
 	if len(req.DNSNames)+len(req.IPAddresses)+len(req.EmailAddresses)+len(req.URIs) > 0 {
-		return "", fmt.Errorf("a client certificate has no subject alternative names")
+		return "", nil, fmt.Errorf("a client certificate has no subject alternative names")
 	}
 	if !slices.Contains(csr.Spec.Usages, certificatesv1.UsageClientAuth) {
-		return "", fmt.Errorf("usages %q lack %q", csr.Spec.Usages, certificatesv1.UsageClientAuth)
+		return "", nil, fmt.Errorf("usages %q lack %q", csr.Spec.Usages, certificatesv1.UsageClientAuth)
 	}
 	for _, u := range csr.Spec.Usages {
 		switch u {
 		case certificatesv1.UsageClientAuth, certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment:
 		default:
-			return "", fmt.Errorf("usage %q is not one of a kubelet client certificate", u)
+			return "", nil, fmt.Errorf("usage %q is not one of a kubelet client certificate", u)
 		}
 	}
-	return node, nil
+	return node, req, nil
 }

@@ -2,12 +2,14 @@ package csrapproval
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -25,9 +27,18 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	d := Decide(csr, c.cluster())
-	if d.Verdict == Approve && d.CreateInstance {
+	cl, lookupErr := c.cluster(ctx)
+	d := Decide(csr, cl)
+	if *lookupErr != nil {
+		return *lookupErr // never decided on a tombstone that could not be read
+	}
+	switch {
+	case d.Verdict == Approve && d.CreateInstance:
 		if d, err = c.createInstance(ctx, d); err != nil {
+			return err
+		}
+	case d.Verdict == Approve && d.Claim != nil:
+		if d, err = c.recordClaim(ctx, d); err != nil {
 			return err
 		}
 	}
@@ -40,31 +51,57 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	return nil
 }
 
-// createInstance pins the node to the decision's group before the
-// approval. Create is the arbiter between two tokens racing for one name:
-// if the Instance exists by now, its group decides.
+// createInstance pins the node to the decision's group, with the approved
+// request, before the approval. Create is the arbiter between two requests
+// racing for one name: if the Instance exists by now, its group and the
+// request it records decide.
 func (c *Controller) createInstance(ctx context.Context, d Decision) (Decision, error) {
 	g, err := c.groups.Get(d.Group)
 	if err != nil {
 		return d, fmt.Errorf("reading node group %s for the Instance of node %s: %w", d.Group, d.Node, err)
 	}
 	client := c.d.NodeManager.DeckhouseV1alpha1().Instances()
-	_, err = client.Create(ctx, instances.ForNode(d.Node, g), metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
+	inst := instances.ForNode(d.Node, g)
+	inst.Annotations = map[string]string{deckhousev1.ApprovedRequestAnnotation: d.Claim.Encode()}
+	_, err = client.Create(ctx, inst, metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 	if err == nil {
-		klog.InfoS("Created the Instance of a joining node", "instance", d.Node, "group", d.Group)
+		klog.InfoS("Created the Instance of a joining node", "instance", d.Node, "group", d.Group, "csr", d.Claim.CSR, "key", d.Claim.Key)
 		return d, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
 		return d, fmt.Errorf("creating Instance %s of group %s before approving its kubelet certificate: %w", d.Node, d.Group, err)
 	}
+	return c.recordClaim(ctx, d)
+}
+
+// recordClaim records the decision's request on the node's existing
+// Instance before the approval, read afresh: an Instance of another group,
+// or one that records another key, turns the approval into a denial. The
+// write is guarded by the resourceVersion read, so of two requests racing
+// for one name only one is recorded (the other's sync is retried, and
+// denied).
+func (c *Controller) recordClaim(ctx context.Context, d Decision) (Decision, error) {
+	client := c.d.NodeManager.DeckhouseV1alpha1().Instances()
 	inst, err := client.Get(ctx, d.Node, metav1.GetOptions{})
 	if err != nil {
-		return d, fmt.Errorf("reading Instance %s: %w", d.Node, err)
+		return d, fmt.Errorf("reading Instance %s before approving its kubelet certificate: %w", d.Node, err)
 	}
 	if pinned := inst.Labels[deckhousev1.NodeGroupLabel]; pinned != d.Group {
 		return deny(ReasonNodeOfOtherGroup, d.Node, d.Group,
 			"node %s belongs to node group %q (its Instance), so a bootstrap token of node group %s may not obtain its certificate", d.Node, pinned, d.Group), nil
 	}
+	if first, ok := ParseClaim(inst.Annotations); ok {
+		if first.Key != d.Claim.Key {
+			return claimed(d.Node, d.Group, d.Claim.Token, first), nil
+		}
+		return d, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": inst.ResourceVersion,
+		"annotations": map[string]string{deckhousev1.ApprovedRequestAnnotation: d.Claim.Encode()}}})
+	if _, err := client.Patch(ctx, d.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
+		return d, fmt.Errorf("recording the approved request %s on Instance %s (annotation %s): %w", d.Claim.CSR, d.Node, deckhousev1.ApprovedRequestAnnotation, err)
+	}
+	klog.InfoS("Recorded the approved request on the Instance of a joining node", "instance", d.Node, "group", d.Group, "csr", d.Claim.CSR, "key", d.Claim.Key)
 	return d, nil
 }
 
@@ -82,23 +119,30 @@ func (c *Controller) conclude(ctx context.Context, csr *certificatesv1.Certifica
 	return nil
 }
 
-// cluster answers the decision's questions from the informers.
-func (c *Controller) cluster() Cluster {
+// cluster answers the decision's questions from the informers, and the
+// tombstones from the API; the error is a tombstone that could not be read.
+func (c *Controller) cluster(ctx context.Context) (Cluster, *error) {
+	var lookupErr error
 	return Cluster{
 		GroupExists: func(g string) bool { _, err := c.groups.Get(g); return err == nil },
-		InstanceGroup: func(n string) (string, bool) {
+		Instance: func(n string) (string, map[string]string, bool) {
 			inst, err := c.instances.Get(n)
 			if err != nil {
-				return "", false
+				return "", nil, false
 			}
-			return inst.Labels[deckhousev1.NodeGroupLabel], true
+			return inst.Labels[deckhousev1.NodeGroupLabel], inst.Annotations, true
+		},
+		Tombstone: func(n string) (instances.Tombstone, bool) {
+			ts, ok, err := c.tombstones.Lookup(ctx, n)
+			lookupErr = err
+			return ts, ok
 		},
 		NodeGroup: func(n string) (string, bool) {
 			node, err := c.d.Nodes.Get(n)
 			if err != nil {
 				return "", false
 			}
-			return nodes.Group(node), true
+			return nodes.Label(node), true
 		},
-	}
+	}, &lookupErr
 }

@@ -47,9 +47,10 @@ func New(d *manager.Deps) *Controller {
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	c := &Controller{
-		d:       d,
-		groups:  ng.Lister(),
-		synced:  []cache.InformerSynced{nodeInformer.HasSynced, ng.Informer().HasSynced},
+		d:      d,
+		groups: ng.Lister(),
+		synced: []cache.InformerSynced{nodeInformer.HasSynced, ng.Informer().HasSynced,
+			d.Informers.NodeManager.Deckhouse().V1alpha1().Instances().Informer().HasSynced}, // a node's group
 		metrics: newMetrics(d.Registry),
 		running: map[string]*run{},
 	}

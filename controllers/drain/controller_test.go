@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	"github.com/node-manager/node-manager/controllers/nodes"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -55,10 +56,11 @@ func newHarness(t *testing.T, policy deckhousev1.DrainTimeoutPolicy, prepare ...
 		return true, nil, h.kube.Tracker().Delete(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "default", name)
 	})
 	timeout := int32(1)
-	nm := nmfake.NewClientset(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"},
-		Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: &timeout,
-			Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic,
-				Automatic: &deckhousev1.AutomaticDisruptions{DrainTimeoutPolicy: policy}}}})
+	nm := nmfake.NewClientset(&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{deckhousev1.NodeGroupLabel: "w"}}},
+		&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"},
+			Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: &timeout,
+				Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic,
+					Automatic: &deckhousev1.AutomaticDisruptions{DrainTimeoutPolicy: policy}}}})
 	opts := manager.NewOptions()
 	opts.EvictionRetry = 100 * time.Millisecond
 	d := manager.NewDepsForClients(h.kube, nm, opts, clock.RealClock{}, prometheus.NewRegistry())

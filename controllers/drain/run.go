@@ -93,7 +93,7 @@ func (c *Controller) finish(ctx context.Context, name string) bool {
 // nodeDrainTimeoutSecond, else --default-drain-timeout) and policy what
 // happens at it (the group's drainTimeoutPolicy).
 func (c *Controller) timeout(n *corev1.Node) (time.Duration, deckhousev1.DrainTimeoutPolicy) {
-	g, err := c.groups.Get(nodes.Group(n))
+	g, err := c.groups.Get(c.d.Nodes.GroupOf(n.Name))
 	if err != nil {
 		g = nil
 	}

@@ -106,10 +106,11 @@ func New(d *manager.Deps) *Controller {
 	leases := d.Informers.NodeLeases.Coordination().V1().Leases()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	c := &Controller{
-		d:        d,
-		groups:   ng.Lister(),
-		leases:   leases.Lister(),
-		synced:   []cache.InformerSynced{ng.Informer().HasSynced, leases.Informer().HasSynced, nodeInformer.HasSynced},
+		d:      d,
+		groups: ng.Lister(),
+		leases: leases.Lister(),
+		synced: []cache.InformerSynced{ng.Informer().HasSynced, leases.Informer().HasSynced, nodeInformer.HasSynced,
+			d.Informers.NodeManager.Deckhouse().V1alpha1().Instances().Informer().HasSynced}, // the nodes' groups
 		metrics:  newMetrics(d.Registry),
 		seen:     map[string]renewal{},
 		recent:   map[string]map[string]time.Time{},

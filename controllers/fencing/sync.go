@@ -149,7 +149,7 @@ func (c *Controller) facts() (Facts, []*corev1.Node, error) {
 	}
 	var revived []*corev1.Node
 	for _, n := range ns {
-		fn := Node{Name: n.Name, Group: nodes.Group(n), Type: deckhousev1.NodeType(n.Labels[deckhousev1.NodeTypeLabel])}
+		fn := Node{Name: n.Name, Group: c.d.Nodes.GroupOf(n.Name), Type: deckhousev1.NodeType(n.Labels[deckhousev1.NodeTypeLabel])}
 		g := f.Groups[fn.Group]
 		if fn.Type == "" {
 			fn.Type = g.NodeType

@@ -38,7 +38,8 @@
 // (nodeRef, phase, a bashible summary), warns when a Node's label
 // disagrees with its Instance, and deletes an Instance it made only when
 // its Node is really gone (confirmed by a fresh read), or when no Node came
-// within PendingTTL of the approval.
+// within PendingTTL of the approval; the name then stays the group's for
+// TombstoneTTL (Tombstones), so that no other group's token takes it over.
 package instances
 
 import (
@@ -82,6 +83,8 @@ type Controller struct {
 	synced    []cache.InformerSynced
 	queue     *loop.Loop
 	metrics   *Metrics
+	// tombstones remember the group of each Instance deleted with its Node.
+	tombstones *Tombstones
 
 	// firstRun is the creation time of the leader Lease, read once.
 	firstRun time.Time
@@ -100,13 +103,14 @@ func New(d *manager.Deps) *Controller {
 	csrs := d.Informers.Cluster.Certificates().V1().CertificateSigningRequests()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	c := &Controller{
-		d:         d,
-		groups:    ng.Lister(),
-		instances: inst.Lister(),
-		csrs:      csrs.Lister(),
-		synced:    []cache.InformerSynced{ng.Informer().HasSynced, inst.Informer().HasSynced, csrs.Informer().HasSynced, nodeInformer.HasSynced},
-		metrics:   newMetrics(d.Registry),
-		warned:    map[string]string{},
+		d:          d,
+		groups:     ng.Lister(),
+		instances:  inst.Lister(),
+		csrs:       csrs.Lister(),
+		synced:     []cache.InformerSynced{ng.Informer().HasSynced, inst.Informer().HasSynced, csrs.Informer().HasSynced, nodeInformer.HasSynced},
+		metrics:    newMetrics(d.Registry),
+		warned:     map[string]string{},
+		tombstones: &Tombstones{Kube: d.Kube, Namespace: d.Namespace, Clock: d.Clock},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	_, _ = nodeInformer.AddEventHandler(c.queue.Handler(loop.ByName))
@@ -139,7 +143,7 @@ func (c *Controller) enqueueGroup(obj any) {
 	for _, name := range c.metrics.nodes() {
 		c.queue.Add(name)
 	}
-	ns, err := c.d.Nodes.InGroup(g.Name)
+	ns, err := c.d.Nodes.Labelled(g.Name)
 	if err != nil {
 		return
 	}

@@ -90,7 +90,7 @@ type Decision struct {
 func Decide(f Facts) Decision {
 	n := f.Node
 	if Adoptable(n, f.FirstRun) {
-		group := nodes.Group(n)
+		group := nodes.Label(n)
 		if group == "" {
 			return Decision{Verdict: Refuse, Reason: ReasonNoGroupLabel, Message: fmt.Sprintf(
 				"node %s joined before node-manager-controller first ran (%s) and has no %s label, so node-manager does not know its group: "+
@@ -120,7 +120,7 @@ func Decide(f Facts) Decision {
 			"node %s has no Instance and registered after node-manager-controller first ran (%s) without a certificate obtained by a node-manager bootstrap token, "+
 				"so it reads no bundle and its %s label %q is not trusted; let it join with its group's bootstrap token, "+
 				"or create Instance %s labelled %s=<group> to admit it",
-			n.Name, stamp(f.FirstRun), deckhousev1.NodeGroupLabel, nodes.Group(n), n.Name, deckhousev1.NodeGroupLabel)}
+			n.Name, stamp(f.FirstRun), deckhousev1.NodeGroupLabel, nodes.Label(n), n.Name, deckhousev1.NodeGroupLabel)}
 	case 1:
 		return exists(f, Decision{Verdict: Create, Group: groups[0], Reason: ReasonJoinedInstance, Message: fmt.Sprintf(
 			"node %s registered without an Instance; its kubelet certificate was obtained by a bootstrap token of node group %s (CSR %s), "+

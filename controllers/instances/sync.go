@@ -70,6 +70,11 @@ func (c *Controller) nodeGone(ctx context.Context, inst *deckhousev1alpha1.Insta
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("confirming that the Node of Instance %s is gone: %w", inst.Name, err)
 	}
+	// The name stays the group's for a while: another group's token must
+	// not take over the name of a node that was just removed or fenced.
+	if err := c.tombstones.Record(ctx, inst.Name, inst.Labels[deckhousev1.NodeGroupLabel]); err != nil {
+		return err
+	}
 	err = c.d.NodeManager.DeckhouseV1alpha1().Instances().Delete(ctx, inst.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &inst.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -145,7 +150,7 @@ func (c *Controller) joins(node string) []Join {
 // warnMismatch reports a Node whose label names another group than its
 // Instance: the label is ignored (a kubelet may write it), never followed.
 func (c *Controller) warnMismatch(n *corev1.Node, inst *deckhousev1alpha1.Instance) {
-	label, pinned := nodes.Group(n), inst.Labels[deckhousev1.NodeGroupLabel]
+	label, pinned := nodes.Label(n), inst.Labels[deckhousev1.NodeGroupLabel]
 	if label == pinned {
 		c.forget(n.Name)
 		return

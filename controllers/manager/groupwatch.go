@@ -22,19 +22,23 @@ type GroupWatch struct {
 }
 
 // WatchGroups queues a group on queue whenever the group, one of its Nodes
-// (by their group label) or its served bundle changes: the events every
-// controller that looks at a group, its nodes and its checksum needs.
+// (by their Instance's group, never their own label), one of its Instances
+// or its served bundle changes: the events every controller that looks at
+// a group, its nodes and its checksum needs.
 func WatchGroups(d *Deps, queue *loop.Loop) *GroupWatch {
 	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	bundles := d.Informers.Bundles.Bashible().V1alpha1().NodeGroupBundles()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
-	_, _ = nodeInformer.AddEventHandler(queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
+	instances := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances().Informer()
+	_, _ = nodeInformer.AddEventHandler(queue.Handler(d.Nodes.ByGroup))
+	_, _ = instances.AddEventHandler(queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
 	_, _ = groups.Informer().AddEventHandler(queue.Handler(loop.ByName))
 	_, _ = bundles.Informer().AddEventHandler(queue.Handler(loop.ByName))
 	return &GroupWatch{
 		Groups:  groups.Lister(),
 		Bundles: bundles.Lister(),
-		Synced:  []cache.InformerSynced{groups.Informer().HasSynced, bundles.Informer().HasSynced, nodeInformer.HasSynced},
+		Synced: []cache.InformerSynced{groups.Informer().HasSynced, bundles.Informer().HasSynced, nodeInformer.HasSynced,
+			instances.HasSynced},
 	}
 }
 

@@ -176,7 +176,7 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 		Bundles:     nminformers.NewSharedInformerFactoryWithOptions(nm, resync, nmTransform),
 	}
 	nodeInformer := inf.Cluster.Core().V1().Nodes()
-	cache := nodes.NewCache(nodeInformer.Lister(), clk)
+	cache := nodes.NewCache(nodeInformer.Lister(), inf.NodeManager.Deckhouse().V1alpha1().Instances().Lister(), clk)
 	_, _ = nodeInformer.Informer().AddEventHandler(nodes.CacheHandler(cache))
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
 	return &Deps{

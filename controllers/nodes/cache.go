@@ -1,17 +1,21 @@
 package nodes
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
 // writeTTL bounds how long a written Node shadows the informer's copy if
@@ -23,9 +27,17 @@ const writeTTL = 30 * time.Second
 // has caught up with it. Without it, a second decision made before the
 // watch event arrives would see the old Node — and could, for example,
 // approve one node more than maxConcurrent allows.
+//
+// It is also the one place that says which group a node belongs to: the
+// group of its Instance (GroupOf, InGroup), the record node-manager wrote
+// when it admitted the node. Never the Node's own node.deckhouse.io/group
+// label: NodeRestriction lets a kubelet rewrite it, and a node that
+// labelled itself master would otherwise be counted in master's status,
+// approved in master's batches, and vote in master's fencing quorum.
 type Cache struct {
-	lister corelisters.NodeLister
-	clock  clock.PassiveClock
+	lister    corelisters.NodeLister
+	instances nmlisters.InstanceLister
+	clock     clock.PassiveClock
 
 	mu sync.Mutex
 	// written holds, per Node, a write of ours the informer has not
@@ -41,9 +53,10 @@ type written struct {
 	at, since time.Time
 }
 
-// NewCache wraps a Node lister.
-func NewCache(lister corelisters.NodeLister, clk clock.PassiveClock) *Cache {
-	return &Cache{lister: lister, clock: clk, written: map[string]written{}}
+// NewCache wraps a Node lister and the Instance lister that says each
+// node's group.
+func NewCache(lister corelisters.NodeLister, instances nmlisters.InstanceLister, clk clock.PassiveClock) *Cache {
+	return &Cache{lister: lister, instances: instances, clock: clk, written: map[string]written{}}
 }
 
 // Wrote records a Node returned by a write, unless the informer already
@@ -158,9 +171,57 @@ func (c *Cache) List(selector labels.Selector) ([]*corev1.Node, error) {
 	return out, nil
 }
 
-// InGroup lists the Nodes of one node group.
+// GroupOf is the group of the node named name: its Instance's group
+// label; "" for a node without an Instance, which belongs to no group.
+func (c *Cache) GroupOf(name string) string {
+	inst, err := c.instances.Get(name)
+	if err != nil {
+		return ""
+	}
+	return inst.Labels[deckhousev1.NodeGroupLabel]
+}
+
+// InGroup lists the Nodes of one node group: those whose Instance is the
+// group's, whatever their own label says, by name.
 func (c *Cache) InGroup(group string) ([]*corev1.Node, error) {
+	insts, err := c.instances.List(labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Node, 0, len(insts))
+	for _, inst := range insts {
+		n, err := c.lister.Get(inst.Name)
+		if apierrors.IsNotFound(err) {
+			continue // not registered yet, or gone
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	c.mu.Lock()
+	for i, n := range out {
+		out[i] = c.fresh(n)
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Labelled lists the Nodes that carry group's label, members or not: only
+// for telling a node without an Instance that its group has appeared, and
+// for warning about labels that disagree with Instances.
+func (c *Cache) Labelled(group string) ([]*corev1.Node, error) {
 	return c.List(labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}))
+}
+
+// ByGroup keys a Node's event by its group (GroupOf), for the queues of
+// controllers that work per group.
+func (c *Cache) ByGroup(obj any) string {
+	if n, ok := obj.(*corev1.Node); ok {
+		return c.GroupOf(n.Name)
+	}
+	return ""
 }
 
 // CacheHandler keeps a Cache informed of what the informer delivers.

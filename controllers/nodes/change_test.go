@@ -50,7 +50,7 @@ func TestCacheServesOwnWritesUntilTheInformerCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := NewCache(lister, clk)
+	c := NewCache(lister, nil, clk)
 	written := stale.DeepCopy()
 	written.ResourceVersion = "6"
 	written.Annotations = map[string]string{deckhousev1.ApprovedAnnotation: ""}
@@ -86,7 +86,7 @@ func TestBehindTellsAWriteTheInformerHasNotDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := NewCache(corelisters.NewNodeLister(store), clk)
+	c := NewCache(corelisters.NewNodeLister(store), nil, clk)
 	written := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "6"}}
 	c.Wrote(written)
 	if c.Behind(time.Second) {

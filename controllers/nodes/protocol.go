@@ -12,8 +12,11 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
-// Group returns the node's group, or "" for a node node-manager does not manage.
-func Group(n *corev1.Node) string { return n.Labels[deckhousev1.NodeGroupLabel] }
+// Label returns the node's own node.deckhouse.io/group label, "" without
+// one. A kubelet may rewrite it: it names the node's group only when
+// node-manager decides a node's Instance (adoption) or warns that the two
+// disagree; everything else asks Cache.GroupOf or Cache.InGroup.
+func Label(n *corev1.Node) string { return n.Labels[deckhousev1.NodeGroupLabel] }
 
 // Has reports whether the node carries the annotation.
 func Has(n *corev1.Node, key string) bool {

@@ -22,7 +22,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if nodes.Group(n) == "" {
+	if nodes.Label(n) == "" {
 		c.unmanaged.WithLabelValues(name).Set(1)
 		return nil
 	}
@@ -31,7 +31,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	// The group is the Instance's: see the package comment.
 	inst, err := c.instances.Get(name)
 	if apierrors.IsNotFound(err) {
-		klog.V(2).InfoS("Node without an Instance left alone until node-manager admits it", "controller", Name, "node", name, "nodeLabel", nodes.Group(n))
+		klog.V(2).InfoS("Node without an Instance left alone until node-manager admits it", "controller", Name, "node", name, "nodeLabel", nodes.Label(n))
 		return nil
 	}
 	if err != nil {
@@ -42,8 +42,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		klog.V(2).InfoS("Node whose Instance names no group left alone", "controller", Name, "node", name)
 		return nil
 	}
-	if group != nodes.Group(n) {
-		klog.V(2).InfoS("Node's group label differs from its Instance's; applying the Instance's group", "controller", Name, "node", name, "nodeLabel", nodes.Group(n), "nodeGroup", group)
+	if group != nodes.Label(n) {
+		klog.V(2).InfoS("Node's group label differs from its Instance's; applying the Instance's group", "controller", Name, "node", name, "nodeLabel", nodes.Label(n), "nodeGroup", group)
 	}
 
 	ng, err := c.groups.Get(group)

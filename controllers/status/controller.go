@@ -6,7 +6,6 @@ import (
 	"context"
 	"sync"
 
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
@@ -38,9 +37,7 @@ func New(d *manager.Deps) *Controller {
 	c := &Controller{d: d, metrics: newMetrics(d.Registry), instances: inst.Lister(),
 		components: Components{ClusterAPI: d.Options != nil && d.Options.ClusterAPI}}
 	c.queue = loop.New(Name, d.Loops, c.sync)
-	c.watch = manager.WatchGroups(d, c.queue)
-	c.watch.Synced = append(c.watch.Synced, inst.Informer().HasSynced)
-	_, _ = inst.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
+	c.watch = manager.WatchGroups(d, c.queue) // Instances included
 	return c
 }
 

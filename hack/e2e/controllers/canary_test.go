@@ -284,3 +284,49 @@ func TestResumeAnnotationResumesAHaltedRollout(t *testing.T) {
 		return !still, nil
 	})
 }
+
+// TestAHaltQuotesALongReadyMessageClipped: a canary that goes NotReady
+// after applying, with a 40 KiB Ready message (a kubelet writes there what
+// it likes), halts the rollout like any other: the RolloutHalted
+// condition quotes the message clipped. Quoted whole, the condition was
+// longer than the API allows (32768 characters), so it was never written
+// and every sync of the group failed.
+func TestAHaltQuotesALongReadyMessageClipped(t *testing.T) {
+	t.Parallel()
+	const group = "canary-long"
+	// A long soak: the canary is still in its batch when it goes NotReady.
+	newGroup(t, group, func(s *deckhousev1.NodeGroupSpec) {
+		mc := intstr.FromInt32(2)
+		s.Update = &deckhousev1.UpdateSpec{MaxConcurrent: &mc, Canaries: ptr.To(int32(1)), SoakTime: &metav1.Duration{Duration: 10 * time.Minute}}
+	})
+	agents := []*framework.Agent{f.TestAgent(t, group+"-0", group), f.TestAgent(t, group+"-1", group)}
+	f.WaitRolledOut(t, group, f.Checksum(t, group), len(agents))
+	sum := f.NewConfiguration(t, group, "echo long\n")
+	var canary *framework.Agent
+	framework.Poll(t, "the canary applies "+sum[:12], func(ctx context.Context) (bool, error) {
+		for _, a := range agents {
+			n, err := f.Kube.CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] == sum {
+				canary = a
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	long := strings.Repeat("ж", 100) + strings.Repeat("x", 40*1024)
+	canary.ReadyMessage.Store(&long)
+	canary.Ready.Store(false)
+	h := halted(t, group, metav1.ConditionTrue)
+	if h.Reason != approval.ReasonNodeNotReady || !strings.Contains(h.Message, "node "+canary.Name) {
+		t.Errorf("RolloutHalted %s: %.300s; want %s naming %s", h.Reason, h.Message, approval.ReasonNodeNotReady, canary.Name)
+	}
+	if len(h.Message) > 2*approval.MaxNodeText || !strings.Contains(h.Message, "жxx") ||
+		!strings.Contains(h.Message, "x…") ||
+		!strings.Contains(h.Message, deckhousev1.ResumeRolloutAnnotation) {
+		t.Errorf("RolloutHalted message of %d bytes: %.300s…; want the node's message clipped to %d bytes, and how to resume",
+			len(h.Message), h.Message, approval.MaxNodeText)
+	}
+}

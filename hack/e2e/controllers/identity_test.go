@@ -9,22 +9,30 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/instances"
+	"github.com/node-manager/node-manager/controllers/nodes"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
@@ -336,7 +344,7 @@ func TestInstanceKeepsItsNodesStatusAndGoesWithTheNode(t *testing.T) {
 func TestNodeThatJoinedWithoutApprovalGetsNoInstance(t *testing.T) {
 	t.Parallel()
 	newGroup(t, "late", nil)
-	f.TestAgent(t, "late-node", "late")
+	f.TestAgentWithoutInstance(t, "late-node", "late")
 	framework.Poll(t, "a Warning Event about the node without an Instance", func(ctx context.Context) (bool, error) {
 		return f.HasEventNote(t, "late-node", instances.ReasonNoInstance, "has no Instance"), nil
 	})
@@ -412,4 +420,253 @@ func TestNodeWhoseInstanceWasLostGetsTheGroupOfItsJoin(t *testing.T) {
 		}
 		return ng.Status.Instances != nil && *ng.Status.Instances == 1, nil
 	})
+}
+
+// TestNodeWritesEventsOnlyAboutItself: the halt of a rollout quotes the
+// last output of a node's BashibleStepFailed Event, so a node may write
+// Events about Nodes only about itself (the policy
+// d8-node-manager-node-events-own-node), through either Events API, and
+// may not turn another node's Event into its own; Events about itself and
+// about other kinds (a kubelet's about its pods) stay allowed.
+func TestNodeWritesEventsOnlyAboutItself(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const self, victim = "ev-self", "ev-victim"
+	cfg, err := f.CP.NodeConfig(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode := kubernetes.NewForConfigOrDie(cfg)
+	about := func(kind, name string) *eventsv1.Event {
+		return &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-", Namespace: metav1.NamespaceDefault},
+			EventTime: metav1.NewMicroTime(time.Now()), ReportingController: "bashible", ReportingInstance: self, Action: "Converge",
+			Type: corev1.EventTypeWarning, Reason: "BashibleStepFailed", Note: "step 050_x failed; last output: forged by " + self,
+			Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Name: name}}
+	}
+	cleanup := func(name string) {
+		t.Cleanup(func() {
+			_ = f.Kube.EventsV1().Events(metav1.NamespaceDefault).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	forbidden := "node " + self + " may write Events only about its own Node, not about Node " + victim
+	if ev, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, about("Node", victim), metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), forbidden) {
+		if err == nil {
+			cleanup(ev.Name)
+		}
+		t.Errorf("node %s creating an events.k8s.io Event about Node %s: want 403 (%s), got %v", self, victim, forbidden, err)
+	}
+	now := metav1.Now()
+	core := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: victim}, Reason: "BashibleStepFailed",
+		Message: "last output: forged", Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "bashible", Host: self},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1}
+	if ev, err := asNode.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, core, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), forbidden) {
+		if err == nil {
+			cleanup(ev.Name)
+		}
+		t.Errorf("node %s creating a core/v1 Event about Node %s: want 403 (%s), got %v", self, victim, forbidden, err)
+	}
+	own, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, about("Node", self), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("node %s creating an Event about itself: %v", self, err)
+	}
+	cleanup(own.Name)
+	pod, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, about("Pod", "some-pod"), metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("node %s creating an Event about a pod (as a kubelet does): %v", self, err)
+	} else {
+		cleanup(pod.Name)
+	}
+	// The victim's own Event may not be taken over (nor its object changed).
+	theirs := about("Node", victim)
+	theirs.ReportingInstance = victim
+	theirs, err = f.Kube.EventsV1().Events(metav1.NamespaceDefault).Create(ctx, theirs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanup(theirs.Name)
+	// Only an Event's series may change; even that is refused.
+	theirs.Series = &eventsv1.EventSeries{Count: 2, LastObservedTime: metav1.NewMicroTime(time.Now())}
+	if _, err := asNode.EventsV1().Events(metav1.NamespaceDefault).Update(ctx, theirs, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node %s rewriting an Event about Node %s: want 403, got %v", self, victim, err)
+	}
+}
+
+// TestASecondCertificateRequestForANameIsDeniedNamingTheFirst: two
+// requests of one group's token for one name with different keys, before
+// the kubelet registers (two machines given one name, or someone racing
+// the real kubelet with a leaked token): the first is approved and
+// recorded on the Instance, the second is denied, naming the first.
+func TestASecondCertificateRequestForANameIsDeniedNamingTheFirst(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const group, name = "claim", "claim-node"
+	newGroup(t, group, nil)
+	tok, err := f.CP.CreateBootstrapToken(ctx, group, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap := kubernetes.NewForConfigOrDie(f.CP.BootstrapTokenConfig(tok))
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	first, _ := certificateRequest(t, bootstrap, name)
+	if c := decision(t, first).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
+		t.Fatalf("the first request: want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+	inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+	if err != nil || !strings.Contains(inst.Annotations[deckhousev1.ApprovedRequestAnnotation], first) {
+		t.Errorf("the Instance records %q (%v); want the first request %s", inst.Annotations[deckhousev1.ApprovedRequestAnnotation], err, first)
+	}
+	second, _ := certificateRequest(t, bootstrap, name)
+	csr := decision(t, second)
+	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonNameClaimed ||
+		!strings.Contains(c.Message, "CSR "+first) {
+		t.Errorf("a second request for %s: want Denied %s naming CSR %s, got %s %s: %s", name, csrapproval.ReasonNameClaimed, first, c.Type, c.Reason, c.Message)
+	}
+	if len(csr.Status.Certificate) > 0 {
+		t.Error("a second certificate was issued for the name")
+	}
+}
+
+// TestAFencedNodesNameCannotBeClaimedByAnotherGroup: once a node is gone
+// (fencing deletes its Node, node-manager then its Instance), a token of
+// another group may not obtain a certificate under its name: the name is
+// remembered as its group's. A token of its own group may (the machine
+// reinstalled).
+func TestAFencedNodesNameCannotBeClaimedByAnotherGroup(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const group, other, name = "tomb", "tomb-other", "tomb-node"
+	newGroup(t, group, nil)
+	newGroup(t, other, nil)
+	token := func(group string) kubernetes.Interface {
+		tok, err := f.CP.CreateBootstrapToken(ctx, group, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kubernetes.NewForConfigOrDie(f.CP.BootstrapTokenConfig(tok))
+	}
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1alpha1().Instances().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	joined, _ := certificateRequest(t, token(group), name)
+	if c := decision(t, joined).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
+		t.Fatalf("the join: want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+	cfg, err := f.CP.NodeConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{deckhousev1.NodeGroupLabel: group}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the node registering itself: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	framework.Poll(t, "the Instance knows its Node", func(ctx context.Context) (bool, error) {
+		inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && inst.Status.NodeRef != nil, nil
+	})
+	// Fenced: the fencing controller deletes the Node (as it does, guarded
+	// by its UID); node-manager deletes the Instance.
+	if err := f.Kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &node.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Poll(t, "the Instance of the fenced node is gone", func(ctx context.Context) (bool, error) {
+		_, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	claim, _ := certificateRequest(t, token(other), name)
+	csr := decision(t, claim)
+	if c := csr.Status.Conditions[0]; c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonNameTombstoned ||
+		!strings.Contains(c.Message, fmt.Sprintf("node %s of node group %q was deleted", name, group)) {
+		t.Errorf("a token of %s claiming the fenced node's name: want Denied %s naming group %s, got %s %s: %s",
+			other, csrapproval.ReasonNameTombstoned, group, c.Type, c.Reason, c.Message)
+	}
+	if len(csr.Status.Certificate) > 0 {
+		t.Error("a certificate was issued to another group's token for the fenced node's name")
+	}
+	if inst, err := f.NM.DeckhouseV1alpha1().Instances().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Errorf("the fenced node's name got an Instance of group %q", inst.Labels[deckhousev1.NodeGroupLabel])
+	}
+	again, _ := certificateRequest(t, token(group), name)
+	if c := decision(t, again).Status.Conditions[0]; c.Type != certificatesv1.CertificateApproved {
+		t.Errorf("a token of the node's own group (a reinstalled machine): want Approved, got %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+}
+
+// TestARelabelledNodeLeavesTheOtherGroupAlone: a node of one group whose
+// kubelet labels it into another (a gated group with canaries, as master
+// would be), asks for an update there and, once approved, reports that
+// group's configuration and goes NotReady, as if to halt its rollout. Its
+// group is its Instance's: the other group's status does not count it,
+// its rollout never approves it and is not halted, and the node is warned
+// about.
+func TestARelabelledNodeLeavesTheOtherGroupAlone(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	const victim, own, rogue = "relabel-victim", "relabel-own", "relabel-rogue"
+	newGroup(t, victim, func(s *deckhousev1.NodeGroupSpec) {
+		mc := intstr.FromInt32(1)
+		s.Update = &deckhousev1.UpdateSpec{MaxConcurrent: &mc, Canaries: ptr.To(int32(1)), SoakTime: &metav1.Duration{Duration: time.Second}}
+	})
+	newGroup(t, own, nil)
+	f.TestAgent(t, victim+"-0", victim)
+	f.TestAgent(t, victim+"-1", victim)
+	r := f.TestAgent(t, rogue, own)
+	f.WaitRolledOut(t, victim, f.Checksum(t, victim), 2)
+	f.WaitRolledOut(t, own, f.Checksum(t, own), 1)
+
+	// The rogue's kubelet, with its own identity, moves its Node into the
+	// victim group and asks for an update there.
+	r.Paused.Store(true)
+	cfg, err := f.CP.NodeConfig(rogue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q},"annotations":{%q:"",%q:null}}}`,
+		deckhousev1.NodeGroupLabel, victim, deckhousev1.WaitingForApprovalAnnotation, deckhousev1.ConfigurationChecksumAnnotation)
+	if _, err := self.Patch(ctx, rogue, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the node relabelling itself (NodeRestriction allows it): %v", err)
+	}
+	framework.Poll(t, "the relabelled node is warned about", func(ctx context.Context) (bool, error) {
+		return f.HasEventNote(t, rogue, instances.ReasonGroupMismatch, fmt.Sprintf("%q", victim)), nil
+	})
+	sum := f.NewConfiguration(t, victim, "echo relabel\n")
+	// Approved into the victim's rollout, it would report the victim's
+	// configuration and go NotReady: the canary's failure halts a rollout.
+	go func() {
+		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			n, err := f.Kube.CoreV1().Nodes().Get(ctx, rogue, metav1.GetOptions{})
+			if err != nil || !nodes.Has(n, deckhousev1.ApprovedAnnotation) {
+				return false, nil
+			}
+			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:null}}}`,
+				deckhousev1.ConfigurationChecksumAnnotation, sum, deckhousev1.WaitingForApprovalAnnotation)
+			_, err = self.Patch(ctx, rogue, types.MergePatchType, patch, metav1.PatchOptions{})
+			r.Ready.Store(false)
+			return err == nil, nil
+		})
+	}()
+	f.WaitRolledOut(t, victim, sum, 2)
+	ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, victim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (Its own group may approve it: it asked for an update, and is its.)
+	if r := approval.ParseRollout(ng); slices.Contains(r.Canaries, rogue) || slices.Contains(r.Batch, rogue) {
+		t.Errorf("the relabelled node took part in %s's rollout: canaries %v, batch %v", victim, r.Canaries, r.Batch)
+	}
+	if ng.Status.Nodes != 2 {
+		t.Errorf("%s's status counts %d nodes, want its 2: the relabelled node is %s's", victim, ng.Status.Nodes, own)
+	}
+	if h := meta.FindStatusCondition(ng.Status.Conditions, approval.ConditionRolloutHalted); h != nil && h.Status == metav1.ConditionTrue {
+		t.Errorf("%s's rollout halted: %s", victim, h.Message)
+	}
+	if ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, own, metav1.GetOptions{}); err != nil || ng.Status.Nodes != 1 {
+		t.Errorf("%s's status: %v; want its 1 node counted, whatever its label says", own, err)
+	}
 }

@@ -107,6 +107,7 @@ func fencedNode(t *testing.T, name, group string, typ deckhousev1.NodeType, mode
 	n.Labels[deckhousev1.FencingModeLabel] = mode
 	n.Labels[deckhousev1.NodeTypeLabel] = string(typ)
 	n.Annotations = annotations
+	f.TestInstance(t, framework.NewInstance(name, group)) // its group is its Instance's
 	f.TestNode(t, n)
 	return f.TestHeartbeat(t, name)
 }

@@ -78,6 +78,7 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 	var gossipPorts []int
 	for i := range 3 {
 		node := fmt.Sprintf("%s-%d", name, i)
+		f.TestInstance(t, NewInstance(node, name)) // its group is its Instance's
 		f.TestNode(t, NewNode(node, name))
 		// Its InternalIP, which its agent's gossip admits (every agent
 		// here listens on the loopback address, at its own port), and

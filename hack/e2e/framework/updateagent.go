@@ -37,6 +37,9 @@ type Agent struct {
 	Disruptive atomic.Bool
 	// Ready is the Ready condition the agent reports.
 	Ready atomic.Bool
+	// ReadyMessage, when set, is the Ready condition's message (a kubelet
+	// writes there what it likes).
+	ReadyMessage atomic.Pointer[string]
 	// Paused stops the agent from acting (a node whose bashible is stuck).
 	Paused atomic.Bool
 	// ApplyTakes is how long applying an approved update takes (nanoseconds).
@@ -56,8 +59,21 @@ type Agent struct {
 
 // TestAgent registers a Node in group and starts its agent; it starts on
 // the group's current checksum, as a node that has joined and converged.
-// The agent stops and the Node goes when the test ends.
+// The node is the group's by its Instance, as node-manager's approver
+// makes it at the join (created first, deleted when the test ends, unless
+// the test made one). The agent stops and the Node goes when the test ends.
 func (f *Framework) TestAgent(t *testing.T, name, group string) *Agent {
+	t.Helper()
+	if _, err := f.NM.DeckhouseV1alpha1().Instances().Get(Context(t), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		f.TestInstance(t, NewInstance(name, group))
+	}
+	return f.TestAgentWithoutInstance(t, name, group)
+}
+
+// TestAgentWithoutInstance is TestAgent for a node node-manager never
+// admitted: labelled with group, but without an Instance, so it belongs to
+// no group.
+func (f *Framework) TestAgentWithoutInstance(t *testing.T, name, group string) *Agent {
 	t.Helper()
 	ctx := Context(t)
 	node := NewNode(name, group)
@@ -90,13 +106,17 @@ func (f *Framework) TestAgent(t *testing.T, name, group string) *Agent {
 // ReportNodeReady reports the node's Ready condition now, with a capacity,
 // as its kubelet would (kube-controller-manager marks silent nodes unknown).
 func (f *Framework) ReportNodeReady(ctx context.Context, name string, ready bool) error {
+	return f.reportNodeReady(ctx, name, ready, "")
+}
+
+func (f *Framework) reportNodeReady(ctx context.Context, name string, ready bool, message string) error {
 	st := corev1.ConditionFalse
 	if ready {
 		st = corev1.ConditionTrue
 	}
 	now := metav1.Now()
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: st, Reason: "SimulatedKubelet", LastHeartbeatTime: now, LastTransitionTime: now,
+		Type: corev1.NodeReady, Status: st, Reason: "SimulatedKubelet", Message: message, LastHeartbeatTime: now, LastTransitionTime: now,
 	}}, "nodeInfo": map[string]any{"kubeletVersion": "v1.36.3"},
 		"capacity":    map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"},
 		"allocatable": map[string]string{"pods": "110", "cpu": "4", "memory": "8Gi"}}})
@@ -118,7 +138,11 @@ func (a *Agent) run(ctx context.Context) {
 		case <-tick.C:
 		}
 		if time.Since(lastBeat) > 5*time.Second || a.Ready.Load() != lastReady {
-			if a.f.ReportNodeReady(ctx, a.Name, a.Ready.Load()) == nil {
+			msg := ""
+			if m := a.ReadyMessage.Load(); m != nil {
+				msg = *m
+			}
+			if a.f.reportNodeReady(ctx, a.Name, a.Ready.Load(), msg) == nil {
 				lastBeat, lastReady = time.Now(), a.Ready.Load()
 			}
 		}
@@ -438,11 +462,20 @@ func (f *Framework) WaitRolledOut(t *testing.T, group, sum string, count int) {
 		if int(ng.Status.UpToDate) != count || int(ng.Status.Nodes) != count {
 			return false, nil
 		}
-		list, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
+		// The group's nodes are its Instances' (a node's own label may
+		// say another group).
+		insts, err := f.NM.DeckhouseV1alpha1().Instances().List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
 		if err != nil {
 			return false, nil
 		}
-		for _, n := range list.Items {
+		for _, inst := range insts.Items {
+			n, err := f.Kube.CoreV1().Nodes().Get(ctx, inst.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return false, nil
+			}
 			if n.Annotations[deckhousev1.ConfigurationChecksumAnnotation] != sum || n.Spec.Unschedulable {
 				return false, nil
 			}

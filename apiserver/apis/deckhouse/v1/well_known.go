@@ -189,6 +189,15 @@ const (
 	// batch's soak ends, the halt), kept in the cluster so that a
 	// restarted or new leader carries on where the last one stopped.
 	RolloutStateAnnotation = "node-manager.deckhouse.io/rollout"
+
+	// ApprovedRequestAnnotation on an Instance is the kubelet client
+	// certificate request node-manager approved for the node's name (JSON:
+	// the CSR's name, the bootstrap token's id, the sha256 fingerprint of
+	// the request's public key). While it is there, node-manager approves
+	// no request for the name with another key: the name is claimed until
+	// the node registers (then no token may ask for it at all) or a person
+	// removes the annotation (or the Instance).
+	ApprovedRequestAnnotation = "node-manager.deckhouse.io/approved-request"
 )
 
 // Annotations of other components that node-manager reads or writes.
@@ -268,6 +277,13 @@ const (
 
 // Objects node-manager reads, by name.
 const (
+	// NodeNameTombstonesConfigMap (in Namespace) remembers, for a day, the
+	// group of each node whose Instance node-manager deleted because its
+	// Node was gone (removed, or fenced): until then, only a bootstrap
+	// token of that group may obtain a certificate under the name. A
+	// person may remove a name's key to release it sooner.
+	NodeNameTombstonesConfigMap = "node-name-tombstones"
+
 	// ClusterConfigurationSecret (kube-system) holds the cluster-wide
 	// settings under ClusterConfigurationKey (kind ClusterConfiguration,
 	// written by the cluster's installer); bashible-apiserver renders from
