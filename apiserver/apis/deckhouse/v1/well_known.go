@@ -63,6 +63,13 @@ const (
 	// Node to its group's mode (FencingModeWatchdog or FencingModeNotify);
 	// the fencing controller keeps the Node of a Notify node.
 	FencingModeLabel = "node-manager.deckhouse.io/fencing-mode"
+
+	// BashibleEventNodeLabel is on every Event bashible creates about its
+	// node (bb-event in templates/tree/lib/_node_lib.tpl: BashibleConverged,
+	// BashibleStepFailed, BashibleUpdateRefused, ...), with the node's name
+	// as its value, so `kubectl get events -l` selects one node's bashible
+	// Events; nothing in node-manager selects by it.
+	BashibleEventNodeLabel = "bashible.deckhouse.io/node"
 )
 
 // Domains of node-manager's own label, annotation and taint keys (with
