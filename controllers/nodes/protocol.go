@@ -1,7 +1,8 @@
 // Package nodes holds small read-only helpers over Node objects for the
 // node protocol the controllers and bashible share, and Change, the one way
 // the controllers patch a Node. The protocol's labels and annotations are
-// fixed names (DESIGN.md §3) defined in apiserver/apis/deckhouse/v1/well_known.go.
+// fixed names (docs/development/architecture.md, "Fixed names") defined in
+// apiserver/apis/deckhouse/v1/well_known.go.
 package nodes
 
 import (

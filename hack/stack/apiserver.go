@@ -29,7 +29,7 @@ import (
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
-// Fixed names (DESIGN.md §3).
+// Fixed names (docs/development/architecture.md, "Fixed names").
 const (
 	// ServiceAccountUser is bashible-apiserver's identity; the manifests'
 	// RBAC is bound to this ServiceAccount, and a client certificate with

@@ -27,7 +27,8 @@ import (
 
 // SimNode is a node simulated honestly: a directory stands in for its root
 // file system, it authenticates with a real node client certificate, and
-// it runs the real bashible.sh served by the API (DESIGN.md §5).
+// it runs the real bashible.sh served by the API (docs/development/
+// architecture.md, "Proving it on a local control plane").
 type SimNode struct {
 	Name, Group string
 	// Root is the node's "/".

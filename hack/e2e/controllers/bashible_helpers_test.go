@@ -18,9 +18,10 @@ import (
 	"github.com/node-manager/node-manager/hack/stack"
 )
 
-// realNode is a simulated node (DESIGN.md §5) that runs the real
-// bashible.sh served for its group; a goroutine plays its kubelet's
-// heartbeat. Every run's output is kept and printed if the test fails.
+// realNode is a simulated node (docs/development/architecture.md, "Proving
+// it on a local control plane") that runs the real bashible.sh served for
+// its group; a goroutine plays its kubelet's heartbeat. Every run's output
+// is kept and printed if the test fails.
 type realNode struct {
 	*stack.SimNode
 	mu   sync.Mutex

@@ -2,11 +2,12 @@ package v1
 
 // The wire names of node-manager: the labels, annotations, taints, field
 // managers, namespaces and object names that nodes, users and other
-// components read or write. They are fixed (DESIGN.md §3: real Deckhouse
-// nodes and users already speak most of them), so each is written here once
-// and every other package uses the constant. hack/verify-wire-names.sh (run
-// by `make lint`) fails when one of these values appears as a string literal
-// anywhere else; names of the aggregated API (bashible.deckhouse.io) are in
+// components read or write. They are fixed (docs/development/architecture.md,
+// "Fixed names": real Deckhouse nodes and users already speak most of them),
+// so each is written here once and every other package uses the constant.
+// hack/verify-wire-names.sh (run by `make lint`) fails when one of these
+// values appears as a string literal anywhere else; names of the aggregated
+// API (bashible.deckhouse.io) are in
 // apiserver/apis/bashible/v1alpha1/well_known.go.
 //
 // Each value is written out in full, never built from another constant, so
@@ -63,6 +64,13 @@ const (
 	// Node to its group's mode (FencingModeWatchdog or FencingModeNotify);
 	// the fencing controller keeps the Node of a Notify node.
 	FencingModeLabel = "node-manager.deckhouse.io/fencing-mode"
+
+	// BashibleEventNodeLabel is on every Event bashible creates about its
+	// node (bb-event in templates/tree/lib/_node_lib.tpl: BashibleConverged,
+	// BashibleStepFailed, BashibleUpdateRefused, ...), with the node's name
+	// as its value, so `kubectl get events -l` selects one node's bashible
+	// Events; nothing in node-manager selects by it.
+	BashibleEventNodeLabel = "bashible.deckhouse.io/node"
 )
 
 // Domains of node-manager's own label, annotation and taint keys (with
