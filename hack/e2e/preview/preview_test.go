@@ -280,20 +280,24 @@ func TestOnlyKubeAPIServerMayCallTheWebhook(t *testing.T) {
 	}
 }
 
-// previewCalls is how many reviews of operation kube-apiserver has sent
-// the preview webhook (its apiserver_admission_webhook_request_total).
-func previewCalls(t *testing.T, operation string) float64 {
+// metricSum is the sum of kube-apiserver's series of metric whose labels
+// include every one of labels (`name="value"`).
+func metricSum(t *testing.T, metric string, labels ...string) float64 {
 	t.Helper()
 	raw, err := f.Kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(framework.Context(t))
 	if err != nil {
 		t.Fatalf("read kube-apiserver's /metrics: %v", err)
 	}
 	total := 0.0
+lines:
 	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "apiserver_admission_webhook_request_total{") ||
-			!strings.Contains(line, `name="`+bashiblev1alpha1.PreviewWebhookName+`"`) ||
-			!strings.Contains(line, `operation="`+operation+`"`) {
+		if !strings.HasPrefix(line, metric+"{") {
 			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue lines
+			}
 		}
 		fields := strings.Fields(line)
 		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
@@ -303,6 +307,36 @@ func previewCalls(t *testing.T, operation string) float64 {
 		total += v
 	}
 	return total
+}
+
+// previewCalls is how many reviews of operation kube-apiserver has sent
+// the preview webhook.
+func previewCalls(t *testing.T, operation string) float64 {
+	t.Helper()
+	return metricSum(t, "apiserver_admission_webhook_request_total",
+		`name="`+bashiblev1alpha1.PreviewWebhookName+`"`, `operation="`+operation+`"`)
+}
+
+// TestAPreviewListsNoInstances: the nodes a preview names come from
+// bashible-apiserver's Instance informer, not a LIST (a quorum read of the
+// whole fleet) per preview.
+func TestAPreviewListsNoInstances(t *testing.T) {
+	dryRunWarnings(t, configuration("preview-probe", "true\n"))
+	lists := func() float64 {
+		return metricSum(t, "apiserver_request_total", `verb="LIST"`, `resource="instances"`)
+	}
+	before := lists()
+	const previews = 3
+	for i := range previews {
+		out := dryRunWarnings(t, configuration(fmt.Sprintf("preview-lists-%d", i), "true\n"))
+		if !strings.Contains(out, "group worker, 2 node(s)") {
+			t.Fatalf("preview %d names no worker nodes:\n%s", i, out)
+		}
+	}
+	// The informer may relist meanwhile, but not once per preview.
+	if got := lists() - before; got >= previews {
+		t.Errorf("%d previews made %v LISTs of Instances, want fewer than one each", previews, got)
+	}
 }
 
 // TestMetadataOnlyUpdatesAndNodeManagersOwnWritesAreNotSentToTheWebhook
