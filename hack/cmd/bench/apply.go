@@ -24,6 +24,18 @@ import (
 // of a List carries in benchApply.
 const applyConfigs = 200
 
+// applyAllGroups makes every NodeGroupConfiguration of applyList select
+// every group ("*", the default when none is named); by default each
+// selects one.
+var applyAllGroups = false
+
+func selector(i int) string {
+	if applyAllGroups {
+		return "*"
+	}
+	return fmt.Sprintf("group-%03d", i%groups)
+}
+
 // applyList is a List of applyConfigs small NodeGroupConfigurations, each
 // selecting one of the benchmark's groups (a GitOps sync of a
 // configuration set).
@@ -33,7 +45,7 @@ func applyList() []byte {
 		items = append(items, map[string]any{
 			"apiVersion": "deckhouse.io/v1alpha1", "kind": "NodeGroupConfiguration",
 			"metadata": map[string]any{"name": fmt.Sprintf("apply-%03d.sh", i)},
-			"spec": map[string]any{"nodeGroups": []string{fmt.Sprintf("group-%03d", i%groups)}, "weight": 500,
+			"spec": map[string]any{"nodeGroups": []string{selector(i)}, "weight": 500,
 				"content": fmt.Sprintf("sysctl -w net.core.somaxconn=%d\n", 1024+i)},
 		})
 	}

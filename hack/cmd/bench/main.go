@@ -63,6 +63,7 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "how long each GET load runs")
 	renderOnly := flag.Bool("render-only", false, "run only the render benchmarks (no control plane)")
 	applyOnly := flag.Bool("apply-only", false, "run only the kubectl create of 200 NodeGroupConfigurations, webhook off and on")
+	flag.BoolVar(&applyAllGroups, "apply-all-groups", false, "with -apply-only: each NodeGroupConfiguration selects every group (\"*\")")
 	flag.Parse()
 	if err := run(*duration, *renderOnly, *applyOnly); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
