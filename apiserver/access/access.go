@@ -94,6 +94,9 @@ func NewNarrower(nm versioned.Interface) *Narrower {
 	return &Narrower{instances: inst.Lister(), synced: inst.Informer().HasSynced, factory: f}
 }
 
+// Instances is the informer's lister: every Instance's name and labels.
+func (n *Narrower) Instances() nmlisters.InstanceLister { return n.instances }
+
 // Start starts the informer.
 func (n *Narrower) Start(stop <-chan struct{}) { n.factory.Start(stop) }
 

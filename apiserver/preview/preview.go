@@ -35,7 +35,7 @@ import (
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/apiserver/preview/linediff"
-	"github.com/node-manager/node-manager/generated/clientset/versioned"
+	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -304,17 +304,29 @@ func approvalMode(ng *deckhousev1.NodeGroup) string {
 // InstanceNodes lists nodes by their Instances, whose
 // node.deckhouse.io/group label only node-manager writes (the same source
 // as the access narrowing): a node's own labels are the kubelet's to
-// write.
-type InstanceNodes struct{ Client versioned.Interface }
+// write. It reads them from an informer's cache (the Narrower's, which
+// keeps each Instance's labels): a preview runs at every write of a
+// NodeGroup or NodeGroupConfiguration, and a LIST of every Instance each
+// time cost kube-apiserver a quorum read of the whole fleet.
+type InstanceNodes struct {
+	Lister nmlisters.InstanceLister
+	// Synced reports whether the cache is loaded; until it is, a preview
+	// fails (and the webhook admits the change with a warning saying so)
+	// rather than count no nodes.
+	Synced func() bool
+}
 
-// ByGroup lists every Instance once.
-func (n InstanceNodes) ByGroup(ctx context.Context) (map[string][]string, error) {
-	list, err := n.Client.DeckhouseV1alpha1().Instances().List(ctx, metav1.ListOptions{LabelSelector: labels.Everything().String()})
+// ByGroup maps each group to its nodes from the cache.
+func (n InstanceNodes) ByGroup(context.Context) (map[string][]string, error) {
+	if n.Synced != nil && !n.Synced() {
+		return nil, errors.New("the Instances are not loaded yet")
+	}
+	list, err := n.Lister.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]string{}
-	for _, inst := range list.Items {
+	for _, inst := range list {
 		if g := inst.Labels[deckhousev1.NodeGroupLabel]; g != "" {
 			out[g] = append(out[g], inst.Name)
 		}

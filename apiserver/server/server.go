@@ -180,8 +180,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		LeaseDuration: c.extra.LeaderElection.LeaseDuration, RenewDeadline: c.extra.LeaderElection.RenewDeadline, RetryPeriod: c.extra.LeaderElection.RetryPeriod,
 	})
 	narrower := access.NewNarrower(nm)
-	// Previews render proposals with the same tree and render workers.
-	previewer := preview.New(sandboxed, controller, store, preview.InstanceNodes{Client: nm})
+	// Previews render proposals with the same tree and render workers;
+	// nodes are counted from the narrower's Instance informer.
+	previewer := preview.New(sandboxed, controller, store, preview.InstanceNodes{Lister: narrower.Instances(), Synced: narrower.HasSynced})
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(bashiblev1alpha1.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	storages := registry.Storages(store, narrower, requests)

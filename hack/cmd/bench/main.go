@@ -13,7 +13,10 @@
 //     cached bundle by 100 concurrent clients (each its own connection),
 //     straight from bashible-apiserver, through kube-apiserver's aggregator,
 //     and, for scale, of a ConfigMap of the same size from kube-apiserver;
-//   - rss_100_groups: bashible-apiserver's resident memory serving 100 groups.
+//   - rss_100_groups: bashible-apiserver's resident memory serving 100 groups;
+//   - apply_200_ngcs_webhook_{off,on,ratio}: one `kubectl create` of a List
+//     of 200 small NodeGroupConfigurations, without and with the preview
+//     webhook (-apply-only runs only this one, on the same cluster).
 package main
 
 import (
@@ -59,8 +62,10 @@ func main() {
 	sandbox.RunWorkerIfRequested()
 	duration := flag.Duration("duration", 5*time.Second, "how long each GET load runs")
 	renderOnly := flag.Bool("render-only", false, "run only the render benchmarks (no control plane)")
+	applyOnly := flag.Bool("apply-only", false, "run only the kubectl create of 200 NodeGroupConfigurations, webhook off and on")
+	flag.BoolVar(&applyAllGroups, "apply-all-groups", false, "with -apply-only: each NodeGroupConfiguration selects every group (\"*\")")
 	flag.Parse()
-	if err := run(*duration, *renderOnly); err != nil {
+	if err := run(*duration, *renderOnly, *applyOnly); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
@@ -107,11 +112,14 @@ func nodeGroupConfigurations() []*deckhousev1alpha1.NodeGroupConfiguration {
 	return out
 }
 
-func run(duration time.Duration, renderOnly bool) error {
+func run(duration time.Duration, renderOnly, applyOnly bool) error {
+	if applyOnly {
+		return benchServe(duration, true)
+	}
 	if err := benchRender(); err != nil || renderOnly {
 		return err
 	}
-	return benchServe(duration)
+	return benchServe(duration, false)
 }
 
 func benchRender() error {
@@ -216,7 +224,7 @@ func benchWorker(tree *templates.Tree) error {
 	return nil
 }
 
-func benchServe(duration time.Duration) error {
+func benchServe(duration time.Duration, applyOnly bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if err := stack.Build(); err != nil {
@@ -254,6 +262,9 @@ func benchServe(duration time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("waiting for %d groups to be served: %w", groups, err)
 	}
+	if applyOnly {
+		return benchApply(ctx, cp, nm, server)
+	}
 
 	path := "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/group-050"
 	body, err := get(newClient(cp), cp.APIServerURL+path)
@@ -282,7 +293,7 @@ func benchServe(duration time.Duration) error {
 		return err
 	}
 	figure("rss_100_groups", rss/(1<<20), "MiB")
-	return nil
+	return benchApply(ctx, cp, nm, server)
 }
 
 // newClient is one client with its own connection, authenticated as the admin.

@@ -12,15 +12,21 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/client-go/rest"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/stack"
 )
@@ -271,6 +277,128 @@ func TestOnlyKubeAPIServerMayCallTheWebhook(t *testing.T) {
 	// An empty review is a bad request, but it got through authorization.
 	if code := post(cert(bashiblev1alpha1.PreviewWebhookCallerUser)); code != http.StatusBadRequest {
 		t.Errorf("kube-apiserver's webhook client: %d, want 400 for an empty review", code)
+	}
+}
+
+// metricSum is the sum of kube-apiserver's series of metric whose labels
+// include every one of labels (`name="value"`).
+func metricSum(t *testing.T, metric string, labels ...string) float64 {
+	t.Helper()
+	raw, err := f.Kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(framework.Context(t))
+	if err != nil {
+		t.Fatalf("read kube-apiserver's /metrics: %v", err)
+	}
+	total := 0.0
+lines:
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, metric+"{") {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue lines
+			}
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("kube-apiserver's /metrics: %q: %v", line, err)
+		}
+		total += v
+	}
+	return total
+}
+
+// previewCalls is how many reviews of operation kube-apiserver has sent
+// the preview webhook.
+func previewCalls(t *testing.T, operation string) float64 {
+	t.Helper()
+	return metricSum(t, "apiserver_admission_webhook_request_total",
+		`name="`+bashiblev1alpha1.PreviewWebhookName+`"`, `operation="`+operation+`"`)
+}
+
+// TestAPreviewListsNoInstances: the nodes a preview names come from
+// bashible-apiserver's Instance informer, not a LIST (a quorum read of the
+// whole fleet) per preview.
+func TestAPreviewListsNoInstances(t *testing.T) {
+	dryRunWarnings(t, configuration("preview-probe", "true\n"))
+	lists := func() float64 {
+		return metricSum(t, "apiserver_request_total", `verb="LIST"`, `resource="instances"`)
+	}
+	before := lists()
+	const previews = 3
+	for i := range previews {
+		out := dryRunWarnings(t, configuration(fmt.Sprintf("preview-lists-%d", i), "true\n"))
+		if !strings.Contains(out, "group worker, 2 node(s)") {
+			t.Fatalf("preview %d names no worker nodes:\n%s", i, out)
+		}
+	}
+	// The informer may relist meanwhile, but not once per preview.
+	if got := lists() - before; got >= previews {
+		t.Errorf("%d previews made %v LISTs of Instances, want fewer than one each", previews, got)
+	}
+}
+
+// TestMetadataOnlyUpdatesAndNodeManagersOwnWritesAreNotSentToTheWebhook
+// counts kube-apiserver's calls of the webhook: an annotation patch (what
+// node-manager-controller and GitOps tools write most) and a write as
+// node-manager-controller's ServiceAccount, even one that changes spec,
+// cost no call (the matchConditions); a change of spec by a user is
+// still previewed.
+func TestMetadataOnlyUpdatesAndNodeManagersOwnWritesAreNotSentToTheWebhook(t *testing.T) {
+	ctx := framework.Context(t)
+	dryRunWarnings(t, configuration("preview-probe", "true\n"))
+	const name = "preview-metadata"
+	if out, err := applyOutput(t, configuration(name, "true\n")); err != nil || !strings.Contains(out, "bashible preview:") {
+		t.Fatalf("kubectl apply of a new configuration: %v, want a preview:\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	before := previewCalls(t, "UPDATE")
+
+	if _, err := f.NM.DeckhouseV1alpha1().NodeGroupConfigurations().Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"example.com/owner":"team-a"},"labels":{"example.com/tier":"base"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotate NodeGroupConfiguration %s: %v", name, err)
+	}
+	if _, err := f.NM.DeckhouseV1().NodeGroups().Patch(ctx, "worker", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"example.com/owner":"team-a"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotate NodeGroup worker: %v", err)
+	}
+	if got := previewCalls(t, "UPDATE"); got != before {
+		t.Errorf("metadata-only updates were sent to the webhook: %v UPDATE reviews, want %v", got, before)
+	}
+
+	// As node-manager-controller (impersonated, with the rights of an
+	// administrator so the write is authorized and reaches admission): a
+	// dry-run change of spec is not sent either.
+	cfg := rest.CopyConfig(f.CP.AdminConfig())
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: serviceaccount.MakeUsername(deckhousev1.Namespace, deckhousev1.NodeManagerControllerName),
+		Groups:   []string{"system:masters", "system:authenticated"},
+	}
+	controller, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controller.DeckhouseV1().NodeGroups().Patch(ctx, "worker", types.MergePatchType,
+		[]byte(`{"spec":{"cri":{"type":"ContainerdV2"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("patch NodeGroup worker as node-manager-controller: %v", err)
+	}
+	if got := previewCalls(t, "UPDATE"); got != before {
+		t.Errorf("node-manager-controller's write was sent to the webhook: %v UPDATE reviews, want %v", got, before)
+	}
+
+	// A user's change of spec is still previewed.
+	out, err := applyOutput(t, configuration(name, "sysctl -w vm.swappiness=2\n"))
+	if err != nil {
+		t.Fatalf("kubectl apply of a changed configuration: %v\n%s", err, out)
+	}
+	if want := "group worker, 2 node(s): 1 step(s) change: 100_" + name + ".sh (modified)"; !strings.Contains(out, want) {
+		t.Errorf("a change of spec printed no %q:\n%s", want, out)
+	}
+	if got := previewCalls(t, "UPDATE"); got != before+1 {
+		t.Errorf("a change of spec: %v UPDATE reviews, want %v", got, before+1)
 	}
 }
 
