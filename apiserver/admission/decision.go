@@ -77,7 +77,7 @@ func Decide(p preview.Proposal, res *preview.Result, err error) Decision {
 		d.Warnings = append(d.Warnings, warning("group %s does not render%s and keeps its last good bundle: %s", f.Group, at, oneLine(f.Message)))
 	}
 	if len(res.Groups) > 0 {
-		d.Warnings = append(d.Warnings, warning("the full diff: kubectl create -o yaml -f with a NodeGroupBundlePreview (see README)"))
+		d.Warnings = append(d.Warnings, warning("the full diff: kubectl create -o yaml -f with a NodeGroupBundlePreview (see docs/operations/preview.md)"))
 	}
 	return d
 }

@@ -63,7 +63,7 @@ func TestWarningsSayGroupsNodesStepsAndDisruption(t *testing.T) {
 		"bashible preview: group master, 0 node(s): 1 step(s) change: 100_a.sh (added); not disruptive",
 		"bashible preview: group worker, 3 node(s): 2 step(s) change: 040_containerd.sh (modified), 100_a.sh (added); DISRUPTIVE (approvalMode Manual)",
 		"bashible preview: group worker: 040_containerd.sh may disrupt workloads: the container runtime changes",
-		"bashible preview: the full diff: kubectl create -o yaml -f with a NodeGroupBundlePreview (see README)",
+		"bashible preview: the full diff: kubectl create -o yaml -f with a NodeGroupBundlePreview (see docs/operations/preview.md)",
 	}
 	if !d.Allowed || strings.Join(d.Warnings, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("allowed %v, warnings:\n%s\nwant:\n%s", d.Allowed, strings.Join(d.Warnings, "\n"), strings.Join(want, "\n"))

@@ -12,7 +12,8 @@
 // machine provisioned with the Node's addresses; when the Machine goes,
 // Cleaning runs cleanup_static_node.sh and the instance is Pending again.
 // SSH operations take minutes, so they run off the queue (tasks.go), one per
-// host; a sync only reads how the last one ended. Nothing about an
+// StaticInstance within a leadership term (not per host: see
+// docs/operations/static-nodes.md); a sync only reads how the last one ended. Nothing about an
 // operation in progress is kept but in memory: after a restart, or when the
 // SSH session dropped, the phase in the instance's status is enough to run
 // the operation again, and the scripts are made to be run again (resume).

@@ -12,9 +12,12 @@ import (
 )
 
 // tasks runs the SSH operations, which take minutes, off the work queue:
-// at most one per host (keyed by the StaticInstance's name), and keeps how
-// the last one of each host ended until sync has used it. When one ends,
-// done is called with the host's key, so its machine is synced at once.
+// at most one per StaticInstance (keyed by its name, not by the host: two
+// instances naming one host by different addresses are two keys) within
+// this process's term of leadership; a new term may start another while the
+// last term's script still runs on the host. It keeps how the last one of
+// each instance ended until sync has used it. When one ends, done is called
+// with the instance's key, so its machine is synced at once.
 type tasks struct {
 	mu    sync.Mutex
 	byKey map[string]*task

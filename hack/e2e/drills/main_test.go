@@ -9,7 +9,7 @@
 // every second, a namespace created and deleted during the fault, the
 // errors of 64 concurrent GETs, the approval invariants of a rollout, the
 // published Secrets' write history — and logs its figures as a line
-// starting "DRILL", from which the README's reliability table is made.
+// starting "DRILL", from which the reliability table in docs/operations/fault-drills.md is made.
 package drills
 
 import (

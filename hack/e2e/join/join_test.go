@@ -62,7 +62,7 @@ func TestAMachineJoinsRunsAPodAndTakesAnUpdate(t *testing.T) {
 	endpoint := forwardAPIServer(t)
 	t.Logf("the cluster's API endpoint: %s", endpoint)
 	f.TestGroup(t, framework.NewGroup(group, func(ng *deckhousev1.NodeGroup) {
-		// This host: cgroup v1, no CAP_SYS_RESOURCE (see the README).
+		// This host: cgroup v1, no CAP_SYS_RESOURCE (see docs/development/real-nodes.md).
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{FailCgroupV1: ptr.To(false)}
 		ng.Spec.CRI = &deckhousev1.CRISpec{Type: deckhousev1.CRIContainerdV2, ContainerdV2: &deckhousev1.ContainerdSpec{RestrictOOMScoreAdj: true}}
 	}))
