@@ -17,7 +17,8 @@ import (
 
 // Environment is a local control plane with node-manager's binaries built,
 // its CRDs installed and the namespaces, RBAC and admission policies of
-// bashible-apiserver, node-manager-controller and fencing-agent applied:
+// bashible-apiserver, node-manager-controller, fencing-agent and
+// caps-controller-manager applied:
 // the starting point of the e2e suites and the benchmark.
 type Environment struct {
 	CP      *controlplane.ControlPlane
@@ -56,6 +57,11 @@ func NewEnvironment(ctx context.Context) (_ *Environment, err error) {
 		return nil, err
 	}
 	if err := InstallFencingAgent(ctx, root, applier); err != nil {
+		return nil, err
+	}
+	// caps-controller-manager's identity and the namespace d8-ssh-credentials:
+	// every namespace of the manifests exists, as in an installed cluster.
+	if err := InstallCAPS(ctx, root, applier); err != nil {
 		return nil, err
 	}
 	if err := InstallPolicies(ctx, root, applier); err != nil {
