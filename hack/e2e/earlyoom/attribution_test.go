@@ -98,15 +98,7 @@ func TestNodeWideHogIsEvictedAmongThePodsUnderPressure(t *testing.T) {
 	n.setPodsPressure(t, 70, 60)
 	crossed := time.Now()
 	n.setPressure(t, 70, 60)
-	var at time.Time
-	framework.Poll(t, "the deletion of "+hog.Name, func(ctx context.Context) (bool, error) {
-		select {
-		case at = <-deleted:
-			return true, nil
-		default:
-			return false, nil
-		}
-	})
+	at := waitDeleted(t, deleted, hog.Name)
 	t.Logf("early-oom deleted the hog %s after the pressure crossed the threshold (sampling every 100 ms, 3 samples needed)", at.Sub(crossed).Round(time.Millisecond))
 	if got := metric(framework.Context(t), t, a, "early_oom_limited_pressure_samples_total"); got != 0 {
 		t.Errorf("early-oom discounted %v samples of a node-wide hog as a pod's own limit; want none", got)

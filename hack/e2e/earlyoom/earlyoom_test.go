@@ -48,15 +48,7 @@ func TestSustainedPressureEvictsTheKubeletsChoice(t *testing.T) {
 	deleted := watchDeletion(t, hog)
 	crossed := time.Now()
 	n.setPressure(t, 60, 45)
-	var at time.Time
-	framework.Poll(t, "the deletion of "+hog.Name, func(ctx context.Context) (bool, error) {
-		select {
-		case at = <-deleted:
-			return true, nil
-		default:
-			return false, nil
-		}
-	})
+	at := waitDeleted(t, deleted, hog.Name)
 	t.Logf("early-oom deleted the victim %s after the pressure crossed the threshold (sampling every 100 ms, 3 samples needed)", at.Sub(crossed).Round(time.Millisecond))
 
 	for _, who := range []string{hog.Name, n.name} {
@@ -176,6 +168,22 @@ func TestAgentCredentialsAreRefusedOnAnotherNode(t *testing.T) {
 
 // watchDeletion reports the time the pod was first seen being deleted (a
 // deletionTimestamp, or gone).
+// waitDeleted waits for the deletion watchDeletion reports and returns
+// when it was seen.
+func waitDeleted(t *testing.T, deleted <-chan time.Time, name string) time.Time {
+	t.Helper()
+	var at time.Time
+	framework.Poll(t, "the deletion of "+name, func(context.Context) (bool, error) {
+		select {
+		case at = <-deleted:
+			return true, nil
+		default:
+			return false, nil
+		}
+	})
+	return at
+}
+
 func watchDeletion(t *testing.T, p *corev1.Pod) <-chan time.Time {
 	t.Helper()
 	w, err := f.Kube.CoreV1().Pods(p.Namespace).Watch(framework.Context(t), metav1.ListOptions{
