@@ -38,6 +38,7 @@ func New(d *manager.Deps) *Controller {
 		components: Components{ClusterAPI: d.Options != nil && d.Options.ClusterAPI}}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue) // Instances included
+	d.Registry.MustRegister(NewGroupSeries(c.watch.Groups))
 	return c
 }
 

@@ -130,6 +130,13 @@ func TestManualDisruptionWaitsForAPerson(t *testing.T) {
 	}
 	annotate(t, n.Name, map[string]*string{deckhousev1.DisruptionApprovedAnnotation: ptr.To("")})
 	f.WaitRolledOut(t, group, sum, 2)
+	// Deckhouse's per-group family, which its dashboards and alerts read.
+	framework.Poll(t, "the group's d8_node_group_* series", func(ctx context.Context) (bool, error) {
+		_, body, err := ctrl.Get(ctx, "/metrics")
+		return err == nil && strings.Contains(body, `d8_node_group_nodes{node_group_name="manual"} 2`) &&
+			strings.Contains(body, `d8_node_group_up_to_date{node_group_name="manual"} 2`) &&
+			strings.Contains(body, `d8_node_group_has_errors{node_group_name="manual"} 0`), nil
+	})
 }
 
 func TestAutomaticDisruptionWaitsForItsWindowThenDrains(t *testing.T) {
