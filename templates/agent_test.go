@@ -408,10 +408,11 @@ func TestAgentReportsAFailingStepsOutputWhateverItHolds(t *testing.T) {
 	}
 }
 
-// A run that succeeds is one Event, BashibleConverged, that says how many
-// steps ran; each step's attempts and duration are in the Instance's
-// lastRun, not in an Event per step (at 5,000 nodes of 40 steps that was
-// 200,000 Events for one change).
+// A run that succeeds is three Events: Deckhouse's BashibleNodeUpdate
+// "start" and "finish" (its watchers see them as before) and
+// BashibleConverged, that says how many steps ran; each step's attempts
+// and duration are in the Instance's lastRun, not in an Event per step (at
+// 5,000 nodes of 40 steps that was 200,000 Events for one change).
 func TestAgentReportsASuccessfulRunAsOneEvent(t *testing.T) {
 	t.Parallel()
 	steps := map[string]string{"010_a.sh": "true\n", "020_b.sh": "true\n", "030_c.sh": "true\n"}
@@ -421,13 +422,20 @@ func TestAgentReportsASuccessfulRunAsOneEvent(t *testing.T) {
 	if !ok {
 		t.Fatalf("the run failed:\n%s", out)
 	}
-	var reasons, notes []string
+	var reasons, notes, actions []string
 	for _, ev := range api.events {
 		reasons = append(reasons, fmt.Sprint(ev["reason"]))
 		notes = append(notes, fmt.Sprint(ev["note"]))
+		actions = append(actions, fmt.Sprint(ev["action"]))
 	}
-	if len(reasons) != 1 || reasons[0] != "BashibleConverged" || !strings.Contains(notes[0], "applied: 3 steps in ") {
-		t.Errorf("Events %q, notes %q; want one BashibleConverged saying 3 steps ran\n%s", reasons, notes, out)
+	if want := []string{"BashibleNodeUpdate", "BashibleNodeUpdate", "BashibleConverged"}; !slices.Equal(reasons, want) {
+		t.Fatalf("Events %q, notes %q; want %q\n%s", reasons, notes, want, out)
+	}
+	if notes[0] != "start steps update on n1" || notes[1] != "finish steps update on n1" || actions[0] != "BashibleStepExecution" || actions[1] != "BashibleStepExecution" {
+		t.Errorf("BashibleNodeUpdate notes %q, actions %q; want Deckhouse's start and finish, action BashibleStepExecution", notes[:2], actions[:2])
+	}
+	if !strings.Contains(notes[2], "applied: 3 steps in ") || actions[2] != "Converge" {
+		t.Errorf("BashibleConverged note %q, action %q; want it to say 3 steps ran", notes[2], actions[2])
 	}
 	last, _ := api.applied[deckhousev1.BashibleLastRunFieldManager]["lastRun"].(map[string]any)
 	if ran, _ := last["steps"].([]any); len(ran) != 3 {
@@ -503,8 +511,8 @@ func BenchmarkAgentRun(b *testing.B) {
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &before)
 		out, _, ok := runScriptOn(b, api, script, cert)
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &after)
-		if !ok || len(api.events) != 1 {
-			b.Fatalf("the run failed or recorded %d Events, not its one BashibleConverged:\n%s", len(api.events), out)
+		if !ok || len(api.events) != 3 {
+			b.Fatalf("the run failed or recorded %d Events, not its BashibleNodeUpdate start and finish and BashibleConverged:\n%s", len(api.events), out)
 		}
 		cpu += time.Duration(after.Utime.Nano() - before.Utime.Nano() + after.Stime.Nano() - before.Stime.Nano())
 	}

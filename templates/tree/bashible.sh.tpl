@@ -402,7 +402,7 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json="" checksum=$SERVED_CHECKSUM node="{}" step reboot=none approval=no flag first_run=no synced=no quoted file steps_began steps_took
+  local json="" checksum=$SERVED_CHECKSUM node="{}" step reboot=none approval=no flag first_run=no synced=no quoted file steps_began steps_took node_name
   if [[ -e "$BASHIBLE_DIR/first_run" || -z "$checksum" ]]; then
     fetch_bundle
   fi
@@ -455,6 +455,10 @@ main() {
   bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
   bb-utc-now RUN_START
   steps_began=$SECONDS
+  # Deckhouse's bashible marks a converging run with two BashibleNodeUpdate
+  # Events, "start" and "finish"; watchers of those keep working.
+  bb-node-name-into node_name
+  bb-event Normal BashibleNodeUpdate "start steps update on $node_name" BashibleStepExecution
   : > "$RUN_STEPS"
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
     [[ -f "$step" ]] || continue
@@ -471,6 +475,7 @@ main() {
     fi
   done
   steps_took="$(wc -l < "$RUN_STEPS") steps in $(( SECONDS - steps_began ))s"
+  bb-event Normal BashibleNodeUpdate "finish steps update on $node_name" BashibleStepExecution
 
   # Local state first, each file replaced whole: if the run dies after
   # this, the next run finds the node in sync and re-asserts the annotation.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +116,11 @@ func TestFirstRunConvergesWithoutApproval(t *testing.T) {
 	// (TestStepHistoryIsReportedOnTheInstance).
 	if notes := f.EventNotes(t, n.Name, "BashibleConverged"); len(notes) != 1 || !strings.Contains(notes[0], "applied: ") || !strings.Contains(notes[0], " steps in ") {
 		t.Errorf("BashibleConverged events: %q, want one that says how many steps ran", notes)
+	}
+	// Deckhouse's start and finish of the run, in namespace default.
+	if notes := f.EventNotes(t, n.Name, "BashibleNodeUpdate"); !slices.Equal(slices.Sorted(slices.Values(notes)),
+		[]string{"finish steps update on " + n.Name, "start steps update on " + n.Name}) {
+		t.Errorf("BashibleNodeUpdate events: %q, want Deckhouse's start and finish of the run", notes)
 	}
 	if _, ok := annotations(t, n)[deckhousev1.WaitingForApprovalAnnotation]; ok {
 		t.Error("a first run must not ask for approval")

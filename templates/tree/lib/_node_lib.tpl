@@ -346,8 +346,9 @@ bb-instance-condition() {
     application/apply-patch+yaml "$body" > /dev/null || bb-log "could not set $type on Instance $name"
 }
 
-# bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
-# Only a joined node reports; a bootstrap token may not create Events.
+# bb-event TYPE REASON NOTE [ACTION]: an events.k8s.io/v1 Event about this
+# Node (ACTION defaults to Converge). Only a joined node reports; a
+# bootstrap token may not create Events.
 bb-event() {
   [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] || return 0
   local name now t=${EPOCHREALTIME/[!0-9]/.} n body j
@@ -357,7 +358,8 @@ bb-event() {
   bb-json-string j "bashible-$name-"
   body="{\"apiVersion\":\"events.k8s.io/v1\",\"kind\":\"Event\","
   body+="\"metadata\":{\"generateName\":$j,\"namespace\":\"default\",\"labels\":{\"bashible.deckhouse.io/node\":$n}},"
-  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,\"action\":\"Converge\","
+  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,"
+  bb-json-string j "${4:-Converge}"; body+="\"action\":$j,"
   bb-json-string j "$1"; body+="\"type\":$j,"
   bb-json-string j "$2"; body+="\"reason\":$j,"
   bb-json-string j "${3:0:1000}"; body+="\"note\":$j,"

@@ -409,8 +409,9 @@ bb-instance-condition() {
     application/apply-patch+yaml "$body" > /dev/null || bb-log "could not set $type on Instance $name"
 }
 
-# bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
-# Only a joined node reports; a bootstrap token may not create Events.
+# bb-event TYPE REASON NOTE [ACTION]: an events.k8s.io/v1 Event about this
+# Node (ACTION defaults to Converge). Only a joined node reports; a
+# bootstrap token may not create Events.
 bb-event() {
   [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] || return 0
   local name now t=${EPOCHREALTIME/[!0-9]/.} n body j
@@ -420,7 +421,8 @@ bb-event() {
   bb-json-string j "bashible-$name-"
   body="{\"apiVersion\":\"events.k8s.io/v1\",\"kind\":\"Event\","
   body+="\"metadata\":{\"generateName\":$j,\"namespace\":\"default\",\"labels\":{\"bashible.deckhouse.io/node\":$n}},"
-  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,\"action\":\"Converge\","
+  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,"
+  bb-json-string j "${4:-Converge}"; body+="\"action\":$j,"
   bb-json-string j "$1"; body+="\"type\":$j,"
   bb-json-string j "$2"; body+="\"reason\":$j,"
   bb-json-string j "${3:0:1000}"; body+="\"note\":$j,"
@@ -3146,7 +3148,7 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json="" checksum=$SERVED_CHECKSUM node="{}" step reboot=none approval=no flag first_run=no synced=no quoted file steps_began steps_took
+  local json="" checksum=$SERVED_CHECKSUM node="{}" step reboot=none approval=no flag first_run=no synced=no quoted file steps_began steps_took node_name
   if [[ -e "$BASHIBLE_DIR/first_run" || -z "$checksum" ]]; then
     fetch_bundle
   fi
@@ -3199,6 +3201,10 @@ main() {
   bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
   bb-utc-now RUN_START
   steps_began=$SECONDS
+  # Deckhouse's bashible marks a converging run with two BashibleNodeUpdate
+  # Events, "start" and "finish"; watchers of those keep working.
+  bb-node-name-into node_name
+  bb-event Normal BashibleNodeUpdate "start steps update on $node_name" BashibleStepExecution
   : > "$RUN_STEPS"
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
     [[ -f "$step" ]] || continue
@@ -3215,6 +3221,7 @@ main() {
     fi
   done
   steps_took="$(wc -l < "$RUN_STEPS") steps in $(( SECONDS - steps_began ))s"
+  bb-event Normal BashibleNodeUpdate "finish steps update on $node_name" BashibleStepExecution
 
   # Local state first, each file replaced whole: if the run dies after
   # this, the next run finds the node in sync and re-asserts the annotation.
