@@ -1,10 +1,19 @@
 package status
 
 import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/clusterapi"
 )
+
+// ConditionScaling is True while a group with a known desired size has
+// another number of Instances (Deckhouse sets it on groups whose machines
+// it makes); absent where the desired size is unknown.
+const ConditionScaling = "Scaling"
 
 // Scale is what a group's status says about its size beside its node
 // counts: Deckhouse's desired, min, max and instances. A nil field is one
@@ -53,4 +62,37 @@ func ComputeScale(g *deckhousev1.NodeGroup, instances int32) Scale {
 // sameCount reports whether two optional counters say the same.
 func sameCount(a, b *int32) bool {
 	return ptr.Equal(a, b)
+}
+
+// Engine is what makes g's machines (status.engine): Cluster API where
+// node-manager wires the group to it, nothing otherwise.
+func Engine(g *deckhousev1.NodeGroup, c Components) deckhousev1.NodeGroupEngine {
+	if c.ClusterAPI && clusterapi.Wanted(g) {
+		return deckhousev1.NodeGroupEngineCAPI
+	}
+	return deckhousev1.NodeGroupEngineNone
+}
+
+// scaling is the Scaling condition for a group of known desired size (nil
+// where it is unknown): True while its Instances are fewer or more than
+// desired. It keeps its lastTransitionTime while its status stays.
+func scaling(g *deckhousev1.NodeGroup, s Scale, now metav1.Time) *metav1.Condition {
+	if s.Desired == nil || s.Instances == nil {
+		return nil
+	}
+	want, have := *s.Desired, *s.Instances
+	c := metav1.Condition{Type: ConditionScaling, Status: metav1.ConditionFalse, Reason: "DesiredReached",
+		Message: fmt.Sprintf("%d of %d instances", have, want), ObservedGeneration: g.Generation, LastTransitionTime: now}
+	switch {
+	case have < want:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "ScalingUp", fmt.Sprintf("%d of %d instances: adding %d", have, want, want-have)
+	case have > want:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "ScalingDown", fmt.Sprintf("%d of %d instances: removing %d", have, want, have-want)
+	}
+	for _, old := range g.Status.Conditions {
+		if old.Type == ConditionScaling && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	return &c
 }

@@ -3,6 +3,9 @@ package status
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
@@ -61,5 +64,58 @@ func TestAGroupWithoutInstancesShowsZeroInstances(t *testing.T) {
 	s := ComputeScale(&deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}, 0)
 	if s.Instances == nil || *s.Instances != 0 {
 		t.Errorf("instances %s, want 0: node-manager always knows its own Instances", show(s.Instances))
+	}
+}
+
+// TestEngineIsCAPIOnlyWhereClusterAPIMakesTheMachines: status.engine is
+// CAPI for a Static or CloudStatic group with staticInstances while
+// node-manager runs Cluster API, None everywhere else.
+func TestEngineIsCAPIOnlyWhereClusterAPIMakesTheMachines(t *testing.T) {
+	static := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 1}}}
+	byHand := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+	cloud := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeCloudPermanent}}
+	for _, c := range []struct {
+		name string
+		g    *deckhousev1.NodeGroup
+		capi bool
+		want deckhousev1.NodeGroupEngine
+	}{
+		{"staticInstances with Cluster API", static, true, deckhousev1.NodeGroupEngineCAPI},
+		{"staticInstances without Cluster API", static, false, deckhousev1.NodeGroupEngineNone},
+		{"joined by hand", byHand, true, deckhousev1.NodeGroupEngineNone},
+		{"CloudPermanent", cloud, true, deckhousev1.NodeGroupEngineNone},
+	} {
+		if got := Engine(c.g, Components{ClusterAPI: c.capi}); got != c.want {
+			t.Errorf("%s: engine %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestScalingConditionFollowsInstancesAgainstDesired: Scaling is True
+// (ScalingUp, ScalingDown) while the Instances differ from a known desired
+// size, False once they match, keeps its transition time while its status
+// stays, and is absent where the desired size is unknown.
+func TestScalingConditionFollowsInstancesAgainstDesired(t *testing.T) {
+	t0, t1 := metav1.NewTime(time.Unix(1000, 0)), metav1.NewTime(time.Unix(2000, 0))
+	g := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 3}}}
+	for _, c := range []struct {
+		instances      int32
+		status, reason string
+	}{{1, "True", "ScalingUp"}, {5, "True", "ScalingDown"}, {3, "False", "DesiredReached"}} {
+		sc := scaling(g, ComputeScale(g, c.instances), t0)
+		if sc == nil || string(sc.Status) != c.status || sc.Reason != c.reason {
+			t.Errorf("%d of 3 instances: %+v, want %s %s", c.instances, sc, c.status, c.reason)
+		}
+	}
+	g.Status.Conditions = []metav1.Condition{*scaling(g, ComputeScale(g, 1), t0)}
+	if sc := scaling(g, ComputeScale(g, 2), t1); !sc.LastTransitionTime.Equal(&t0) {
+		t.Errorf("still scaling up: transition time %v, want the first one %v", sc.LastTransitionTime, t0)
+	}
+	if sc := scaling(g, ComputeScale(g, 3), t1); !sc.LastTransitionTime.Equal(&t1) {
+		t.Errorf("scaled: transition time %v, want now %v", sc.LastTransitionTime, t1)
+	}
+	byHand := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
+	if sc := scaling(byHand, ComputeScale(byHand, 2), t0); sc != nil {
+		t.Errorf("a group joined by hand has no desired size, but Scaling %+v", sc)
 	}
 }

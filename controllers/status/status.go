@@ -32,6 +32,9 @@ type Status struct {
 	Conditions             []metav1.Condition
 	SummaryReady           string
 	SummaryMessage         string
+	// Error is the group's errors in one line (status.error), empty when
+	// there are none.
+	Error string
 }
 
 // Compute derives a group's status from its nodes, checksum and current
@@ -107,7 +110,8 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, compo
 
 	s.SummaryReady = pick(ready, "True", "False")
 	if len(errs) > 0 {
-		s.SummaryMessage = strings.Join(errs, " | ")
+		s.Error = strings.Join(errs, " | ")
+		s.SummaryMessage = s.Error
 	} else if !ready {
 		s.SummaryMessage = readyMsg
 	}

@@ -82,8 +82,15 @@ func TestErrorsFromRenderingAndDrains(t *testing.T) {
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "missing key") || !strings.Contains(c.Message, "drain failed on a") {
 		t.Errorf("Error condition %+v", c)
 	}
-	if s.SummaryMessage != c.Message {
-		t.Errorf("summary %q should show the error", s.SummaryMessage)
+	if s.SummaryMessage != c.Message || s.Error != c.Message {
+		t.Errorf("summary %q and status.error %q should show the error %q", s.SummaryMessage, s.Error, c.Message)
+	}
+	if ok := Compute(g, "s", []*corev1.Node{node("a", "w", true)}, Components{}, t0); ok.Error == "" {
+		t.Errorf("still not rendering, but status.error is empty")
+	}
+	g.Status.Conditions = nil
+	if ok := Compute(g, "s", []*corev1.Node{node("a", "w", true)}, Components{}, t0); ok.Error != "" {
+		t.Errorf("no error, but status.error %q", ok.Error)
 	}
 }
 

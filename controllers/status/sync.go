@@ -34,14 +34,24 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		return err
 	}
 	checksum := c.watch.Checksum(group)
-	s := Compute(g, checksum, ns, c.components, metav1.NewTime(c.d.Clock.Now()))
+	now := metav1.NewTime(c.d.Clock.Now())
+	s := Compute(g, checksum, ns, c.components, now)
 	scale := ComputeScale(g, int32(len(insts)))
+	if sc := scaling(g, scale, now); sc != nil {
+		s.Conditions = append(s.Conditions, *sc)
+	}
+	engine := Engine(g, c.components)
 	c.export(group, g, ns, checksum)
-	if unchanged(g, s) && scaleUnchanged(g, scale) {
+	if unchanged(g, s) && scaleUnchanged(g, scale) && g.Status.Engine == engine && !hasStaleScaling(g, scale) {
 		return nil
 	}
 	st := applyv1.NodeGroupStatus().
-		WithNodes(s.Nodes).WithReady(s.Ready).WithUpToDate(s.UpToDate)
+		WithNodes(s.Nodes).WithReady(s.Ready).WithUpToDate(s.UpToDate).WithEngine(engine)
+	// As with the counters, an empty error is left out so that a cleared
+	// one goes.
+	if s.Error != "" {
+		st.WithError(s.Error)
+	}
 	// An unknown counter is left out of the apply, so server-side apply
 	// removes a value this manager wrote before instead of showing 0.
 	if scale.Desired != nil {
@@ -76,6 +86,12 @@ func conditions(cs []metav1.Condition) []*metav1ac.ConditionApplyConfiguration {
 	return out
 }
 
+// hasStaleScaling reports whether the group shows a Scaling condition
+// though its desired size is no longer known (the next apply drops it).
+func hasStaleScaling(g *deckhousev1.NodeGroup, scale Scale) bool {
+	return scale.Desired == nil && meta.FindStatusCondition(g.Status.Conditions, ConditionScaling) != nil
+}
+
 // scaleUnchanged reports whether the group already shows scale.
 func scaleUnchanged(g *deckhousev1.NodeGroup, scale Scale) bool {
 	st := g.Status
@@ -90,6 +106,9 @@ func unchanged(g *deckhousev1.NodeGroup, s Status) bool {
 		return false
 	}
 	if st.ConditionSummary == nil || st.ConditionSummary.Ready != s.SummaryReady || st.ConditionSummary.StatusMessage != s.SummaryMessage {
+		return false
+	}
+	if st.Error != s.Error {
 		return false
 	}
 	for _, want := range s.Conditions {

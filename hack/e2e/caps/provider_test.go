@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -409,6 +410,16 @@ func TestStaticInstancesJoinAndLeave(t *testing.T) {
 			}
 		}
 		return running == 2, nil
+	})
+	// Deckhouse's status.engine and Scaling condition: Cluster API makes the
+	// group's machines, and it has as many Instances as it wants.
+	framework.Poll(t, "NodeGroup "+group+": status.engine CAPI, Scaling False (DesiredReached)", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ng.Status.Conditions, "Scaling")
+		return ng.Status.Engine == deckhousev1.NodeGroupEngineCAPI && c != nil && c.Status == metav1.ConditionFalse && c.Reason == "DesiredReached", nil
 	})
 	if inst, err := instance(framework.Context(t), hosts[2].instance); err != nil || inst.Status.MachineRef != nil || hosts[2].has(hostssh.ProviderIDFile) {
 		t.Errorf("the host labelled allow-bootstrap=false was picked: %v, %v", inst, err)

@@ -60,6 +60,20 @@ const (
 	NodeTypeStatic NodeType = "Static"
 )
 
+// NodeGroupEngine is what makes a group's machines (status.engine).
+type NodeGroupEngine string
+
+// The values of status.engine, Deckhouse's.
+const (
+	// NodeGroupEngineNone: nothing makes the group's machines.
+	NodeGroupEngineNone NodeGroupEngine = "None"
+	// NodeGroupEngineMCM: Deckhouse's machine-controller-manager (never
+	// written by node-manager).
+	NodeGroupEngineMCM NodeGroupEngine = "MCM"
+	// NodeGroupEngineCAPI: Cluster API.
+	NodeGroupEngineCAPI NodeGroupEngine = "CAPI"
+)
+
 // NodeGroupSpec is the desired configuration of a group's nodes.
 //
 // +kubebuilder:validation:XValidation:rule="self.nodeType != 'CloudEphemeral' || has(self.cloudInstances)",message="cloudInstances is required when nodeType is CloudEphemeral",fieldPath=".cloudInstances",reason=FieldValueRequired
@@ -796,6 +810,15 @@ type NodeGroupStatus struct {
 	// Standby is how many standby machines exist.
 	// +optional
 	Standby int32 `json:"standby,omitempty"`
+	// Engine is what makes the group's machines, as Deckhouse reports it:
+	// CAPI where node-manager runs Cluster API for the group (a Static or
+	// CloudStatic group with staticInstances, with --cluster-api), None
+	// where nothing makes machines (they are joined by hand or by the
+	// installer). MCM (Deckhouse's machine-controller-manager) is never
+	// written here, only accepted.
+	// +optional
+	// +kubebuilder:validation:Enum=None;MCM;CAPI
+	Engine NodeGroupEngine `json:"engine,omitempty"`
 	// KubernetesVersion is the Kubernetes version the group's nodes are configured for.
 	// +optional
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`

@@ -7,6 +7,7 @@ Copyright The node-manager Authors.
 package v1
 
 import (
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	metav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
@@ -39,6 +40,13 @@ type NodeGroupStatusApplyConfiguration struct {
 	Instances *int32 `json:"instances,omitempty"`
 	// Standby is how many standby machines exist.
 	Standby *int32 `json:"standby,omitempty"`
+	// Engine is what makes the group's machines, as Deckhouse reports it:
+	// CAPI where node-manager runs Cluster API for the group (a Static or
+	// CloudStatic group with staticInstances, with --cluster-api), None
+	// where nothing makes machines (they are joined by hand or by the
+	// installer). MCM (Deckhouse's machine-controller-manager) is never
+	// written here, only accepted.
+	Engine *deckhousev1.NodeGroupEngine `json:"engine,omitempty"`
 	// KubernetesVersion is the Kubernetes version the group's nodes are configured for.
 	KubernetesVersion *string `json:"kubernetesVersion,omitempty"`
 	// Error is the latest error, empty when there is none.
@@ -119,6 +127,14 @@ func (b *NodeGroupStatusApplyConfiguration) WithInstances(value int32) *NodeGrou
 // If called multiple times, the Standby field is set to the value of the last call.
 func (b *NodeGroupStatusApplyConfiguration) WithStandby(value int32) *NodeGroupStatusApplyConfiguration {
 	b.Standby = &value
+	return b
+}
+
+// WithEngine sets the Engine field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Engine field is set to the value of the last call.
+func (b *NodeGroupStatusApplyConfiguration) WithEngine(value deckhousev1.NodeGroupEngine) *NodeGroupStatusApplyConfiguration {
+	b.Engine = &value
 	return b
 }
 
