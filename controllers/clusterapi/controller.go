@@ -114,6 +114,7 @@ func New(d *manager.Deps) *Controller {
 	_, _ = machines.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, machineNode)))
 	_, _ = clusters.Informer().AddEventHandler(c.queue.Handler(clusterSet))
 	_, _ = secrets.Informer().AddEventHandler(c.queue.Handler(clusterSet))
+	d.Registry.MustRegister(newSeries(c))
 	return c
 }
 

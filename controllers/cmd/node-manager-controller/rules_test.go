@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
@@ -71,9 +73,13 @@ var (
 func metricInventory(t *testing.T) map[string][]string {
 	t.Helper()
 	reg := &recording{Registry: prometheus.NewRegistry(), labels: map[string][]string{}}
-	deps := manager.NewDepsForClients(kubefake.NewClientset(), nmfake.NewClientset(), manager.NewOptions(), clock.RealClock{}, reg)
+	// With --cluster-api, so the Cluster API controller's series are listed.
+	opts := manager.NewOptions()
+	opts.ClusterAPI = true
+	deps := manager.NewDepsForClients(kubefake.NewClientset(), nmfake.NewClientset(), opts, clock.RealClock{}, reg)
+	deps.Dynamic = dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
 	controllers.All(deps)
-	manager.New(deps, manager.NewOptions(), controllers.All)
+	manager.New(deps, opts, controllers.All)
 	reg.MustRegister(bundles.NewMetrics().Collectors()...)
 	reg.MustRegister(registry.NewMetrics().Collectors()...)
 	agents := &recording{Registry: prometheus.NewRegistry(), labels: map[string][]string{}}
