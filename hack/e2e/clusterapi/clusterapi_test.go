@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +34,8 @@ import (
 var (
 	f   = framework.New(framework.Options{ClusterAPI: true})
 	dyn dynamic.Interface
+	// controller is node-manager-controller (its /metrics).
+	controller *stack.Controller
 )
 
 const ns = deckhousev1.Namespace
@@ -40,11 +43,11 @@ const ns = deckhousev1.Namespace
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
 func setUp(ctx context.Context) (func(), error) {
-	if _, err := f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
+	var err error
+	if controller, err = f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
 		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig}}); err != nil {
 		return nil, fmt.Errorf("start node-manager-controller: %w", err)
 	}
-	var err error
 	if dyn, err = dynamic.NewForConfig(f.CP.AdminConfig()); err != nil {
 		return nil, err
 	}
@@ -89,6 +92,14 @@ func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
 		provision(t, m.Spec.InfrastructureRef.Name)
 	}
 	waitBothRunning(t)
+	// Deckhouse's series of the group's MachineDeployment; both nodes are
+	// Machines', so no node is reported unmanaged.
+	framework.Poll(t, "d8_caps_md_* of MachineDeployment "+group, func(ctx context.Context) (bool, error) {
+		_, body, err := controller.Get(ctx, "/metrics")
+		return err == nil && strings.Contains(body, `d8_caps_md_desired{machine_deployment_name="`+group+`"} 2`) &&
+			strings.Contains(body, `d8_caps_md_replicas{machine_deployment_name="`+group+`"} 2`) &&
+			!strings.Contains(body, "node_manager_caps_unmanaged_node{"), nil
+	})
 
 	// A machineRef that names another node's Machine (written by an admin;
 	// a node may not) does not choose the Machine deleted with the
