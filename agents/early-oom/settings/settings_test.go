@@ -100,6 +100,9 @@ func TestTheManifestsExampleIsValid(t *testing.T) {
 			t.Errorf("group %q: %v", g, err)
 		}
 	}
+	if err := f.Validate(); err != nil {
+		t.Errorf("the API would refuse the example: %v", err)
+	}
 	if len(f.Groups) != 2 {
 		t.Errorf("the example has groups %v; want loki and gpu", f.Groups)
 	}
