@@ -107,8 +107,12 @@ func groupWarnings(g preview.GroupChange) []string {
 
 // warning formats one warning: prefixed, on one line, and short enough to
 // reach the user whole (a longer one ends with "...").
-func warning(format string, args ...any) string {
-	w := []rune(oneLine(warningPrefix + fmt.Sprintf(format, args...)))
+func warning(format string, args ...any) string { return prefixed(warningPrefix, format, args...) }
+
+// prefixed is one warning after prefix, on one line and at most
+// maxWarningRunes long.
+func prefixed(prefix, format string, args ...any) string {
+	w := []rune(oneLine(prefix + fmt.Sprintf(format, args...)))
 	if len(w) > maxWarningRunes {
 		w = append(w[:maxWarningRunes-3], []rune("...")...)
 	}

@@ -25,6 +25,20 @@ import (
 // ValidatingWebhookConfiguration.
 func previewWebhook(t *testing.T) *admissionregistrationv1.ValidatingWebhook {
 	t.Helper()
+	cfg := shippedWebhooks(t)
+	for i := range cfg.Webhooks {
+		if cfg.Webhooks[i].Name == bashiblev1alpha1.PreviewWebhookName {
+			return &cfg.Webhooks[i]
+		}
+	}
+	t.Fatalf("preview-webhook.yaml has no webhook %s", bashiblev1alpha1.PreviewWebhookName)
+	return nil
+}
+
+// shippedWebhooks is the shipped ValidatingWebhookConfiguration of
+// bashible-apiserver.
+func shippedWebhooks(t *testing.T) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	t.Helper()
 	raw, err := manifests.FS.ReadFile(deckhousev1.BashibleAPIServerName + "/preview-webhook.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -33,13 +47,7 @@ func previewWebhook(t *testing.T) *admissionregistrationv1.ValidatingWebhook {
 	if err := yaml.UnmarshalStrict(raw, cfg); err != nil {
 		t.Fatalf("preview-webhook.yaml: %v", err)
 	}
-	for i := range cfg.Webhooks {
-		if cfg.Webhooks[i].Name == bashiblev1alpha1.PreviewWebhookName {
-			return &cfg.Webhooks[i]
-		}
-	}
-	t.Fatalf("preview-webhook.yaml has no webhook %s", bashiblev1alpha1.PreviewWebhookName)
-	return nil
+	return cfg
 }
 
 func object(kind string, spec map[string]any, annotations map[string]any) *unstructured.Unstructured {

@@ -1,5 +1,6 @@
-// Package admission is bashible-apiserver's validating admission webhook
-// for NodeGroups and NodeGroupConfigurations: at `kubectl apply` (and
+// Package admission is bashible-apiserver's validating admission
+// webhooks. The preview (Webhook), for NodeGroups and
+// NodeGroupConfigurations: at `kubectl apply` (and
 // `kubectl apply --dry-run=server`) it previews the change with the
 // server's own renderer (package preview) and answers with warnings — the
 // groups that change, their node counts and changed steps, and whether
@@ -16,6 +17,12 @@
 // blocks a write: the object is admitted without a preview, and a
 // configuration that does not render is then reported on its status as
 // before.
+//
+// The early-oom settings (SettingsWebhook, settings.go): a ConfigMap of
+// early-oom's settings that no node could use is refused, naming the
+// level, the field and the bound, by the check its agents make
+// (agents/early-oom/settings), served at
+// bashiblev1alpha1.EarlyOOMSettingsWebhookPath.
 package admission
 
 import (
@@ -63,7 +70,11 @@ var (
 )
 
 // ServeHTTP answers one AdmissionReview.
-func (wh *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (wh *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) { serveReview(w, r, wh.review) }
+
+// serveReview reads one AdmissionReview from r, decides it within the
+// time kube-apiserver gives, and writes the answer.
+func serveReview(w http.ResponseWriter, r *http.Request, decide func(context.Context, *admissionv1.AdmissionRequest) Decision) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
 		return
@@ -85,7 +96,7 @@ func (wh *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), budget)
 	defer cancel()
-	d := wh.review(ctx, review.Request)
+	d := decide(ctx, review.Request)
 	resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: d.Allowed, Warnings: d.Warnings}
 	if !d.Allowed {
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,

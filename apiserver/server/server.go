@@ -192,6 +192,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("install %s: %w", bashiblev1alpha1.GroupName, err)
 	}
 	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.PreviewWebhookPath, admission.NewWebhook(previewer))
+	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.EarlyOOMSettingsWebhookPath, admission.NewSettingsWebhook())
 
 	s := &Server{Generic: generic, controller: controller, narrower: narrower}
 	generic.AddPostStartHookOrDie("bashible-bundles", func(hook genericapiserver.PostStartHookContext) error {

@@ -123,6 +123,23 @@ func New(opts *Options, client kubernetes.Interface, reg prometheus.Registerer) 
 
 func (a *Agent) setNotReady(why string) { a.notReady.Store(&why) }
 
+// readMemTotal reads the node's RAM, which bounds the MemAvailable floor
+// of the flags (an error: the DaemonSet is wrong for this node) and of
+// the ConfigMap (reported by settings), the one check the API cannot
+// make. Unreadable, it is logged and the floor is not checked against it.
+func (a *Agent) readMemTotal() error {
+	total, err := meminfo.ReadTotal(a.opts.MeminfoPath)
+	if err != nil {
+		klog.ErrorS(err, "Reading MemTotal; the MemAvailable floor is not checked against the node's RAM")
+		return nil
+	}
+	a.memTotal = total
+	if err := a.base.ValidateFor(total); err != nil {
+		return fmt.Errorf("the flags' settings on this node: %w", err)
+	}
+	return nil
+}
+
 // Handler serves /metrics, /healthz and /readyz. /healthz is always ok
 // while the process runs (a kernel without PSI is no reason to restart);
 // /readyz fails, saying why, until the agent samples: while its caches
@@ -151,13 +168,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(kubescheme.Scheme, deckhousev1.EarlyOOMName)
 	a.recorder = recorder
-	if total, err := meminfo.ReadTotal(a.opts.MeminfoPath); err != nil {
-		klog.ErrorS(err, "Reading MemTotal; the MemAvailable floor is not checked against the node's RAM")
-	} else {
-		a.memTotal = total
-		if err := a.base.ValidateFor(total); err != nil {
-			return fmt.Errorf("the flags' settings on this node: %w", err)
-		}
+	if err := a.readMemTotal(); err != nil {
+		return err
 	}
 
 	if _, err := psi.Read(a.opts.PSIPath); errors.Is(err, psi.ErrUnavailable) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/node-manager/node-manager/agents/early-oom/evict"
+	"github.com/node-manager/node-manager/agents/early-oom/settings"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
@@ -116,9 +117,11 @@ func TestTheEvictionBudgetStopsDeletions(t *testing.T) {
 }
 
 // TestDestructiveSettingsAreRefusedAndReported: a ConfigMap that sets
-// recoveryPause 0s, or a MemAvailable floor above half the node's RAM, is
-// not used: early_oom_settings_invalid is 1, a Warning Event on the node
-// says why, and the flags' settings apply.
+// recoveryPause 0s (which the API refuses too, but a ConfigMap written
+// while bashible-apiserver was down gets in), or a MemAvailable floor
+// above half the node's RAM (which only the node can judge: the API
+// admits it), is not used: early_oom_settings_invalid is 1, a Warning
+// Event on the node says why, and the flags' settings apply.
 func TestDestructiveSettingsAreRefusedAndReported(t *testing.T) {
 	for data, want := range map[string]string{
 		"recoveryPause: 0s\n":        "recoveryPause 0s",
@@ -129,10 +132,22 @@ func TestDestructiveSettingsAreRefusedAndReported(t *testing.T) {
 		o.SettingsConfigMap = deckhousev1.EarlyOOMName
 		writeFile(t, o.MeminfoPath, "MemTotal: 1048576 kB\nMemAvailable: 838860 kB\n")
 		a, _, rec, cms := wired(t, o)
-		a.memTotal = 1 << 30
+		// As Run does: the node's RAM (1Gi) from its meminfo.
+		if err := a.readMemTotal(); err != nil || a.memTotal != 1<<30 {
+			t.Fatalf("MemTotal %d, %v; want 1Gi", a.memTotal, err)
+		}
 		if err := cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: o.SettingsConfigMap, Namespace: o.Namespace, ResourceVersion: "1"},
 			Data: map[string]string{deckhousev1.EarlyOOMSettingsKey: data}}); err != nil {
 			t.Fatal(err)
+		}
+		// The API refuses what no node could use and admits the floor,
+		// which only the node can judge.
+		parsed, err := settings.Parse([]byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if apiErr := parsed.Validate(); (apiErr == nil) != strings.Contains(data, "memAvailableFloor") {
+			t.Errorf("%q at the API: %v", data, apiErr)
 		}
 		s := a.settings()
 		if s != a.base {

@@ -115,7 +115,9 @@ func (o *Options) Baseline() (settings.Settings, error) {
 	s.Mode = settings.Mode(o.Mode)
 	s.Thresholds.FullAvg10 = o.FullAvg10
 	s.Thresholds.SomeAvg10 = o.SomeAvg10
-	s.Thresholds.MinAvailable = floor.Value()
+	if s.Thresholds.MinAvailable, err = settings.FloorBytes(floor); err != nil {
+		return settings.Settings{}, fmt.Errorf("--mem-available-floor: %w", err)
+	}
 	s.Thresholds.Samples = o.Samples
 	s.Thresholds.Pause = o.RecoveryPause
 	s.MaxEvictions = o.MaxEvictions

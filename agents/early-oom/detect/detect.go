@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/node-manager/node-manager/agents/early-oom/psi"
 )
 
@@ -44,26 +46,34 @@ type Thresholds struct {
 // the next pod before the last eviction can show in the figures (0s: one
 // pod every Samples samples for as long as the average decays), and a
 // MemAvailable floor above half the node's RAM evicts on an idle node.
+// The floor's absolute bounds catch what is a typo on any node: below
+// MinFloor it is a size without its unit (256 for 256Mi), which never
+// triggers; above MaxFloor no node needs that much memory held back.
 const (
 	MinAvg10           = 10.0
 	MaxSamples         = 300
 	MinPause           = 10 * time.Second
 	MaxPause           = time.Hour
 	MaxFloorShareOfRAM = 0.5
+	MinFloor           = 1 << 20
+	MaxFloor           = 1 << 40
 )
 
 // Validate says what is wrong with t, naming the setting. The floor's
 // bound depends on the node's RAM: ValidateFor checks it.
 func (t Thresholds) Validate() error {
 	var errs []error
-	if t.FullAvg10 < MinAvg10 || t.FullAvg10 >= 100 {
+	// Written so that NaN, which compares false with everything (and
+	// would never trigger), is out of bounds too.
+	if !(t.FullAvg10 >= MinAvg10 && t.FullAvg10 < 100) {
 		errs = append(errs, fmt.Errorf("fullAvg10 %v: want a percentage from %v and below 100", t.FullAvg10, MinAvg10))
 	}
-	if t.SomeAvg10 != 0 && (t.SomeAvg10 < MinAvg10 || t.SomeAvg10 >= 100) {
+	if t.SomeAvg10 != 0 && !(t.SomeAvg10 >= MinAvg10 && t.SomeAvg10 < 100) {
 		errs = append(errs, fmt.Errorf("someAvg10 %v: want 0 (off) or a percentage from %v and below 100", t.SomeAvg10, MinAvg10))
 	}
-	if t.MinAvailable < 0 {
-		errs = append(errs, fmt.Errorf("memAvailableFloor %d: want 0 (off) or a size", t.MinAvailable))
+	if t.MinAvailable != 0 && (t.MinAvailable < MinFloor || t.MinAvailable > MaxFloor) {
+		errs = append(errs, fmt.Errorf("memAvailableFloor %d bytes: want 0 (off) or a size from %s to %s (and at most %v of each node's RAM)",
+			t.MinAvailable, resource.NewQuantity(MinFloor, resource.BinarySI), resource.NewQuantity(MaxFloor, resource.BinarySI), MaxFloorShareOfRAM))
 	}
 	if t.Samples < 1 || t.Samples > MaxSamples {
 		errs = append(errs, fmt.Errorf("samples %d: want 1 to %d", t.Samples, MaxSamples))

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -88,8 +89,12 @@ func TestSomeAndMemAvailableAreOptionalTriggers(t *testing.T) {
 
 func TestValidateNamesTheBadSetting(t *testing.T) {
 	ok := Thresholds{FullAvg10: 30, Samples: 1, Pause: 30 * time.Second}
-	if err := ok.Validate(); err != nil {
-		t.Errorf("valid thresholds refused: %v", err)
+	for _, floor := range []int64{0, MinFloor, 256 << 20, MaxFloor} {
+		valid := ok
+		valid.MinAvailable = floor
+		if err := valid.Validate(); err != nil {
+			t.Errorf("valid thresholds %+v refused: %v", valid, err)
+		}
 	}
 	with := func(f func(*Thresholds)) Thresholds { t := ok; f(&t); return t }
 	for want, bad := range map[string]Thresholds{
@@ -101,6 +106,12 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		"someAvg10 -1":         with(func(t *Thresholds) { t.SomeAvg10 = -1 }),
 		"someAvg10 2":          with(func(t *Thresholds) { t.SomeAvg10 = 2 }),
 		"memAvailableFloor -1": with(func(t *Thresholds) { t.MinAvailable = -1 }),
+		// A size without its unit, and one no node holds back.
+		"memAvailableFloor 256 bytes: want 0 (off) or a size from 1Mi to 1Ti":           with(func(t *Thresholds) { t.MinAvailable = 256 }),
+		"memAvailableFloor 1099511627777 bytes: want 0 (off) or a size from 1Mi to 1Ti": with(func(t *Thresholds) { t.MinAvailable = 1<<40 + 1 }),
+		// NaN compares false with every bound.
+		"fullAvg10 NaN":        with(func(t *Thresholds) { t.FullAvg10 = math.NaN() }),
+		"someAvg10 NaN":        with(func(t *Thresholds) { t.SomeAvg10 = math.NaN() }),
 		"recoveryPause -1s":    with(func(t *Thresholds) { t.Pause = -time.Second }),
 		"recoveryPause 0s":     with(func(t *Thresholds) { t.Pause = 0 }),
 		"recoveryPause 5s":     with(func(t *Thresholds) { t.Pause = 5 * time.Second }),

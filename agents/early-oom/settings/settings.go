@@ -7,7 +7,7 @@
 //	mode: Evict            # Evict, Observe (report only) or Disabled
 //	fullAvg10: 40          # percent
 //	someAvg10: 0           # percent, 0: not a trigger
-//	memAvailableFloor: 256Mi # a size, at most half the node's RAM; 0: not a trigger
+//	memAvailableFloor: 256Mi # 1Mi to 1Ti, at most half the node's RAM; 0: not a trigger
 //	samples: 5             # consecutive samples over the thresholds
 //	recoveryPause: 30s     # 10s to 1h
 //	maxEvictions: 5        # at most this many evictions on a node ...
@@ -26,16 +26,21 @@
 // per-group DaemonSets. The agent watches only this one ConfigMap.
 //
 // Every value is bounded (detect's bounds for the thresholds, and the
-// eviction budget's here): a value outside them, or a MemAvailable floor
-// above half the node's RAM, makes the ConfigMap unusable on that node,
-// which the agent reports (early_oom_settings_invalid, the alert
-// EarlyOOMSettingsInvalid, a Warning Event SettingsInvalid on the node)
-// and then keeps the flags' settings.
+// eviction budget's here), by one check per level (Overrides.Over). The
+// API refuses a ConfigMap with a value outside them (File.Validate, run
+// by bashible-apiserver's admission webhook). What gets past it (the
+// webhook fails open when bashible-apiserver is down), or a MemAvailable
+// floor above half the node's RAM, which only the node can judge, makes
+// the ConfigMap unusable on that node, which the agent reports
+// (early_oom_settings_invalid, the alert EarlyOOMSettingsInvalid, a
+// Warning Event SettingsInvalid on the node) and then keeps the flags'
+// settings.
 package settings
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -143,19 +148,74 @@ func Parse(data []byte) (File, error) {
 }
 
 // Resolve applies the cluster's overrides and then group's over base and
-// validates the result, naming the level at fault.
+// validates the result, naming the level at fault. It checks each level
+// with Overrides.Over, as File.Validate does at the API.
 func (f File) Resolve(base Settings, group string) (Settings, error) {
-	s := f.Overrides.apply(base)
-	if err := s.Validate(); err != nil {
-		return base, fmt.Errorf("the cluster-wide settings: %w", err)
+	s, err := f.Overrides.Over(base)
+	if err != nil {
+		return base, fmt.Errorf("%s: %w", clusterLevel, err)
 	}
 	if g, ok := f.Groups[group]; ok && group != "" {
-		s = g.apply(s)
-		if err := s.Validate(); err != nil {
-			return base, fmt.Errorf("the settings of group %s: %w", group, err)
+		if s, err = g.Over(s); err != nil {
+			return base, fmt.Errorf("%s: %w", groupLevel(group), err)
 		}
 	}
 	return s, nil
+}
+
+// Validate checks every level of f (the cluster's and each group's) on
+// its own, with the check Resolve makes on a node (Overrides.Over), and
+// names each level and field at fault. It is what the API refuses a
+// ConfigMap for (bashible-apiserver's admission webhook): a value no node
+// can use. What depends on the node — a MemAvailable floor above half of
+// its RAM — only its agent can check (Settings.ValidateFor).
+func (f File) Validate() error {
+	var errs []error
+	if _, err := f.Overrides.Over(Default()); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", clusterLevel, err))
+	}
+	for _, group := range slices.Sorted(maps.Keys(f.Groups)) {
+		if _, err := f.Groups[group].Over(Default()); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", groupLevel(group), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+const clusterLevel = "the cluster-wide settings"
+
+func groupLevel(group string) string { return "the settings of group " + group }
+
+// Over applies o over base and validates the result: the one check of a
+// level's values, which the agent (Resolve) and the API (File.Validate)
+// both make. Every bound is on one field alone, so over any valid base
+// the errors name exactly the fields o sets out of bounds.
+func (o Overrides) Over(base Settings) (Settings, error) {
+	var errs []error
+	if o.MemAvailableFloor != nil {
+		if _, err := FloorBytes(*o.MemAvailableFloor); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s := o.apply(base)
+	if err := s.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return base, err
+	}
+	return s, nil
+}
+
+// FloorBytes is a MemAvailable floor in bytes, refusing a quantity that
+// is not a whole number of bytes within int64: Quantity.Value rounds
+// 256m (milli) up to 1 and turns 1e30 into 0, the floor off.
+func FloorBytes(q resource.Quantity) (int64, error) {
+	v := q.Value()
+	if q.Cmp(*resource.NewQuantity(v, resource.BinarySI)) != 0 {
+		return 0, fmt.Errorf("memAvailableFloor %s: want a whole number of bytes, such as 256Mi (0: off)", q.String())
+	}
+	return v, nil
 }
 
 func (o Overrides) apply(s Settings) Settings {
@@ -169,7 +229,8 @@ func (o Overrides) apply(s Settings) Settings {
 		s.Thresholds.SomeAvg10 = *o.SomeAvg10
 	}
 	if o.MemAvailableFloor != nil {
-		s.Thresholds.MinAvailable = o.MemAvailableFloor.Value()
+		// Over refuses a floor FloorBytes refuses.
+		s.Thresholds.MinAvailable, _ = FloorBytes(*o.MemAvailableFloor)
 	}
 	if o.Samples != nil {
 		s.Thresholds.Samples = *o.Samples

@@ -236,17 +236,23 @@ func TestAPreviewObjectReturnsTheExactDiffOfTheChangedStepOnly(t *testing.T) {
 	}
 }
 
-// TestOnlyKubeAPIServerMayCallTheWebhook posts a review to the webhook
-// directly: without a client certificate, and as a node, the server's
-// delegated authorization refuses; kube-apiserver's webhook client
-// certificate is answered.
+// TestOnlyKubeAPIServerMayCallTheWebhook posts a review to each webhook
+// (the preview's and early-oom settings') directly: without a client
+// certificate, and as a node, the server's delegated authorization
+// refuses; kube-apiserver's webhook client certificate is answered.
 func TestOnlyKubeAPIServerMayCallTheWebhook(t *testing.T) {
+	for _, path := range []string{bashiblev1alpha1.PreviewWebhookPath, bashiblev1alpha1.EarlyOOMSettingsWebhookPath} {
+		t.Run(strings.TrimPrefix(path, "/admission/"), func(t *testing.T) { onlyKubeAPIServerMayPost(t, path) })
+	}
+}
+
+func onlyKubeAPIServerMayPost(t *testing.T, path string) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(f.CP.CACertPEM())
 	post := func(certs []tls.Certificate) int {
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 			RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12}}}
-		req, err := http.NewRequestWithContext(framework.Context(t), http.MethodPost, replica.URL()+bashiblev1alpha1.PreviewWebhookPath, strings.NewReader("{}"))
+		req, err := http.NewRequestWithContext(framework.Context(t), http.MethodPost, replica.URL()+path, strings.NewReader("{}"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -430,4 +436,13 @@ func TestApplyWorksWhileBashibleAPIServerIsStopped(t *testing.T) {
 		t.Fatalf("the configuration applied while bashible-apiserver was down is not there: %v", err)
 	}
 	t.Logf("kubectl apply took %s with bashible-apiserver down", time.Since(start).Round(time.Millisecond))
+
+	// early-oom's settings webhook fails open too: an operator can turn
+	// early-oom off during an incident whatever bashible-apiserver's state.
+	if out, err := applyOutput(t, settingsConfigMap(deckhousev1.Namespace, deckhousev1.EarlyOOMName, "mode: Disabled\n")); err != nil {
+		t.Fatalf("kubectl apply of early-oom's settings failed while bashible-apiserver was down:\n%s", out)
+	}
+	t.Cleanup(func() {
+		_ = f.Kube.CoreV1().ConfigMaps(deckhousev1.Namespace).Delete(context.Background(), deckhousev1.EarlyOOMName, metav1.DeleteOptions{})
+	})
 }

@@ -75,3 +75,17 @@ const (
 	// to PreviewWebhookPath (manifests/bashible-apiserver/preview.yaml).
 	PreviewWebhookCallerUser = "kube-apiserver-webhook-client"
 )
+
+// The early-oom settings at apply time: a second webhook of
+// PreviewWebhookConfigurationName, served by bashible-apiserver, refuses a
+// ConfigMap of early-oom's settings (deckhousev1.EarlyOOMName in
+// d8-cloud-instance-manager) that no node could use
+// (apiserver/admission/settings.go).
+const (
+	// EarlyOOMSettingsWebhookName is its name, which kubectl prints with a
+	// refusal.
+	EarlyOOMSettingsWebhookName = "early-oom-settings.bashible.deckhouse.io"
+	// EarlyOOMSettingsWebhookPath is where bashible-apiserver serves it;
+	// like PreviewWebhookPath, only PreviewWebhookCallerUser may post to it.
+	EarlyOOMSettingsWebhookPath = "/admission/early-oom-settings"
+)
