@@ -215,7 +215,9 @@ func TestANodeRelabelledIntoAFencedGroupGetsNeitherItsAgentNorAVote(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.Kube.CoreV1().Pods(deckhousev1.Namespace).Delete(context.Background(), pod, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = f.Kube.CoreV1().Pods(deckhousev1.Namespace).Delete(context.Background(), pod, metav1.DeleteOptions{})
+	})
 	keys := framework.MountGossipKeys(t, f.Kube, deckhousev1.FencingGossipKeySecretPrefix+group, filepath.Join(f.CP.Dir(), "gossip-key-"+rogue))
 	var peers []string
 	for _, a := range g.Agents {
