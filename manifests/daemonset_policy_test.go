@@ -39,6 +39,14 @@ func TestDaemonSetPolicyKnowsWhatTheControllerMakes(t *testing.T) {
 	if got := vars["fencingAgentImage"]; got != strconv.Quote(deckhousev1.FencingAgentName) {
 		t.Errorf("the policy's fencingAgentImage is %s, want %q (the bare name the release pins)", got, deckhousev1.FencingAgentName)
 	}
+	if got, want := vars["groupLabel"], strconv.Quote(deckhousev1.NodeGroupRestrictedLabel); got != want {
+		t.Errorf("the policy's groupLabel is %s, want %s (the label the controller's DaemonSets select nodes by)", got, want)
+	}
+	for k := range fencingagents.NodeSelector("workers") {
+		if k != deckhousev1.NodeGroupRestrictedLabel {
+			t.Errorf("the controller's DaemonSets select nodes by %s, which the policy refuses (it admits %s only)", k, deckhousev1.NodeGroupRestrictedLabel)
+		}
+	}
 	if got, want := vars["apiServer"], strconv.Quote("--api-server="+deckhousev1.NodeAPIProxyURL); got != want {
 		t.Errorf("the policy's apiServer is %s, want %s (the node's local API proxy the controller passes)", got, want)
 	}

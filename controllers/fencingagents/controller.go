@@ -53,7 +53,8 @@ func New(d *manager.Deps) *Controller {
 		daemonSets: daemonSets.Lister(),
 		secrets:    secrets.Lister(),
 		nodes:      nodes.Lister(),
-		synced:     []cache.InformerSynced{groups.Informer().HasSynced, daemonSets.Informer().HasSynced, secrets.Informer().HasSynced, nodes.Informer().HasSynced},
+		synced: []cache.InformerSynced{groups.Informer().HasSynced, daemonSets.Informer().HasSynced, secrets.Informer().HasSynced, nodes.Informer().HasSynced,
+			d.Informers.NodeManager.Deckhouse().V1alpha1().Instances().Informer().HasSynced},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(loop.ByName))
@@ -67,8 +68,12 @@ func New(d *manager.Deps) *Controller {
 	})
 	_, _ = daemonSets.Informer().AddEventHandler(ofAgents)
 	_, _ = secrets.Informer().AddEventHandler(ofAgents)
-	// A Node's keyring report (or readiness) moves its group's rotation on.
-	_, _ = nodes.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupLabel)))
+	// A Node's keyring report (or readiness) moves its group's rotation on,
+	// and its restricted group label (set from its Instance) lets an old
+	// DaemonSet move to selecting by it (sync.go, legacy). Keyed by that
+	// label, not by the node's own: a node relabelled into another group
+	// queues nothing of it.
+	_, _ = nodes.Informer().AddEventHandler(c.queue.Handler(loop.ByLabel(deckhousev1.NodeGroupRestrictedLabel)))
 	return c
 }
 

@@ -9,12 +9,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
 )
@@ -33,8 +37,24 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 		t.Fatalf("DaemonSet %s/%s", ds.Namespace, ds.Name)
 	}
 	pod := ds.Spec.Template.Spec
-	if pod.NodeSelector[deckhousev1.NodeGroupLabel] != "workers" || len(pod.NodeSelector) != 1 {
-		t.Errorf("node selector %v, want only the group's nodes", pod.NodeSelector)
+	// The scheduler's rule: the pod goes to the nodes whose labels match
+	// its nodeSelector. A member (its restricted group label set from its
+	// Instance) matches; a node of another group that labelled itself
+	// into workers does not, nor does one without the restricted label.
+	sel := labels.SelectorFromSet(pod.NodeSelector)
+	for _, tc := range []struct {
+		what   string
+		labels map[string]string
+		match  bool
+	}{
+		{"a node of workers", map[string]string{deckhousev1.NodeGroupLabel: "workers", deckhousev1.NodeGroupRestrictedLabel: "workers"}, true},
+		{"a node of workers that relabelled itself out", map[string]string{deckhousev1.NodeGroupLabel: "others", deckhousev1.NodeGroupRestrictedLabel: "workers"}, true},
+		{"a node of others that relabelled itself into workers", map[string]string{deckhousev1.NodeGroupLabel: "workers", deckhousev1.NodeGroupRestrictedLabel: "others"}, false},
+		{"a node without an Instance labelled workers", map[string]string{deckhousev1.NodeGroupLabel: "workers"}, false},
+	} {
+		if sel.Matches(labels.Set(tc.labels)) != tc.match {
+			t.Errorf("node selector %v: %s (labels %v) matches=%v, want %v", pod.NodeSelector, tc.what, tc.labels, !tc.match, tc.match)
+		}
 	}
 	if pod.ServiceAccountName != deckhousev1.FencingAgentName || !pod.HostNetwork {
 		t.Errorf("service account %q, host network %v", pod.ServiceAccountName, pod.HostNetwork)
@@ -67,10 +87,9 @@ func TestAWatchdogGroupsAgentsGetTheDeviceAndRunOnlyOnItsNodes(t *testing.T) {
 	if !env["NODE_NAME"] || !env["NODE_GROUP"] || !env["POD_IP"] || !env["HOST_IP"] || !slices.Contains(c.Args, "--gossip-bind-address=$(HOST_IP)") {
 		t.Errorf("env %+v", c.Env)
 	}
-	sel := ds.Spec.Selector.MatchLabels
-	for k, v := range sel {
+	for k, v := range ds.Spec.Selector.MatchLabels {
 		if ds.Spec.Template.Labels[k] != v {
-			t.Errorf("the selector %v does not select the pod template's labels %v", sel, ds.Spec.Template.Labels)
+			t.Errorf("the selector %v does not select the pod template's labels %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
 		}
 	}
 }
@@ -117,9 +136,20 @@ func TestAGroupWithoutFencingHasNoAgents(t *testing.T) {
 // controllerWith runs the controller's informers over fake clients.
 func controllerWith(t *testing.T, groups ...*deckhousev1.NodeGroup) (*Controller, *kubefake.Clientset, *nmfake.Clientset) {
 	t.Helper()
-	kube := kubefake.NewClientset()
-	nm := nmfake.NewSimpleClientset()
+	var objs []runtime.Object
 	for _, g := range groups {
+		objs = append(objs, g)
+	}
+	return controllerWithObjects(t, nil, objs)
+}
+
+// controllerWithObjects is controllerWith over the given objects: kube's
+// (Nodes, DaemonSets) and node-manager's (NodeGroups, Instances).
+func controllerWithObjects(t *testing.T, kubeObjs, nmObjs []runtime.Object) (*Controller, *kubefake.Clientset, *nmfake.Clientset) {
+	t.Helper()
+	kube := kubefake.NewClientset(kubeObjs...)
+	nm := nmfake.NewSimpleClientset()
+	for _, g := range nmObjs {
 		if err := nm.Tracker().Add(g); err != nil {
 			t.Fatal(err)
 		}
@@ -230,4 +260,49 @@ func ptrValue(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestAnOldDaemonSetMovesToTheRestrictedLabelOnlyOnceEveryMemberCarriesIt:
+// a DaemonSet made before the restricted group label (selecting by the
+// node's own group label) is left as it is while a member of the group
+// (by its Instance) lacks the label, so that no agent is taken off its
+// node meanwhile; once every member carries it, the DaemonSet selects by
+// it. A node that labelled itself into the group holds nothing up.
+func TestAnOldDaemonSetMovesToTheRestrictedLabelOnlyOnceEveryMemberCarriesIt(t *testing.T) {
+	ng := fenced("workers", deckhousev1.FencingModeWatchdog)
+	old := DaemonSet(ng, deckhousev1.Namespace, deckhousev1.FencingAgentName)
+	old.Spec.Template.Spec.NodeSelector = map[string]string{deckhousev1.NodeGroupLabel: "workers"}
+	member := func(name string, restricted bool) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{deckhousev1.NodeGroupLabel: "workers"}}}
+		if restricted {
+			n.Labels[deckhousev1.NodeGroupRestrictedLabel] = "workers"
+		}
+		return n
+	}
+	inst := func(name, group string) *deckhousev1alpha1.Instance {
+		return &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{deckhousev1.NodeGroupLabel: group}}}
+	}
+	c, kube, _ := controllerWithObjects(t,
+		[]runtime.Object{old, member("w0", true), member("w1", false), member("rogue", false)},
+		[]runtime.Object{ng, inst("w0", "workers"), inst("w1", "workers"), inst("rogue", "others")})
+	ctx := context.Background()
+	if err := c.sync(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if ds := c.get(t, kube, "workers"); !equality.Semantic.DeepEqual(ds.Spec.Template.Spec.NodeSelector, old.Spec.Template.Spec.NodeSelector) {
+		t.Fatalf("the DaemonSet moved to %v while member w1 lacks the restricted label: its agent would be taken off it", ds.Spec.Template.Spec.NodeSelector)
+	}
+	if _, err := kube.CoreV1().Nodes().Update(ctx, member("w1", true), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCached(t, func() bool {
+		n, err := c.nodes.Get("w1")
+		return err == nil && n.Labels[deckhousev1.NodeGroupRestrictedLabel] == "workers"
+	})
+	if err := c.sync(ctx, "workers"); err != nil {
+		t.Fatal(err)
+	}
+	if ds := c.get(t, kube, "workers"); !equality.Semantic.DeepEqual(ds.Spec.Template.Spec.NodeSelector, NodeSelector("workers")) {
+		t.Fatalf("every member carries the restricted label, the DaemonSet still selects %v", ds.Spec.Template.Spec.NodeSelector)
+	}
 }

@@ -49,6 +49,14 @@ func selector(group string) map[string]string {
 	return map[string]string{deckhousev1.AppNameLabel: deckhousev1.FencingAgentName, deckhousev1.NodeGroupLabel: group}
 }
 
+// NodeSelector selects the nodes of group: those whose
+// deckhousev1.NodeGroupRestrictedLabel says group. NodeRestriction forbids
+// a kubelet to write that label; node-manager-controller sets it from the
+// node's Instance (controllers/nodetemplate).
+func NodeSelector(group string) map[string]string {
+	return map[string]string{deckhousev1.NodeGroupRestrictedLabel: group}
+}
+
 // DaemonSet is the fencing agents of ng, in namespace, running image; nil
 // when ng has no spec.fencing. In Watchdog mode the pod mounts the device
 // and is privileged (a container reaches a host device only so: the
@@ -121,7 +129,12 @@ func DaemonSet(ng *deckhousev1.NodeGroup, namespace, image string) *appsv1.Daemo
 		HostNetwork:        true,
 		DNSPolicy:          corev1.DNSClusterFirstWithHostNet,
 		PriorityClassName:  "system-node-critical",
-		NodeSelector:       map[string]string{deckhousev1.NodeGroupLabel: ng.Name},
+		// The group's nodes by the label only node-manager-controller
+		// writes (from the node's Instance), never by node.deckhouse.io/group,
+		// which a kubelet may set on its own Node: a node relabelled into
+		// another group must not get that group's pod, and with it the
+		// group's gossip keyring (its kubelet reads the Secret for the pod).
+		NodeSelector: NodeSelector(ng.Name),
 		// A fenced node's agent runs whatever the node's taints.
 		Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 		// Time for the label removal and the magic close on SIGTERM.

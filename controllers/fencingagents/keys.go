@@ -129,9 +129,12 @@ func (c *Controller) rotate(ctx context.Context, group string, s *corev1.Secret)
 }
 
 // agentsWithout lists the armed, Ready Nodes of group whose agent does not
-// report keyring fingerprint fp.
+// report keyring fingerprint fp. The group's Nodes are those its DaemonSet
+// selects (NodeSelector), the ones that run its agents and hold its key:
+// a node that labelled itself into the group holds neither and is not
+// waited for.
 func (c *Controller) agentsWithout(group, fp string) ([]string, error) {
-	nodes, err := c.nodes.List(labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}))
+	nodes, err := c.nodes.List(labels.SelectorFromSet(NodeSelector(group)))
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/node-manager/node-manager/agents/fencing-agent/gossipkey"
@@ -29,7 +30,7 @@ func (c *Controller) keySecret(t *testing.T, kube *kubefake.Clientset, group str
 // node is an armed, Ready Node of group whose agent reports keyring fp.
 func node(name, group, fp string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels:      map[string]string{deckhousev1.NodeGroupLabel: group, deckhousev1.FencingEnabledLabel: ""},
+		Labels:      map[string]string{deckhousev1.NodeGroupLabel: group, deckhousev1.NodeGroupRestrictedLabel: group, deckhousev1.FencingEnabledLabel: ""},
 		Annotations: map[string]string{deckhousev1.FencingGossipKeyringAnnotation: fp}}}
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	return n
@@ -111,5 +112,22 @@ func TestTheGossipKeyRotatesOnlyAsFastAsTheAgentsFollow(t *testing.T) {
 	k4, _ := gossipkey.FromData(s.Data)
 	if !k4.Equal(gossipkey.Keys{Primary: k2.Other}) {
 		t.Fatalf("after every agent encrypted with the new key: %v", s.Data)
+	}
+}
+
+// TestARelabelledNodeDoesNotHoldTheRotation: a rotation waits for the
+// agents of the group's nodes, those its DaemonSet runs on (the
+// restricted group label), not for a node of another group that labelled
+// itself into it, armed and Ready with its own group's keyring.
+func TestARelabelledNodeDoesNotHoldTheRotation(t *testing.T) {
+	rogue := node("rogue", "others", "ffffffffffffffff")
+	rogue.Labels[deckhousev1.NodeGroupLabel] = "workers"
+	c, _, _ := controllerWithObjects(t, []runtime.Object{node("w0", "workers", "0123456789abcdef"), rogue}, nil)
+	waiting, err := c.agentsWithout("workers", "0123456789abcdef")
+	if err != nil || len(waiting) != 0 {
+		t.Fatalf("the rotation of workers waits for %v (%v); want no one: rogue is of group others", waiting, err)
+	}
+	if waiting, _ := c.agentsWithout("others", "0123456789abcdef"); len(waiting) != 1 || waiting[0] != "rogue" {
+		t.Fatalf("the rotation of others waits for %v, want [rogue]", waiting)
 	}
 }

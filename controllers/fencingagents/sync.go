@@ -55,6 +55,9 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		}
 		klog.InfoS("Created the fencing agents of a fenced group", "group", group, "daemonSet", want.Name, "mode", ng.Spec.Fencing.Mode)
 	case !UpToDate(have, want):
+		if waiting, err := c.legacyWaits(have, group); err != nil || len(waiting) > 0 {
+			return err
+		}
 		upd := have.DeepCopy()
 		upd.Labels = want.Labels
 		upd.Spec = want.Spec
@@ -71,4 +74,39 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 // want leaves empty do not count as differences).
 func UpToDate(have, want *appsv1.DaemonSet) bool {
 	return equality.Semantic.DeepDerivative(want.Labels, have.Labels) && equality.Semantic.DeepDerivative(want.Spec, have.Spec)
+}
+
+// legacyNodeSelector is what DaemonSets made before the restricted group
+// label selected their nodes by: the label a kubelet may write itself.
+func legacyNodeSelector(group string) map[string]string {
+	return map[string]string{deckhousev1.NodeGroupLabel: group}
+}
+
+// legacyWaits lists the members of group (by their Instances) whose Node
+// does not carry the restricted group label yet, when have is a DaemonSet
+// that still selects by the legacy label; nil otherwise. Such a DaemonSet
+// is left as it is until every member carries the label (the node
+// template controller sets it within seconds of an upgrade): moved to the
+// new selector earlier, it would take the agents off those nodes at once,
+// disarming them, until the label came. Each member's label change queues
+// the group again.
+func (c *Controller) legacyWaits(have *appsv1.DaemonSet, group string) ([]string, error) {
+	if !equality.Semantic.DeepEqual(have.Spec.Template.Spec.NodeSelector, legacyNodeSelector(group)) {
+		return nil, nil
+	}
+	members, err := c.d.Nodes.InGroup(group)
+	if err != nil {
+		return nil, err
+	}
+	var waiting []string
+	for _, n := range members {
+		if n.Labels[deckhousev1.NodeGroupRestrictedLabel] != group {
+			waiting = append(waiting, n.Name)
+		}
+	}
+	if len(waiting) > 0 {
+		klog.InfoS("The fencing agents' DaemonSet still selects nodes by their own group label; it is updated once every node of the group carries the restricted group label, which node-manager-controller's node template controller sets from each node's Instance",
+			"group", group, "daemonSet", have.Name, "label", deckhousev1.NodeGroupRestrictedLabel, "waiting", waiting)
+	}
+	return waiting, nil
 }

@@ -224,8 +224,8 @@ func (c *Controller) warnSkipped(ng *deckhousev1.NodeGroup) {
 	}
 	c.warned[ng.Name] = ng.Generation
 	c.mu.Unlock()
-	note := fmt.Sprintf("nodeTemplate entries not applied to nodes (keys in %s are node-manager's own): %s",
-		strings.Join(reservedPrefixes, ", "), strings.Join(keys, ", "))
+	note := fmt.Sprintf("nodeTemplate entries not applied to nodes (keys in %s, and %s, are node-manager's own): %s",
+		strings.Join(reservedPrefixes, ", "), strings.Join(reservedKeys, ", "), strings.Join(keys, ", "))
 	// The Events API refuses notes of 1 KiB and more.
 	if len(note) > maxNote {
 		n := maxNote - 3

@@ -144,6 +144,12 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 		n, err := d.Nodes.Get("managed")
 		return err == nil && n.Labels["tier"] == "db", err
 	})
+	for name, group := range map[string]string{"managed": "worker", "unmanaged": "worker", "orphan": "ghost"} {
+		poll("the informer's copy of node "+name+" with its restricted group label", func() (bool, error) {
+			n, err := d.Nodes.Get(name)
+			return err == nil && n.Labels[deckhousev1.NodeGroupRestrictedLabel] == group, err
+		})
+	}
 	patches := countPatches(kube)
 	for _, name := range []string{"managed", "unmanaged", "orphan", "unadmitted"} {
 		if err := c.sync(ctx, name); err != nil {
@@ -153,7 +159,7 @@ func TestControllerAgainstFakeClients(t *testing.T) {
 	if got := countPatches(kube); got != patches {
 		t.Errorf("a second reconcile patched nodes: %d patches, want %d", got, patches)
 	}
-	if o := getNode("orphan"); len(o.Spec.Taints) != 1 || len(o.Annotations) != 0 {
+	if o := getNode("orphan"); len(o.Spec.Taints) != 1 || len(o.Annotations) != 0 || len(o.Labels) != 2 {
 		t.Errorf("a node of an unknown group was changed: %+v", o)
 	}
 	if u := getNode("unadmitted"); len(u.Labels) != 1 || len(u.Annotations) != 0 {
@@ -228,5 +234,95 @@ func TestSyncReturnsConflicts(t *testing.T) {
 	}
 	if err := c.sync(ctx, "n1"); err == nil {
 		t.Fatal("sync swallowed a conflict")
+	}
+}
+
+// TestTheRestrictedGroupLabelFollowsTheInstance: every Node's
+// node-restriction.kubernetes.io/deckhouse-node-group label (which its
+// kubelet cannot write, and the fencing agents' DaemonSets select on) is
+// its Instance's group: set on a node that relabelled itself into another
+// group, corrected where it says another group, removed from a node with
+// no Instance, and never taken from a NodeGroup's template.
+func TestTheRestrictedGroupLabelFollowsTheInstance(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	labelled := func(name string, labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	// rogue relabelled itself into master; forged carries master's
+	// restricted label (written by someone else); loose has one but no
+	// Instance; bare has no label of its own; fresh is a new node.
+	kube := kubefake.NewClientset(
+		labelled("rogue", map[string]string{deckhousev1.NodeGroupLabel: "master"}),
+		labelled("forged", map[string]string{deckhousev1.NodeGroupLabel: "worker", deckhousev1.NodeGroupRestrictedLabel: "master"}),
+		labelled("loose", map[string]string{deckhousev1.NodeGroupLabel: "master", deckhousev1.NodeGroupRestrictedLabel: "master"}),
+		labelled("bare", nil),
+		labelled("fresh", map[string]string{deckhousev1.NodeGroupLabel: "worker"}),
+	)
+	// worker's template tries to set the label itself.
+	worker := group("worker", deckhousev1.NodeTypeStatic, &deckhousev1.NodeTemplate{
+		Labels: map[string]string{deckhousev1.NodeGroupRestrictedLabel: "master", "tier": "db"},
+	})
+	nm := newNodeManagerClientset(worker, group("master", deckhousev1.NodeTypeStatic, nil),
+		instance("rogue", "worker"), instance("forged", "worker"), instance("bare", "worker"), instance("fresh", "worker"))
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clock.RealClock{}, prometheus.NewRegistry())
+	d.Recorder = events.NewFakeRecorder(10)
+	c := New(d)
+	d.Informers.Cluster.Start(ctx.Done())
+	d.Informers.NodeManager.Start(ctx.Done())
+	go c.Run(ctx, 1)
+
+	want := map[string]string{"rogue": "worker", "forged": "worker", "loose": "", "bare": "worker", "fresh": "worker"}
+	var last map[string]map[string]string
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = map[string]map[string]string{}
+		for name, group := range want {
+			n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			last[name] = n.Labels
+			if have, ok := n.Labels[deckhousev1.NodeGroupRestrictedLabel]; have != group || ok != (group != "") {
+				return false, nil
+			}
+		}
+		return last["fresh"]["tier"] == "db", nil
+	}); err != nil {
+		t.Fatalf("restricted group labels: want %v (\"\" for none), have labels %v: %v", want, last, err)
+	}
+	// The node's own label is left as it is: it is the node's.
+	if last["rogue"][deckhousev1.NodeGroupLabel] != "master" {
+		t.Errorf("rogue's own group label was changed: %v", last["rogue"])
+	}
+}
+
+func TestRestrictedGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		group  string
+		want   string // "" nothing, "-" remove, else the value set
+	}{
+		{"absent, group known", nil, "worker", "worker"},
+		{"another group", map[string]string{deckhousev1.NodeGroupRestrictedLabel: "master"}, "worker", "worker"},
+		{"empty value", map[string]string{deckhousev1.NodeGroupRestrictedLabel: ""}, "worker", "worker"},
+		{"already right", map[string]string{deckhousev1.NodeGroupRestrictedLabel: "worker"}, "worker", ""},
+		{"no group, present", map[string]string{deckhousev1.NodeGroupRestrictedLabel: "master"}, "", "-"},
+		{"no group, absent", map[string]string{deckhousev1.NodeGroupLabel: "master"}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := RestrictedGroup(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: tc.labels}}, tc.group)
+			v, ok := ch.Labels[deckhousev1.NodeGroupRestrictedLabel]
+			got := ""
+			switch {
+			case ok && v == nil:
+				got = "-"
+			case ok:
+				got = *v
+			}
+			if got != tc.want || len(ch.Labels) > 1 || len(ch.Annotations) > 0 || ch.Taints != nil {
+				t.Errorf("RestrictedGroup(%v, %q) = %s (%v), want %q", tc.labels, tc.group, ch.String(), got, tc.want)
+			}
+		})
 	}
 }

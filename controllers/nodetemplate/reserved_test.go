@@ -23,6 +23,7 @@ var templateKeys = []string{
 	deckhousev1.NodeDomain + "anything", deckhousev1.UpdateAnnotationPrefix + "anything", deckhousev1.NodeManagerDomain + "anything",
 	"node-role.deckhouse.io/system", "node-role.deckhouse.io/frontend", "dedicated.deckhouse.io", "deckhouse.io/x",
 	"static.node.deckhouse.io/x", "example.com/tier", "dedicated", deckhousev1.NodeRoleLabelPrefix + "worker",
+	deckhousev1.NodeGroupRestrictedLabel, "node-restriction.kubernetes.io/dedicated",
 }
 
 // TestReservedKeysAgreeWithTheCRDAndTheWarningPolicy: the label and

@@ -19,8 +19,18 @@ import (
 // forever), so such keys are skipped.
 var reservedPrefixes = []string{deckhousev1.NodeDomain, deckhousev1.UpdateAnnotationPrefix, deckhousev1.NodeManagerDomain}
 
-// Reserved reports whether key is in node-manager's own namespaces.
+// reservedKeys are node-manager's own keys outside its namespaces: the
+// restricted group label, under the node-restriction.kubernetes.io/ prefix
+// (whose other keys an admin may well want templates to set: that prefix
+// is Kubernetes' way to label nodes for workload isolation).
+var reservedKeys = []string{deckhousev1.NodeGroupRestrictedLabel}
+
+// Reserved reports whether key is in node-manager's own namespaces or is
+// one of its own keys.
 func Reserved(key string) bool {
+	if slices.Contains(reservedKeys, key) {
+		return true
+	}
 	for _, p := range reservedPrefixes {
 		if strings.HasPrefix(key, p) {
 			return true

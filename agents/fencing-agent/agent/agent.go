@@ -137,13 +137,17 @@ type Status struct {
 }
 
 // New wires the agent: its own Node is watched by name (field selector),
-// the group's Nodes by the group label.
+// the group's Nodes by the restricted group label
+// (deckhousev1.NodeGroupRestrictedLabel), which node-manager-controller
+// sets from each node's Instance and no kubelet can write: a node that
+// labelled itself into the group (node.deckhouse.io/group) is not admitted
+// to its gossip, not contacted, and not counted in its quorum.
 func New(cfg Config, kube kubernetes.Interface, dev Device, gossip Gossip, recorder events.EventRecorder, clk clock.WithTicker) *Agent {
 	own := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
 	}))
 	group := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.Set{deckhousev1.NodeGroupLabel: cfg.Group}.String()
+		o.LabelSelector = labels.Set{deckhousev1.NodeGroupRestrictedLabel: cfg.Group}.String()
 	}))
 	ownInf, grpInf := own.Core().V1().Nodes(), group.Core().V1().Nodes()
 	a := &Agent{

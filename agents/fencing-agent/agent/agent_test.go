@@ -88,9 +88,18 @@ type harness struct {
 
 func newHarness(t *testing.T, mode string, annotations map[string]string) *harness {
 	t.Helper()
+	return newHarnessWith(t, mode, annotations)
+}
+
+// newHarnessWith is newHarness with more Nodes in the cluster.
+func newHarnessWith(t *testing.T, mode string, annotations map[string]string, more ...*corev1.Node) *harness {
+	t.Helper()
 	var objs []runtime.Object
+	for _, n := range more {
+		objs = append(objs, n)
+	}
 	for _, n := range []string{"n1", "n2", "n3"} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{deckhousev1.NodeGroupLabel: "workers"}}}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{deckhousev1.NodeGroupLabel: "workers", deckhousev1.NodeGroupRestrictedLabel: "workers"}}}
 		if n == "n1" {
 			node.Annotations = annotations
 		} else {
@@ -465,5 +474,34 @@ func TestOnlyArmedPeersCountInTheQuorum(t *testing.T) {
 	h.a.Tick(h.ctx)
 	if got := h.written(); got != "1" {
 		t.Fatalf("device got %q: a group of two armed members has no quorum, and without the API the agent must stop feeding", got)
+	}
+}
+
+// TestANodeRelabelledIntoTheGroupIsNoMember: the group's members are the
+// Nodes whose restricted group label (set by node-manager-controller from
+// their Instances; no kubelet can write it) names the group. A node of
+// another group whose kubelet labelled it node.deckhouse.io/group=workers,
+// armed and with an address, is not admitted to the gossip, contacted,
+// nor counted in the quorum; a member that labelled itself out still is.
+func TestANodeRelabelledIntoTheGroupIsNoMember(t *testing.T) {
+	rogue := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rogue", Labels: map[string]string{
+		deckhousev1.NodeGroupLabel: "workers", deckhousev1.NodeGroupRestrictedLabel: "others", deckhousev1.FencingEnabledLabel: ""}}}
+	rogue.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.66"}}
+	// n4 is of workers (its Instance's group) but labelled itself others.
+	n4 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n4", Labels: map[string]string{
+		deckhousev1.NodeGroupLabel: "others", deckhousev1.NodeGroupRestrictedLabel: "workers", deckhousev1.FencingEnabledLabel: ""}}}
+	h := newHarnessWith(t, deckhousev1.FencingModeWatchdog, nil, rogue, n4)
+	h.a.Tick(h.ctx)
+	members := h.a.expectedMembers()
+	if members["rogue"] || !members["n4"] || len(members) != 4 {
+		t.Errorf("expected membership %v: want n1..n4 (n4 labelled itself out, it is still workers'), never rogue (it labelled itself in)", members)
+	}
+	if addrs := h.a.groupAddresses(); len(addrs) != 4 || func() bool { _, ok := addrs["rogue"]; return ok }() {
+		t.Errorf("the gossip admits %v: want n1..n4, never rogue", addrs)
+	}
+	for _, p := range h.a.peers() {
+		if strings.HasPrefix(p, "192.0.2.66:") {
+			t.Errorf("the agent contacts rogue's address %s", p)
+		}
 	}
 }

@@ -79,7 +79,12 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 	for i := range 3 {
 		node := fmt.Sprintf("%s-%d", name, i)
 		f.TestInstance(t, NewInstance(node, name)) // its group is its Instance's
-		f.TestNode(t, NewNode(node, name))
+		// Its restricted group label, which the agents list their group by,
+		// as node-manager-controller sets it from the Instance (written
+		// here so that the suites that run no controller have it).
+		n := NewNode(node, name)
+		n.Labels[deckhousev1.NodeGroupRestrictedLabel] = name
+		f.TestNode(t, n)
 		// Its InternalIP, which its agent's gossip admits (every agent
 		// here listens on the loopback address, at its own port), and
 		// Ready, as its kubelet would report: a gossip key rotation waits

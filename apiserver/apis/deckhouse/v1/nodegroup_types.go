@@ -535,19 +535,20 @@ type Taint struct {
 // in those key spaces are accepted, with a warning, and not applied.
 type NodeTemplate struct {
 	// Labels set on every node. Keys under node.deckhouse.io/,
-	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused:
-	// they are node-manager's own (group membership, node type, the update
+	// update.node.deckhouse.io/ and node-manager.deckhouse.io/, and the key
+	// node-restriction.kubernetes.io/deckhouse-node-group, are refused: they
+	// are node-manager's own (group membership, node type, the update
 	// protocol, fencing).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=128
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.startsWith('node.deckhouse.io/') || k.startsWith('update.node.deckhouse.io/') || k.startsWith('node-manager.deckhouse.io/')))",message="nodeTemplate.labels: keys under node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/ are reserved for node-manager (group membership, node type, the update protocol, fencing); other keys, such as node-role.deckhouse.io/<role>, may be used",reason=FieldValueForbidden
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.startsWith('node.deckhouse.io/') || k.startsWith('update.node.deckhouse.io/') || k.startsWith('node-manager.deckhouse.io/') || k == 'node-restriction.kubernetes.io/deckhouse-node-group'))",message="nodeTemplate.labels: keys under node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/, and node-restriction.kubernetes.io/deckhouse-node-group, are reserved for node-manager (group membership, node type, the update protocol, fencing); other keys, such as node-role.deckhouse.io/<role>, may be used",reason=FieldValueForbidden
 	Labels map[string]string `json:"labels,omitempty"`
 	// Annotations set on every node. Keys under node.deckhouse.io/,
 	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused,
 	// as for labels.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=128
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.startsWith('node.deckhouse.io/') || k.startsWith('update.node.deckhouse.io/') || k.startsWith('node-manager.deckhouse.io/')))",message="nodeTemplate.annotations: keys under node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/ are reserved for node-manager (group membership, node type, the update protocol, fencing)",reason=FieldValueForbidden
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.startsWith('node.deckhouse.io/') || k.startsWith('update.node.deckhouse.io/') || k.startsWith('node-manager.deckhouse.io/') || k == 'node-restriction.kubernetes.io/deckhouse-node-group'))",message="nodeTemplate.annotations: keys under node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/, and node-restriction.kubernetes.io/deckhouse-node-group, are reserved for node-manager (group membership, node type, the update protocol, fencing)",reason=FieldValueForbidden
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// Taints set on every node. A taint under node.deckhouse.io/,
 	// update.node.deckhouse.io/ or node-manager.deckhouse.io/ (such as

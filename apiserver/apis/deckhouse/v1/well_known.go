@@ -19,11 +19,24 @@ const (
 	// NodeGroupLabel names the NodeGroup a node belongs to. bashible sets it
 	// on the Node at registration (the kubelet's --node-labels), and
 	// node-manager-controller writes it on the node's Instance when it
-	// approves the kubelet's first certificate. bashible-apiserver trusts
-	// only the Instance's label (a node may relabel its own Node); the
-	// controllers select a group's Nodes by it. bashible-apiserver also puts
-	// it on every served object and published bundle Secret.
+	// approves the kubelet's first certificate. bashible-apiserver and the
+	// controllers trust only the Instance's label: a node may relabel its
+	// own Node (NodeGroupRestrictedLabel is the Node label it cannot
+	// write). bashible-apiserver also puts it on every served object and
+	// published bundle Secret.
 	NodeGroupLabel = "node.deckhouse.io/group"
+
+	// NodeGroupRestrictedLabel names, like NodeGroupLabel, the NodeGroup a
+	// node belongs to, under the node-restriction.kubernetes.io/ prefix,
+	// which the NodeRestriction admission plugin forbids a kubelet to set,
+	// change or remove on its own Node (on create too). Only
+	// node-manager-controller writes it (the node template controller, from
+	// the node's Instance, correcting any other value), so it is the group
+	// label a DaemonSet's nodeSelector, or anything else that cannot ask the
+	// Instance, may trust: the fencing agents' DaemonSets select their
+	// group's nodes by it, and the agents list their group's members by it.
+	// NodeGroup templates may not set it.
+	NodeGroupRestrictedLabel = "node-restriction.kubernetes.io/deckhouse-node-group"
 
 	// NodeTypeLabel is the node's group's spec.nodeType (Static,
 	// CloudStatic, CloudPermanent, CloudEphemeral). Set like NodeGroupLabel

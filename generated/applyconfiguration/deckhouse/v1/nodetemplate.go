@@ -25,8 +25,9 @@ package v1
 // in those key spaces are accepted, with a warning, and not applied.
 type NodeTemplateApplyConfiguration struct {
 	// Labels set on every node. Keys under node.deckhouse.io/,
-	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused:
-	// they are node-manager's own (group membership, node type, the update
+	// update.node.deckhouse.io/ and node-manager.deckhouse.io/, and the key
+	// node-restriction.kubernetes.io/deckhouse-node-group, are refused: they
+	// are node-manager's own (group membership, node type, the update
 	// protocol, fencing).
 	Labels map[string]string `json:"labels,omitempty"`
 	// Annotations set on every node. Keys under node.deckhouse.io/,
