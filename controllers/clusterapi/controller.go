@@ -14,6 +14,9 @@
 //     StaticMachineTemplate <group>, which carries the group's
 //     staticInstances.labelSelector. Changing the count scales through Cluster
 //     API; removing staticInstances (or the group) removes both objects.
+//   - the Role CAPSBootstrapDataRole, which grants caps-controller-manager
+//     get on exactly those manual-bootstrap-for-<group> Secrets by name
+//     (bootstrapdata.go): it reads no other Secret of the namespace.
 //   - on the Instance of a node a Machine backs, status.machineRef and
 //     status.bootstrapStatus and a finalizer: deleting such an Instance
 //     deletes its Machine, so Cluster API drains and deletes the Node and CAPS
@@ -34,6 +37,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -63,9 +67,11 @@ var (
 	machinesResource           = clusterv1.GroupVersion.WithResource("machines")
 )
 
-// Keys of the queue: the Cluster object set, a group, or an Instance.
+// Keys of the queue: the Cluster object set, CAPS's bootstrap-data Role, a
+// group, or an Instance.
 const (
 	clusterKey     = "cluster"
+	roleKey        = "bootstrap-data-role"
 	groupPrefix    = "group/"
 	instancePrefix = "instance/"
 )
@@ -84,6 +90,8 @@ type Controller struct {
 	machines  cache.GenericLister
 	synced    []cache.InformerSynced
 	queue     *loop.Loop
+	// roleMu serializes the writes of the bootstrap-data Role.
+	roleMu sync.Mutex
 }
 
 // New wires the controller: a group, its MachineDeployment or template
@@ -108,6 +116,7 @@ func New(d *manager.Deps) *Controller {
 		secrets.Informer().HasSynced, clusters.Informer().HasSynced, mds.Informer().HasSynced, machines.Informer().HasSynced}
 
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
+	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(func(any) string { return roleKey }))
 	_, _ = mds.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
 	_, _ = templates.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
 	_, _ = instances.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, loop.ByName)))
@@ -160,6 +169,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		return
 	}
 	c.queue.Add(clusterKey)
+	c.queue.Add(roleKey)
 	c.queue.Run(ctx, workers)
 }
 
@@ -168,6 +178,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	switch {
 	case key == clusterKey:
 		return c.syncCluster(ctx)
+	case key == roleKey:
+		return c.syncBootstrapDataRole(ctx)
 	case strings.HasPrefix(key, groupPrefix):
 		return c.syncGroup(ctx, strings.TrimPrefix(key, groupPrefix))
 	case strings.HasPrefix(key, instancePrefix):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +25,7 @@ var (
 	staticControlPlanesResource    = infrav1alpha1.SchemeGroupVersion.WithResource("staticcontrolplanes")
 	staticMachineTemplatesResource = infrav1alpha1.SchemeGroupVersion.WithResource("staticmachinetemplates")
 	secretsResource                = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	rolesResource                  = rbacv1.SchemeGroupVersion.WithResource("roles")
 )
 
 // syncCluster keeps the Cluster, its StaticCluster, StaticControlPlane and
@@ -79,6 +81,11 @@ func (c *Controller) syncGroup(ctx context.Context, group string) error {
 	}
 	if !Wanted(ng) {
 		return c.removeGroup(ctx, group)
+	}
+	// CAPS may read the group's bootstrap data before any Machine of the
+	// group exists (it is read when a Machine's bootstrap starts).
+	if err := c.syncBootstrapDataRole(ctx); err != nil {
+		return err
 	}
 	// The template first: the MachineSets clone it as soon as the
 	// MachineDeployment exists.

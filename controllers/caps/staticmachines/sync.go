@@ -411,7 +411,15 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 	// The operation first, so that the phase it belongs to is written
 	// only once it runs.
 	if st.run != "" {
-		c.startTask(ctx, st.run, sm, inst, s, st)
+		if err := c.startTask(ctx, st.run, sm, inst, s, st); err != nil {
+			// Not started: the phase stays, the machine says why, and the
+			// queue tries again (with backoff) until the data is readable.
+			if _, rerr := c.setMachineCondition(ctx, sm, &conditionChange{Type: condMachineReady,
+				Reason: infrav1alpha1.BootstrapDataUnavailableReason, Message: err.Error() + "; trying again"}); rerr != nil {
+				klog.ErrorS(rerr, "Reporting the unreadable bootstrap data", "staticMachine", klog.KObj(sm))
+			}
+			return err
+		}
 	}
 
 	status := inst.Status.DeepCopy()
@@ -454,16 +462,9 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 	}
 
 	if mc := st.machineCondition; mc != nil {
-		want := sm.DeepCopy()
-		meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{Type: mc.Type, Status: metav1.ConditionFalse, Reason: mc.Reason,
-			Message: mc.Message, ObservedGeneration: sm.Generation})
-		if !equality.Semantic.DeepEqual(sm.Status, want.Status) {
-			updated, err := c.d.NodeManager.InfrastructureV1alpha1().StaticMachines(sm.Namespace).UpdateStatus(ctx, want, update)
-			if err != nil {
-				return fmt.Errorf("reporting on StaticMachine %s/%s: %w", sm.Namespace, sm.Name, err)
-			}
-			c.writes.WithLabelValues("StaticMachine").Inc()
-			sm = updated
+		var err error
+		if sm, err = c.setMachineCondition(ctx, sm, mc); err != nil {
+			return err
 		}
 	}
 	if st.provisioned && node != nil {
@@ -498,6 +499,24 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 		c.queue.AddAfter(key, st.requeue)
 	}
 	return nil
+}
+
+// setMachineCondition sets a False condition on sm's status (written only
+// when it changes) and returns the StaticMachine as stored.
+func (c *Controller) setMachineCondition(ctx context.Context, sm *infrav1alpha1.StaticMachine, mc *conditionChange) (*infrav1alpha1.StaticMachine, error) {
+	want := sm.DeepCopy()
+	meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{Type: mc.Type, Status: metav1.ConditionFalse, Reason: mc.Reason,
+		Message: mc.Message, ObservedGeneration: sm.Generation})
+	if equality.Semantic.DeepEqual(sm.Status, want.Status) {
+		return sm, nil
+	}
+	updated, err := c.d.NodeManager.InfrastructureV1alpha1().StaticMachines(sm.Namespace).UpdateStatus(ctx, want,
+		metav1.UpdateOptions{FieldManager: deckhousev1.CAPSControllerManagerName})
+	if err != nil {
+		return sm, fmt.Errorf("reporting on StaticMachine %s/%s: %w", sm.Namespace, sm.Name, err)
+	}
+	c.writes.WithLabelValues("StaticMachine").Inc()
+	return updated, nil
 }
 
 // provision reports sm provisioned with node's addresses. A node that
@@ -569,12 +588,21 @@ func (c *Controller) deleteMachine(ctx context.Context, sm *infrav1alpha1.Static
 // by what is left of its phase's timeout. What the operation needs from
 // the cluster (credentials, the bootstrap script) is read when it starts,
 // so every attempt uses the current SSHCredentials and a fresh bootstrap
-// token.
-func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1alpha1.StaticMachine, inst *deckhousev1alpha2.StaticInstance, s situation, st step) {
+// token. The bootstrap script is read first, here: if it cannot be read
+// (its Secret missing or not granted to caps-controller-manager), no
+// operation starts and the error says what is missing.
+func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1alpha1.StaticMachine, inst *deckhousev1alpha2.StaticInstance, s situation, st step) error {
 	if kind == taskBootstrap && machineOf(sm) == "" {
 		// Cluster API sets the owner a moment after it creates the
 		// StaticMachine; that update brings the machine back.
-		return
+		return nil
+	}
+	var data []byte
+	if kind == taskBootstrap {
+		var err error
+		if data, err = c.bootstrapData(ctx, sm); err != nil {
+			return err
+		}
 	}
 	timeout := c.opts.BootstrapTimeout
 	if kind == taskCleanup {
@@ -604,10 +632,6 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 		case taskAdopt:
 			return hostssh.Run(ctx, host, creds, hostssh.AdoptScript(providerID, machineName))
 		case taskBootstrap:
-			data, err := c.bootstrapData(ctx, sm)
-			if err != nil {
-				return hostssh.Result{}, err
-			}
 			return hostssh.Run(ctx, host, creds, hostssh.BootstrapScript(providerID, machineName, data))
 		default:
 			res, err := hostssh.Run(ctx, host, creds, hostssh.CleanupScript())
@@ -629,6 +653,7 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 		klog.InfoS("SSH operation started", "operation", kind, "staticInstance", inst.Name, "address", inst.Spec.Address,
 			"staticMachine", klog.KObj(sm), "timeout", timeout)
 	}
+	return nil
 }
 
 // credentials decodes the SSHCredentials named, reading the Secrets it
@@ -682,7 +707,16 @@ func (c *Controller) bootstrapData(ctx context.Context, sm *infrav1alpha1.Static
 		return nil, fmt.Errorf("the Machine %s/%s has no spec.bootstrap.dataSecretName", sm.Namespace, name)
 	}
 	s, err := c.d.Kube.CoreV1().Secrets(sm.Namespace).Get(ctx, secret, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("caps-controller-manager may not read the bootstrap Secret %s/%s of Machine %s: it may read only the Secrets "+
+			"Role %s/%s names, which node-manager-controller (--cluster-api) keeps to %s<group> of the static groups with staticInstances "+
+			"(for a Machine made by hand, grant it get on this Secret by name): %w",
+			sm.Namespace, secret, name, sm.Namespace, deckhousev1.CAPSBootstrapDataRole, deckhousev1.ManualBootstrapSecretPrefix, err)
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("the bootstrap Secret %s/%s of Machine %s does not exist yet (node-manager-controller writes %s<group> "+
+			"once it knows the cluster CA and the API endpoints)", sm.Namespace, secret, name, deckhousev1.ManualBootstrapSecretPrefix)
+	case err != nil:
 		return nil, fmt.Errorf("reading the bootstrap Secret %s/%s of Machine %s: %w", sm.Namespace, secret, name, err)
 	}
 	data := s.Data[deckhousev1.ManualBootstrapScriptKey]

@@ -35,8 +35,20 @@ touch /var/lib/bashible/bootstrapped
 // whose bootstrap script is scriptedBootstrap and whose StaticMachines
 // select StaticInstances labelled role=name; node-manager-controller's
 // Cluster "static" holds it, as it holds the groups'. It returns a function
-// that scales it.
+// that scales it. The bootstrap Secret is the test's own (a group's
+// manual-bootstrap-for-<group> is node-manager-controller's, which rewrites
+// it), so, as an admin does for a MachineDeployment made by hand, the test
+// grants caps-controller-manager get on it by name (grantBootstrapData):
+// node-manager-controller's Role grants only the groups' Secrets.
 func scriptedMachines(t *testing.T, name string, replicas int32) func(int32) {
+	t.Helper()
+	grantBootstrapData(t, name)
+	return ungrantedScriptedMachines(t, name, replicas)
+}
+
+// ungrantedScriptedMachines is scriptedMachines without the grant: CAPS
+// may not read the bootstrap Secret.
+func ungrantedScriptedMachines(t *testing.T, name string, replicas int32) func(int32) {
 	t.Helper()
 	ctx := framework.Context(t)
 	secrets := f.Kube.CoreV1().Secrets(ns)

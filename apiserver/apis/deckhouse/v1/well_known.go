@@ -473,6 +473,13 @@ const (
 	// Event source. It is the only identity besides cluster admins that may
 	// read SSHCredentials (manifests/caps-controller-manager/rbac.yaml).
 	CAPSControllerManagerName = "caps-controller-manager"
+	// CAPSBootstrapDataRole is the Role in Namespace, bound to
+	// caps-controller-manager by its manifests, that node-manager-controller
+	// (controllers/clusterapi, --cluster-api) keeps granting get on exactly
+	// the bootstrap-data Secrets of the static groups wired to Cluster API
+	// (ManualBootstrapSecretPrefix + <group>), by name: the only Secrets of
+	// Namespace CAPS may read.
+	CAPSBootstrapDataRole = "d8:node-manager:caps-controller-manager:bootstrap-data"
 
 	// AllowBootstrapLabel = "false" on a StaticInstance keeps it out of
 	// every group: CAPS never picks it, whatever a group's labelSelector

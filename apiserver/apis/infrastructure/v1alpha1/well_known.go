@@ -87,4 +87,10 @@ const (
 	// node-manager-controller shows it on the node's Instance
 	// (status.lastOperation).
 	CleanupRefusedReason = "CleanupRefused"
+	// BootstrapDataUnavailableReason is the reason of a StaticMachine's
+	// Ready condition while CAPS cannot read its Machine's bootstrap data
+	// Secret (missing, or not granted to caps-controller-manager): the
+	// bootstrap does not start, the message names the Secret and what is
+	// missing, and CAPS tries again.
+	BootstrapDataUnavailableReason = "BootstrapDataUnavailable"
 )
