@@ -171,6 +171,55 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	return res
 }
 
+// Compose is Render(ng, in) computed from base, this group's render
+// from the state base was rendered from (the bundle controller's latest
+// result): when base rendered, and from the context ng has in in and from
+// the NodeGroupConfigurations it selected in baseIn (which its input hash
+// proves), only the group's configurations that in changes are rendered
+// again, in the sandbox; the built-in templates and the others are taken
+// from base (templates.Tree.Recompose). The result is the one Render
+// gives: the same steps, checksum and failures. ok is false when base
+// cannot vouch for that (none, failed, rendered from other inputs or by
+// another template tree): the caller renders the group whole.
+func (r *Renderer) Compose(ng *deckhousev1.NodeGroup, in Inputs, base *Result, baseIn Inputs) (res *Result, ok bool) {
+	if base == nil || base.Published == nil || base.inputHash == "" || base.Group != ng.Name {
+		return nil, false
+	}
+	settings, err := r.clusterSettings(in.ClusterConfiguration, in.StaticClusterConfiguration)
+	if err != nil {
+		return nil, false
+	}
+	digest, err := SettingsDigest(settings, in.CA)
+	if err != nil {
+		return nil, false
+	}
+	ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
+	if err != nil {
+		return nil, false
+	}
+	baseCustom, _ := customSteps(ng.Name, baseIn.Configs)
+	if hash, err := inputHash(r.tree.Digest(), &ctx, baseCustom); err != nil || hash != base.inputHash {
+		return nil, false
+	}
+	custom, names := customSteps(ng.Name, in.Configs)
+	b := base.Published
+	start := time.Now()
+	bundle, failures, ok := r.tree.Recompose(&ctx, &templates.Bundle{Bashible: b.Bashible, Steps: b.Steps, Bootstrap: b.Bootstrap, Checksum: b.Checksum}, baseCustom, custom)
+	if !ok {
+		return nil, false
+	}
+	res = &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest}
+	if bundle != nil {
+		res.Published = &Published{
+			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
+			KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
+			Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
+			ClusterSettingsDigest: digest,
+		}
+	}
+	return res, true
+}
+
 // clusterSettings parses cluster-configuration.yaml and
 // static-cluster-configuration.yaml once per content; an error names the
 // Secret at fault.
