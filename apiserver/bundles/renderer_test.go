@@ -99,8 +99,9 @@ func TestRendererReadsTheStaticClusterConfiguration(t *testing.T) {
 
 // TestComposeGivesTheBundleRenderGives: a render composed from a group's
 // current render (Compose) is the one Render gives from the new inputs,
-// bashible.sh, bootstrap and every step; a current render from other
-// inputs, another template tree or a failed one is not composed from.
+// bashible.sh, bootstrap and every step, also from a render behind the
+// configurations; a render under another render context, by another
+// template tree or a failed one is not composed from.
 func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 	current := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a")}, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{
 		config("keep.sh", []string{"*"}, "echo {{ .nodeGroup.name }}\n"), config("change.sh", []string{"a"}, "echo old\n"), config("drop.sh", []string{"a"}, "echo drop\n")}}
@@ -108,7 +109,7 @@ func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 	changed := config("change.sh", []string{"a"}, "echo new {{ .kubernetesVersion }}\n")
 	changed.Spec.Weight = 70
 	next := Inputs{NodeGroups: current.NodeGroups, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{current.Configs[0], changed, config("new.sh", []string{"*"}, "echo new\n")}}
-	composed, ok := newRenderer(t).Compose(group("a"), next, base, current)
+	composed, ok := newRenderer(t).Compose(group("a"), next, base)
 	if !ok {
 		t.Fatal("not composed from a current render of the same inputs")
 	}
@@ -121,16 +122,19 @@ func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 		c.CRI != w.CRI || c.ClusterSettingsDigest != w.ClusterSettingsDigest || !maps.Equal(c.Steps, w.Steps) || !slices.Equal(composed.Custom, whole.Custom) {
 		t.Fatalf("composed %s with steps %v; the whole render %s with %v", c.Checksum, slices.Sorted(maps.Keys(c.Steps)), w.Checksum, slices.Sorted(maps.Keys(w.Steps)))
 	}
-	if _, ok := newRenderer(t).Compose(group("a"), next, base, next); ok {
-		t.Error("composed from a render of other inputs than it says")
+	// A current render behind the inputs (configurations changed since)
+	// is composed from too: what changed since renders as well.
+	stale := newRenderer(t).RenderAll(Inputs{NodeGroups: current.NodeGroups, Configs: current.Configs[1:]})["a"]
+	if fromStale, ok := newRenderer(t).Compose(group("a"), next, stale); !ok || fromStale.Published == nil || fromStale.Published.Checksum != w.Checksum {
+		t.Errorf("composed from a render behind the inputs: %v %+v", ok, fromStale)
 	}
 	other := group("a")
 	other.Spec.NodeTemplate = &deckhousev1.NodeTemplate{Labels: map[string]string{"x": "y"}}
-	if _, ok := newRenderer(t).Compose(other, next, base, current); ok {
+	if _, ok := newRenderer(t).Compose(other, next, base); ok {
 		t.Error("composed from a render with another render context")
 	}
 	failed := newRenderer(t).RenderAll(Inputs{NodeGroups: current.NodeGroups, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{config("bad.sh", []string{"*"}, "{{ .nope }}")}})["a"]
-	if _, ok := newRenderer(t).Compose(group("a"), next, failed, current); ok {
+	if _, ok := newRenderer(t).Compose(group("a"), next, failed); ok {
 		t.Error("composed from a failed render")
 	}
 	dir := t.TempDir()
@@ -144,7 +148,7 @@ func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := NewRenderer(tree).Compose(group("a"), next, base, current); ok {
+	if _, ok := NewRenderer(tree).Compose(group("a"), next, base); ok {
 		t.Error("composed from a render of another template tree")
 	}
 }

@@ -271,22 +271,38 @@ func TestAConfigurationForEveryGroupRendersOnlyItsStep(t *testing.T) {
 	}
 }
 
-// A group's current render that is not from the state the preview starts
-// from (a change the bundle controller has not rendered yet) is not
-// composed from: the group renders whole.
-func TestAStaleCurrentRenderIsNotComposedFrom(t *testing.T) {
-	tree, _ := sandboxedTree(t)
+// A group's current render behind the configurations (changes the bundle
+// controller has not rendered yet) is composed from, rendering what
+// changed since too; one under another render context (here the cluster
+// settings changed since) is not: the group renders whole.
+func TestACurrentRenderIsComposedFromOnlyUnderTheSameContext(t *testing.T) {
+	tree, sandboxed := sandboxedTree(t)
 	in := bundles.Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("worker")}, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{config("a", []string{"*"}, "echo a\n")}}
-	stale := bundles.NewRenderer(tree).RenderAll(bundles.Inputs{NodeGroups: in.NodeGroups})
-	pv := New(tree, fakeInputs{in, stale}, fakePublished{"worker": stale["worker"].Published}, fakeNodes{})
-	res, err := pv.Preview(context.Background(), Proposal{Config: config("b", []string{"*"}, "echo b\n")})
+	behind := bundles.NewRenderer(tree).RenderAll(bundles.Inputs{NodeGroups: in.NodeGroups})
+	published := fakePublished{"worker": behind["worker"].Published}
+	p := Proposal{Config: config("b", []string{"*"}, "echo b\n")}
+	want, err := New(tree, fakeInputs{in: in}, published, fakeNodes{}).Preview(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Composed != 0 || res.Rendered != 1 {
-		t.Fatalf("composed %d, rendered whole %d; want the group rendered whole", res.Composed, res.Rendered)
+	sandboxed.reset()
+	res, err := New(tree, fakeInputs{in, behind}, published, fakeNodes{}).Preview(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(res.Groups) != 1 || len(res.Groups[0].Steps) != 2 {
-		t.Fatalf("groups %+v; want worker with a and b added", res.Groups)
+	if res.Composed != 1 || res.Rendered != 0 || !reflect.DeepEqual(res.Groups, want.Groups) || len(want.Groups) != 1 || len(want.Groups[0].Steps) != 2 {
+		t.Fatalf("composed %d, whole %d, groups %+v; want worker composed, a and b added, as the whole render: %+v", res.Composed, res.Rendered, res.Groups, want.Groups)
+	}
+	if len(sandboxed.names) != 2 {
+		t.Errorf("the sandbox rendered %v; want a and b", sandboxed.names)
+	}
+
+	otherSettings := bundles.Inputs{NodeGroups: in.NodeGroups, Configs: in.Configs, ClusterConfiguration: []byte("clusterDomain: other.local\n")}
+	res, err = New(tree, fakeInputs{otherSettings, behind}, published, fakeNodes{}).Preview(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Composed != 0 || res.Rendered != 1 || len(res.Failures) != 0 || len(res.Groups) != 1 {
+		t.Fatalf("under other cluster settings: composed %d, whole %d, failures %+v; want the group rendered whole", res.Composed, res.Rendered, res.Failures)
 	}
 }

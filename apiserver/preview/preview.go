@@ -134,17 +134,19 @@ var ErrBusy = errors.New("another preview is rendering; try again")
 // its nodes receive now.
 //
 // A group is rendered whole only when it must be. When the group's latest
-// render (by the bundle controller) succeeded from the very state the
-// preview starts from, the proposal's render is composed from it
-// (bundles.Renderer.Compose): only the NodeGroupConfigurations the
-// proposal changes are rendered, in the sandbox under the same bounds,
-// and the built-in steps and the other configurations' steps are taken
-// from that render, which gives the same bundle, checksum and failures as
-// a whole render. So a configuration selecting every group costs one
-// step's render per group. A proposed NodeGroup changes its group's
-// render context, and a group whose latest render failed, or is not from
-// the current state yet (a change the controller has not rendered), has
-// nothing to compose from: those render whole, as before.
+// render (by the bundle controller) succeeded under the render context
+// the group has now, the proposal's render is composed from it
+// (bundles.Renderer.Compose): only the NodeGroupConfigurations that
+// differ from those it rendered with (the proposal's, and any changed
+// since that the controller has not rendered yet) are rendered, in the
+// sandbox under the same bounds, and the built-in steps and the other
+// configurations' steps are taken from that render, which gives the same
+// bundle, checksum and failures as a whole render. So a configuration
+// selecting every group costs one step's render per group. A proposed
+// NodeGroup changes its group's render context, and a group whose latest
+// render failed or was under another context (cluster settings, the
+// NodeGroup, the CA changed since) has nothing to compose from: those
+// render whole, as before.
 func (pv *Previewer) Preview(ctx context.Context, p Proposal) (*Result, error) {
 	if p.NodeGroup == nil && p.Config == nil {
 		return nil, errors.New("nothing to preview: give a NodeGroup, a NodeGroupConfiguration or both")
@@ -174,7 +176,7 @@ func (pv *Previewer) Preview(ctx context.Context, p Proposal) (*Result, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("preview stopped before group %s: %w", ng.Name, err)
 		}
-		r, composed := pv.renderer.Compose(ng, in, pv.inputs.Rendered(ng.Name), current)
+		r, composed := pv.renderer.Compose(ng, in, pv.inputs.Rendered(ng.Name))
 		if composed {
 			res.Composed++
 		} else {
