@@ -90,7 +90,7 @@ const contextTemplate = "echo {{ .nodeGroup.name }} {{ .kubernetesVersion }}\n{{
 func TestAComposedPreviewIsTheWholeRender(t *testing.T) {
 	tree, _ := sandboxedTree(t)
 	groups := []*deckhousev1.NodeGroup{
-		labelled("master", map[string]string{"node-role.kubernetes.io/control-plane": ""}),
+		labelled("master", map[string]string{deckhousev1.ControlPlaneRoleLabel: ""}),
 		labelled("worker", map[string]string{"tier": "app", "zone": "a"}),
 		labelled("edge", map[string]string{"tier": "edge"}),
 	}
