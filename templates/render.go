@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -117,6 +118,20 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 		b.Steps[s.name] = render("steps/"+s.name+".tpl", s.text)
 	}
 
+	failures = append(failures, t.placeCustom(b, custom, nil, values, multiline)...)
+	if len(failures) > 0 {
+		return nil, failures
+	}
+	b.Checksum = Checksum(b.Bashible, b.Steps)
+	return b, nil
+}
+
+// placeCustom renders the custom steps and places them in b, which holds
+// the built-in steps, as Render does; known are the files of steps placed
+// before with the same context (by step name, for the steps unchanged
+// since: see Recompose), which are taken as they are, neither checked nor
+// rendered again. It returns the custom steps' failures.
+func (t *Tree) placeCustom(b *Bundle, custom []CustomStep, known map[string]string, values map[string]any, multiline []string) []Failure {
 	// Custom steps in name order, so collisions are attributed the same way
 	// on every replica. The steps that pass their own checks render
 	// together (in the sandbox, one request); their results are then taken
@@ -124,9 +139,13 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 	// if each had rendered in turn.
 	custom = slices.Clone(custom)
 	slices.SortFunc(custom, func(a, b CustomStep) int { return strings.Compare(a.Name, b.Name) })
+	var failures []Failure
 	refused := make([]error, len(custom))
 	var texts []NamedText
 	for i, s := range custom {
+		if _, ok := known[s.Name]; ok {
+			continue
+		}
 		if refused[i] = s.check(); refused[i] == nil {
 			texts = append(texts, NamedText{Name: "NodeGroupConfiguration/" + s.Name, Text: s.Content})
 		}
@@ -138,15 +157,25 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 			failures = append(failures, Failure{Custom: s.Name, Err: refused[i]})
 			continue
 		}
-		out, err := outs[0], errs[0]
-		outs, errs = outs[1:], errs[1:]
 		file := s.FileName()
+		placed, isKnown := known[s.Name]
+		var out string
+		var err error
+		if !isKnown {
+			out, err = outs[0], errs[0]
+			outs, errs = outs[1:], errs[1:]
+		}
 		switch {
 		case owner[file] != "":
 			failures = append(failures, Failure{Custom: s.Name, Err: fmt.Errorf("step %s is already the step of NodeGroupConfiguration %s; change the weight or the name", file, owner[file])})
 			continue
 		case b.Steps[file] != "":
 			failures = append(failures, Failure{Custom: s.Name, Err: fmt.Errorf("step %s is a built-in step and cannot be replaced; change the weight or the name", file)})
+			continue
+		}
+		if isKnown {
+			owner[file] = s.Name
+			b.Steps[file] = placed
 			continue
 		}
 		if err == nil {
@@ -164,11 +193,77 @@ func (t *Tree) render(ctx *Context, custom []CustomStep) (*Bundle, []Failure) {
 		owner[file] = s.Name
 		b.Steps[file] = bundleHeader(s) + out
 	}
+	return failures
+}
+
+// Recompose is Render(ctx, custom) computed from base, the bundle
+// Render(ctx, baseCustom) returned (with no failure): the built-in
+// templates are not rendered again, nor is any custom step that is in
+// baseCustom unchanged (name, weight, bundles and content); only the
+// others are checked and rendered (in the sandbox, under its bounds).
+// What is placed, refused and reported is what Render would give: the
+// steps are placed in the same order, with the same collision rules.
+// A template sees only the context, never another step, so a step
+// rendered with the same context renders to the same script (a template
+// that reads the clock or a random source excepted, which Render would
+// render anew).
+//
+// The caller must know that base is that render (bundles.Renderer checks
+// the render's input hash). ok is false when base cannot be recomposed:
+// a step of baseCustom has the file name of a built-in step (one that
+// rendered empty and was replaced); then only Render can tell.
+func (t *Tree) Recompose(ctx *Context, base *Bundle, baseCustom, custom []CustomStep) (bundle *Bundle, failures []Failure, ok bool) {
+	b := &Bundle{Bashible: base.Bashible, Bootstrap: base.Bootstrap, Steps: maps.Clone(base.Steps)}
+	builtin := map[string]bool{}
+	for _, s := range t.steps {
+		builtin[s.name] = true
+	}
+	previous := make(map[string]CustomStep, len(baseCustom))
+	for _, s := range baseCustom {
+		if builtin[s.FileName()] {
+			return nil, nil, false
+		}
+		if _, placed := base.Steps[s.FileName()]; !placed {
+			return nil, nil, false
+		}
+		delete(b.Steps, s.FileName())
+		previous[s.Name] = s
+	}
+	known := map[string]string{}
+	changed := false
+	for _, s := range custom {
+		if p, had := previous[s.Name]; had && sameStep(p, s) {
+			known[s.Name] = base.Steps[s.FileName()]
+		} else {
+			changed = true
+		}
+	}
+	if !changed && len(custom) == len(baseCustom) {
+		return base, nil, true
+	}
+	var values map[string]any
+	var multiline []string
+	if changed {
+		if err := ctx.Check(); err != nil {
+			return nil, ctx.RedactFailures([]Failure{{Err: err}}), true
+		}
+		var err error
+		if values, err = ctx.Values(); err != nil {
+			return nil, ctx.RedactFailures([]Failure{{Err: err}}), true
+		}
+		multiline = ctx.multilineValues()
+	}
+	failures = t.placeCustom(b, custom, known, values, multiline)
 	if len(failures) > 0 {
-		return nil, failures
+		return nil, ctx.RedactFailures(failures), true
 	}
 	b.Checksum = Checksum(b.Bashible, b.Steps)
-	return b, nil
+	return b, nil, true
+}
+
+// sameStep says a and b render to the same file.
+func sameStep(a, b CustomStep) bool {
+	return a.Name == b.Name && a.Weight == b.Weight && a.Content == b.Content && slices.Equal(a.Bundles, b.Bundles)
 }
 
 // bundleRE is an OS bundle a custom step may name (the CRD's pattern).

@@ -121,8 +121,12 @@ func (wh *Webhook) review(ctx context.Context, req *admissionv1.AdmissionRequest
 	start := time.Now()
 	res, err := wh.previewer.Preview(ctx, p)
 	d := Decide(p, res, err)
+	composed, whole := 0, 0
+	if res != nil {
+		composed, whole = res.Composed, res.Rendered
+	}
 	klog.V(2).InfoS("Previewed a change at admission", "kind", req.Kind.Kind, "name", req.Name, "dryRun", req.DryRun != nil && *req.DryRun,
-		"allowed", d.Allowed, "warnings", len(d.Warnings), "duration", time.Since(start), "err", err)
+		"allowed", d.Allowed, "warnings", len(d.Warnings), "groupsComposed", composed, "groupsRenderedWhole", whole, "duration", time.Since(start), "err", err)
 	return d
 }
 

@@ -52,6 +52,9 @@ type Result struct {
 	ClusterSettingsDigest string
 
 	inputHash string
+	// custom are the NodeGroupConfigurations' steps the group rendered
+	// with, which Compose starts from.
+	custom []templates.CustomStep
 }
 
 // Renderer renders node groups, reusing a group's previous result when
@@ -155,7 +158,7 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	}
 	start := time.Now()
 	bundle, failures := r.tree.Render(&ctx, custom)
-	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest, inputHash: hash}
+	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest, inputHash: hash, custom: custom}
 	if bundle != nil {
 		res.Published = &Published{
 			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
@@ -169,6 +172,57 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	r.cache[ng.Name] = res
 	r.mu.Unlock()
 	return res
+}
+
+// Compose is Render(ng, in) computed from base, a render of the group
+// by a renderer of the same template tree (the bundle controller's
+// latest): when base rendered, and from the render context ng has in in
+// (its input hash proves it, with the NodeGroupConfigurations it rendered
+// with), only the group's configurations that differ in in from those
+// are rendered again, in the sandbox; the built-in templates and the
+// others are taken from base (templates.Tree.Recompose). base may be
+// behind in (configurations changed since it rendered): those are
+// rendered too. The result is the one Render gives: the same steps,
+// checksum and failures. ok is false when base cannot vouch for that
+// (none, failed, rendered under another context or template tree): the
+// caller renders the group whole.
+func (r *Renderer) Compose(ng *deckhousev1.NodeGroup, in Inputs, base *Result) (res *Result, ok bool) {
+	if base == nil || base.Published == nil || base.inputHash == "" || base.Group != ng.Name {
+		return nil, false
+	}
+	settings, err := r.clusterSettings(in.ClusterConfiguration, in.StaticClusterConfiguration)
+	if err != nil {
+		return nil, false
+	}
+	digest, err := SettingsDigest(settings, in.CA)
+	if err != nil {
+		return nil, false
+	}
+	ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
+	if err != nil {
+		return nil, false
+	}
+	baseCustom := base.custom
+	if hash, err := inputHash(r.tree.Digest(), &ctx, baseCustom); err != nil || hash != base.inputHash {
+		return nil, false
+	}
+	custom, names := customSteps(ng.Name, in.Configs)
+	b := base.Published
+	start := time.Now()
+	bundle, failures, ok := r.tree.Recompose(&ctx, &templates.Bundle{Bashible: b.Bashible, Steps: b.Steps, Bootstrap: b.Bootstrap, Checksum: b.Checksum}, baseCustom, custom)
+	if !ok {
+		return nil, false
+	}
+	res = &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest}
+	if bundle != nil {
+		res.Published = &Published{
+			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
+			KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
+			Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
+			ClusterSettingsDigest: digest,
+		}
+	}
+	return res, true
 }
 
 // clusterSettings parses cluster-configuration.yaml and

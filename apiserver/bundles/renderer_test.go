@@ -1,6 +1,10 @@
 package bundles
 
 import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,5 +94,61 @@ func TestRendererReadsTheStaticClusterConfiguration(t *testing.T) {
 	res := r.RenderAll(in)["a"]
 	if res.Published != nil || len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "kube-system/d8-static-cluster-configuration: static-cluster-configuration.yaml: internalNetworkCIDRs[0]") {
 		t.Fatalf("a bad StaticClusterConfiguration should fail the group naming it: %+v", res)
+	}
+}
+
+// TestComposeGivesTheBundleRenderGives: a render composed from a group's
+// current render (Compose) is the one Render gives from the new inputs,
+// bashible.sh, bootstrap and every step, also from a render behind the
+// configurations; a render under another render context, by another
+// template tree or a failed one is not composed from.
+func TestComposeGivesTheBundleRenderGives(t *testing.T) {
+	current := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a")}, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{
+		config("keep.sh", []string{"*"}, "echo {{ .nodeGroup.name }}\n"), config("change.sh", []string{"a"}, "echo old\n"), config("drop.sh", []string{"a"}, "echo drop\n")}}
+	base := newRenderer(t).RenderAll(current)["a"]
+	changed := config("change.sh", []string{"a"}, "echo new {{ .kubernetesVersion }}\n")
+	changed.Spec.Weight = 70
+	next := Inputs{NodeGroups: current.NodeGroups, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{current.Configs[0], changed, config("new.sh", []string{"*"}, "echo new\n")}}
+	composed, ok := newRenderer(t).Compose(group("a"), next, base)
+	if !ok {
+		t.Fatal("not composed from a current render of the same inputs")
+	}
+	whole := newRenderer(t).Render(group("a"), next)
+	if composed.Published == nil || whole.Published == nil {
+		t.Fatalf("composed %+v, whole %+v", composed.Failures, whole.Failures)
+	}
+	c, w := composed.Published, whole.Published
+	if c.Checksum != w.Checksum || c.Bashible != w.Bashible || c.Bootstrap != w.Bootstrap || c.KubernetesVersion != w.KubernetesVersion ||
+		c.CRI != w.CRI || c.ClusterSettingsDigest != w.ClusterSettingsDigest || !maps.Equal(c.Steps, w.Steps) || !slices.Equal(composed.Custom, whole.Custom) {
+		t.Fatalf("composed %s with steps %v; the whole render %s with %v", c.Checksum, slices.Sorted(maps.Keys(c.Steps)), w.Checksum, slices.Sorted(maps.Keys(w.Steps)))
+	}
+	// A current render behind the inputs (configurations changed since)
+	// is composed from too: what changed since renders as well.
+	stale := newRenderer(t).RenderAll(Inputs{NodeGroups: current.NodeGroups, Configs: current.Configs[1:]})["a"]
+	if fromStale, ok := newRenderer(t).Compose(group("a"), next, stale); !ok || fromStale.Published == nil || fromStale.Published.Checksum != w.Checksum {
+		t.Errorf("composed from a render behind the inputs: %v %+v", ok, fromStale)
+	}
+	other := group("a")
+	other.Spec.NodeTemplate = &deckhousev1.NodeTemplate{Labels: map[string]string{"x": "y"}}
+	if _, ok := newRenderer(t).Compose(other, next, base); ok {
+		t.Error("composed from a render with another render context")
+	}
+	failed := newRenderer(t).RenderAll(Inputs{NodeGroups: current.NodeGroups, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{config("bad.sh", []string{"*"}, "{{ .nope }}")}})["a"]
+	if _, ok := newRenderer(t).Compose(group("a"), next, failed); ok {
+		t.Error("composed from a failed render")
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "steps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "steps", "098_extra.sh.tpl"), []byte("echo extra\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := templates.LoadTree(templates.Overlay(templates.Builtin(), dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := NewRenderer(tree).Compose(group("a"), next, base); ok {
+		t.Error("composed from a render of another template tree")
 	}
 }

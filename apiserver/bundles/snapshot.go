@@ -12,3 +12,13 @@ func (c *Controller) Snapshot() (Inputs, error) {
 	}
 	return c.inputs()
 }
+
+// Rendered is the group's latest render on this replica, nil when it has
+// none: what a preview composes a proposal's render from
+// (Renderer.Compose, which checks that it was rendered from the inputs
+// the preview starts from). It must not be modified.
+func (c *Controller) Rendered(group string) *Result {
+	c.resultsMu.Lock()
+	defer c.resultsMu.Unlock()
+	return c.results[group]
+}

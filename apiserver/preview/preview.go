@@ -39,10 +39,12 @@ import (
 	"github.com/node-manager/node-manager/templates"
 )
 
-// Inputs is the cluster state groups render from now
-// (bundles.Controller).
+// Inputs is the cluster state groups render from now, and each group's
+// latest render from it (bundles.Controller).
 type Inputs interface {
 	Snapshot() (bundles.Inputs, error)
+	// Rendered is the group's latest render, nil when it has none.
+	Rendered(group string) *bundles.Result
 }
 
 // Published is what each group's nodes receive now (bundles.Store).
@@ -71,6 +73,10 @@ type Result struct {
 	Groups []GroupChange
 	// Failures are the groups that would not render with the proposal.
 	Failures []GroupFailure
+	// Composed are the groups whose render was composed from their
+	// current render (only the proposal's NodeGroupConfiguration rendered);
+	// Rendered, those rendered whole (see Previewer.Preview).
+	Composed, Rendered int
 }
 
 // GroupChange is what one group's nodes would receive.
@@ -126,6 +132,21 @@ var ErrBusy = errors.New("another preview is rendering; try again")
 
 // Preview renders the groups p may change and compares each with what
 // its nodes receive now.
+//
+// A group is rendered whole only when it must be. When the group's latest
+// render (by the bundle controller) succeeded under the render context
+// the group has now, the proposal's render is composed from it
+// (bundles.Renderer.Compose): only the NodeGroupConfigurations that
+// differ from those it rendered with (the proposal's, and any changed
+// since that the controller has not rendered yet) are rendered, in the
+// sandbox under the same bounds, and the built-in steps and the other
+// configurations' steps are taken from that render, which gives the same
+// bundle, checksum and failures as a whole render. So a configuration
+// selecting every group costs one step's render per group. A proposed
+// NodeGroup changes its group's render context, and a group whose latest
+// render failed or was under another context (cluster settings, the
+// NodeGroup, the CA changed since) has nothing to compose from: those
+// render whole, as before.
 func (pv *Previewer) Preview(ctx context.Context, p Proposal) (*Result, error) {
 	if p.NodeGroup == nil && p.Config == nil {
 		return nil, errors.New("nothing to preview: give a NodeGroup, a NodeGroupConfiguration or both")
@@ -155,7 +176,13 @@ func (pv *Previewer) Preview(ctx context.Context, p Proposal) (*Result, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("preview stopped before group %s: %w", ng.Name, err)
 		}
-		r := pv.renderer.Render(ng, in)
+		r, composed := pv.renderer.Compose(ng, in, pv.inputs.Rendered(ng.Name))
+		if composed {
+			res.Composed++
+		} else {
+			r = pv.renderer.Render(ng, in)
+			res.Rendered++
+		}
 		if r.Published == nil {
 			for _, f := range r.Failures {
 				res.Failures = append(res.Failures, GroupFailure{Group: ng.Name, Config: f.Custom, Message: f.Err.Error()})

@@ -23,9 +23,16 @@ func config(name string, groups []string, content string) *deckhousev1alpha1.Nod
 		Spec: deckhousev1alpha1.NodeGroupConfigurationSpec{NodeGroups: groups, Bundles: []string{"*"}, Weight: 100, Content: content}}
 }
 
-type fakeInputs struct{ in bundles.Inputs }
+// fakeInputs is the cluster state in and each group's latest render
+// (none when rendered is nil).
+type fakeInputs struct {
+	in       bundles.Inputs
+	rendered map[string]*bundles.Result
+}
 
 func (f fakeInputs) Snapshot() (bundles.Inputs, error) { return f.in, nil }
+
+func (f fakeInputs) Rendered(group string) *bundles.Result { return f.rendered[group] }
 
 type fakePublished map[string]*bundles.Published
 
@@ -44,13 +51,14 @@ func cluster(t *testing.T, in bundles.Inputs) *Previewer {
 		t.Fatal(err)
 	}
 	published := fakePublished{}
-	for g, r := range bundles.NewRenderer(tree).RenderAll(in) {
+	rendered := bundles.NewRenderer(tree).RenderAll(in)
+	for g, r := range rendered {
 		if r.Published == nil {
 			t.Fatalf("group %s does not render: %v", g, r.Failures)
 		}
 		published[g] = r.Published
 	}
-	return New(tree, fakeInputs{in}, published, fakeNodes{"worker": {"w-0", "w-1"}})
+	return New(tree, fakeInputs{in, rendered}, published, fakeNodes{"worker": {"w-0", "w-1"}})
 }
 
 func TestAConfigurationChangesOnlyTheGroupsItSelects(t *testing.T) {
@@ -127,7 +135,7 @@ func TestAConfigurationThatDoesNotRenderIsItsOwnFailure(t *testing.T) {
 	other := config("already-broken", []string{"master"}, "{{ .nope }}")
 	in := bundles.Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("master"), group("worker")}}
 	pv := cluster(t, in)
-	pv.inputs = fakeInputs{bundles.Inputs{NodeGroups: in.NodeGroups, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{other}}}
+	pv.inputs = fakeInputs{in: bundles.Inputs{NodeGroups: in.NodeGroups, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{other}}}
 	p := Proposal{Config: config("broken", []string{"*"}, "echo\n{{ .nodeGroup.nope }}\n")}
 	res, err := pv.Preview(context.Background(), p)
 	if err != nil {

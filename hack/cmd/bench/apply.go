@@ -55,7 +55,8 @@ func applyList() []byte {
 
 // benchApply measures one `kubectl create` of applyList, with the preview
 // webhook off and then on (apply_200_ngcs_webhook_{off,on}), and their
-// ratio; the objects are deleted after each run.
+// ratio; the objects are deleted after each run, and the deletes timed
+// (delete_200_ngcs_webhook_{off,on}).
 func benchApply(ctx context.Context, cp *controlplane.ControlPlane, nm versioned.Interface, server *stack.APIServer) error {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -71,22 +72,25 @@ func benchApply(ctx context.Context, cp *controlplane.ControlPlane, nm versioned
 		return string(out), nil
 	}
 	list := applyList()
-	once := func() (time.Duration, error) {
+	// once creates the List and deletes it again: how long the create
+	// took, and the delete until the objects were gone.
+	once := func() (created, deleted time.Duration, err error) {
 		start := time.Now()
 		if _, err := kubectl(list, "create", "-f", "-"); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		took := time.Since(start)
+		created = time.Since(start)
+		start = time.Now()
 		if _, err := kubectl(list, "delete", "--wait=false", "-f", "-"); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 			l, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().List(ctx, metav1.ListOptions{})
 			return err == nil && len(l.Items) == configs, nil
 		})
-		return took, err
+		return created, time.Since(start), err
 	}
-	off, err := once()
+	off, offDelete, err := once()
 	if err != nil {
 		return err
 	}
@@ -106,7 +110,7 @@ func benchApply(ctx context.Context, cp *controlplane.ControlPlane, nm versioned
 	if err != nil {
 		return err
 	}
-	on, err := once()
+	on, onDelete, err := once()
 	if err != nil {
 		return err
 	}
@@ -121,6 +125,10 @@ func benchApply(ctx context.Context, cp *controlplane.ControlPlane, nm versioned
 	figure("apply_200_ngcs_webhook_off", ms(off), "ms")
 	figure("apply_200_ngcs_webhook_on", ms(on), "ms")
 	figure("apply_200_ngcs_webhook_ratio", float64(on)/float64(off), "x")
+	// A delete is not sent to the webhook (its rules name CREATE and
+	// UPDATE only): these two should be alike.
+	figure("delete_200_ngcs_webhook_off", ms(offDelete), "ms")
+	figure("delete_200_ngcs_webhook_on", ms(onDelete), "ms")
 	return nil
 }
 

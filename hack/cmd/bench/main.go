@@ -16,7 +16,8 @@
 //   - rss_100_groups: bashible-apiserver's resident memory serving 100 groups;
 //   - apply_200_ngcs_webhook_{off,on,ratio}: one `kubectl create` of a List
 //     of 200 small NodeGroupConfigurations, without and with the preview
-//     webhook (-apply-only runs only this one, on the same cluster).
+//     webhook (-apply-only runs only this one, on the same cluster), and
+//     delete_200_ngcs_webhook_{off,on}: deleting them until they are gone.
 package main
 
 import (
