@@ -28,7 +28,11 @@ fi
 #   could not write anyway.
 # A user that cannot be made (its uid or name taken by another user) is
 # reported and skipped; the step goes on with the others and does not
-# fail, so one conflict on one node holds up nothing else.
+# fail, so one conflict on one node holds up nothing else. The report goes
+# to the log and, as Deckhouse's does, to the NodeUser's status.errors
+# under this node's name (cleared once the user is made), written with the
+# node's own identity, which a ValidatingAdmissionPolicy holds to that one
+# key; it is sent only when it changed since the last report.
 # Every value was validated by the API and again by the renderer.
 
 nu_home_base=/home/deckhouse
@@ -39,10 +43,38 @@ nu_sudoers=/etc/sudoers.d/30-deckhouse-nodeadmins
 nu_errors=()
 nu_keep_uids=()
 nu_any_sudoer=no
+nu_reported=$BASHIBLE_DIR/node-users-reported
+
+# nu-report NAME MESSAGE: sets this node's entry of NodeUser NAME's
+# status.errors to MESSAGE, or removes it when MESSAGE is empty. Only with
+# the node's own identity (the kubelet's certificate; not before the node
+# has joined), and only when it changed since the last report.
+nu-report() {
+  local name=$1 message=$2 node body state=$nu_reported/$1
+  if [[ ! -s /var/lib/kubelet/pki/kubelet-client-current.pem ]]; then
+    return 0
+  fi
+  if [[ -f "$state" && "$(cat "$state")" == "$message" ]] || [[ ! -f "$state" && -z "$message" ]]; then
+    return 0
+  fi
+  node=$(bb-node-name)
+  if [[ -n "$message" ]]; then
+    body=$(jq -cn --arg node "$node" --arg message "$message" '{status: {errors: {($node): $message}}}')
+  else
+    body=$(jq -cn --arg node "$node" '{status: {errors: {($node): null}}}')
+  fi
+  if bb-kube-api PATCH "/apis/deckhouse.io/v1/nodeusers/$name/status" application/merge-patch+json "$body" > /dev/null; then
+    mkdir -p "$nu_reported"
+    printf '%s' "$message" > "$state"
+  else
+    bb-log "could not report node user $name's state in its status.errors; it is tried again on the next run"
+  fi
+}
 
 nu-error() {
   nu_errors+=("$1: $2")
   bb-log "error: node user $1: $2"
+  nu-report "$1" "$2"
 }
 
 # nu-user NAME UID SUDOER(yes|no) HASH GROUPS(comma-separated) KEY...
@@ -141,6 +173,7 @@ nu-user() {
     fi
     bb-log "node user $name: wrote authorized_keys ($# keys)"
   fi
+  nu-report "$name" ""
 }
 # shellcheck disable=SC2016 # a password hash's $ is literal
 nu-user 'alice' 1100 yes '$6$rounds=5000$saltsalt$8yBZpB1S3kBx3T7yZ.0j2dSV8xCEPK5k6u9Hm1rj7wKq8l1HkGxJp5uG2rCf8uV1O7Q0yU6h3T2Y5n3mTVdBv1' 'docker,adm' 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDWXs6ivnQQ1yIwbmB4Om9p0CXUsImyNTFBYpTdnkZKl alice@laptop' 'cert-authority,principals="alice" ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7'
@@ -161,7 +194,8 @@ if [[ "$nu_any_sudoer" == yes ]]; then
     chmod 0440 "$nu_tmp"
     if command -v visudo > /dev/null && ! visudo -cqf "$nu_tmp"; then
       rm -f "$nu_tmp"
-      nu-error "$nu_sudo_group" "the sudoers drop-in does not pass visudo"
+      nu_errors+=("the sudoers drop-in does not pass visudo")
+      bb-log "error: the sudoers drop-in for $nu_sudo_group does not pass visudo; it is left out"
     else
       mv -f "$nu_tmp" "$nu_sudoers"
       bb-log "wrote $nu_sudoers"
@@ -184,8 +218,10 @@ while IFS=: read -r nu_name _ nu_uid _ nu_gecos _; do
   pkill -KILL -U "$nu_uid" || true
   if userdel -r "$nu_name" 2> /dev/null || ! getent passwd "$nu_name" > /dev/null; then
     bb-log "removed node user $nu_name (uid $nu_uid)"
+    rm -f "$nu_reported/$nu_name"
   else
-    nu-error "$nu_name" "userdel failed; it is tried again on the next run"
+    nu_errors+=("$nu_name: userdel failed")
+    bb-log "error: node user $nu_name: userdel failed; it is tried again on the next run"
   fi
 done < <(getent passwd)
 
