@@ -684,7 +684,9 @@ func TestNodeWritesOnlyItsOwnNodeUserError(t *testing.T) {
 	if _, err := f.NM.DeckhouseV1().NodeUsers().Create(ctx, user, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.NM.DeckhouseV1().NodeUsers().Delete(context.Background(), user.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1().NodeUsers().Delete(context.Background(), user.Name, metav1.DeleteOptions{})
+	})
 	// Another node's entry, written by the administrator.
 	if _, err := f.NM.DeckhouseV1().NodeUsers().Patch(ctx, user.Name, types.MergePatchType, []byte(`{"status":{"errors":{"nu-b":"uid taken"}}}`), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
