@@ -18,8 +18,7 @@ import (
 // `with` treat it as false, and reading a field of it is a render error
 // naming the key, where Deckhouse would print "<no value>". The keys
 // Deckhouse has and this project never fills (cloudProvider, packagesProxy,
-// clusterBootstrap, images, bundle) are always null; nodeUsers is always an
-// empty list.
+// clusterBootstrap, images, bundle) are always null.
 //
 // What a group's nodes receive depends only on this structure and the
 // template tree: fields that must not roll nodes when they change (scaling
@@ -52,10 +51,10 @@ type Context struct {
 	// Registry is how containerd reaches container registries.
 	Registry Registry `json:"registry"`
 
-	// The keys below are Deckhouse's and stay null (nodeUsers empty): this
-	// project has no such feature, and a step written for Deckhouse that
-	// tests them (`{{ if .packagesProxy }}`, `{{ range .nodeUsers }}`) renders
-	// as it does there with the feature off.
+	// The keys below are Deckhouse's and stay null: this project has no
+	// such feature, and a step written for Deckhouse that tests them
+	// (`{{ if .packagesProxy }}`) renders as it does there with the
+	// feature off.
 
 	// CloudProvider is Deckhouse's cloud provider settings, present there for
 	// groups of a cluster with a cloud provider; node-manager orders no cloud
@@ -77,17 +76,33 @@ type Context struct {
 	// OS with spec.bundles or BASHIBLE_BUNDLE on the node), so it is always
 	// nil, as in newer Deckhouse versions, which dropped it.
 	Bundle *string `json:"bundle"`
-	// NodeUsers is Deckhouse's list of NodeUser objects bound to the group
-	// ({name, spec}); node-manager has no NodeUser yet, so it is always an
-	// empty list and `{{ range .nodeUsers }}` renders nothing.
+	// NodeUsers are the NodeUsers that select the group (spec.nodeGroups
+	// holds its name or "*"), sorted by name, in Deckhouse's shape
+	// ({name, spec}); an empty list when none does. They are part of the
+	// group's configuration checksum: adding, changing or removing one
+	// rolls the nodes of the groups it selects, and only those.
 	NodeUsers []NodeUser `json:"nodeUsers"`
 }
 
-// NodeUser is an element of Deckhouse's nodeUsers: a NodeUser's name and
-// spec. node-manager serves none yet; the type fixes the shape a step reads.
+// NodeUser is an element of nodeUsers: a NodeUser's name and spec, with
+// Deckhouse's keys (the spec as the API stores it, defaults applied).
 type NodeUser struct {
-	Name string         `json:"name" render:"word"`
-	Spec map[string]any `json:"spec"`
+	// Name is the user's name (the object's name).
+	Name string       `json:"name" render:"word"`
+	Spec NodeUserSpec `json:"spec"`
+}
+
+// NodeUserSpec is a NodeUser's spec as Deckhouse's templates read it.
+// sshPublicKey (deprecated) is present only when the object sets it;
+// every other key is always present.
+type NodeUserSpec struct {
+	UID           int64    `json:"uid"`
+	SSHPublicKey  string   `json:"sshPublicKey,omitempty"`
+	SSHPublicKeys []string `json:"sshPublicKeys"`
+	PasswordHash  string   `json:"passwordHash"`
+	IsSudoer      bool     `json:"isSudoer"`
+	ExtraGroups   []string `json:"extraGroups" render:"word"`
+	NodeGroups    []string `json:"nodeGroups"`
 }
 
 // PackageSource holds base URLs (no trailing slash) under which nodes find

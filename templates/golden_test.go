@@ -55,6 +55,9 @@ type fixture struct {
 		Bundles []string `json:"bundles"`
 		Content string   `json:"content"`
 	} `json:"customSteps"`
+	// NodeUsers are NodeUser objects; the group's context carries those
+	// that select it.
+	NodeUsers []*deckhousev1.NodeUser `json:"nodeUsers"`
 }
 
 // testCA is a real certificate (the fixtures' registry mirror CA, also
@@ -91,6 +94,9 @@ func loadFixture(t *testing.T, path string) (Context, []CustomStep) {
 	}
 	ctx, err := NewContext(&f.NodeGroup, settings, f.Endpoints, testCA)
 	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if ctx.NodeUsers, err = NodeUsersFor(f.NodeGroup.Name, f.NodeUsers); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return ctx, custom

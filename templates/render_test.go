@@ -87,7 +87,7 @@ func TestCustomStepsAreOrderedAmongBuiltins(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	want := []string{"000_preflight.sh", "005_bashible_units.sh", "005_early.sh", "010_node_identity.sh",
+	want := []string{"000_preflight.sh", "001_node_users.sh", "005_bashible_units.sh", "005_early.sh", "010_node_identity.sh",
 		"015_kernel.sh", "017_fencing_watchdog.sh", "020_proxy_and_ca.sh", "030_base_packages.sh", "035_logging.sh", "040_containerd.sh", "050_kubernetes_binaries.sh",
 		"050_middle.sh", "055_api_proxy.sh", "060_kubelet.sh", "070_static_node_cleanup.sh", "099_reboot.sh", "999_late.sh"}
 	if !slices.Equal(names, want) {
@@ -209,7 +209,7 @@ func TestOverlayReplacesAndRemovesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"000_preflight.sh", "005_bashible_units.sh", "010_node_identity.sh",
+	want := []string{"000_preflight.sh", "001_node_users.sh", "005_bashible_units.sh", "010_node_identity.sh",
 		"017_fencing_watchdog.sh", "020_proxy_and_ca.sh", "030_base_packages.sh", "035_logging.sh", "040_containerd.sh", "050_kubernetes_binaries.sh", "055_api_proxy.sh",
 		"060_kubelet.sh", "070_static_node_cleanup.sh", "075_extra.sh", "099_reboot.sh"}
 	if got := tree.StepNames(); !slices.Equal(got, want) {

@@ -72,6 +72,7 @@ type Controller struct {
 	factories      []interface{ Start(<-chan struct{}) }
 	nodeGroups     nmlistersv1.NodeGroupLister
 	configs        nmlistersv1alpha1.NodeGroupConfigurationLister
+	nodeUsers      nmlistersv1.NodeUserLister
 	secretsKS      corelisters.SecretLister
 	staticConfigKS corelisters.SecretLister
 	configMapsKS   corelisters.ConfigMapLister
@@ -167,12 +168,13 @@ func NewController(cfg ControllerConfig) *Controller {
 
 	ngInf := nm.Deckhouse().V1().NodeGroups()
 	ngcInf := nm.Deckhouse().V1alpha1().NodeGroupConfigurations()
+	nuInf := nm.Deckhouse().V1().NodeUsers()
 	secInf := clusterConfig.Core().V1().Secrets()
 	staticInf := staticConfig.Core().V1().Secrets()
 	cmInf := rootCA.Core().V1().ConfigMaps()
 	esInf := apiEndpoints.Discovery().V1().EndpointSlices()
 	pubInf := publishedNS.Core().V1().Secrets()
-	c.nodeGroups, c.configs = ngInf.Lister(), ngcInf.Lister()
+	c.nodeGroups, c.configs, c.nodeUsers = ngInf.Lister(), ngcInf.Lister(), nuInf.Lister()
 	_, _ = ngInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueGroupOf,
 		UpdateFunc: func(_, obj any) { c.enqueueGroupOf(obj) },
@@ -181,6 +183,21 @@ func NewController(cfg ControllerConfig) *Controller {
 	_, _ = ngcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueSelected,
 		UpdateFunc: func(old, obj any) { c.enqueueSelected(old); c.enqueueSelected(obj) },
+		DeleteFunc: c.enqueueSelected,
+	})
+	// A NodeUser's status (written from the nodes) changes no bundle: only
+	// a new generation (its spec) or its coming and going does.
+	_, _ = nuInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueSelected,
+		UpdateFunc: func(old, obj any) {
+			o, okOld := old.(*deckhousev1.NodeUser)
+			n, okNew := obj.(*deckhousev1.NodeUser)
+			if okOld && okNew && o.Generation == n.Generation {
+				return
+			}
+			c.enqueueSelected(old)
+			c.enqueueSelected(obj)
+		},
 		DeleteFunc: c.enqueueSelected,
 	})
 	everyGroup := cache.ResourceEventHandlerFuncs{
@@ -208,7 +225,7 @@ func NewController(cfg ControllerConfig) *Controller {
 
 	c.secretsKS, c.staticConfigKS, c.configMapsKS = secInf.Lister(), staticInf.Lister(), cmInf.Lister()
 	c.endpointSlices, c.published = esInf.Lister(), pubInf.Lister()
-	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, secInf.Informer().HasSynced, staticInf.Informer().HasSynced,
+	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, nuInf.Informer().HasSynced, secInf.Informer().HasSynced, staticInf.Informer().HasSynced,
 		cmInf.Informer().HasSynced, esInf.Informer().HasSynced, pubInf.Informer().HasSynced}
 	if err == nil {
 		c.synced = append(c.synced, storeLoaded.HasSynced)
@@ -269,21 +286,29 @@ func (c *Controller) enqueueGroupOf(obj any) {
 	}
 }
 
-// enqueueSelected enqueues the groups a NodeGroupConfiguration selects.
+// enqueueSelected enqueues the groups a NodeGroupConfiguration or a
+// NodeUser selects (a NodeUser without nodeGroups selects every group).
 func (c *Controller) enqueueSelected(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	ngc, ok := obj.(*deckhousev1alpha1.NodeGroupConfiguration)
-	if !ok {
+	var selected []string
+	switch o := obj.(type) {
+	case *deckhousev1alpha1.NodeGroupConfiguration:
+		selected = o.Spec.NodeGroups
+	case *deckhousev1.NodeUser:
+		if selected = o.Spec.NodeGroups; len(selected) == 0 {
+			selected = []string{"*"}
+		}
+	default:
 		c.enqueueAllGroups()
 		return
 	}
-	if slices.Contains(ngc.Spec.NodeGroups, "*") {
+	if slices.Contains(selected, "*") {
 		c.enqueueAllGroups()
 		return
 	}
-	for _, g := range ngc.Spec.NodeGroups {
+	for _, g := range selected {
 		c.enqueue(g)
 	}
 }

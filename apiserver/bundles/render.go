@@ -113,7 +113,11 @@ func (c *Controller) inputs() (Inputs, error) {
 	if err != nil {
 		return Inputs{}, err
 	}
-	in := Inputs{NodeGroups: ngs, Configs: configs}
+	users, err := c.nodeUsers.List(labels.Everything())
+	if err != nil {
+		return Inputs{}, err
+	}
+	in := Inputs{NodeGroups: ngs, Configs: configs, NodeUsers: users}
 	if s, err := c.secretsKS.Secrets(metav1.NamespaceSystem).Get(deckhousev1.ClusterConfigurationSecret); err == nil {
 		in.ClusterConfiguration = s.Data[deckhousev1.ClusterConfigurationKey]
 	} else if !apierrors.IsNotFound(err) {

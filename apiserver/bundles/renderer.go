@@ -22,6 +22,9 @@ import (
 type Inputs struct {
 	NodeGroups []*deckhousev1.NodeGroup
 	Configs    []*deckhousev1alpha1.NodeGroupConfiguration
+	// NodeUsers are every NodeUser; each group's context carries those
+	// that select it.
+	NodeUsers []*deckhousev1.NodeUser
 	// ClusterConfiguration is cluster-configuration.yaml, nil when absent.
 	ClusterConfiguration []byte
 	// StaticClusterConfiguration is static-cluster-configuration.yaml, nil
@@ -143,6 +146,9 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	ctx, err := templates.NewContext(ng, settings, in.Endpoints, in.CA)
 	if err != nil {
 		return &Result{Group: ng.Name, Custom: names, ClusterSettingsDigest: digest, Failures: []templates.Failure{{Err: fmt.Errorf("NodeGroup %s: %w", ng.Name, err)}}}
+	}
+	if ctx.NodeUsers, err = templates.NodeUsersFor(ng.Name, in.NodeUsers); err != nil {
+		return &Result{Group: ng.Name, Custom: names, ClusterSettingsDigest: digest, Failures: []templates.Failure{{Err: err}}}
 	}
 	hash, err := inputHash(r.tree.Digest(), &ctx, custom)
 	if err != nil {

@@ -152,3 +152,32 @@ func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 		t.Error("composed from a render of another template tree")
 	}
 }
+
+// TestRendererNodeUsersRerenderOnlyTheirGroups: a NodeUser re-renders and
+// changes the checksum of the groups it selects and no other; a NodeUser
+// the API should have refused fails only the groups it selects, naming it.
+func TestRendererNodeUsersRerenderOnlyTheirGroups(t *testing.T) {
+	r := newRenderer(t)
+	in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a"), group("b")}}
+	first := r.RenderAll(in)
+	user := &deckhousev1.NodeUser{ObjectMeta: metav1.ObjectMeta{Name: "alice"}, Spec: deckhousev1.NodeUserSpec{
+		UID: 1100, SSHPublicKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDWXs6ivnQQ1yIwbmB4Om9p0CXUsImyNTFBYpTdnkZKl"}, PasswordHash: "!", NodeGroups: []string{"b"}}}
+	in.NodeUsers = []*deckhousev1.NodeUser{user}
+	second := r.RenderAll(in)
+	if !second["a"].Cached || second["b"].Cached {
+		t.Fatalf("a NodeUser for b: cached a=%v b=%v, want only b re-rendered", second["a"].Cached, second["b"].Cached)
+	}
+	if second["b"].Published.Checksum == first["b"].Published.Checksum || second["a"].Published.Checksum != first["a"].Published.Checksum {
+		t.Error("only b's checksum may change")
+	}
+	if !strings.Contains(second["b"].Published.Steps["001_node_users.sh"], "nu-user 'alice' 1100 ") {
+		t.Error("b's node-users step does not make alice")
+	}
+	bad := user.DeepCopy()
+	bad.Spec.UID = 0
+	in.NodeUsers = []*deckhousev1.NodeUser{bad}
+	third := r.RenderAll(in)
+	if third["a"].Published == nil || third["b"].Published != nil || len(third["b"].Failures) != 1 || !strings.Contains(third["b"].Failures[0].Error(), "NodeUser alice") {
+		t.Errorf("a NodeUser with uid 0 must fail b only, naming it: a=%+v b=%+v", third["a"].Failures, third["b"].Failures)
+	}
+}

@@ -70,6 +70,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1.NodeGroupStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NodeTemplate"):
 		return &deckhousev1.NodeTemplateApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NodeUser"):
+		return &deckhousev1.NodeUserApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NodeUserSpec"):
+		return &deckhousev1.NodeUserSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NodeUserStatus"):
+		return &deckhousev1.NodeUserStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NotManagedCRISpec"):
 		return &deckhousev1.NotManagedCRISpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("OperatingSystemSpec"):

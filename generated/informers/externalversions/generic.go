@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		// Group=deckhouse.io, Version=v1
 	case v1.SchemeGroupVersion.WithResource("nodegroups"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1().NodeGroups().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("nodeusers"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Deckhouse().V1().NodeUsers().Informer()}, nil
 
 		// Group=deckhouse.io, Version=v1alpha1
 	case deckhousev1alpha1.SchemeGroupVersion.WithResource("instances"):

@@ -670,3 +670,63 @@ func TestARelabelledNodeLeavesTheOtherGroupAlone(t *testing.T) {
 		t.Errorf("%s's status: %v; want its 1 node counted, whatever its label says", own, err)
 	}
 }
+
+// TestNodeWritesOnlyItsOwnNodeUserError: a node reports why a NodeUser's
+// user could not be made on it in the NodeUser's status.errors under its
+// own name (as bashible's node-users step does), and the
+// ValidatingAdmissionPolicy keeps it to that key: it cannot write or
+// remove another node's entry, change the NodeUser, create or delete one.
+func TestNodeWritesOnlyItsOwnNodeUserError(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t)
+	user := &deckhousev1.NodeUser{ObjectMeta: metav1.ObjectMeta{Name: "vap-user"}, Spec: deckhousev1.NodeUserSpec{UID: 1100,
+		SSHPublicKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDWXs6ivnQQ1yIwbmB4Om9p0CXUsImyNTFBYpTdnkZKl"}, PasswordHash: "!", NodeGroups: []string{"vap-none"}}}
+	if _, err := f.NM.DeckhouseV1().NodeUsers().Create(ctx, user, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.NM.DeckhouseV1().NodeUsers().Delete(context.Background(), user.Name, metav1.DeleteOptions{})
+	})
+	// Another node's entry, written by the administrator.
+	if _, err := f.NM.DeckhouseV1().NodeUsers().Patch(ctx, user.Name, types.MergePatchType, []byte(`{"status":{"errors":{"nu-b":"uid taken"}}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.CP.NodeConfig("nu-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode := versioned.NewForConfigOrDie(cfg).DeckhouseV1().NodeUsers()
+	patch := func(body string) error {
+		_, err := asNode.Patch(ctx, user.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status")
+		return err
+	}
+	if err := patch(`{"status":{"errors":{"nu-a":"User bob already exists with UID 1001, expected UID 1100"}}}`); err != nil {
+		t.Fatalf("node nu-a writing its own entry: %v", err)
+	}
+	if err := patch(`{"status":{"errors":{"nu-a":null}}}`); err != nil {
+		t.Fatalf("node nu-a removing its own entry: %v", err)
+	}
+	const other = "node nu-a may write only its own entry of NodeUser vap-user's status.errors (the key nu-a), not another node's"
+	for what, body := range map[string]string{
+		"another node's entry":           `{"status":{"errors":{"nu-b":"all is well"}}}`,
+		"removing another node's entry":  `{"status":{"errors":{"nu-b":null}}}`,
+		"a new entry for some other key": `{"status":{"errors":{"nu-c":"x"}}}`,
+	} {
+		if err := patch(body); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), other) {
+			t.Errorf("node nu-a writing %s: want 403 from the policy, got %v", what, err)
+		}
+	}
+	if _, err := asNode.Patch(ctx, user.Name, types.MergePatchType, []byte(`{"spec":{"isSudoer":true}}`), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node nu-a changing a NodeUser's spec: want 403, got %v", err)
+	}
+	if err := asNode.Delete(ctx, user.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node nu-a deleting a NodeUser: want 403, got %v", err)
+	}
+	got, err := f.NM.DeckhouseV1().NodeUsers().Get(ctx, user.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Errors) != 1 || got.Status.Errors["nu-b"] != "uid taken" || got.Spec.IsSudoer {
+		t.Errorf("the NodeUser after the node's writes: errors %v, isSudoer %v", got.Status.Errors, got.Spec.IsSudoer)
+	}
+}

@@ -25,7 +25,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &NodeGroup{}, &NodeGroupList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &NodeGroup{}, &NodeGroupList{}, &NodeUser{}, &NodeUserList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

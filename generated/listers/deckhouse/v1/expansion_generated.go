@@ -9,3 +9,7 @@ package v1
 // NodeGroupListerExpansion allows custom methods to be added to
 // NodeGroupLister.
 type NodeGroupListerExpansion interface{}
+
+// NodeUserListerExpansion allows custom methods to be added to
+// NodeUserLister.
+type NodeUserListerExpansion interface{}

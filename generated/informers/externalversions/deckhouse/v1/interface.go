@@ -14,6 +14,8 @@ import (
 type Interface interface {
 	// NodeGroups returns a NodeGroupInformer.
 	NodeGroups() NodeGroupInformer
+	// NodeUsers returns a NodeUserInformer.
+	NodeUsers() NodeUserInformer
 }
 
 type version struct {
@@ -30,4 +32,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // NodeGroups returns a NodeGroupInformer.
 func (v *version) NodeGroups() NodeGroupInformer {
 	return &nodeGroupInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// NodeUsers returns a NodeUserInformer.
+func (v *version) NodeUsers() NodeUserInformer {
+	return &nodeUserInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }

@@ -17,6 +17,7 @@ import (
 type DeckhouseV1Interface interface {
 	RESTClient() rest.Interface
 	NodeGroupsGetter
+	NodeUsersGetter
 }
 
 // DeckhouseV1Client is used to interact with features provided by the deckhouse.io group.
@@ -26,6 +27,10 @@ type DeckhouseV1Client struct {
 
 func (c *DeckhouseV1Client) NodeGroups() NodeGroupInterface {
 	return newNodeGroups(c)
+}
+
+func (c *DeckhouseV1Client) NodeUsers() NodeUserInterface {
+	return newNodeUsers(c)
 }
 
 // NewForConfig creates a new DeckhouseV1Client for the given config.

@@ -7,3 +7,5 @@ Copyright The node-manager Authors.
 package v1
 
 type NodeGroupExpansion interface{}
+
+type NodeUserExpansion interface{}

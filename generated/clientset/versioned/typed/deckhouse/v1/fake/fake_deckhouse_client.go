@@ -20,6 +20,10 @@ func (c *FakeDeckhouseV1) NodeGroups() v1.NodeGroupInterface {
 	return newFakeNodeGroups(c)
 }
 
+func (c *FakeDeckhouseV1) NodeUsers() v1.NodeUserInterface {
+	return newFakeNodeUsers(c)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeDeckhouseV1) RESTClient() rest.Interface {
