@@ -133,7 +133,7 @@ type NodeGroupSpec struct {
 
 	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
 	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
-	// the pods left then. When empty, 600 seconds.
+	// the pods left then. When empty, 300 seconds (5 minutes).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	NodeDrainTimeoutSecond *int32 `json:"nodeDrainTimeoutSecond,omitempty"`

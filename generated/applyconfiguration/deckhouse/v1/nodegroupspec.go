@@ -53,7 +53,7 @@ type NodeGroupSpecApplyConfiguration struct {
 	GPU *GPUSpecApplyConfiguration `json:"gpu,omitempty"`
 	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
 	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
-	// the pods left then. When empty, 600 seconds.
+	// the pods left then. When empty, 300 seconds (5 minutes).
 	NodeDrainTimeoutSecond *int32 `json:"nodeDrainTimeoutSecond,omitempty"`
 }
 
