@@ -15,7 +15,9 @@ import (
 //
 // NodeGroupSpec is the desired configuration of a group's nodes.
 type NodeGroupSpecApplyConfiguration struct {
-	// NodeType is one of CloudEphemeral, CloudPermanent, CloudStatic or Static.
+	// NodeType is one of CloudEphemeral, CloudPermanent, CloudStatic or
+	// Static. It cannot be changed once set (as in Deckhouse): a group's
+	// node type decides who creates and removes its machines.
 	NodeType *deckhousev1.NodeType `json:"nodeType,omitempty"`
 	// KubernetesVersion pins the group's kubelet to a Kubernetes minor version
 	// such as "1.36". When empty, the cluster's version applies.
