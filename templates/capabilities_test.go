@@ -26,15 +26,15 @@ func TestNodeCapabilitiesAreDecidedAsDeckhouseDecidesThem(t *testing.T) {
 		erofs, confD                       bool
 		want                               want
 	}{
-		{"a modern node", "Containerd", "6.1.0-18-amd64", "cgroup2fs", "252", true, false,
+		{"a modern node", "Containerd", "6.1.0-18-amd64", deckhousev1.CgroupV2Value, "252", true, false,
 			want{deckhousev1.CgroupV2Value, deckhousev1.ContainerdConfigDefaultValue, nil, nil}},
 		{"an old node with its own containerd configuration", "Containerd", "5.4.0-150-generic", "tmpfs", "237", false, true,
 			want{"tmpfs", deckhousev1.ContainerdConfigCustomValue, "", `["kernel","systemd","cgroupv2","erofs"]`}},
-		{"kernel 5.8 and systemd 244 are enough", "Containerd", "5.8.0", "cgroup2fs", "244", true, false,
+		{"kernel 5.8 and systemd 244 are enough", "Containerd", "5.8.0", deckhousev1.CgroupV2Value, "244", true, false,
 			want{deckhousev1.CgroupV2Value, deckhousev1.ContainerdConfigDefaultValue, nil, nil}},
-		{"no erofs only", "ContainerdV2", "6.8.0", "cgroup2fs", "255", false, false,
+		{"no erofs only", "ContainerdV2", "6.8.0", deckhousev1.CgroupV2Value, "255", false, false,
 			want{deckhousev1.CgroupV2Value, nil, "", `["erofs"]`}},
-		{"another runtime: no containerd-config label", "NotManaged", "6.8.0", "cgroup2fs", "255", true, true,
+		{"another runtime: no containerd-config label", "NotManaged", "6.8.0", deckhousev1.CgroupV2Value, "255", true, true,
 			want{deckhousev1.CgroupV2Value, nil, nil, nil}},
 		{"an unreadable cgroup file system", "Containerd", "6.8.0", "", "255", true, false,
 			want{"unknown", deckhousev1.ContainerdConfigDefaultValue, "", `["cgroupv2"]`}},
