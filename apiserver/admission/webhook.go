@@ -40,6 +40,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
+	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/apiserver/preview"
 )
 
@@ -58,11 +59,24 @@ type Previewer interface {
 	Preview(ctx context.Context, p preview.Proposal) (*preview.Result, error)
 }
 
-// Webhook is the HTTP handler of the webhook.
-type Webhook struct{ previewer Previewer }
+// Settings are the cluster state groups render from now
+// (bundles.Controller): the cluster configuration and API endpoints
+// Deckhouse's warnings read.
+type Settings interface {
+	Snapshot() (bundles.Inputs, error)
+}
 
-// NewWebhook answers reviews with previewer.
-func NewWebhook(previewer Previewer) *Webhook { return &Webhook{previewer: previewer} }
+// Webhook is the HTTP handler of the webhook.
+type Webhook struct {
+	previewer Previewer
+	settings  Settings
+}
+
+// NewWebhook answers reviews with previewer, and adds Deckhouse's
+// NodeGroup warnings (Warnings) from settings; settings may be nil.
+func NewWebhook(previewer Previewer, settings Settings) *Webhook {
+	return &Webhook{previewer: previewer, settings: settings}
+}
 
 var (
 	nodeGroupKind = metav1.GroupVersionKind{Group: deckhousev1.GroupName, Version: deckhousev1.SchemeGroupVersion.Version, Kind: "NodeGroup"}
@@ -121,6 +135,9 @@ func (wh *Webhook) review(ctx context.Context, req *admissionv1.AdmissionRequest
 	start := time.Now()
 	res, err := wh.previewer.Preview(ctx, p)
 	d := Decide(p, res, err)
+	if d.Allowed && p.NodeGroup != nil {
+		d.Warnings = append(d.Warnings, wh.deckhouseWarnings(req, p.NodeGroup)...)
+	}
 	composed, whole := 0, 0
 	if res != nil {
 		composed, whole = res.Composed, res.Rendered
@@ -128,6 +145,27 @@ func (wh *Webhook) review(ctx context.Context, req *admissionv1.AdmissionRequest
 	klog.V(2).InfoS("Previewed a change at admission", "kind", req.Kind.Kind, "name", req.Name, "dryRun", req.DryRun != nil && *req.DryRun,
 		"allowed", d.Allowed, "warnings", len(d.Warnings), "groupsComposed", composed, "groupsRenderedWhole", whole, "duration", time.Since(start), "err", err)
 	return d
+}
+
+// deckhouseWarnings are Deckhouse's warnings about the NodeGroup under
+// review, with its stored version on update; none when the cluster state
+// cannot be read (the preview's own warning says so).
+func (wh *Webhook) deckhouseWarnings(req *admissionv1.AdmissionRequest, ng *deckhousev1.NodeGroup) []string {
+	if wh.settings == nil {
+		return nil
+	}
+	in, err := wh.settings.Snapshot()
+	if err != nil {
+		return nil
+	}
+	var old *deckhousev1.NodeGroup
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		old = &deckhousev1.NodeGroup{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			old = nil
+		}
+	}
+	return Warnings(old, ng, in)
 }
 
 // proposal decodes the object under review.

@@ -140,7 +140,7 @@ func review(t *testing.T, h http.Handler, req *admissionv1.AdmissionRequest) *ad
 func TestTheWebhookRefusesWithStatusAndDecodesTheConfiguration(t *testing.T) {
 	fake := &fakePreviewer{res: &preview.Result{Failures: []preview.GroupFailure{{Group: "worker", Config: "bad", Message: "line 3: boom"}}}}
 	obj := `{"apiVersion":"deckhouse.io/v1alpha1","kind":"NodeGroupConfiguration","metadata":{"name":"bad"},"spec":{"content":"x","weight":7,"nodeGroups":["worker"],"bundles":["*"]}}`
-	resp := review(t, NewWebhook(fake), &admissionv1.AdmissionRequest{UID: "u1", Operation: admissionv1.Create, Name: "bad",
+	resp := review(t, NewWebhook(fake, nil), &admissionv1.AdmissionRequest{UID: "u1", Operation: admissionv1.Create, Name: "bad",
 		Kind: configKind, Object: runtime.RawExtension{Raw: []byte(obj)}})
 	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusUnprocessableEntity || !strings.Contains(resp.Result.Message, "line 3: boom") {
 		t.Fatalf("answer %+v", resp)
@@ -152,11 +152,11 @@ func TestTheWebhookRefusesWithStatusAndDecodesTheConfiguration(t *testing.T) {
 
 func TestTheWebhookAdmitsDeletesAndUnknownKindsWithoutAPreview(t *testing.T) {
 	fake := &fakePreviewer{res: &preview.Result{}}
-	resp := review(t, NewWebhook(fake), &admissionv1.AdmissionRequest{UID: "u2", Operation: admissionv1.Delete, Kind: configKind})
+	resp := review(t, NewWebhook(fake, nil), &admissionv1.AdmissionRequest{UID: "u2", Operation: admissionv1.Delete, Kind: configKind})
 	if !resp.Allowed || len(resp.Warnings) != 0 || fake.got.Config != nil {
 		t.Fatalf("delete: %+v", resp)
 	}
-	resp = review(t, NewWebhook(fake), &admissionv1.AdmissionRequest{UID: "u3", Operation: admissionv1.Create,
+	resp = review(t, NewWebhook(fake, nil), &admissionv1.AdmissionRequest{UID: "u3", Operation: admissionv1.Create,
 		Kind: metav1.GroupVersionKind{Group: "deckhouse.io", Version: "v1", Kind: "Instance"}, Object: runtime.RawExtension{Raw: []byte(`{}`)}})
 	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "without a preview") {
 		t.Fatalf("unknown kind: %+v", resp)
@@ -165,7 +165,7 @@ func TestTheWebhookAdmitsDeletesAndUnknownKindsWithoutAPreview(t *testing.T) {
 
 func TestTheWebhookAnswersOnlyPost(t *testing.T) {
 	rec := httptest.NewRecorder()
-	NewWebhook(&fakePreviewer{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, bashiblev1alpha1.PreviewWebhookPath, nil))
+	NewWebhook(&fakePreviewer{}, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, bashiblev1alpha1.PreviewWebhookPath, nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d", rec.Code)
 	}

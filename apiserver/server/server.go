@@ -8,12 +8,16 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
@@ -191,12 +195,39 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("install %s: %w", bashiblev1alpha1.GroupName, err)
 	}
-	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.PreviewWebhookPath, admission.NewWebhook(previewer))
+	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.PreviewWebhookPath, admission.NewWebhook(previewer, controller))
 	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.EarlyOOMSettingsWebhookPath, admission.NewSettingsWebhook())
+	// Deckhouse's NodeGroup rules that read the group's nodes: the nodes
+	// from the narrower's Instances, their labels from the Nodes' metadata
+	// (labels only: a Node's status is never held).
+	metaClient, err := metadata.NewForConfig(c.client.ClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	nodeMeta := metadatainformer.NewSharedInformerFactory(metaClient, 0)
+	nodeInformer := nodeMeta.ForResource(corev1.SchemeGroupVersion.WithResource("nodes"))
+	groupNodes := admission.InstanceGroupNodes{Instances: narrower.Instances(),
+		Nodes: func(name string) (map[string]string, bool, error) {
+			obj, err := nodeInformer.Lister().Get(name)
+			if apierrors.IsNotFound(err) {
+				return nil, false, nil
+			}
+			if err != nil {
+				return nil, false, err
+			}
+			m, ok := obj.(metav1.Object)
+			if !ok {
+				return nil, false, fmt.Errorf("node %s: unexpected object %T", name, obj)
+			}
+			return m.GetLabels(), true, nil
+		},
+		Synced: func() bool { return narrower.HasSynced() && nodeInformer.Informer().HasSynced() }}
+	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.NodeGroupPolicyWebhookPath, admission.NewPolicyWebhook(groupNodes))
 
 	s := &Server{Generic: generic, controller: controller, narrower: narrower}
 	generic.AddPostStartHookOrDie("bashible-bundles", func(hook genericapiserver.PostStartHookContext) error {
 		narrower.Start(hook.Done())
+		nodeMeta.Start(hook.Done())
 		go func() {
 			if err := controller.Run(hook.Context); err != nil {
 				klog.ErrorS(err, "The bundle controller stopped")

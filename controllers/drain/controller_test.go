@@ -253,3 +253,41 @@ func (h *harness) echo(a k8stesting.Action, done *atomic.Bool) (bool, runtime.Ob
 	}
 	return handled, n, nil
 }
+
+// A drain's deadline is 5 minutes when the group sets no
+// nodeDrainTimeoutSecond (the controller's default options), and the
+// group's own nodeDrainTimeoutSecond wins when it sets one.
+func TestDrainDeadlineDefaultsToFiveMinutesUnlessTheGroupSetsOne(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		seconds *int32
+		want    time.Duration
+	}{
+		{"unset", nil, 5 * time.Minute},
+		{"nodeDrainTimeoutSecond 900", ptr.To[int32](900), 15 * time.Minute},
+		{"nodeDrainTimeoutSecond 60", ptr.To[int32](60), time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{deckhousev1.NodeGroupLabel: "w"}}}
+			nm := nmfake.NewClientset(&deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{deckhousev1.NodeGroupLabel: "w"}}},
+				&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"},
+					Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: tc.seconds}})
+			d := manager.NewDepsForClients(kubefake.NewClientset(node), nm, manager.NewOptions(), clock.RealClock{}, prometheus.NewRegistry())
+			c := New(d)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			d.Informers.Cluster.Start(ctx.Done())
+			d.Informers.NodeManager.Start(ctx.Done())
+			if !manager.HasSynced(ctx, Name, c.synced...) {
+				t.Fatal("informers did not sync")
+			}
+			got, policy := c.timeout(node)
+			if got != tc.want {
+				t.Errorf("drain deadline = %v, want %v", got, tc.want)
+			}
+			if policy != deckhousev1.DrainTimeoutDelete {
+				t.Errorf("policy at the deadline = %q, want Delete", policy)
+			}
+		})
+	}
+}

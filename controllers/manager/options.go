@@ -12,6 +12,13 @@ import (
 	"github.com/node-manager/node-manager/controllers/serving"
 )
 
+// DefaultDrainTimeout is the deadline of a drain of a node whose group
+// sets no nodeDrainTimeoutSecond: a refused eviction is retried (every
+// --eviction-retry-interval) for 5 minutes, after which the pods left are
+// deleted (drainTimeoutPolicy Delete), as the node-manager documentation
+// this project follows promises for a disruptive update.
+const DefaultDrainTimeout = 5 * time.Minute
+
 // Options are the command-line settings.
 type Options struct {
 	// Component is the process's name: its user agent, Event source and
@@ -52,7 +59,8 @@ type Options struct {
 	// EvictionRetry is how long a drain waits before evicting a pod again
 	// after a PodDisruptionBudget refused it.
 	EvictionRetry time.Duration
-	// DrainTimeout applies to groups without nodeDrainTimeoutSecond.
+	// DrainTimeout applies to groups without nodeDrainTimeoutSecond
+	// (DefaultDrainTimeout unless --default-drain-timeout says otherwise).
 	DrainTimeout time.Duration
 	// FencingAgentImage is the image of the fencing agents' DaemonSets
 	// (controllers/fencingagents).
@@ -225,7 +233,7 @@ func NewOptions() *Options {
 		RenewDeadline: 10 * time.Second,
 		RetryPeriod:   2 * time.Second,
 		EvictionRetry: 20 * time.Second,
-		DrainTimeout:  10 * time.Minute,
+		DrainTimeout:  DefaultDrainTimeout,
 		// The image's name as the manifests' kustomization names it (a
 		// kustomize images transformer, or the flag, sets the real one).
 		FencingAgentImage:              deckhousev1.FencingAgentName,

@@ -53,10 +53,6 @@ func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 	var out []InertField
 	add := func(path, why string) { out = append(out, InertField{Path: "spec." + path, Why: why}) }
 
-	if d := spec.Disruptions; d != nil && d.ApprovalMode == deckhousev1.ApprovalRollingUpdate && spec.NodeType != deckhousev1.NodeTypeCloudEphemeral {
-		add("disruptions.approvalMode", "RollingUpdate replaces a node through its machine controller, and only CloudEphemeral nodes have one: "+
-			"a node that needs a disruption waits until someone replaces it by hand (Deckhouse refuses RollingUpdate outside CloudEphemeral)")
-	}
 	if c := spec.Chaos; c != nil && c.Mode == "DrainAndDelete" {
 		add("chaos.mode", "node-manager has no chaos monkey (Deckhouse's deletes machine-controller Machines, which this deployment does not run)")
 	}

@@ -51,9 +51,6 @@ var inertCases = []struct {
 		NodeType: deckhousev1.NodeTypeStatic,
 		GPU:      &deckhousev1.GPUSpec{Sharing: deckhousev1.GPUSharingTimeSlicing, TimeSlicing: &deckhousev1.GPUTimeSlicing{PartitionCount: ptr.To[int32](4)}},
 	}, []string{"spec.gpu"}},
-	{"RollingUpdate on a CloudStatic group", deckhousev1.NodeGroupSpec{
-		NodeType: deckhousev1.NodeTypeCloudStatic, Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalRollingUpdate},
-	}, []string{"spec.disruptions.approvalMode"}},
 	{"a CloudEphemeral group with the CRD's defaults", deckhousev1.NodeGroupSpec{
 		NodeType:    deckhousev1.NodeTypeCloudEphemeral,
 		Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalRollingUpdate},

@@ -522,6 +522,11 @@ main() {
   fi
   # After the join: a first run can read its Instance only as its node.
   report_run Succeeded
+  # What the node can run (cgroup, containerd 2, its own containerd
+  # configuration), for the NodeGroup changes its group may take: reported
+  # after every converging run, which follows every configuration change and
+  # every reboot. A failure is logged; the next run reports again.
+  bb-node-patch "$(bb-node-capabilities {{ .cri | squote }})" || bb-log "reporting the node's capabilities on its Node failed"
   # The reboot request this run answered (by rebooting before it) is
   # cleared; one made since stays.
   bb-json-string quoted "$checksum"

@@ -71,7 +71,12 @@ func instanceCondition(t *testing.T, node, condType string) *metav1.Condition {
 // beside it (t.Parallel) keep the configuration of theirs.
 func ownGroup(t *testing.T, name string, mode deckhousev1.ApprovalMode) string {
 	t.Helper()
-	f.TestGroup(t, framework.NewGroup(name, func(ng *deckhousev1.NodeGroup) {
+	var typ func(*deckhousev1.NodeGroup)
+	if mode == deckhousev1.ApprovalRollingUpdate {
+		// The API refuses RollingUpdate outside CloudEphemeral, as Deckhouse does.
+		typ = framework.OfType(deckhousev1.NodeTypeCloudEphemeral)
+	}
+	f.TestGroup(t, framework.NewGroup(name, typ, func(ng *deckhousev1.NodeGroup) {
 		ng.Spec.Disruptions = &deckhousev1.DisruptionsSpec{ApprovalMode: mode}
 	}))
 	f.WaitChecksum(t, name, func(sum string) bool { return sum != "" })

@@ -316,6 +316,59 @@ bb-node-annotate() {
   return 1
 }
 
+# bb-version-ge A B: whether version A is B or later (sort -V).
+bb-version-ge() { [[ "$(printf '%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]; }
+
+# bb-node-capabilities CRI prints the merge patch of this node's metadata
+# that reports what the node can run, as Deckhouse's bashible decides it
+# (node-manager's NodeGroup policy refuses a group's changes its nodes
+# cannot take by these):
+#   node.deckhouse.io/cgroup: the file system type of /sys/fs/cgroup,
+#     cgroup2fs (cgroup v2), tmpfs (cgroup v1), else unknown;
+#   node.deckhouse.io/containerd-v2-unsupported: "" when the node cannot
+#     run containerd 2 (kernel before 5.8, systemd before 244 or none, no
+#     cgroup v2, no EROFS), removed otherwise, with what it lacks in the
+#     annotation node.deckhouse.io/containerd-v2-err (a JSON array);
+#   node.deckhouse.io/containerd-config: custom when
+#     /etc/containerd/conf.d holds .toml files, default when not, on a
+#     node whose runtime (CRI) is Containerd; removed otherwise.
+bb-node-capabilities() {
+  local cri=$1 cgroup kernel systemd config=null unsupported=null err=null errs=()
+  cgroup=$(stat -fc %T "${BASHIBLE_ROOT}/sys/fs/cgroup" 2> /dev/null) || cgroup=unknown
+  [[ "$cgroup" == cgroup2fs || "$cgroup" == tmpfs ]] || cgroup=unknown
+  kernel=$(uname -r)
+  bb-version-ge "${kernel%%-*}" 5.8 || errs+=(kernel)
+  if command -v systemctl > /dev/null; then
+    systemd=$(systemctl --version 2> /dev/null | awk 'NR == 1 { print $2 }')
+    bb-version-ge "${systemd:-0}" 244 || errs+=(systemd)
+  else
+    errs+=(systemd)
+  fi
+  [[ "$cgroup" == cgroup2fs ]] || errs+=(cgroupv2)
+  grep -qsw erofs "${BASHIBLE_ROOT}/proc/filesystems" || modprobe -qn erofs 2> /dev/null || errs+=(erofs)
+  if (( ${#errs[@]} )); then
+    unsupported='""'
+    err=$(printf '%s\n' "${errs[@]}" | jq -cRs 'split("\n") | map(select(. != "")) | tojson')
+  fi
+  if [[ "$cri" == Containerd ]]; then
+    config='"default"'
+    if compgen -G "${BASHIBLE_ROOT}/etc/containerd/conf.d/*.toml" > /dev/null; then
+      config='"custom"'
+    fi
+  fi
+  jq -cn --arg cgroup "$cgroup" --argjson config "$config" --argjson unsupported "$unsupported" --argjson err "$err" \
+    '{metadata: {labels: {"node.deckhouse.io/cgroup": $cgroup, "node.deckhouse.io/containerd-config": $config,
+      "node.deckhouse.io/containerd-v2-unsupported": $unsupported}, annotations: {"node.deckhouse.io/containerd-v2-err": $err}}}'
+}
+
+# bb-node-patch PATCH-JSON: merge-patches this node's Node (its own
+# credentials: a node can write only its own Node).
+bb-node-patch() {
+  local name
+  bb-node-name-into name
+  bb-kube-api PATCH "/api/v1/nodes/$name" application/merge-patch+json "$1" > /dev/null
+}
+
 # bb-node-has-annotation NODE-JSON KEY
 bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has($k)' <<< "$1" > /dev/null; }
 

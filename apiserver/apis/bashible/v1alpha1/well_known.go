@@ -69,6 +69,13 @@ const (
 	// PreviewWebhookPath is where bashible-apiserver serves it, on its
 	// secure port.
 	PreviewWebhookPath = "/admission/bundle-preview"
+	// NodeGroupPolicyWebhookName is the webhook, in the same configuration,
+	// that refuses the NodeGroup changes a group's nodes cannot take
+	// (Deckhouse's rules that read node labels, apiserver/admission
+	// Refusal). It fails closed and is called only for those changes.
+	NodeGroupPolicyWebhookName = "nodegroup-policy.bashible.deckhouse.io"
+	// NodeGroupPolicyWebhookPath is where bashible-apiserver serves it.
+	NodeGroupPolicyWebhookPath = "/admission/nodegroup-policy"
 	// PreviewWebhookCallerUser is the user kube-apiserver authenticates as
 	// when it calls the webhook: the client certificate of its admission
 	// kubeconfig (--admission-control-config-file). Only this user may post

@@ -79,9 +79,13 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.nodeType != 'CloudEphemeral' || has(self.cloudInstances)",message="cloudInstances is required when nodeType is CloudEphemeral",fieldPath=".cloudInstances",reason=FieldValueRequired
 // +kubebuilder:validation:XValidation:rule="self.nodeType == 'CloudEphemeral' || !has(self.cloudInstances)",message="cloudInstances is allowed only when nodeType is CloudEphemeral",fieldPath=".cloudInstances",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="self.nodeType in ['Static', 'CloudStatic'] || !has(self.staticInstances)",message="staticInstances is allowed only when nodeType is Static or CloudStatic",fieldPath=".staticInstances",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.disruptions) || !has(self.disruptions.approvalMode) || self.disruptions.approvalMode != 'RollingUpdate' || self.nodeType == 'CloudEphemeral'",message="it is forbidden to set .spec.disruptions.approvalMode to \"RollingUpdate\" when spec.nodeType is not \"CloudEphemeral\"",fieldPath=".disruptions.approvalMode",reason=FieldValueForbidden
 type NodeGroupSpec struct {
-	// NodeType is one of CloudEphemeral, CloudPermanent, CloudStatic or Static.
+	// NodeType is one of CloudEphemeral, CloudPermanent, CloudStatic or
+	// Static. It cannot be changed once set (as in Deckhouse): a group's
+	// node type decides who creates and removes its machines.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message=".spec.nodeType field is immutable",reason=FieldValueForbidden
 	NodeType NodeType `json:"nodeType"`
 
 	// KubernetesVersion pins the group's kubelet to a Kubernetes minor version
@@ -147,7 +151,7 @@ type NodeGroupSpec struct {
 
 	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
 	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
-	// the pods left then. When empty, 600 seconds.
+	// the pods left then. When empty, 300 seconds (5 minutes).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	NodeDrainTimeoutSecond *int32 `json:"nodeDrainTimeoutSecond,omitempty"`
@@ -216,6 +220,9 @@ type NotManagedCRISpec struct {
 }
 
 // KubeletSpec configures the kubelet.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.topologyManager) || !has(self.topologyManager.enabled) || !self.topologyManager.enabled || !has(self.resourceReservation) || !has(self.resourceReservation.mode) || self.resourceReservation.mode != 'Off'",message=".spec.kubelet.resourceReservation must be enabled for .spec.kubelet.topologyManager.enabled to work",fieldPath=".resourceReservation",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.topologyManager) || !has(self.topologyManager.enabled) || !self.topologyManager.enabled || !has(self.resourceReservation) || !has(self.resourceReservation.mode) || self.resourceReservation.mode != 'Static' || (has(self.resourceReservation.static) && has(self.resourceReservation.static.cpu))",message="for .spec.kubelet.topologyManager.enabled and .spec.kubelet.resourceReservation.mode == \"Static\", .spec.kubelet.resourceReservation.static.cpu must be specified",fieldPath=".resourceReservation.static",reason=FieldValueRequired
 type KubeletSpec struct {
 	// MaxPods is the most pods the kubelet runs. When empty, it follows the
 	// pod subnet prefix per node: 120 for /24 or longer, 250 for /23, 500 for
@@ -249,7 +256,9 @@ type KubeletSpec struct {
 	// ResourceReservation reserves CPU, memory and storage for the system.
 	// +optional
 	ResourceReservation *ResourceReservationSpec `json:"resourceReservation,omitempty"`
-	// TopologyManager configures NUMA-aware placement.
+	// TopologyManager configures NUMA-aware placement. Enabling it needs a
+	// resource reservation (mode Auto, or Static with static.cpu), as in
+	// Deckhouse: the static CPU manager policy it turns on needs reserved CPU.
 	// +optional
 	TopologyManager *TopologyManagerSpec `json:"topologyManager,omitempty"`
 	// MemorySwap configures swap for pods.
@@ -550,13 +559,15 @@ type NodeTemplate struct {
 	// +kubebuilder:validation:MaxProperties=128
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.startsWith('node.deckhouse.io/') || k.startsWith('update.node.deckhouse.io/') || k.startsWith('node-manager.deckhouse.io/') || k == 'node-restriction.kubernetes.io/deckhouse-node-group'))",message="nodeTemplate.annotations: keys under node.deckhouse.io/, update.node.deckhouse.io/ and node-manager.deckhouse.io/, and node-restriction.kubernetes.io/deckhouse-node-group, are reserved for node-manager (group membership, node type, the update protocol, fencing)",reason=FieldValueForbidden
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// Taints set on every node. A taint under node.deckhouse.io/,
+	// Taints set on every node, at most one per key and effect (as in
+	// Deckhouse; otherwise the later one would silently win). A taint under node.deckhouse.io/,
 	// update.node.deckhouse.io/ or node-manager.deckhouse.io/ (such as
 	// node.deckhouse.io/uninitialized, which node-manager removes once the
 	// template is applied) is accepted, as Deckhouse accepts it, but not
 	// applied: kubectl prints a warning, and the group gets a Warning event.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",message=".spec.nodeTemplate.taints must contain only one taint with the same key and effect",reason=FieldValueInvalid
 	Taints []Taint `json:"taints,omitempty"`
 }
 

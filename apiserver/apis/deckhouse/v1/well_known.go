@@ -86,6 +86,39 @@ const (
 	BashibleEventNodeLabel = "bashible.deckhouse.io/node"
 )
 
+// What a node reports about itself, as Deckhouse's bashible does: bashible
+// labels (and annotates) its own Node at the end of every converging run
+// (bb-node-capabilities in templates/tree/lib/_node_lib.tpl), and
+// bashible-apiserver's NodeGroup policy (apiserver/admission) refuses the
+// changes of a group its nodes cannot take. A node writes these on its own
+// Node, so a node could forge them only to block its own group's change.
+const (
+	// ContainerdConfigLabel is "custom" when /etc/containerd/conf.d holds
+	// .toml files (a user's containerd configuration, merged into
+	// node-manager's), "default" when it holds none; set only on nodes of a
+	// group whose runtime is Containerd, removed otherwise. A group's
+	// cri.type cannot change while one of its nodes is "custom".
+	ContainerdConfigLabel       = "node.deckhouse.io/containerd-config"
+	ContainerdConfigCustomValue = "custom"
+	// ContainerdConfigDefaultValue is the label's value without user files.
+	ContainerdConfigDefaultValue = "default"
+	// ContainerdV2UnsupportedLabel (value "") is on a node that cannot run
+	// containerd 2: a kernel before 5.8, systemd before 244 (or none),
+	// no cgroup v2, or no EROFS filesystem. A group cannot switch to
+	// ContainerdV2 while one of its nodes has it.
+	ContainerdV2UnsupportedLabel = "node.deckhouse.io/containerd-v2-unsupported"
+	// ContainerdV2ErrorAnnotation lists, as a JSON array, which of
+	// "kernel", "systemd", "cgroupv2" and "erofs" the node lacks; absent
+	// when it lacks none.
+	ContainerdV2ErrorAnnotation = "node.deckhouse.io/containerd-v2-err"
+	// CgroupLabel is the file system type of the node's /sys/fs/cgroup:
+	// CgroupV2Value (cgroup v2), "tmpfs" (cgroup v1) or "unknown". A group
+	// cannot turn on LimitedSwap while one of its nodes reports another
+	// value than CgroupV2Value.
+	CgroupLabel   = "node.deckhouse.io/cgroup"
+	CgroupV2Value = "cgroup2fs"
+)
+
 // Domains of node-manager's own label, annotation and taint keys (with
 // UpdateAnnotationPrefix). The node template controller never applies user
 // template keys inside them: such a key would fight bashible, update

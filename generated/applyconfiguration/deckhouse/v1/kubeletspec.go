@@ -27,7 +27,9 @@ type KubeletSpecApplyConfiguration struct {
 	SeccompDefault *bool `json:"seccompDefault,omitempty"`
 	// ResourceReservation reserves CPU, memory and storage for the system.
 	ResourceReservation *ResourceReservationSpecApplyConfiguration `json:"resourceReservation,omitempty"`
-	// TopologyManager configures NUMA-aware placement.
+	// TopologyManager configures NUMA-aware placement. Enabling it needs a
+	// resource reservation (mode Auto, or Static with static.cpu), as in
+	// Deckhouse: the static CPU manager policy it turns on needs reserved CPU.
 	TopologyManager *TopologyManagerSpecApplyConfiguration `json:"topologyManager,omitempty"`
 	// MemorySwap configures swap for pods.
 	MemorySwap *MemorySwapSpecApplyConfiguration `json:"memorySwap,omitempty"`

@@ -15,7 +15,9 @@ import (
 //
 // NodeGroupSpec is the desired configuration of a group's nodes.
 type NodeGroupSpecApplyConfiguration struct {
-	// NodeType is one of CloudEphemeral, CloudPermanent, CloudStatic or Static.
+	// NodeType is one of CloudEphemeral, CloudPermanent, CloudStatic or
+	// Static. It cannot be changed once set (as in Deckhouse): a group's
+	// node type decides who creates and removes its machines.
 	NodeType *deckhousev1.NodeType `json:"nodeType,omitempty"`
 	// KubernetesVersion pins the group's kubelet to a Kubernetes minor version
 	// such as "1.36". When empty, the cluster's version applies.
@@ -53,7 +55,7 @@ type NodeGroupSpecApplyConfiguration struct {
 	GPU *GPUSpecApplyConfiguration `json:"gpu,omitempty"`
 	// NodeDrainTimeoutSecond is the deadline of a drain of the group's
 	// nodes; disruptions.automatic.drainTimeoutPolicy says what happens to
-	// the pods left then. When empty, 600 seconds.
+	// the pods left then. When empty, 300 seconds (5 minutes).
 	NodeDrainTimeoutSecond *int32 `json:"nodeDrainTimeoutSecond,omitempty"`
 }
 

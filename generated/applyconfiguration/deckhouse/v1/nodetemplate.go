@@ -34,7 +34,8 @@ type NodeTemplateApplyConfiguration struct {
 	// update.node.deckhouse.io/ and node-manager.deckhouse.io/ are refused,
 	// as for labels.
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// Taints set on every node. A taint under node.deckhouse.io/,
+	// Taints set on every node, at most one per key and effect (as in
+	// Deckhouse; otherwise the later one would silently win). A taint under node.deckhouse.io/,
 	// update.node.deckhouse.io/ or node-manager.deckhouse.io/ (such as
 	// node.deckhouse.io/uninitialized, which node-manager removes once the
 	// template is applied) is accepted, as Deckhouse accepts it, but not
