@@ -379,6 +379,59 @@ bb-node-annotate() {
   return 1
 }
 
+# bb-version-ge A B: whether version A is B or later (sort -V).
+bb-version-ge() { [[ "$(printf '%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]; }
+
+# bb-node-capabilities CRI prints the merge patch of this node's metadata
+# that reports what the node can run, as Deckhouse's bashible decides it
+# (node-manager's NodeGroup policy refuses a group's changes its nodes
+# cannot take by these):
+#   node.deckhouse.io/cgroup: the file system type of /sys/fs/cgroup,
+#     cgroup2fs (cgroup v2), tmpfs (cgroup v1), else unknown;
+#   node.deckhouse.io/containerd-v2-unsupported: "" when the node cannot
+#     run containerd 2 (kernel before 5.8, systemd before 244 or none, no
+#     cgroup v2, no EROFS), removed otherwise, with what it lacks in the
+#     annotation node.deckhouse.io/containerd-v2-err (a JSON array);
+#   node.deckhouse.io/containerd-config: custom when
+#     /etc/containerd/conf.d holds .toml files, default when not, on a
+#     node whose runtime (CRI) is Containerd; removed otherwise.
+bb-node-capabilities() {
+  local cri=$1 cgroup kernel systemd config=null unsupported=null err=null errs=()
+  cgroup=$(stat -fc %T "${BASHIBLE_ROOT}/sys/fs/cgroup" 2> /dev/null) || cgroup=unknown
+  [[ "$cgroup" == cgroup2fs || "$cgroup" == tmpfs ]] || cgroup=unknown
+  kernel=$(uname -r)
+  bb-version-ge "${kernel%%-*}" 5.8 || errs+=(kernel)
+  if command -v systemctl > /dev/null; then
+    systemd=$(systemctl --version 2> /dev/null | awk 'NR == 1 { print $2 }')
+    bb-version-ge "${systemd:-0}" 244 || errs+=(systemd)
+  else
+    errs+=(systemd)
+  fi
+  [[ "$cgroup" == cgroup2fs ]] || errs+=(cgroupv2)
+  grep -qsw erofs "${BASHIBLE_ROOT}/proc/filesystems" || modprobe -qn erofs 2> /dev/null || errs+=(erofs)
+  if (( ${#errs[@]} )); then
+    unsupported='""'
+    err=$(printf '%s\n' "${errs[@]}" | jq -cRs 'split("\n") | map(select(. != "")) | tojson')
+  fi
+  if [[ "$cri" == Containerd ]]; then
+    config='"default"'
+    if compgen -G "${BASHIBLE_ROOT}/etc/containerd/conf.d/*.toml" > /dev/null; then
+      config='"custom"'
+    fi
+  fi
+  jq -cn --arg cgroup "$cgroup" --argjson config "$config" --argjson unsupported "$unsupported" --argjson err "$err" \
+    '{metadata: {labels: {"node.deckhouse.io/cgroup": $cgroup, "node.deckhouse.io/containerd-config": $config,
+      "node.deckhouse.io/containerd-v2-unsupported": $unsupported}, annotations: {"node.deckhouse.io/containerd-v2-err": $err}}}'
+}
+
+# bb-node-patch PATCH-JSON: merge-patches this node's Node (its own
+# credentials: a node can write only its own Node).
+bb-node-patch() {
+  local name
+  bb-node-name-into name
+  bb-kube-api PATCH "/api/v1/nodes/$name" application/merge-patch+json "$1" > /dev/null
+}
+
 # bb-node-has-annotation NODE-JSON KEY
 bb-node-has-annotation() { jq -e --arg k "$2" '.metadata.annotations // {} | has($k)' <<< "$1" > /dev/null; }
 
@@ -409,8 +462,9 @@ bb-instance-condition() {
     application/apply-patch+yaml "$body" > /dev/null || bb-log "could not set $type on Instance $name"
 }
 
-# bb-event TYPE REASON NOTE: an events.k8s.io/v1 Event about this Node.
-# Only a joined node reports; a bootstrap token may not create Events.
+# bb-event TYPE REASON NOTE [ACTION]: an events.k8s.io/v1 Event about this
+# Node (ACTION defaults to Converge). Only a joined node reports; a
+# bootstrap token may not create Events.
 bb-event() {
   [[ -s "${BASHIBLE_ROOT}/var/lib/kubelet/pki/kubelet-client-current.pem" ]] || return 0
   local name now t=${EPOCHREALTIME/[!0-9]/.} n body j
@@ -420,7 +474,8 @@ bb-event() {
   bb-json-string j "bashible-$name-"
   body="{\"apiVersion\":\"events.k8s.io/v1\",\"kind\":\"Event\","
   body+="\"metadata\":{\"generateName\":$j,\"namespace\":\"default\",\"labels\":{\"bashible.deckhouse.io/node\":$n}},"
-  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,\"action\":\"Converge\","
+  body+="\"eventTime\":\"$now\",\"reportingController\":\"bashible\",\"reportingInstance\":$n,"
+  bb-json-string j "${4:-Converge}"; body+="\"action\":$j,"
   bb-json-string j "$1"; body+="\"type\":$j,"
   bb-json-string j "$2"; body+="\"reason\":$j,"
   bb-json-string j "${3:0:1000}"; body+="\"note\":$j,"
@@ -3146,7 +3201,7 @@ main() {
   BASHIBLE_BUNDLE=$(bb-bundle)
   export BASHIBLE_BUNDLE
 
-  local json="" checksum=$SERVED_CHECKSUM node="{}" step reboot=none approval=no flag first_run=no synced=no quoted file steps_began steps_took
+  local json="" checksum=$SERVED_CHECKSUM node="{}" step reboot=none approval=no flag first_run=no synced=no quoted file steps_began steps_took node_name
   if [[ -e "$BASHIBLE_DIR/first_run" || -z "$checksum" ]]; then
     fetch_bundle
   fi
@@ -3199,6 +3254,10 @@ main() {
   bb-instance-condition BashibleReady Unknown ConvergeInProgress "converging to configuration ${checksum:0:12}"
   bb-utc-now RUN_START
   steps_began=$SECONDS
+  # Deckhouse's bashible marks a converging run with two BashibleNodeUpdate
+  # Events, "start" and "finish"; watchers of those keep working.
+  bb-node-name-into node_name
+  bb-event Normal BashibleNodeUpdate "start steps update on $node_name" BashibleStepExecution
   : > "$RUN_STEPS"
   for step in "$BASHIBLE_DIR"/bundle_steps/*; do
     [[ -f "$step" ]] || continue
@@ -3215,6 +3274,7 @@ main() {
     fi
   done
   steps_took="$(wc -l < "$RUN_STEPS") steps in $(( SECONDS - steps_began ))s"
+  bb-event Normal BashibleNodeUpdate "finish steps update on $node_name" BashibleStepExecution
 
   # Local state first, each file replaced whole: if the run dies after
   # this, the next run finds the node in sync and re-asserts the annotation.
@@ -3261,6 +3321,11 @@ main() {
   fi
   # After the join: a first run can read its Instance only as its node.
   report_run Succeeded
+  # What the node can run (cgroup, containerd 2, its own containerd
+  # configuration), for the NodeGroup changes its group may take: reported
+  # after every converging run, which follows every configuration change and
+  # every reboot. A failure is logged; the next run reports again.
+  bb-node-patch "$(bb-node-capabilities 'Containerd')" || bb-log "reporting the node's capabilities on its Node failed"
   # The reboot request this run answered (by rebooting before it) is
   # cleared; one made since stays.
   bb-json-string quoted "$checksum"
