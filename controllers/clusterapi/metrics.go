@@ -84,6 +84,11 @@ func (s *Series) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// phaseFailed is the phase v1beta1 MachineDeployments could report (and
+// converted objects still may); Deckhouse numbers it 4. Cluster API no
+// longer sets it, and deprecates its constant.
+const phaseFailed = "Failed"
+
 type mdSeries struct{ replicas, desired, ready, unavailable, phase float64 }
 
 // mdValues are a MachineDeployment's series, by Deckhouse's definitions.
@@ -103,7 +108,7 @@ func mdValues(md *clusterv1.MachineDeployment) mdSeries {
 		v.phase = 2
 	case clusterv1.MachineDeploymentPhaseScalingDown:
 		v.phase = 3
-	case clusterv1.MachineDeploymentPhaseFailed:
+	case phaseFailed:
 		v.phase = 4
 	default:
 		v.phase = 5
