@@ -3324,8 +3324,12 @@ main() {
   # What the node can run (cgroup, containerd 2, its own containerd
   # configuration), for the NodeGroup changes its group may take: reported
   # after every converging run, which follows every configuration change and
-  # every reboot. A failure is logged; the next run reports again.
-  bb-node-patch "$(bb-node-capabilities 'Containerd')" || bb-log "reporting the node's capabilities on its Node failed"
+  # every reboot. A failure is logged; the next run reports again. The
+  # group's runtime is the bundle's annotation, read at run time, so that
+  # bashible.sh itself stays the same whatever the group's CRI (a CRI change
+  # changes only the runtime's steps).
+  bb-node-patch "$(bb-node-capabilities "$(jq -r '.metadata.annotations["bashible.deckhouse.io/cri"] // ""' <<< "$json")")" ||
+    bb-log "reporting the node's capabilities on its Node failed"
   # The reboot request this run answered (by rebooting before it) is
   # cleared; one made since stays.
   bb-json-string quoted "$checksum"
