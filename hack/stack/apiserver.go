@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
@@ -211,7 +212,57 @@ func (s *APIServer) RestartWith(ctx context.Context, opts APIServerOptions) (*AP
 		opts.BinDir = s.opts.BinDir
 	}
 	s.Stop()
-	return startOnPort(ctx, s.cp, opts, s.Port)
+	next, err := startOnPort(ctx, s.cp, opts, s.Port)
+	if err != nil {
+		return nil, err
+	}
+	// The aggregator may have probed the APIService while the replica was
+	// down and marked it unavailable; until it probes again it answers 503
+	// for the whole group. A restarted replica counts as back once the
+	// aggregator serves through it again.
+	if err := waitServedThroughAggregator(ctx, s.cp, s.Port); err != nil {
+		next.Stop()
+		return nil, err
+	}
+	return next, nil
+}
+
+// waitServedThroughAggregator waits, when the APIService points at port,
+// until it is Available and kube-apiserver answers the group's discovery
+// through it. An APIService pointing elsewhere (a Service in front of
+// several replicas, or none registered) is not this replica's to wait for.
+func waitServedThroughAggregator(ctx context.Context, cp *controlplane.ControlPlane, port int) error {
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	obj, err := dyn.Resource(gvr).Get(ctx, bashiblev1alpha1.APIServiceName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read APIService %s: %w", bashiblev1alpha1.APIServiceName, err)
+	}
+	if p, _, _ := unstructured.NestedInt64(obj.Object, "spec", "service", "port"); p != int64(port) {
+		return nil
+	}
+	if err := waitAvailable(ctx, dyn); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = kube.Discovery().RESTClient().Get().AbsPath("/apis/bashible.deckhouse.io/v1alpha1").Do(ctx).Error()
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kube-apiserver does not serve bashible.deckhouse.io/v1alpha1 through the restarted replica on port %d (last: %v): %w", port, last, err)
+	}
+	return nil
 }
 
 // Get fetches a path from the replica itself, bypassing the aggregator,
@@ -312,9 +363,14 @@ func RegisterAt(ctx context.Context, cp *controlplane.ControlPlane, port int) er
 	if err := applier.Apply(ctx, svc, apiService); err != nil {
 		return err
 	}
+	return waitAvailable(ctx, dyn)
+}
+
+// waitAvailable waits until the APIService's Available condition is True.
+func waitAvailable(ctx context.Context, dyn dynamic.Interface) error {
 	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	var last string
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		obj, err := dyn.Resource(gvr).Get(ctx, bashiblev1alpha1.APIServiceName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
