@@ -600,3 +600,10 @@ const (
 	// Service VIP (kube-proxy, the CNI).
 	NodeAPIProxyURL = "https://127.0.0.1:6445"
 )
+
+// ConversionDataAnnotation holds, on an object read at an older version of
+// its kind, the storage version's spec and status that the older version
+// cannot express (JSON). The conversion webhook writes it going down and
+// reads it going up, so an object edited at an older version keeps what
+// only the newer one holds (apiserver/conversion).
+const ConversionDataAnnotation = "node-manager.deckhouse.io/conversion-data"
