@@ -84,11 +84,16 @@ func (e *Environment) StartRegistered(ctx context.Context, opts APIServerOptions
 		s.Stop()
 		return nil, err
 	}
-	if err := waitPublished(ctx, versioned.NewForConfigOrDie(e.CP.AdminConfig())); err != nil {
+	if err := e.WaitPublished(ctx); err != nil {
 		s.Stop()
 		return nil, s.Failure(err)
 	}
 	return s, nil
+}
+
+// WaitPublished waits until each NodeGroup is served or has Rendered=False.
+func (e *Environment) WaitPublished(ctx context.Context) error {
+	return waitPublished(ctx, versioned.NewForConfigOrDie(e.CP.AdminConfig()))
 }
 
 // waitPublished waits until each NodeGroup is served or has Rendered=False.

@@ -21,8 +21,9 @@ import (
 	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 )
 
-// example is one object of a testdata file: a NodeGroup or a
-// NodeGroupConfiguration as Deckhouse's documentation publishes it.
+// example is one object of a testdata file: a NodeGroup,
+// NodeGroupConfiguration or NodeUser as Deckhouse's documentation
+// publishes it, at the API version it publishes it.
 type example struct {
 	// File is the testdata file, Source its header (page and section).
 	File, Source string
@@ -38,17 +39,50 @@ type example struct {
 	Warnings  []string
 }
 
-var (
-	nodeGroupResource     = deckhousev1.SchemeGroupVersion.WithResource("nodegroups")
-	configurationResource = deckhousev1alpha1.SchemeGroupVersion.WithResource("nodegroupconfigurations")
-)
+// kinds are the kinds the corpus holds, in the order they are created
+// (the groups first, so that configurations and users find them), with
+// their resource and their storage version: an example at another version
+// goes through the conversion webhook, so it is created once
+// bashible-apiserver serves it.
+var kinds = []struct {
+	Kind, Resource, Storage string
+}{
+	{"NodeGroup", "nodegroups", deckhousev1.SchemeGroupVersion.Version},
+	{"NodeGroupConfiguration", "nodegroupconfigurations", deckhousev1alpha1.SchemeGroupVersion.Version},
+	{"NodeUser", "nodeusers", deckhousev1.SchemeGroupVersion.Version},
+}
+
+// resource is where e is created: its kind's resource at the version the
+// example is published at.
+func (e *example) resource() (schema.GroupVersionResource, error) {
+	gv, err := schema.ParseGroupVersion(e.Object.GetAPIVersion())
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("%s: %w", e.File, err)
+	}
+	for _, k := range kinds {
+		if k.Kind == e.Kind() {
+			return gv.WithResource(k.Resource), nil
+		}
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("%s: the corpus holds no %s", e.File, e.Kind())
+}
+
+// atStorageVersion is whether e is published at its kind's storage
+// version, which kube-apiserver stores without a conversion.
+func (e *example) atStorageVersion() bool {
+	for _, k := range kinds {
+		if k.Kind == e.Kind() {
+			return e.Object.GetAPIVersion() == deckhousev1.SchemeGroupVersion.Group+"/"+k.Storage
+		}
+	}
+	return false
+}
 
 func (e *example) Kind() string { return e.Object.GetKind() }
 
 // loadCorpus reads every testdata file: a header of comment lines, then one
-// or more YAML documents. Only NodeGroup and NodeGroupConfiguration are
-// expected; anything else is an error, so the corpus holds nothing the
-// suite does not check.
+// or more YAML documents. Only the kinds of kinds are expected; anything
+// else is an error, so the corpus holds nothing the suite does not check.
 func loadCorpus(dir string) ([]*example, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
@@ -84,10 +118,10 @@ func loadCorpus(dir string) ([]*example, error) {
 				continue
 			}
 			u := &unstructured.Unstructured{Object: obj}
-			if k := u.GetKind(); k != "NodeGroup" && k != "NodeGroupConfiguration" {
-				return nil, fmt.Errorf("%s: document %d is a %s; the corpus holds NodeGroups and NodeGroupConfigurations", file, i+1, k)
-			}
 			e := &example{File: filepath.Base(file), Source: strings.Join(header, "; "), Object: u, Published: u.GetName(), Name: u.GetName()}
+			if _, err := e.resource(); err != nil {
+				return nil, fmt.Errorf("document %d: %w", i+1, err)
+			}
 			key := e.Kind() + "/" + e.Published
 			if n := taken[key]; n > 0 {
 				e.Name = renamed(e.Published, n+1)
@@ -129,12 +163,12 @@ func (w *warnings) take() []string {
 	return out
 }
 
-// applyCorpus creates every example as the cluster administrator, with
-// strict field validation (an unknown field is refused, never dropped):
-// the NodeGroups first, so that the configurations find their groups. The
-// API's answer is kept on each example; only a failure to reach the API is
-// an error.
-func applyCorpus(ctx context.Context, all []*example) error {
+// applyCorpus creates the examples for which which holds as the cluster
+// administrator, at the version each is published at, with strict field
+// validation (an unknown field is refused, never dropped), kind by kind in
+// the order of kinds. The API's answer is kept on each example; only a
+// failure to reach the API is an error.
+func applyCorpus(ctx context.Context, all []*example, which func(*example) bool) error {
 	cfg := rest.CopyConfig(f.CP.AdminConfig())
 	w := &warnings{}
 	cfg.WarningHandler = w
@@ -142,15 +176,16 @@ func applyCorpus(ctx context.Context, all []*example) error {
 	if err != nil {
 		return err
 	}
-	for _, kind := range []struct {
-		name     string
-		resource schema.GroupVersionResource
-	}{{"NodeGroup", nodeGroupResource}, {"NodeGroupConfiguration", configurationResource}} {
+	for _, kind := range kinds {
 		for _, e := range all {
-			if e.Kind() != kind.name {
+			if e.Kind() != kind.Kind || !which(e) {
 				continue
 			}
-			_, e.CreateErr = client.Resource(kind.resource).Create(ctx, e.Object, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+			resource, err := e.resource()
+			if err != nil {
+				return err
+			}
+			_, e.CreateErr = client.Resource(resource).Create(ctx, e.Object, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
 			e.Warnings = w.take()
 			if ctx.Err() != nil {
 				return ctx.Err()

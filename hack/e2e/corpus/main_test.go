@@ -1,5 +1,6 @@
-// Package corpus is the compatibility e2e suite: every NodeGroup and
-// NodeGroupConfiguration example Deckhouse publishes in its documentation
+// Package corpus is the compatibility e2e suite: every NodeGroup,
+// NodeGroupConfiguration and NodeUser example Deckhouse publishes in its
+// documentation, at the API version it is published at
 // (testdata/, one file per example, each headed by the page and section it
 // is from) is applied through the real API at once, and must be accepted,
 // rendered into the served bundles, clean under bash -n and shellcheck, call
@@ -33,9 +34,11 @@ var (
 
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
-// setUp loads the corpus, creates the cluster's own groups, applies all of
-// the corpus at once (an object the API refuses is recorded on its example,
-// for the tests to report) and starts bashible-apiserver, which returns once
+// setUp loads the corpus, creates the cluster's own groups, applies the
+// corpus published at its kinds' storage versions (an object the API
+// refuses is recorded on its example, for the tests to report), starts
+// bashible-apiserver, applies the rest (older versions, which kube-apiserver
+// converts through bashible-apiserver's conversion webhook) and waits until
 // every accepted group is published or reports that it failed to render.
 func setUp(ctx context.Context) (func(), error) {
 	var err error
@@ -51,12 +54,21 @@ func setUp(ctx context.Context) (func(), error) {
 			return nil, fmt.Errorf("create the cluster's own NodeGroup %s: %w", name, err)
 		}
 	}
-	if err := applyCorpus(ctx, examples); err != nil {
+	if err := applyCorpus(ctx, examples, (*example).atStorageVersion); err != nil {
 		return nil, err
 	}
 	server, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
+	}
+	older := func(e *example) bool { return !e.atStorageVersion() }
+	if err := applyCorpus(ctx, examples, older); err != nil {
+		server.Stop()
+		return nil, err
+	}
+	if err := f.Env.WaitPublished(ctx); err != nil {
+		server.Stop()
+		return nil, server.Failure(err)
 	}
 	return server.Stop, nil
 }
