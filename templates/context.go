@@ -101,10 +101,10 @@ type NodeUserSpec struct {
 	SSHPublicKeys []string `json:"sshPublicKeys"`
 	// PasswordHash is a credential (an offline-crackable hash): kept out
 	// of errors and redacted where the context is shown (Redacted).
-	PasswordHash  string   `json:"passwordHash" render:"secret"`
-	IsSudoer      bool     `json:"isSudoer"`
-	ExtraGroups   []string `json:"extraGroups" render:"word"`
-	NodeGroups    []string `json:"nodeGroups"`
+	PasswordHash string   `json:"passwordHash" render:"secret"`
+	IsSudoer     bool     `json:"isSudoer"`
+	ExtraGroups  []string `json:"extraGroups" render:"word"`
+	NodeGroups   []string `json:"nodeGroups"`
 }
 
 // PackageSource holds base URLs (no trailing slash) under which nodes find
