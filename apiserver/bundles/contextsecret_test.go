@@ -263,12 +263,8 @@ func contextWrites(kube *kubefake.Clientset) int {
 		if a.GetNamespace() != deckhousev1.Namespace || a.GetResource().Resource != "secrets" {
 			continue
 		}
-		switch w := a.(type) {
-		case k8stesting.CreateAction:
-			if s, ok := w.GetObject().(*corev1.Secret); ok && s.Name == deckhousev1.ContextSecret {
-				n++
-			}
-		case k8stesting.UpdateAction:
+		// CreateAction and UpdateAction are the same interface.
+		if w, ok := a.(k8stesting.CreateAction); ok && (a.GetVerb() == "create" || a.GetVerb() == "update") {
 			if s, ok := w.GetObject().(*corev1.Secret); ok && s.Name == deckhousev1.ContextSecret {
 				n++
 			}
