@@ -100,6 +100,11 @@ func TestContextSecretShowsWhatEachGroupsTemplatesSeeWithoutCredentials(t *testi
 		t.Fatalf("contextDocument: omitted %v, %v", omitted, err)
 	}
 	text := string(raw)
+	// The contexts renders use keep their credentials.
+	if a := contexts["a"]; a.Registry.Mirrors[0].Auth == "" || a.Registry.Mirrors[0].Auth == templates.Redacted ||
+		a.NodeUsers[0].Spec.PasswordHash != passwordHash || !strings.Contains(a.Proxy.HTTPProxy, proxyPassword) {
+		t.Errorf("showing the context changed the one templates render from: %+v", a.Registry.Mirrors)
+	}
 	for _, secret := range []string{proxyPassword, mirrorPassword, packagePassword, passwordHash,
 		base64.StdEncoding.EncodeToString([]byte("mirroruser:" + mirrorPassword))} {
 		if strings.Contains(text, secret) {
