@@ -99,10 +99,12 @@ type NodeUserSpec struct {
 	UID           int64    `json:"uid"`
 	SSHPublicKey  string   `json:"sshPublicKey,omitempty"`
 	SSHPublicKeys []string `json:"sshPublicKeys"`
-	PasswordHash  string   `json:"passwordHash"`
-	IsSudoer      bool     `json:"isSudoer"`
-	ExtraGroups   []string `json:"extraGroups" render:"word"`
-	NodeGroups    []string `json:"nodeGroups"`
+	// PasswordHash is a credential (an offline-crackable hash): kept out
+	// of errors and redacted where the context is shown (Redacted).
+	PasswordHash string   `json:"passwordHash" render:"secret"`
+	IsSudoer     bool     `json:"isSudoer"`
+	ExtraGroups  []string `json:"extraGroups" render:"word"`
+	NodeGroups   []string `json:"nodeGroups"`
 }
 
 // PackageSource holds base URLs (no trailing slash) under which nodes find

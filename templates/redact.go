@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,4 +90,56 @@ func (c *Context) RedactFailures(failures []Failure) []Failure {
 		out[i] = r.failure(f)
 	}
 	return out
+}
+
+// Redacted returns a copy of the context for showing to people (the
+// bashible-apiserver-context Secret): every value tagged secret is
+// replaced by Redacted: a whole value, or for a URL its user information
+// (http://[redacted]@proxy:3128). Templates always see the real values.
+func (c *Context) Redacted() (Context, error) {
+	var out Context
+	data, err := json.Marshal(c)
+	if err != nil {
+		return Context{}, fmt.Errorf("copy render context: %w", err)
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return Context{}, fmt.Errorf("copy render context: %w", err)
+	}
+	redactValue(reflect.ValueOf(&out).Elem(), nil)
+	return out, nil
+}
+
+// redactValue replaces, in place, the strings of v tagged secret (opts
+// are those of the field that holds v, inherited by list elements).
+func redactValue(v reflect.Value, opts tagOptions) {
+	switch v.Kind() {
+	case reflect.String:
+		kind, secret := opts["secret"]
+		if !secret || v.String() == "" || !v.CanSet() {
+			return
+		}
+		s := v.String()
+		if kind == "url" {
+			if info := userInfo(s); info != "" {
+				v.SetString(strings.Replace(s, info+"@", Redacted+"@", 1))
+			}
+			return
+		}
+		v.SetString(Redacted)
+	case reflect.Pointer:
+		if !v.IsNil() {
+			redactValue(v.Elem(), opts)
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			if t.Field(i).IsExported() {
+				redactValue(v.Field(i), parseTag(t.Field(i).Tag.Get(renderTag)))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			redactValue(v.Index(i), opts)
+		}
+	}
 }

@@ -78,6 +78,8 @@ type Controller struct {
 	configMapsKS   corelisters.ConfigMapLister
 	endpointSlices discoverylisters.EndpointSliceLister
 	published      corelisters.SecretLister
+	// contextSecrets holds the Secret deckhousev1.ContextSecret only.
+	contextSecrets corelisters.SecretLister
 	synced         []cache.InformerSynced
 	recorder       events.EventRecorder
 	broadcaster    events.EventBroadcaster
@@ -106,6 +108,8 @@ type Controller struct {
 	lastGood *lastGood
 	// revisions keeps each group's last bundles, for pins.
 	revisions *revisions
+	// contextDoc is the last render context document (writeContext).
+	contextDoc contextMemo
 }
 
 // NewController sets up the informers; Run starts them.
@@ -163,8 +167,12 @@ func NewController(cfg ControllerConfig) *Controller {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = deckhousev1.PublishedBundleAppLabel + "=" + deckhousev1.BashibleAPIServerName
 		}))
+	contextNS := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(deckhousev1.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", deckhousev1.ContextSecret).String()
+		}))
 	nm := nminformers.NewSharedInformerFactory(cfg.NodeMgr, 0)
-	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, staticConfig, rootCA, apiEndpoints, publishedNS, nm}
+	c.factories = []interface{ Start(<-chan struct{}) }{clusterConfig, staticConfig, rootCA, apiEndpoints, publishedNS, contextNS, nm}
 
 	ngInf := nm.Deckhouse().V1().NodeGroups()
 	ngcInf := nm.Deckhouse().V1alpha1().NodeGroupConfigurations()
@@ -174,6 +182,7 @@ func NewController(cfg ControllerConfig) *Controller {
 	cmInf := rootCA.Core().V1().ConfigMaps()
 	esInf := apiEndpoints.Discovery().V1().EndpointSlices()
 	pubInf := publishedNS.Core().V1().Secrets()
+	ctxInf := contextNS.Core().V1().Secrets()
 	c.nodeGroups, c.configs, c.nodeUsers = ngInf.Lister(), ngcInf.Lister(), nuInf.Lister()
 	_, _ = ngInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueGroupOf,
@@ -222,11 +231,17 @@ func NewController(cfg ControllerConfig) *Controller {
 		UpdateFunc: func(any, any) { republish() },
 		DeleteFunc: func(any) { republish() },
 	})
+	// Likewise the render context Secret, which the leader keeps current.
+	_, _ = ctxInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { republish() },
+		UpdateFunc: func(any, any) { republish() },
+		DeleteFunc: func(any) { republish() },
+	})
 
 	c.secretsKS, c.staticConfigKS, c.configMapsKS = secInf.Lister(), staticInf.Lister(), cmInf.Lister()
-	c.endpointSlices, c.published = esInf.Lister(), pubInf.Lister()
+	c.endpointSlices, c.published, c.contextSecrets = esInf.Lister(), pubInf.Lister(), ctxInf.Lister()
 	c.synced = []cache.InformerSynced{ngInf.Informer().HasSynced, ngcInf.Informer().HasSynced, nuInf.Informer().HasSynced, secInf.Informer().HasSynced, staticInf.Informer().HasSynced,
-		cmInf.Informer().HasSynced, esInf.Informer().HasSynced, pubInf.Informer().HasSynced}
+		cmInf.Informer().HasSynced, esInf.Informer().HasSynced, pubInf.Informer().HasSynced, ctxInf.Informer().HasSynced}
 	if err == nil {
 		c.synced = append(c.synced, storeLoaded.HasSynced)
 	}

@@ -22,8 +22,10 @@
 //     group's latest result (publishLatest, publish): writeBundle writes
 //     each bundle as the Secret bashible-bundle-<group> in the bundles
 //     namespace, deleteRemoved deletes the bundles of groups that are gone,
-//     and reportConfigs and reportNodeGroups set the Rendered condition of
-//     each NodeGroupConfiguration and NodeGroup.
+//     writeContext writes every group's render context (credentials
+//     redacted) to the Secret Deckhouse's documentation points authors to
+//     (contextsecret.go), and reportConfigs and reportNodeGroups set the
+//     Rendered condition of each NodeGroupConfiguration and NodeGroup.
 //  4. On every replica, an informer on the bundles namespace hands each
 //     Secret to the [Store], which decodes and verifies it once per change.
 //  5. The registry package serves what the Store holds: gets, lists and

@@ -126,7 +126,7 @@ func (c *Controller) latestResults(ngs []*deckhousev1.NodeGroup) (map[string]*Re
 
 // publish writes the bundles (or the revisions groups are pinned to),
 // records revisions, restores tampered bundles, deletes those of removed
-// groups, and reports render failures and pins on the objects at fault.
+// groups, writes the render contexts (writeContext), and reports render failures and pins on the objects at fault.
 func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]*Result) error {
 	var errs []error
 	tooLarge := map[string]*BundleTooLargeError{}
@@ -149,6 +149,9 @@ func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]
 		}
 	}
 	errs = append(errs, c.deleteRemoved(ctx, results)...)
+	if err := c.writeContext(ctx, results); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.reportConfigs(ctx, in.Configs, results, tooLarge)...)
 	errs = append(errs, c.reportNodeGroups(ctx, in.NodeGroups, results, tooLarge, pins)...)
 	return errors.Join(errs...)

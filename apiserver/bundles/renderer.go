@@ -53,6 +53,10 @@ type Result struct {
 	// group was rendered under (SettingsDigest), also when the render
 	// failed; empty when they could not be read.
 	ClusterSettingsDigest string
+	// Context is the render context the group rendered with, nil when it
+	// could not be built (the render failed before any template ran). The
+	// leader shows it in the bashible-apiserver-context Secret.
+	Context *templates.Context
 
 	inputHash string
 	// custom are the NodeGroupConfigurations' steps the group rendered
@@ -164,7 +168,7 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	}
 	start := time.Now()
 	bundle, failures := r.tree.Render(&ctx, custom)
-	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest, inputHash: hash, custom: custom}
+	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest, Context: &ctx, inputHash: hash, custom: custom}
 	if bundle != nil {
 		res.Published = &Published{
 			Group: ng.Name, NodeType: string(ng.Spec.NodeType),

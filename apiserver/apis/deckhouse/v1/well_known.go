@@ -470,6 +470,17 @@ const (
 	BootstrapperGroupPrefix = "system:bootstrappers:d8-node-manager:"
 )
 
+// The render context bashible-apiserver's leader publishes in Namespace for
+// authors of NodeGroupConfigurations, where Deckhouse's documentation tells
+// them to read it (apiserver/bundles/contextsecret.go).
+const (
+	// ContextSecret is the Secret holding every group's render context
+	// (credentials redacted). It is an output only: nothing reads it back.
+	ContextSecret = "bashible-apiserver-context"
+	// ContextSecretKey holds the contexts as YAML.
+	ContextSecretKey = "input.yaml"
+)
+
 // Objects bashible-apiserver writes in BundlesNamespace: one Secret per
 // group holding the last good bundle, which every replica serves.
 const (
