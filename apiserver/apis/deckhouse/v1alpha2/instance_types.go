@@ -63,6 +63,10 @@ type InstanceNodeRef struct {
 // +kubebuilder:validation:Enum=Pending;Provisioning;Provisioned;Running;Terminating;Unknown
 type InstancePhase string
 
+// InstancePhaseUnknown is Deckhouse's phase of an instance whose machine's
+// state it cannot tell; v1alpha1 has no such phase (it leaves the phase out).
+const InstancePhaseUnknown InstancePhase = "Unknown"
+
 // InstanceStatus is an instance's observed state.
 type InstanceStatus struct {
 	// Phase is Pending, Provisioning, Provisioned, Running, Terminating
