@@ -67,4 +67,3 @@ func TestStaticInstanceRoundTrips(t *testing.T) {
 		deckhousev1alpha1.SchemeGroupVersion.WithKind("StaticInstance"), "v1alpha2")
 	t.Logf("%d v1alpha2 and %d v1alpha1 StaticInstances converted to the other version and back: unchanged both ways", fuzzIterations, fuzzIterations)
 }
-
