@@ -12,7 +12,10 @@ package conversion
 // also holds for that case. Every other field is the same at both
 // versions (v1alpha1 holds node-manager's Secret references too).
 //
-// Losses: none, either way. So the conversion-data annotation is never
+// Losses: none, either way; one change of spelling: a sudoPasswordEncoded
+// written at v1alpha1 that is the canonical base64 of text is read back at
+// v1alpha1 as that text in sudoPassword (the same password). So the
+// conversion-data annotation is never
 // written for SSHCredentials: the password and the key never leave the
 // spec they were written in (not into an annotation, where kubectl
 // describe, metadata-only watches and every tool that treats metadata as
