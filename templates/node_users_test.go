@@ -150,10 +150,21 @@ func TestNodeUserPatternsMatchTheCRD(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &crd); err != nil {
 		t.Fatal(err)
 	}
-	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != "v1" {
-		t.Fatalf("versions: %+v", crd.Spec.Versions)
+	// Every served version (v1, and v1alpha1 for Deckhouse's older
+	// manifests) is checked alike: a hostile value is refused at any.
+	var names []string
+	for _, v := range crd.Spec.Versions {
+		names = append(names, v.Name)
+		checkNodeUserSchema(t, v.Name, v.Schema.OpenAPIV3Schema)
 	}
-	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
+	if strings.Join(names, ",") != "v1,v1alpha1" {
+		t.Fatalf("versions: %v, want v1 and v1alpha1", names)
+	}
+}
+
+func checkNodeUserSchema(t *testing.T, version string, schema *apiextensionsv1.JSONSchemaProps) {
+	t.Helper()
+	spec := schema.Properties["spec"].Properties
 	for field, want := range map[string]string{
 		"sshPublicKey":  nodeUserKeyRE.String(),
 		"sshPublicKeys": nodeUserKeyRE.String(),
@@ -166,17 +177,17 @@ func TestNodeUserPatternsMatchTheCRD(t *testing.T) {
 			p = *p.Items.Schema
 		}
 		if p.Pattern != want {
-			t.Errorf("spec.%s: the CRD's pattern %q, the renderer's %q", field, p.Pattern, want)
+			t.Errorf("%s spec.%s: the CRD's pattern %q, the renderer's %q", version, field, p.Pattern, want)
 		}
 	}
-	if uid := spec["uid"]; *uid.Minimum != MinNodeUserUID || *uid.Maximum != MaxNodeUserUID {
-		t.Errorf("spec.uid: the CRD's range %v-%v, the renderer's %d-%d", *uid.Minimum, *uid.Maximum, MinNodeUserUID, MaxNodeUserUID)
+	if uid := spec["uid"]; uid.Minimum == nil || uid.Maximum == nil || *uid.Minimum != MinNodeUserUID || *uid.Maximum != MaxNodeUserUID {
+		t.Errorf("%s spec.uid: the CRD's range %v-%v, the renderer's %d-%d", version, uid.Minimum, uid.Maximum, MinNodeUserUID, MaxNodeUserUID)
 	}
 	rules := ""
-	for _, r := range crd.Spec.Versions[0].Schema.OpenAPIV3Schema.XValidations {
+	for _, r := range schema.XValidations {
 		rules += r.Rule + "\n"
 	}
 	if !strings.Contains(rules, "'"+nodeUserNameRE.String()+"'") {
-		t.Errorf("the CRD's name rule does not use %s:\n%s", nodeUserNameRE, rules)
+		t.Errorf("%s: the CRD's name rule does not use %s:\n%s", version, nodeUserNameRE, rules)
 	}
 }

@@ -9,7 +9,12 @@ import (
 
 // Kinds is every deckhouse.io kind served at more than one version, by
 // kind. One line per kind, each kind's conversions in its own file.
-var Kinds = map[schema.GroupKind]Kind{}
+var Kinds = map[schema.GroupKind]Kind{
+	sshCredentials.GroupKind: sshCredentials,
+	staticInstance.GroupKind: staticInstance,
+	nodeUser.GroupKind:       nodeUser,
+	instance.GroupKind:       instance,
+}
 
 // For returns the conversions of gk.
 func For(gk schema.GroupKind) (Kind, error) {

@@ -1,6 +1,7 @@
 package foundation
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -65,20 +66,34 @@ func TestNodeUserHostileValuesAreRefused(t *testing.T) {
 	// The deprecated key with a newline needs both fields set the other way.
 	cases[8].object = nodeUser("nl-old-key", obj{"uid": 1100, "sshPublicKey": "ssh-rsa AAAA\nssh-rsa BBBB", "passwordHash": "!"})
 	cases[8].wantField = "spec.sshPublicKey"
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := dyn.Resource(nodeUsersGVR).Create(framework.Context(t), tc.object, metav1.CreateOptions{})
-			if err == nil {
-				_ = dyn.Resource(nodeUsersGVR).Delete(framework.Context(t), tc.object.GetName(), metav1.DeleteOptions{})
-				t.Fatal("kube-apiserver accepted a hostile NodeUser")
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
-			}
-			if !strings.Contains(err.Error(), tc.wantField) {
-				t.Fatalf("the error should name %s: %v", tc.wantField, err)
-			}
-		})
+	// At every served version: v1alpha1 (Deckhouse's older manifests) must
+	// not be a way around v1's validations.
+	for _, version := range []string{"v1", "v1alpha1"} {
+		gvr := nodeUsersGVR.GroupResource().WithVersion(version)
+		for _, tc := range cases {
+			t.Run(version+"/"+tc.name, func(t *testing.T) {
+				o := &unstructured.Unstructured{Object: maps.Clone(tc.object.Object)} // its ints defeat DeepCopy
+				o.SetAPIVersion(gvr.GroupVersion().String())
+				refusedAsInvalid(t, gvr, o, tc.wantField)
+			})
+		}
+	}
+}
+
+// refusedAsInvalid creates o and requires kube-apiserver to refuse it as
+// Invalid, naming wantField.
+func refusedAsInvalid(t *testing.T, gvr schema.GroupVersionResource, o *unstructured.Unstructured, wantField string) {
+	t.Helper()
+	_, err := dyn.Resource(gvr).Create(framework.Context(t), o, metav1.CreateOptions{})
+	if err == nil {
+		_ = dyn.Resource(gvr).Delete(framework.Context(t), o.GetName(), metav1.DeleteOptions{})
+		t.Fatalf("kube-apiserver accepted a hostile %s at %s", o.GetKind(), gvr.Version)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	if !strings.Contains(err.Error(), wantField) {
+		t.Fatalf("the error should name %s: %v", wantField, err)
 	}
 }
 

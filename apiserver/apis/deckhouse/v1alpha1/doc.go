@@ -1,5 +1,8 @@
 // Package v1alpha1 holds the deckhouse.io/v1alpha1 API: NodeGroupConfiguration
-// (users' own bundle steps) and Instance (a machine of a group, status only).
+// (users' own bundle steps) and Instance (a machine of a group, status only),
+// both stored at this version; and SSHCredentials, StaticInstance and
+// NodeUser, served here for Deckhouse's older manifests and stored at a
+// newer version (apiserver/conversion converts).
 //
 // Deepcopy functions and clients are generated (`make generate`); the CRDs in
 // manifests/crds/ come from controller-gen reading the markers here.

@@ -28,6 +28,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&NodeGroupConfiguration{}, &NodeGroupConfigurationList{},
 		&Instance{}, &InstanceList{},
+		&SSHCredentials{}, &SSHCredentialsList{},
+		&StaticInstance{}, &StaticInstanceList{},
+		&NodeUser{}, &NodeUserList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

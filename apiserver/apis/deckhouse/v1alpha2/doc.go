@@ -3,7 +3,9 @@
 // CAPS may bootstrap into a node group over SSH, and cleans when it leaves)
 // and SSHCredentials (how to log in to it). Both are cluster-scoped and
 // spelled as Deckhouse's storage version v1alpha2, so Deckhouse's
-// manifests and users' commands apply unchanged.
+// manifests and users' commands apply unchanged. It also holds Instance as
+// Deckhouse 1.77 serves it, stored at v1alpha1 (apiserver/conversion
+// converts).
 //
 // What the schema cannot say is in the CRDs' CEL rules (either a key or a
 // password; an address never changes) and in the ValidatingAdmissionPolicy

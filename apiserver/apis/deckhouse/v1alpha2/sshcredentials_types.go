@@ -19,6 +19,7 @@ import (
 //
 // +genclient
 // +genclient:nonNamespaced
+// +kubebuilder:storageversion
 // +resourceName=sshcredentials
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:resource:scope=Cluster,categories=deckhouse,shortName=sshcred

@@ -16,6 +16,7 @@ import (
 //
 // +genclient
 // +genclient:nonNamespaced
+// +kubebuilder:storageversion
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:resource:scope=Cluster,categories=deckhouse
 // +kubebuilder:subresource:status
