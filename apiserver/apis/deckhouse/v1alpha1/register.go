@@ -28,6 +28,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&NodeGroupConfiguration{}, &NodeGroupConfigurationList{},
 		&Instance{}, &InstanceList{},
+		&NodeGroup{}, &NodeGroupList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

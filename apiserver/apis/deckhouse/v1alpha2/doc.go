@@ -3,7 +3,8 @@
 // CAPS may bootstrap into a node group over SSH, and cleans when it leaves)
 // and SSHCredentials (how to log in to it). Both are cluster-scoped and
 // spelled as Deckhouse's storage version v1alpha2, so Deckhouse's
-// manifests and users' commands apply unchanged.
+// manifests and users' commands apply unchanged. NodeGroup is here too, as
+// Deckhouse served it at v1alpha2 (stored at v1; see apiserver/conversion).
 //
 // What the schema cannot say is in the CRDs' CEL rules (either a key or a
 // password; an address never changes) and in the ValidatingAdmissionPolicy

@@ -28,6 +28,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&StaticInstance{}, &StaticInstanceList{},
 		&SSHCredentials{}, &SSHCredentialsList{},
+		&NodeGroup{}, &NodeGroupList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
