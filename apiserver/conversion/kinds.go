@@ -9,7 +9,9 @@ import (
 
 // Kinds is every deckhouse.io kind served at more than one version, by
 // kind. One line per kind, each kind's conversions in its own file.
-var Kinds = map[schema.GroupKind]Kind{}
+var Kinds = map[schema.GroupKind]Kind{
+	nodeGroup.GroupKind: nodeGroup,
+}
 
 // For returns the conversions of gk.
 func For(gk schema.GroupKind) (Kind, error) {
