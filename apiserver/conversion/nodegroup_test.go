@@ -63,7 +63,9 @@ func ngFillerWith(seed int64, nilChance float64) *randfill.Filler {
 		func(v *metav1.Time, c randfill.Continue) {
 			*v = metav1.NewTime(time.Unix(1_700_000_000+int64(c.Intn(1_000_000)), 0).UTC())
 		},
-		func(v *metav1.Duration, c randfill.Continue) { v.Duration = time.Duration(c.Intn(86400)+1) * time.Second },
+		func(v *metav1.Duration, c randfill.Continue) {
+			v.Duration = time.Duration(c.Intn(86400)+1) * time.Second
+		},
 		func(v *resource.Quantity, c randfill.Continue) {
 			*v = resource.MustParse(pick(c.Rand, "500m", "1", "2", "100Mi", "1Gi", "5Gi"))
 		},

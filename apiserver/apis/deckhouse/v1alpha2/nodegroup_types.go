@@ -90,7 +90,6 @@ type NodeGroupSpec struct {
 	// CloudInstances describes the machines of a Cloud group.
 	// +optional
 	CloudInstances *CloudInstancesSpec `json:"cloudInstances,omitempty"`
-
 }
 
 // CRIType is v1alpha2's container runtime type.
