@@ -57,7 +57,11 @@ func NewContext(ng *deckhousev1.NodeGroup, settings ClusterSettings, endpoints [
 		NotManaged: NotManagedCRI{CRISocketPath: DefaultCRISocketPath},
 	}
 	if c := spec.CRI; c != nil {
-		cri.Type = or(string(c.Type), cri.Type)
+		// Docker (Deckhouse's deprecated runtime) is accepted and inert:
+		// the group gets the cluster's runtime, as if cri.type were unset.
+		if c.Type != deckhousev1.CRIDocker {
+			cri.Type = or(string(c.Type), cri.Type)
+		}
 		for _, cd := range []*deckhousev1.ContainerdSpec{c.Containerd, c.ContainerdV2} {
 			if cd != nil && cd.MaxConcurrentDownloads != nil {
 				cri.Containerd.MaxConcurrentDownloads = *cd.MaxConcurrentDownloads

@@ -111,3 +111,25 @@ func TestAnEndpointReadinessFlapChangesNoGroupsChecksum(t *testing.T) {
 		}
 	}
 }
+
+// TestDeckhouseDockerGroupGetsTheClusterRuntime: a group Deckhouse stored
+// with its deprecated cri.type Docker (and cri.docker) renders, with the
+// cluster's runtime, exactly as the same group without them: Docker is
+// inert here.
+func TestDeckhouseDockerGroupGetsTheClusterRuntime(t *testing.T) {
+	tree := builtinTree(t)
+	plain := mustRender(t, tree, workerContext(t, nil))
+	ctx, err := newWorkerContext(func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.CRI = &deckhousev1.CRISpec{Type: deckhousev1.CRIDocker,
+			Docker: &deckhousev1.DockerSpec{MaxConcurrentDownloads: ptrTo[int32](10), Manage: ptrTo(true)}}
+	})
+	if err != nil {
+		t.Fatalf("a group with cri.type Docker: %v", err)
+	}
+	if ctx.CRI != DefaultCRI || ctx.NodeGroup.CRI.Type != DefaultCRI {
+		t.Errorf("cri.type Docker resolved to %q (nodeGroup.cri.type %q), want the cluster's %q", ctx.CRI, ctx.NodeGroup.CRI.Type, DefaultCRI)
+	}
+	if docker := mustRender(t, tree, ctx); docker.Checksum != plain.Checksum {
+		t.Errorf("cri.type Docker changed the bundle (checksum %s, without it %s)", docker.Checksum, plain.Checksum)
+	}
+}

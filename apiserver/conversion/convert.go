@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
@@ -108,7 +109,10 @@ func (k Kind) up(obj *unstructured.Unstructured, from string) error {
 		}
 		obj.SetAnnotations(annotations)
 		saved := map[string]any{}
-		if err := json.Unmarshal([]byte(data), &saved); err != nil {
+		// utiljson keeps integers int64, as kube-apiserver decodes them
+		// (encoding/json would make them float64, and the hub's content
+		// would never compare equal to the spoke's).
+		if err := utiljson.Unmarshal([]byte(data), &saved); err != nil {
 			// Not ours to trust: a user may edit annotations. Convert
 			// without it rather than fail every read.
 			saved = nil

@@ -14,6 +14,7 @@ var Kinds = map[schema.GroupKind]Kind{
 	staticInstance.GroupKind: staticInstance,
 	nodeUser.GroupKind:       nodeUser,
 	instance.GroupKind:       instance,
+	nodeGroup.GroupKind:      nodeGroup,
 }
 
 // For returns the conversions of gk.

@@ -26,7 +26,12 @@ type InertField struct {
 const (
 	noMachineController = "node-manager creates no cloud machines (a cloud provider's machine controller does, and none is part of this deployment)"
 	noAutoscaler        = "it is read only by cluster-autoscaler, which is not part of this deployment"
-	noGPUStack          = "node-manager deploys no GPU components (Deckhouse's NVIDIA device plugin, feature discovery, DCGM exporter, MIG manager) " +
+	noDocker            = "Docker is deprecated and node-manager runs no Docker: the group's nodes get the cluster's defaultCRI, as if cri.type were unset"
+	noDockerSettings    = "Docker is deprecated and node-manager runs no Docker; these settings are ignored"
+	noQuickShutdown     = "it is deprecated (in Deckhouse it shortened the drain of cloud machines to 5 minutes); node-manager creates no cloud machines, " +
+		"and a drain's deadline is nodeDrainTimeoutSecond (5 minutes when unset)"
+	noNotHeldResources = "it is deprecated and unused, as in Deckhouse (overprovisioningRate replaced it)"
+	noGPUStack         = "node-manager deploys no GPU components (Deckhouse's NVIDIA device plugin, feature discovery, DCGM exporter, MIG manager) " +
 		"and leaves containerd's default runtime alone: install the driver and runtime with a NodeGroupConfiguration"
 )
 
@@ -42,7 +47,8 @@ type Components struct {
 // InertFields lists, in a fixed order, the fields of a NodeGroup's spec
 // that are set and that no component of this deployment acts on. Every
 // other field is acted on: rendered into the group's bundle (nodeType,
-// kubernetesVersion, cri, kubelet, nodeTemplate, disruptions.approvalMode),
+// kubernetesVersion, cri but for Deckhouse's deprecated Docker, kubelet,
+// nodeTemplate, disruptions.approvalMode),
 // kept on its nodes (nodeTemplate), or used by update approval, the drain,
 // the fencing controller and agents (fencing), this controller
 // (disruptions, update, nodeDrainTimeoutSecond, cloudInstances.minPerZone,
@@ -58,6 +64,14 @@ func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 	}
 	if o := spec.OperatingSystem; o != nil && o.ManageKernel != nil {
 		add("operatingSystem.manageKernel", "it is deprecated and has no effect, as in Deckhouse")
+	}
+	if cri := spec.CRI; cri != nil {
+		if cri.Type == deckhousev1.CRIDocker {
+			add("cri.type", noDocker)
+		}
+		if cri.Docker != nil {
+			add("cri.docker", noDockerSettings)
+		}
 	}
 	if spec.StaticInstances != nil && !c.ClusterAPI {
 		add("staticInstances", "node-manager-controller runs without --cluster-api, so Cluster API Provider Static is given no machine and "+
@@ -78,8 +92,14 @@ func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 		if ci.StandbyHolder != nil {
 			add("cloudInstances.standbyHolder", noMachineController)
 		}
+		if ci.StandbyHolder != nil && ci.StandbyHolder.NotHeldResources != nil {
+			add("cloudInstances.standbyHolder.notHeldResources", noNotHeldResources)
+		}
 		if ci.Priority != nil {
 			add("cloudInstances.priority", noAutoscaler)
+		}
+		if ci.QuickShutdown != nil {
+			add("cloudInstances.quickShutdown", noQuickShutdown)
 		}
 	}
 	if spec.GPU != nil {

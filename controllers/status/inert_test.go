@@ -65,6 +65,20 @@ var inertCases = []struct {
 			Priority: ptr.To[int32](5)},
 	}, []string{"spec.cloudInstances.classReference", "spec.cloudInstances.maxSurgePerZone", "spec.cloudInstances.maxUnavailablePerZone",
 		"spec.cloudInstances.standby", "spec.cloudInstances.standbyHolder", "spec.cloudInstances.priority"}},
+	{"Deckhouse's deprecated fields, as its stored groups carry them", deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeCloudEphemeral,
+		CRI: &deckhousev1.CRISpec{Type: deckhousev1.CRIDocker,
+			Docker: &deckhousev1.DockerSpec{MaxConcurrentDownloads: ptr.To[int32](10), Manage: ptr.To(true)}},
+		CloudInstances: &deckhousev1.CloudInstancesSpec{ClassReference: deckhousev1.ClassReference{Kind: "AWSInstanceClass", Name: "big"},
+			MaxPerZone: 1, QuickShutdown: ptr.To(true),
+			StandbyHolder: &deckhousev1.StandbyHolderSpec{NotHeldResources: &deckhousev1.NotHeldResources{
+				CPU: ptr.To(intstr.FromString("1500m")), Memory: ptr.To(intstr.FromString("1Gi"))}}},
+	}, []string{"spec.cri.type", "spec.cri.docker", "spec.cloudInstances.classReference", "spec.cloudInstances.standbyHolder",
+		"spec.cloudInstances.standbyHolder.notHeldResources", "spec.cloudInstances.quickShutdown"}},
+	{"leftover Docker settings beside containerd", deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeStatic,
+		CRI:      &deckhousev1.CRISpec{Type: deckhousev1.CRIContainerd, Docker: &deckhousev1.DockerSpec{Manage: ptr.To(false)}},
+	}, []string{"spec.cri.docker"}},
 }
 
 // TestInertFieldsNameTheFieldsNothingActsOn: each case's fields without

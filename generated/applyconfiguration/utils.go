@@ -44,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1.DisruptionsSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DisruptionWindow"):
 		return &deckhousev1.DisruptionWindowApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("DockerSpec"):
+		return &deckhousev1.DockerSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("FencingSpec"):
 		return &deckhousev1.FencingSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("GPUMIG"):
@@ -76,6 +78,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1.NodeUserSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NodeUserStatus"):
 		return &deckhousev1.NodeUserStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NotHeldResources"):
+		return &deckhousev1.NotHeldResourcesApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NotManagedCRISpec"):
 		return &deckhousev1.NotManagedCRISpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("OperatingSystemSpec"):

@@ -158,7 +158,7 @@ type NodeGroupSpec struct {
 }
 
 // CRIType names a container runtime.
-// +kubebuilder:validation:Enum=Containerd;ContainerdV2;NotManaged
+// +kubebuilder:validation:Enum=Docker;Containerd;ContainerdV2;NotManaged
 type CRIType string
 
 const (
@@ -168,6 +168,12 @@ const (
 	CRIContainerdV2 CRIType = "ContainerdV2"
 	// CRINotManaged leaves the container runtime to the machine's owner.
 	CRINotManaged CRIType = "NotManaged"
+	// CRIDocker is Deckhouse's deprecated Docker runtime. It is accepted so
+	// that Deckhouse's stored groups keep applying, and has no effect: the
+	// group's nodes get the cluster's defaultCRI, as if cri.type were
+	// unset (node-manager runs no Docker; the admission policy warns and
+	// the InertFields condition says so).
+	CRIDocker CRIType = "Docker"
 )
 
 // CRISpec configures the container runtime; only the sub-object that matches type may be set.
@@ -176,7 +182,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.containerdV2) || (has(self.type) && self.type == 'ContainerdV2')",message="cri.containerdV2 is allowed only when cri.type is ContainerdV2",fieldPath=".containerdV2",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.notManaged) || (has(self.type) && self.type == 'NotManaged')",message="cri.notManaged is allowed only when cri.type is NotManaged",fieldPath=".notManaged",reason=FieldValueForbidden
 type CRISpec struct {
-	// Type is Containerd, ContainerdV2 or NotManaged. When empty, the cluster's default applies.
+	// Type is Containerd, ContainerdV2 or NotManaged. When empty, the
+	// cluster's default applies. Docker (deprecated in Deckhouse) is
+	// accepted and treated as empty.
 	// +optional
 	Type CRIType `json:"type,omitempty"`
 	// Containerd tunes containerd when type is Containerd.
@@ -188,6 +196,21 @@ type CRISpec struct {
 	// NotManaged describes a runtime node-manager does not install.
 	// +optional
 	NotManaged *NotManagedCRISpec `json:"notManaged,omitempty"`
+	// Docker is Deckhouse's deprecated Docker settings, accepted with any
+	// cri.type (as Deckhouse accepts it) and without effect.
+	// +optional
+	Docker *DockerSpec `json:"docker,omitempty"`
+}
+
+// DockerSpec is Deckhouse's deprecated Docker settings; nothing acts on
+// them here.
+type DockerSpec struct {
+	// MaxConcurrentDownloads was dockerd's max-concurrent-downloads.
+	// +optional
+	MaxConcurrentDownloads *int32 `json:"maxConcurrentDownloads,omitempty"`
+	// Manage was whether bashible maintained Docker.
+	// +optional
+	Manage *bool `json:"manage,omitempty"`
 }
 
 // ContainerdSpec tunes a managed containerd.
@@ -663,6 +686,12 @@ type CloudInstancesSpec struct {
 	// Priority orders groups for the cluster autoscaler's priority expander.
 	// +optional
 	Priority *int32 `json:"priority,omitempty"`
+	// QuickShutdown is deprecated in Deckhouse, where it lowered the drain
+	// timeout of the group's machines to 5 minutes. Accepted without
+	// effect: node-manager creates no cloud machines, and a drain's
+	// deadline is nodeDrainTimeoutSecond (5 minutes when unset).
+	// +optional
+	QuickShutdown *bool `json:"quickShutdown,omitempty"`
 }
 
 // StandbyHolderSpec tunes how standby capacity is held.
@@ -673,6 +702,26 @@ type StandbyHolderSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=80
 	OverprovisioningRate *int32 `json:"overprovisioningRate,omitempty"`
+	// NotHeldResources is deprecated in Deckhouse (no longer used there;
+	// overprovisioningRate replaced it). Accepted without effect.
+	// +optional
+	NotHeldResources *NotHeldResources `json:"notHeldResources,omitempty"`
+}
+
+// NotHeldResources is the capacity of a standby machine the standby holder
+// left free, as Deckhouse's deprecated field had it.
+type NotHeldResources struct {
+	// CPU is a number of CPUs or millicores, such as 2 or 1500m.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int || self.matches('^[0-9]+m?$')",message="cloudInstances.standbyHolder.notHeldResources.cpu must be a number of CPUs or millicores, such as 2 or 1500m",reason=FieldValueInvalid
+	CPU *intstr.IntOrString `json:"cpu,omitempty"`
+	// Memory is a number of bytes, optionally with a suffix, such as
+	// 128974848, 1.5Gi or 512M.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int || self.matches('^[0-9]+([.][0-9]+)?(E|P|T|G|M|K|Ei|Pi|Ti|Gi|Mi|Ki)?$')",message="cloudInstances.standbyHolder.notHeldResources.memory must be a number of bytes with an optional suffix, such as 128974848, 1.5Gi or 512M",reason=FieldValueInvalid
+	Memory *intstr.IntOrString `json:"memory,omitempty"`
 }
 
 // Fencing modes (FencingSpec.Mode, and the value of FencingModeLabel).
@@ -739,7 +788,14 @@ type GPUSpec struct {
 	// MIG tunes MIG.
 	// +optional
 	MIG *GPUMIG `json:"mig,omitempty"`
+	// Exclusive tunes Exclusive; Deckhouse's schema has it as an empty
+	// object.
+	// +optional
+	Exclusive *GPUExclusive `json:"exclusive,omitempty"`
 }
+
+// GPUExclusive is Deckhouse's (empty) settings of Exclusive sharing.
+type GPUExclusive struct{}
 
 // GPUTimeSlicing tunes time-sliced sharing.
 type GPUTimeSlicing struct {

@@ -31,6 +31,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&SSHCredentials{}, &SSHCredentialsList{},
 		&StaticInstance{}, &StaticInstanceList{},
 		&NodeUser{}, &NodeUserList{},
+		&NodeGroup{}, &NodeGroupList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -4,8 +4,8 @@
 // and SSHCredentials (how to log in to it). Both are cluster-scoped and
 // spelled as Deckhouse's storage version v1alpha2, so Deckhouse's
 // manifests and users' commands apply unchanged. It also holds Instance as
-// Deckhouse 1.77 serves it, stored at v1alpha1 (apiserver/conversion
-// converts).
+// Deckhouse 1.77 serves it, stored at v1alpha1, and NodeGroup as Deckhouse
+// served it at v1alpha2, stored at v1 (apiserver/conversion converts).
 //
 // What the schema cannot say is in the CRDs' CEL rules (either a key or a
 // password; an address never changes) and in the ValidatingAdmissionPolicy

@@ -29,6 +29,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&StaticInstance{}, &StaticInstanceList{},
 		&SSHCredentials{}, &SSHCredentialsList{},
 		&Instance{}, &InstanceList{},
+		&NodeGroup{}, &NodeGroupList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -33,6 +33,11 @@ type CloudInstancesSpecApplyConfiguration struct {
 	StandbyHolder *StandbyHolderSpecApplyConfiguration `json:"standbyHolder,omitempty"`
 	// Priority orders groups for the cluster autoscaler's priority expander.
 	Priority *int32 `json:"priority,omitempty"`
+	// QuickShutdown is deprecated in Deckhouse, where it lowered the drain
+	// timeout of the group's machines to 5 minutes. Accepted without
+	// effect: node-manager creates no cloud machines, and a drain's
+	// deadline is nodeDrainTimeoutSecond (5 minutes when unset).
+	QuickShutdown *bool `json:"quickShutdown,omitempty"`
 }
 
 // CloudInstancesSpecApplyConfiguration constructs a declarative configuration of the CloudInstancesSpec type for use with
@@ -112,5 +117,13 @@ func (b *CloudInstancesSpecApplyConfiguration) WithStandbyHolder(value *StandbyH
 // If called multiple times, the Priority field is set to the value of the last call.
 func (b *CloudInstancesSpecApplyConfiguration) WithPriority(value int32) *CloudInstancesSpecApplyConfiguration {
 	b.Priority = &value
+	return b
+}
+
+// WithQuickShutdown sets the QuickShutdown field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the QuickShutdown field is set to the value of the last call.
+func (b *CloudInstancesSpecApplyConfiguration) WithQuickShutdown(value bool) *CloudInstancesSpecApplyConfiguration {
+	b.QuickShutdown = &value
 	return b
 }

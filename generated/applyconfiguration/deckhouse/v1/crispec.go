@@ -15,7 +15,9 @@ import (
 //
 // CRISpec configures the container runtime; only the sub-object that matches type may be set.
 type CRISpecApplyConfiguration struct {
-	// Type is Containerd, ContainerdV2 or NotManaged. When empty, the cluster's default applies.
+	// Type is Containerd, ContainerdV2 or NotManaged. When empty, the
+	// cluster's default applies. Docker (deprecated in Deckhouse) is
+	// accepted and treated as empty.
 	Type *deckhousev1.CRIType `json:"type,omitempty"`
 	// Containerd tunes containerd when type is Containerd.
 	Containerd *ContainerdSpecApplyConfiguration `json:"containerd,omitempty"`
@@ -23,6 +25,9 @@ type CRISpecApplyConfiguration struct {
 	ContainerdV2 *ContainerdSpecApplyConfiguration `json:"containerdV2,omitempty"`
 	// NotManaged describes a runtime node-manager does not install.
 	NotManaged *NotManagedCRISpecApplyConfiguration `json:"notManaged,omitempty"`
+	// Docker is Deckhouse's deprecated Docker settings, accepted with any
+	// cri.type (as Deckhouse accepts it) and without effect.
+	Docker *DockerSpecApplyConfiguration `json:"docker,omitempty"`
 }
 
 // CRISpecApplyConfiguration constructs a declarative configuration of the CRISpec type for use with
@@ -60,5 +65,13 @@ func (b *CRISpecApplyConfiguration) WithContainerdV2(value *ContainerdSpecApplyC
 // If called multiple times, the NotManaged field is set to the value of the last call.
 func (b *CRISpecApplyConfiguration) WithNotManaged(value *NotManagedCRISpecApplyConfiguration) *CRISpecApplyConfiguration {
 	b.NotManaged = value
+	return b
+}
+
+// WithDocker sets the Docker field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Docker field is set to the value of the last call.
+func (b *CRISpecApplyConfiguration) WithDocker(value *DockerSpecApplyConfiguration) *CRISpecApplyConfiguration {
+	b.Docker = value
 	return b
 }

@@ -21,6 +21,9 @@ type GPUSpecApplyConfiguration struct {
 	TimeSlicing *GPUTimeSlicingApplyConfiguration `json:"timeSlicing,omitempty"`
 	// MIG tunes MIG.
 	MIG *GPUMIGApplyConfiguration `json:"mig,omitempty"`
+	// Exclusive tunes Exclusive; Deckhouse's schema has it as an empty
+	// object.
+	Exclusive *deckhousev1.GPUExclusive `json:"exclusive,omitempty"`
 }
 
 // GPUSpecApplyConfiguration constructs a declarative configuration of the GPUSpec type for use with
@@ -50,5 +53,13 @@ func (b *GPUSpecApplyConfiguration) WithTimeSlicing(value *GPUTimeSlicingApplyCo
 // If called multiple times, the MIG field is set to the value of the last call.
 func (b *GPUSpecApplyConfiguration) WithMIG(value *GPUMIGApplyConfiguration) *GPUSpecApplyConfiguration {
 	b.MIG = value
+	return b
+}
+
+// WithExclusive sets the Exclusive field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Exclusive field is set to the value of the last call.
+func (b *GPUSpecApplyConfiguration) WithExclusive(value deckhousev1.GPUExclusive) *GPUSpecApplyConfiguration {
+	b.Exclusive = &value
 	return b
 }

@@ -13,6 +13,9 @@ package v1
 type StandbyHolderSpecApplyConfiguration struct {
 	// OverprovisioningRate is the share of a standby machine's capacity held, in percent.
 	OverprovisioningRate *int32 `json:"overprovisioningRate,omitempty"`
+	// NotHeldResources is deprecated in Deckhouse (no longer used there;
+	// overprovisioningRate replaced it). Accepted without effect.
+	NotHeldResources *NotHeldResourcesApplyConfiguration `json:"notHeldResources,omitempty"`
 }
 
 // StandbyHolderSpecApplyConfiguration constructs a declarative configuration of the StandbyHolderSpec type for use with
@@ -26,5 +29,13 @@ func StandbyHolderSpec() *StandbyHolderSpecApplyConfiguration {
 // If called multiple times, the OverprovisioningRate field is set to the value of the last call.
 func (b *StandbyHolderSpecApplyConfiguration) WithOverprovisioningRate(value int32) *StandbyHolderSpecApplyConfiguration {
 	b.OverprovisioningRate = &value
+	return b
+}
+
+// WithNotHeldResources sets the NotHeldResources field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NotHeldResources field is set to the value of the last call.
+func (b *StandbyHolderSpecApplyConfiguration) WithNotHeldResources(value *NotHeldResourcesApplyConfiguration) *StandbyHolderSpecApplyConfiguration {
+	b.NotHeldResources = value
 	return b
 }
