@@ -28,17 +28,17 @@ import (
 	"github.com/node-manager/node-manager/manifests"
 )
 
-// crdVersion validates objects against one version of a generated CRD as
+// schemaOfVersion validates objects against one version of a generated CRD as
 // kube-apiserver does on create: unknown fields pruned (kubectl's strict
 // field validation refuses them), defaults applied, then the OpenAPI
 // schema and the CEL rules.
-type crdVersion struct {
+type schemaOfVersion struct {
 	structural *structuralschema.Structural
 	validator  apiservervalidation.SchemaValidator
 	cel        *schemacel.Validator
 }
 
-func loadCRDVersions(t *testing.T, file string) map[string]crdVersion {
+func loadCRDVersions(t *testing.T, file string) map[string]schemaOfVersion {
 	t.Helper()
 	data, err := manifests.FS.ReadFile(file)
 	if err != nil {
@@ -48,7 +48,7 @@ func loadCRDVersions(t *testing.T, file string) map[string]crdVersion {
 	if err := yaml.UnmarshalStrict(data, &crd); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]crdVersion{}
+	out := map[string]schemaOfVersion{}
 	for _, v := range crd.Spec.Versions {
 		internal := &apiextensionsinternal.JSONSchemaProps{}
 		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, internal, nil); err != nil {
@@ -62,14 +62,14 @@ func loadCRDVersions(t *testing.T, file string) map[string]crdVersion {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[v.Name] = crdVersion{structural: s, validator: validator, cel: schemacel.NewValidator(s, true, celconfig.PerCallLimit)}
+		out[v.Name] = schemaOfVersion{structural: s, validator: validator, cel: schemacel.NewValidator(s, true, celconfig.PerCallLimit)}
 	}
 	return out
 }
 
 // admit is what kube-apiserver makes of obj: the fields it would prune and
 // the errors that refuse it.
-func (v crdVersion) admit(obj map[string]any) (pruned []string, errs field.ErrorList) {
+func (v schemaOfVersion) admit(obj map[string]any) (pruned []string, errs field.ErrorList) {
 	opts := structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true}
 	pruned = pruning.PruneWithOptions(obj, v.structural, true, opts)
 	defaulting.Default(obj, v.structural)

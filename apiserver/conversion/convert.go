@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/klog/v2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
@@ -118,12 +119,23 @@ func (k Kind) up(obj *unstructured.Unstructured, from string) error {
 			saved = nil
 		}
 		if saved != nil {
+			mapped := deepCopy(hub)
 			down := deepCopy(saved)
 			if err := s.Down(down); err == nil && reflect.DeepEqual(down, spoke) {
 				// Unchanged since it went down: the hub as it was.
 				hub = saved
 			} else if err := s.Restore(hub, saved); err != nil {
-				return fmt.Errorf("%s %s: restoring what %s cannot hold: %w", k.GroupKind.Kind, obj.GetName(), from, err)
+				hub = mapped
+				klog.V(2).InfoS("Ignored a conversion-data annotation that does not restore", "kind", k.GroupKind.Kind, "name", obj.GetName(), "err", err.Error())
+			}
+			// The annotation is the writer's to edit: what it brings
+			// back must pass the hub's own schema and rules (validate.go).
+			whole := deepCopy(obj.Object)
+			setContent(whole, hub)
+			whole["apiVersion"] = schema.GroupVersion{Group: k.GroupKind.Group, Version: k.Hub}.String()
+			if err := validateAt(k.GroupKind.WithVersion(k.Hub), whole); err != nil {
+				hub = mapped
+				klog.InfoS("Ignored a conversion-data annotation whose content the storage version refuses", "kind", k.GroupKind.Kind, "name", obj.GetName(), "err", err.Error())
 			}
 		}
 	}

@@ -35,6 +35,10 @@ func instanceFiller() *randfill.Filler {
 		func(s *deckhousev1alpha1.BashibleStep, c randfill.Continue) {
 			*s = deckhousev1alpha1.BashibleStep{Name: "0" + fuzzWord(c, 10) + ".sh", Attempts: 1 + c.Int31n(5), DurationMilliseconds: c.Int63n(1e6), ExitCode: c.Int31n(256)}
 		},
+		func(r *deckhousev1alpha1.BashibleRun, c randfill.Continue) {
+			c.FillNoCustom(r)
+			r.OmittedSteps = c.Int31n(1000)
+		},
 		func(r *deckhousev1alpha1.NodeRef, c randfill.Continue) { r.Name = "node-" + fuzzWord(c, 6) },
 		func(cs *[]deckhousev1alpha2.InstanceCondition, c randfill.Continue) {
 			*cs = nil

@@ -246,6 +246,9 @@ func ngFillerWith(seed int64, nilChance float64) *randfill.Filler {
 			if m := v.MIG; m != nil {
 				m.PartedConfig = pick(c.Rand, "all-1g.5gb", "custom")
 				for i := range m.CustomConfigs {
+					if len(m.CustomConfigs[i].Slices) == 0 {
+						m.CustomConfigs[i].Slices = make([]deckhousev1.GPUMIGSlice, 1)
+					}
 					for j := range m.CustomConfigs[i].Slices {
 						m.CustomConfigs[i].Slices[j].Profile = pick(c.Rand, "1g.10gb", "3g.40gb")
 					}
