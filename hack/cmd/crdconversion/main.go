@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
-	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/conversion"
 )
@@ -67,21 +66,6 @@ func run(dir string) error {
 	return nil
 }
 
-// Conversion is the spec.conversion of a deckhouse.io CRD that serves
-// several versions.
-func Conversion() *apiextensionsv1.CustomResourceConversion {
-	path := bashiblev1alpha1.ConversionWebhookPath
-	port := int32(bashiblev1alpha1.ConversionWebhookPort)
-	return &apiextensionsv1.CustomResourceConversion{
-		Strategy: apiextensionsv1.WebhookConverter,
-		Webhook: &apiextensionsv1.WebhookConversion{
-			ClientConfig: &apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{
-				Namespace: deckhousev1.Namespace, Name: bashiblev1alpha1.ServiceName, Path: &path, Port: &port}},
-			ConversionReviewVersions: []string{"v1"},
-		},
-	}
-}
-
 // Process returns the CRD manifest data (as controller-gen writes it) with
 // the conversion webhook when it serves several versions, unchanged
 // otherwise. kinds says whether conversions exist for a kind.
@@ -109,7 +93,7 @@ func Process(data []byte, kinds func(schema.GroupKind) (conversion.Kind, error))
 			return nil, fmt.Errorf("CRD %s stores %s but apiserver/conversion's hub of %s is %s: they must be the same", crd.Name, v.Name, gk, k.Hub)
 		}
 	}
-	crd.Spec.Conversion = Conversion()
+	crd.Spec.Conversion = conversion.CRDConversion()
 	if crd.Labels == nil {
 		crd.Labels = map[string]string{}
 	}

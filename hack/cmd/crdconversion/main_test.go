@@ -58,8 +58,8 @@ func TestProcessAddsTheWebhookWhereSeveralVersionsAreServed(t *testing.T) {
 	if err := yaml.UnmarshalStrict(out, crd); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(crd.Spec.Conversion, Conversion()) {
-		t.Errorf("conversion %+v, want %+v", crd.Spec.Conversion, Conversion())
+	if !reflect.DeepEqual(crd.Spec.Conversion, conversion.CRDConversion()) {
+		t.Errorf("conversion %+v, want %+v", crd.Spec.Conversion, conversion.CRDConversion())
 	}
 	cc := crd.Spec.Conversion.Webhook.ClientConfig
 	if s := cc.Service; s.Name != "bashible-api" || s.Namespace != "d8-cloud-instance-manager" || *s.Port != 443 || *s.Path != "/conversion/deckhouse.io" ||
