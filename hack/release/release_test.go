@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/apiserver/conversion"
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+	"github.com/node-manager/node-manager/apiserver/conversion"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
