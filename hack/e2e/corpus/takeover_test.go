@@ -2,7 +2,10 @@ package corpus
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -46,6 +49,34 @@ func storedVersions(ctx context.Context, dyn dynamic.Interface) (map[string][2]s
 	return out, nil
 }
 
+// storedAt is the apiVersion etcd holds for the cluster-scoped
+// deckhouse.io object plural/name (read through etcd's JSON gateway).
+func storedAt(ctx context.Context, cp *controlplane.ControlPlane, plural, name string) (string, error) {
+	key := base64.StdEncoding.EncodeToString([]byte("/registry/" + deckhousev1.GroupName + "/" + plural + "/" + name))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cp.EtcdURL()+"/v3/kv/range", strings.NewReader(`{"key":"`+key+`"}`))
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("read %s/%s from etcd: %w", plural, name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out struct {
+		Kvs []struct{ Value []byte }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Kvs) != 1 {
+		return "", fmt.Errorf("read %s/%s from etcd: %v (%d keys)", plural, name, err, len(out.Kvs))
+	}
+	var obj struct {
+		APIVersion string `json:"apiVersion"`
+	}
+	if err := json.Unmarshal(out.Kvs[0].Value, &obj); err != nil {
+		return "", fmt.Errorf("%s/%s in etcd is not JSON: %w", plural, name, err)
+	}
+	return obj.APIVersion, nil
+}
+
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // TestTakeOverFromDeckhouse: a cluster that ran Deckhouse holds
@@ -54,9 +85,8 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // accepted, every stored object reads at every version node-manager
 // serves (through bashible-apiserver's conversion webhook), and
 // node-manager-controller's storage migration leaves each CRD's
-// storedVersions at its storage version with every object stored there:
-// once it has run, the objects read at the storage version with the
-// webhook gone. It runs on a control plane of its own, since it replaces
+// storedVersions at its storage version with every object stored there
+// (as etcd shows). It runs on a control plane of its own, since it replaces
 // the CRDs every other test of the suite uses.
 func TestTakeOverFromDeckhouse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -201,6 +231,22 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 	}
 	t.Logf("%d stored objects read at every served version: %d reads", len(kept), reads)
 
+	// Before the migration: what etcd holds.
+	atOld := 0
+	for _, o := range kept {
+		got, err := storedAt(ctx, cp, ours[o.kind].Plural, o.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != deckhousev1.GroupName+"/"+after[o.kind][0] {
+			atOld++
+		}
+	}
+	t.Logf("before the migration, %d of %d objects are stored at a version other than their storage version", atOld, len(kept))
+	if atOld == 0 {
+		t.Fatal("no object is stored at an older version: there is nothing to migrate and the test would prove nothing")
+	}
+
 	// node-manager-controller migrates them.
 	env := &stack.Environment{CP: cp, Root: root, Applier: applier}
 	if err := stack.InstallController(ctx, root, applier); err != nil {
@@ -229,12 +275,14 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 	}
 	t.Logf("after node-manager-controller's migration: %v", migrated)
 
-	// Stored at the storage version: readable there with no webhook.
-	replica.Stop()
-	for kind, crd := range ours {
-		gvr := schema.GroupVersionResource{Group: deckhousev1.GroupName, Version: migrated[kind][0], Resource: crd.Plural}
-		if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{}); err != nil {
-			t.Errorf("%s at its storage version %s, with no conversion webhook: %v (an object is still stored at another version)", kind, migrated[kind][0], err)
+	// Every object is stored at its kind's storage version now (etcd).
+	for _, o := range kept {
+		got, err := storedAt(ctx, cp, ours[o.kind].Plural, o.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := deckhousev1.GroupName + "/" + migrated[o.kind][0]; got != want {
+			t.Errorf("%s %s is stored at %s after the migration, want %s", o.kind, o.name, got, want)
 		}
 	}
 	t.Logf("take-over done in %s", time.Since(start).Round(100*time.Millisecond))
