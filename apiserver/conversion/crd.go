@@ -7,6 +7,10 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
+// ServicePort is the port of Service bashible-api (manifests/bashible-apiserver/service.yaml)
+// the CRDs' conversion webhook names; the Service maps it to the secure port.
+const ServicePort = 443
+
 // CRDConversion is the spec.conversion of every deckhouse.io CRD served at
 // more than one version (hack/cmd/crdconversion writes it into
 // manifests/crds): this webhook, on bashible-apiserver's Service, with
@@ -14,7 +18,7 @@ import (
 // certificate controller (deckhousev1.InjectCABundleLabel).
 func CRDConversion() *apiextensionsv1.CustomResourceConversion {
 	path := bashiblev1alpha1.ConversionWebhookPath
-	port := int32(bashiblev1alpha1.ConversionWebhookPort)
+	port := int32(ServicePort)
 	return &apiextensionsv1.CustomResourceConversion{
 		Strategy: apiextensionsv1.WebhookConverter,
 		Webhook: &apiextensionsv1.WebhookConversion{

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
@@ -90,7 +91,7 @@ func reviewBody(t *testing.T, desired string, objs ...map[string]any) []byte {
 func post(t *testing.T, wh http.Handler, body []byte) (*httptest.ResponseRecorder, *apiextensionsv1.ConversionReview) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	wh.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/conversion/deckhouse.io", bytes.NewReader(body)))
+	wh.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, bashiblev1alpha1.ConversionWebhookPath, bytes.NewReader(body)))
 	if rec.Code != http.StatusOK {
 		return rec, nil
 	}
@@ -251,7 +252,7 @@ func TestWebhookRefusesWhatIsNotAReview(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			wh.ServeHTTP(rec, httptest.NewRequest(tc.method, "/conversion/deckhouse.io", bytes.NewReader(tc.body)))
+			wh.ServeHTTP(rec, httptest.NewRequest(tc.method, bashiblev1alpha1.ConversionWebhookPath, bytes.NewReader(tc.body)))
 			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.want) {
 				t.Errorf("%d %q, want %d with %q", rec.Code, rec.Body.String(), tc.code, tc.want)
 			}

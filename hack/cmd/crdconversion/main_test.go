@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/conversion"
 )
@@ -62,7 +63,7 @@ func TestProcessAddsTheWebhookWhereSeveralVersionsAreServed(t *testing.T) {
 		t.Errorf("conversion %+v, want %+v", crd.Spec.Conversion, conversion.CRDConversion())
 	}
 	cc := crd.Spec.Conversion.Webhook.ClientConfig
-	if s := cc.Service; s.Name != "bashible-api" || s.Namespace != "d8-cloud-instance-manager" || *s.Port != 443 || *s.Path != "/conversion/deckhouse.io" ||
+	if s := cc.Service; s.Name != bashiblev1alpha1.ServiceName || s.Namespace != deckhousev1.Namespace || *s.Port != 443 || *s.Path != bashiblev1alpha1.ConversionWebhookPath ||
 		len(cc.CABundle) != 0 || !reflect.DeepEqual(crd.Spec.Conversion.Webhook.ConversionReviewVersions, []string{"v1"}) {
 		t.Errorf("client config %+v (service %+v), want bashible-api's, no caBundle, review v1", cc, cc.Service)
 	}

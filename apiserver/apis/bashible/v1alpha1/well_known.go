@@ -106,7 +106,4 @@ const (
 	// calls conversion webhooks without credentials, so this path is served
 	// to anyone (see conversion.Webhook for why that is safe).
 	ConversionWebhookPath = "/conversion/deckhouse.io"
-	// ConversionWebhookPort is the Service port the CRDs' clientConfig
-	// names (the Service maps it to the secure port).
-	ConversionWebhookPort = 443
 )
