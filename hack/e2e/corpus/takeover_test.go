@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
@@ -252,6 +253,9 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 	if err := stack.InstallController(ctx, root, applier); err != nil {
 		t.Fatal(err)
 	}
+	if err := stack.InstallPolicies(ctx, root, applier); err != nil {
+		t.Fatal(err)
+	}
 	controller, err := env.StartController(ctx, stack.ControllerOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -283,6 +287,36 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 		}
 		if want := deckhousev1.GroupName + "/" + migrated[o.kind][0]; got != want {
 			t.Errorf("%s %s is stored at %s after the migration, want %s", o.kind, o.name, got, want)
+		}
+	}
+	// The controller's identity may rewrite SSHCredentials unchanged,
+	// never change one (manifests/policies/node-manager-controller-migration.yaml).
+	certPEM, keyPEM, err := cp.IssueClientCert(stack.ControllerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cp.AdminConfig()
+	cfg.CertData, cfg.KeyData = certPEM, keyPEM
+	asController, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range kept {
+		if o.kind != "SSHCredentials" {
+			continue
+		}
+		gvr := schema.GroupVersionResource{Group: deckhousev1.GroupName, Version: migrated[o.kind][0], Resource: ours[o.kind].Plural}
+		var changed error
+		// A new policy takes kube-apiserver about a second to enforce.
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, changed = asController.Resource(gvr).Patch(ctx, o.name, types.MergePatchType, []byte(`{"spec":{"user":"someone-else"}}`), metav1.PatchOptions{})
+			return changed != nil, nil
+		})
+		if changed == nil || !strings.Contains(changed.Error(), "may only rewrite") {
+			t.Errorf("node-manager-controller changing SSHCredentials %s: %v, want the migration policy's refusal", o.name, changed)
+		}
+		if _, err := asController.Resource(gvr).Patch(ctx, o.name, types.MergePatchType, []byte(`{}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("node-manager-controller rewriting SSHCredentials %s unchanged: %v", o.name, err)
 		}
 	}
 	t.Logf("take-over done in %s", time.Since(start).Round(100*time.Millisecond))
