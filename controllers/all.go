@@ -29,6 +29,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/certificates"
 	"github.com/node-manager/node-manager/controllers/checksums"
 	"github.com/node-manager/node-manager/controllers/clusterapi"
+	"github.com/node-manager/node-manager/controllers/crdmigration"
 	"github.com/node-manager/node-manager/controllers/csrapproval"
 	"github.com/node-manager/node-manager/controllers/drain"
 	"github.com/node-manager/node-manager/controllers/fencing"
@@ -73,5 +74,9 @@ func All(d *manager.Deps) []manager.Controller {
 		// The CA, the serving certificates and the caBundles (one key;
 		// only with --manage-certificates).
 		certificates.New(d),
+		// The objects of deckhouse.io CRDs stored at an older version
+		// (a cluster that ran Deckhouse), rewritten at the storage
+		// version (CRD).
+		crdmigration.New(d),
 	}
 }

@@ -4,7 +4,8 @@
 #   - clientset, listers, informers, applyconfigs     (client-gen, lister-gen, informer-gen,
 #     under generated/                                 applyconfiguration-gen)
 #   - OpenAPI definitions of the aggregated API       (k8s.io/kube-openapi openapi-gen)
-#   - CRD manifests under manifests/crds/             (sigs.k8s.io/controller-tools controller-gen)
+#   - CRD manifests under manifests/crds/             (sigs.k8s.io/controller-tools controller-gen,
+#                                                      then hack/cmd/crdconversion for their conversion webhook)
 # The generator binaries come from the pinned hack/tools module (`make tools`).
 #
 # usage: hack/codegen.sh update|verify
@@ -81,6 +82,10 @@ generate() { # generate <tree>: regenerate everything inside tree (a copy of the
 	rm -f manifests/crds/deckhouse.io_*.yaml manifests/crds/infrastructure.cluster.x-k8s.io_*.yaml
 	"$bin/controller-gen" crd:crdVersions=v1 paths=./apiserver/apis/deckhouse/... paths=./apiserver/apis/infrastructure/... \
 		output:crd:dir=manifests/crds
+	# controller-gen cannot emit a conversion webhook: the deckhouse.io CRDs
+	# that serve several versions get bashible-apiserver's here.
+	echo "codegen: CRD conversion webhooks"
+	go run ./hack/cmd/crdconversion manifests/crds
 }
 
 case "$mode" in

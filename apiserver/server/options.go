@@ -74,6 +74,12 @@ func NewOptions() *Options {
 	generic.Admission = nil
 	generic.SecureServing.BindPort = 10423
 	generic.SecureServing.MinTLSVersion = "VersionTLS12"
+	// kube-apiserver calls the CRDs' conversion webhook without credentials
+	// (it has no configuration that would give it any): the path is served
+	// to an anonymous caller without asking kube-apiserver, as /healthz is.
+	// Its answer is a pure function of the posted objects (see
+	// conversion.Webhook).
+	generic.Authorization = generic.Authorization.WithAlwaysAllowPaths(bashiblev1alpha1.ConversionWebhookPath)
 	hostname, _ := os.Hostname()
 	return &Options{Generic: generic, BundlesNamespace: deckhousev1.BundlesNamespace, Identity: hostname, RevisionHistory: bundles.DefaultRevisionHistory,
 		Render:         RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi"},

@@ -26,6 +26,7 @@ import (
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
+	"github.com/node-manager/node-manager/apiserver/conversion"
 	"github.com/node-manager/node-manager/apiserver/preview"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	generatedopenapi "github.com/node-manager/node-manager/generated/openapi"
@@ -197,6 +198,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.PreviewWebhookPath, admission.NewWebhook(previewer, controller))
 	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.EarlyOOMSettingsWebhookPath, admission.NewSettingsWebhook())
+	// The CRDs' conversion webhook: kube-apiserver calls it without
+	// credentials, so its path is exempt from authorization (NewOptions).
+	generic.Handler.NonGoRestfulMux.Handle(bashiblev1alpha1.ConversionWebhookPath, conversion.NewWebhook())
 	// Deckhouse's NodeGroup rules that read the group's nodes: the nodes
 	// from the narrower's Instances, their labels from the Nodes' metadata
 	// (labels only: a Node's status is never held).

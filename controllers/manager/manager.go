@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -110,7 +111,11 @@ type Deps struct {
 	NodeManager versioned.Interface
 	// Dynamic reaches the kinds without a typed client here (Cluster API's
 	// own objects); nil when built by NewDepsForClients.
-	Dynamic   dynamic.Interface
+	Dynamic dynamic.Interface
+	// Metadata reads and writes objects' metadata only (the storage
+	// migration, which never needs their content); nil when built by
+	// NewDepsForClients.
+	Metadata  metadata.Interface
 	Informers *Informers
 	Nodes     *nodes.Cache
 	Recorder  events.EventRecorder
@@ -152,8 +157,12 @@ func NewDeps(cfg *rest.Config, opts *Options, clk clock.Clock, reg prometheus.Re
 	if err != nil {
 		return nil, fmt.Errorf("building the dynamic client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the metadata client: %w", err)
+	}
 	d := NewDepsForClients(kube, nm, opts, clk, reg)
-	d.Dynamic = dyn
+	d.Dynamic, d.Metadata = dyn, meta
 	return d, nil
 }
 
@@ -199,7 +208,7 @@ func NewDepsForClients(kube kubernetes.Interface, nm versioned.Interface, opts *
 // fresh informers, Node cache, event recorder and metrics.
 func (d *Deps) next() *Deps {
 	n := NewDepsForClients(d.Kube, d.NodeManager, d.Options, d.Clock, d.process)
-	n.Dynamic = d.Dynamic
+	n.Dynamic, n.Metadata = d.Dynamic, d.Metadata
 	return n
 }
 

@@ -331,6 +331,10 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, binDir string) error {
 	return cp.waitHealthy(ctx, p, plain, client+"/health", `"health":"true"`)
 }
 
+// EtcdURL is etcd's client URL (plain HTTP on loopback), for a test that
+// must see what kube-apiserver stored.
+func (cp *ControlPlane) EtcdURL() string { return cp.etcdURL() }
+
 func (cp *ControlPlane) etcdURL() string {
 	return "http://127.0.0.1:" + strconv.Itoa(cp.procs[0].ports[0])
 }

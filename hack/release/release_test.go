@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -21,6 +23,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+	"github.com/node-manager/node-manager/apiserver/conversion"
 	"github.com/node-manager/node-manager/hack/controlplane"
 )
 
@@ -473,4 +476,83 @@ func TestReadDigests(t *testing.T) {
 			t.Errorf("ReadDigests accepted %q", bad)
 		}
 	}
+}
+
+// TestReleaseConvertsDeckhouseVersions: the conversion webhook the
+// deckhouse.io CRDs name (apiserver/conversion.CRDConversion) reaches
+// bashible-apiserver: a Service of the release on that port selects the
+// bashible-apiserver Deployment's pods and targets its secure port; every
+// deckhouse.io CRD served at several versions carries it and the
+// certificate controller's label, and the certificate controller may patch
+// it (its caBundle).
+func TestReleaseConvertsDeckhouseVersions(t *testing.T) {
+	r := buildRelease(t, testOptions(t))
+	want := conversion.CRDConversion()
+	ref := want.Webhook.ClientConfig.Service
+	svcObj := r.find("Service", ref.Namespace, ref.Name)
+	if svcObj == nil {
+		t.Fatalf("the conversion webhook's Service %s/%s is not in the release", ref.Namespace, ref.Name)
+	}
+	svc := convert[corev1.Service](t, svcObj)
+	deployObj := r.find("Deployment", ref.Namespace, deckhousev1.BashibleAPIServerName)
+	if deployObj == nil {
+		t.Fatalf("the release has no Deployment %s/%s", ref.Namespace, deckhousev1.BashibleAPIServerName)
+	}
+	deploy := convert[appsv1.Deployment](t, deployObj)
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(deploy.Spec.Template.Labels)) || len(svc.Spec.Selector) == 0 {
+		t.Errorf("Service %s selects %v, not bashible-apiserver's pods (%v)", svc.Name, svc.Spec.Selector, deploy.Spec.Template.Labels)
+	}
+	c := deploy.Spec.Template.Spec.Containers[0]
+	securePort, _ := flagValue(c.Args, "--secure-port")
+	reached := false
+	for _, p := range svc.Spec.Ports {
+		if p.Port != *ref.Port {
+			continue
+		}
+		for _, cp := range c.Ports {
+			if strconv.Itoa(int(cp.ContainerPort)) == securePort && (p.TargetPort.String() == cp.Name || p.TargetPort.IntValue() == int(cp.ContainerPort)) {
+				reached = true
+			}
+		}
+	}
+	if !reached {
+		t.Errorf("Service %s port %d does not reach bashible-apiserver's --secure-port %s", svc.Name, *ref.Port, securePort)
+	}
+
+	var role *rbacv1.ClusterRole
+	for _, o := range r.ofKind("ClusterRole") {
+		if o.GetName() == "d8:node-manager:node-manager-controller:certificates" {
+			role = convert[rbacv1.ClusterRole](t, o)
+		}
+	}
+	if role == nil {
+		t.Fatal("the release has no ClusterRole d8:node-manager:node-manager-controller:certificates")
+	}
+	mayPatch := func(name string) bool {
+		for _, rule := range role.Rules {
+			if slices.Contains(rule.APIGroups, "apiextensions.k8s.io") && slices.Contains(rule.Resources, "customresourcedefinitions") &&
+				slices.Contains(rule.Verbs, "patch") && (len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, name)) {
+				return true
+			}
+		}
+		return false
+	}
+	converting := 0
+	for _, obj := range r.ofKind("CustomResourceDefinition") {
+		crd := convert[apiextensionsv1.CustomResourceDefinition](t, obj)
+		if crd.Spec.Group != deckhousev1.GroupName || len(crd.Spec.Versions) < 2 {
+			continue
+		}
+		converting++
+		if !reflect.DeepEqual(crd.Spec.Conversion, want) {
+			t.Errorf("CRD %s serves %d versions with conversion %+v, want bashible-apiserver's webhook %+v", crd.Name, len(crd.Spec.Versions), crd.Spec.Conversion, want)
+		}
+		if obj.GetLabels()[injectCABundleLabel] != "true" {
+			t.Errorf("CRD %s has a conversion webhook but not the label %s", crd.Name, injectCABundleLabel)
+		}
+		if !mayPatch(crd.Name) {
+			t.Errorf("CRD %s: the certificate controller may not patch it to write its caBundle", crd.Name)
+		}
+	}
+	t.Logf("%d deckhouse.io CRDs convert through Service %s/%s:%d%s", converting, ref.Namespace, ref.Name, *ref.Port, *ref.Path)
 }

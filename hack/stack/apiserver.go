@@ -318,7 +318,8 @@ func (s *APIServer) waitReady(ctx context.Context) error {
 // Register points the aggregator at s: Service bashible-api as an
 // ExternalName for localhost (Endpoints cannot hold loopback addresses) and
 // APIService v1alpha1.bashible.deckhouse.io on s's port, trusting the
-// cluster CA. It waits until the APIService is Available.
+// cluster CA; and the CRDs' conversion webhooks (PointConversionWebhooks).
+// It waits until the APIService is Available.
 func (s *APIServer) Register(ctx context.Context) error { return RegisterAt(ctx, s.cp, s.Port) }
 
 // pointKubeconfigAt makes every cluster of the kubeconfig at path use
@@ -361,6 +362,9 @@ func RegisterAt(ctx context.Context, cp *controlplane.ControlPlane, port int) er
 		return err
 	}
 	if err := applier.Apply(ctx, svc, apiService); err != nil {
+		return err
+	}
+	if _, err := PointConversionWebhooks(ctx, cp, port); err != nil {
 		return err
 	}
 	return waitAvailable(ctx, dyn)

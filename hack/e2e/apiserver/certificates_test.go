@@ -386,8 +386,8 @@ func parseAll(data []byte) []*x509.Certificate {
 
 // TestCertManagerComponent: the optional component manifests/cert-manager,
 // added to the manifests, renders the Issuers and Certificates, asks
-// cert-manager's cainjector for the caBundles of the APIService and the
-// preview webhook and turns node-manager-controller's own management off;
+// cert-manager's cainjector for the caBundles of the APIService, the
+// preview webhook and the CRDs' conversion webhook, and turns node-manager-controller's own management off;
 // everything it changes passes a server-side dry run. cert-manager's own
 // kinds are left out of the dry run: their CRDs come from no Go module the
 // project depends on, and the tests download nothing else.
@@ -412,7 +412,7 @@ func TestCertManagerComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rest []string
+	var rest, converting []string
 	found := map[string]bool{}
 	for _, o := range objs {
 		id := o.GetKind() + "/" + o.GetName()
@@ -422,6 +422,10 @@ func TestCertManagerComponent(t *testing.T) {
 		}
 		if o.GetAnnotations()["cert-manager.io/inject-ca-from"] == deckhousev1.Namespace+"/"+deckhousev1.BashibleAPIServerTLSSecret {
 			found["inject "+id] = true
+		}
+		// A CRD whose conversion webhook is bashible-apiserver's trusts its CA.
+		if svc, _, _ := unstructured.NestedString(o.Object, "spec", "conversion", "webhook", "clientConfig", "service", "name"); o.GetKind() == "CustomResourceDefinition" && svc == bashiblev1alpha1.ServiceName {
+			converting = append(converting, "inject "+id)
 		}
 		if o.GetKind() == "Deployment" && o.GetName() == deckhousev1.NodeManagerControllerName {
 			var args []string
@@ -437,12 +441,13 @@ func TestCertManagerComponent(t *testing.T) {
 		}
 		rest = append(rest, string(data))
 	}
-	for _, want := range []string{
+	wants := append([]string{
 		"Certificate/" + deckhousev1.CertificateAuthoritySecret, "Certificate/" + deckhousev1.BashibleAPIServerTLSSecret,
 		"Certificate/" + infrav1alpha1.CAPIWebhookSecret, "Issuer/" + deckhousev1.CertificateAuthoritySecret,
 		"inject APIService/" + bashiblev1alpha1.APIServiceName, "inject ValidatingWebhookConfiguration/" + bashiblev1alpha1.PreviewWebhookConfigurationName,
 		"off",
-	} {
+	}, converting...)
+	for _, want := range wants {
 		if !found[want] {
 			t.Errorf("the rendering with manifests/cert-manager lacks %s", want)
 		}

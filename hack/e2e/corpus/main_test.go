@@ -5,7 +5,11 @@
 // is from) is applied through the real API at once, and must be accepted,
 // rendered into the served bundles, clean under bash -n and shellcheck, call
 // only helpers the library defines, and — the ones for Debian — run in a
-// Debian root as a fresh node's bashible runs them.
+// Debian root as a fresh node's bashible runs them. Deckhouse's documented
+// objects at older versions (testdata/versions) are read at every version
+// the CRDs serve (versions_test.go), and the take-over of Deckhouse's
+// published CRDs (testdata/deckhouse-crds) runs on a control plane of its
+// own (takeover_test.go).
 package corpus
 
 import (

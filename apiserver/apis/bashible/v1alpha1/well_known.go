@@ -96,3 +96,14 @@ const (
 	// like PreviewWebhookPath, only PreviewWebhookCallerUser may post to it.
 	EarlyOOMSettingsWebhookPath = "/admission/early-oom-settings"
 )
+
+// The conversion of deckhouse.io objects between the versions of their
+// kind (apiserver/conversion): the CRDs' conversion webhook, served by
+// bashible-apiserver through the Service ServiceName.
+const (
+	// ConversionWebhookPath is where bashible-apiserver answers
+	// kube-apiserver's ConversionReviews, on its secure port. kube-apiserver
+	// calls conversion webhooks without credentials, so this path is served
+	// to anyone (see conversion.Webhook for why that is safe).
+	ConversionWebhookPath = "/conversion/deckhouse.io"
+)

@@ -1,0 +1,86 @@
+package crdmigration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// pageSize bounds one list of objects' metadata.
+const pageSize = 500
+
+// sync migrates one CRD, by name.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	obj, err := c.crds.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	crd, err := asCRD(obj)
+	if err != nil {
+		return fmt.Errorf("CRD %s: %w", name, err)
+	}
+	storage, stale := Plan(crd)
+	if len(stale) == 0 {
+		return nil
+	}
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: storage, Resource: crd.Spec.Names.Plural}
+	migrated, err := c.rewrite(ctx, gvr)
+	if err != nil {
+		return fmt.Errorf("CRD %s: rewriting its objects at %s (from %v): %w", name, storage, stale, err)
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/status/storedVersions", "value": crd.Status.StoredVersions},
+		{"op": "replace", "path": "/status/storedVersions", "value": []string{storage}},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.d.Dynamic.Resource(crdsResource).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: Name}, "status"); err != nil {
+		return fmt.Errorf("CRD %s: setting status.storedVersions to [%s] after rewriting %d objects: %w", name, storage, migrated, err)
+	}
+	klog.InfoS("Migrated a CRD's objects to its storage version", "crd", name, "objects", migrated, "from", stale, "to", storage)
+	return nil
+}
+
+// rewrite writes every object of gvr with an empty patch, which
+// kube-apiserver stores at gvr's version (the storage version), and
+// returns how many it wrote. It reads and writes metadata only.
+func (c *Controller) rewrite(ctx context.Context, gvr schema.GroupVersionResource) (int, error) {
+	n := 0
+	opts := metav1.ListOptions{Limit: pageSize}
+	for {
+		list, err := c.d.Metadata.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return n, fmt.Errorf("list: %w", err)
+		}
+		for _, item := range list.Items {
+			res := c.d.Metadata.Resource(gvr)
+			var err error
+			if item.Namespace != "" {
+				_, err = res.Namespace(item.Namespace).Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{FieldManager: Name})
+			} else {
+				_, err = res.Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{FieldManager: Name})
+			}
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return n, fmt.Errorf("%s %s: %w", gvr.Resource, item.Name, err)
+			}
+			n++
+		}
+		if list.Continue == "" {
+			return n, nil
+		}
+		opts.Continue = list.Continue
+	}
+}

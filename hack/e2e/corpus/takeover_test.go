@@ -1,0 +1,323 @@
+package corpus
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/stack"
+)
+
+// storedVersions reads each deckhouse.io CRD's storage version and
+// status.storedVersions, by kind.
+func storedVersions(ctx context.Context, dyn dynamic.Interface) (map[string][2]string, error) {
+	list, err := dyn.Resource(crdGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][2]string{}
+	for _, crd := range list.Items {
+		if g, _, _ := unstructured.NestedString(crd.Object, "spec", "group"); g != deckhousev1.GroupName {
+			continue
+		}
+		kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind")
+		stored, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions")
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		storage := ""
+		for _, v := range versions {
+			if m, _ := v.(map[string]any); m["storage"] == true {
+				storage, _ = m["name"].(string)
+			}
+		}
+		out[kind] = [2]string{storage, strings.Join(stored, ",")}
+	}
+	return out, nil
+}
+
+// storedAt is the apiVersion etcd holds for the cluster-scoped
+// deckhouse.io object plural/name (read through etcd's JSON gateway).
+func storedAt(ctx context.Context, cp *controlplane.ControlPlane, plural, name string) (string, error) {
+	key := base64.StdEncoding.EncodeToString([]byte("/registry/" + deckhousev1.GroupName + "/" + plural + "/" + name))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cp.EtcdURL()+"/v3/kv/range", strings.NewReader(`{"key":"`+key+`"}`))
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("read %s/%s from etcd: %w", plural, name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out struct {
+		Kvs []struct{ Value []byte }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Kvs) != 1 {
+		return "", fmt.Errorf("read %s/%s from etcd: %v (%d keys)", plural, name, err, len(out.Kvs))
+	}
+	var obj struct {
+		APIVersion string `json:"apiVersion"`
+	}
+	if err := json.Unmarshal(out.Kvs[0].Value, &obj); err != nil {
+		return "", fmt.Errorf("%s/%s in etcd is not JSON: %w", plural, name, err)
+	}
+	return obj.APIVersion, nil
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// TestTakeOverFromDeckhouse: a cluster that ran Deckhouse holds
+// Deckhouse's CRDs (testdata/deckhouse-crds, as published) and objects
+// stored at their versions; node-manager's CRDs installed over them are
+// accepted, every stored object reads at every version node-manager
+// serves (through bashible-apiserver's conversion webhook), and
+// node-manager-controller's storage migration leaves each CRD's
+// storedVersions at its storage version with every object stored there
+// (as etcd shows). It runs on a control plane of its own, since it replaces
+// the CRDs every other test of the suite uses.
+func TestTakeOverFromDeckhouse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cp, err := controlplane.Start(ctx, controlplane.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cp.Stop() }()
+	applier, err := cp.NewApplier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Deckhouse's CRDs, and objects at each version they serve.
+	crdFiles, err := filepath.Glob(filepath.Join("testdata", "deckhouse-crds", "*.yaml"))
+	if err != nil || len(crdFiles) == 0 {
+		t.Fatalf("no Deckhouse CRDs in testdata/deckhouse-crds: %v", err)
+	}
+	// As Deckhouse installs them (helm: create, not a server-side apply,
+	// which refuses their x-doc-* schema extensions).
+	crdObjs, err := controlplane.ReadManifests(crdFiles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range crdObjs {
+		if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("installing Deckhouse's CRD %s: %v", crd.GetName(), err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, crd := range crdObjs {
+			got, err := dyn.Resource(crdGVR).Get(ctx, crd.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			if !slices.ContainsFunc(conds, func(c any) bool {
+				m, _ := c.(map[string]any)
+				return m["type"] == "Established" && m["status"] == "True"
+			}) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("Deckhouse's CRDs did not become Established: %v", err)
+	}
+	served, err := deckhouseCRDs(ctx, dyn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := loadVersioned(filepath.Join("testdata", "versions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Deckhouse's Instances have no spec: node-manager-controller and
+	// Deckhouse write them.
+	objs = append(objs, versioned{File: "(the test)", Object: &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "deckhouse.io/v1alpha1", "kind": "Instance", "metadata": map[string]any{"name": "static-0"}}}})
+	type stored struct {
+		kind, name, version string
+	}
+	var kept []stored
+	for _, v := range objs {
+		obj := v.Object.DeepCopy()
+		gvk := obj.GroupVersionKind()
+		crd, ok := served[gvk.Kind]
+		if !ok || !slices.Contains(crd.Served, gvk.Version) {
+			continue
+		}
+		obj.SetName("dh-" + gvk.Version + "-" + obj.GetName())
+		gvr := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: crd.Plural}
+		if _, err := dyn.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Errorf("%s: Deckhouse's CRD refuses %s %s: %v", v.File, obj.GetAPIVersion(), gvk.Kind, err)
+			continue
+		}
+		kept = append(kept, stored{gvk.Kind, obj.GetName(), gvk.Version})
+	}
+	before, err := storedVersions(ctx, dyn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Deckhouse's CRDs: %d objects stored; storage and storedVersions by kind: %v", len(kept), before)
+
+	// node-manager's CRDs over them.
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := applier.ApplyFiles(ctx, filepath.Join(root, "manifests", "crds")); err != nil {
+		t.Fatalf("installing node-manager's CRDs over Deckhouse's: %v", err)
+	}
+	after, err := storedVersions(ctx, dyn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node-manager's CRDs accepted; storage and storedVersions by kind: %v", after)
+
+	// bashible-apiserver serves the conversion webhook.
+	if err := stack.InstallAPIServer(ctx, root, applier); err != nil {
+		t.Fatal(err)
+	}
+	replica, err := stack.StartAPIServer(ctx, cp, stack.APIServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Stop()
+	if err := replica.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ours, err := deckhouseCRDs(ctx, dyn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	for _, s := range kept {
+		crd := ours[s.kind]
+		for _, version := range crd.Served {
+			gvr := schema.GroupVersionResource{Group: deckhousev1.GroupName, Version: version, Resource: crd.Plural}
+			var last error
+			// kube-apiserver takes a moment to use the CRDs as pointed.
+			err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				var got *unstructured.Unstructured
+				got, last = dyn.Resource(gvr).Get(ctx, s.name, metav1.GetOptions{})
+				if last == nil && got.GetAPIVersion() != deckhousev1.GroupName+"/"+version {
+					last = fmt.Errorf("answered %s", got.GetAPIVersion())
+				}
+				return last == nil, nil
+			})
+			if err != nil {
+				t.Errorf("%s %s stored at %s: read at %s: %v", s.kind, s.name, s.version, version, last)
+				continue
+			}
+			reads++
+		}
+	}
+	t.Logf("%d stored objects read at every served version: %d reads", len(kept), reads)
+
+	// Before the migration: what etcd holds.
+	atOld := 0
+	for _, o := range kept {
+		got, err := storedAt(ctx, cp, ours[o.kind].Plural, o.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != deckhousev1.GroupName+"/"+after[o.kind][0] {
+			atOld++
+		}
+	}
+	t.Logf("before the migration, %d of %d objects are stored at a version other than their storage version", atOld, len(kept))
+	if atOld == 0 {
+		t.Fatal("no object is stored at an older version: there is nothing to migrate and the test would prove nothing")
+	}
+
+	// node-manager-controller migrates them.
+	env := &stack.Environment{CP: cp, Root: root, Applier: applier}
+	if err := stack.InstallController(ctx, root, applier); err != nil {
+		t.Fatal(err)
+	}
+	if err := stack.InstallPolicies(ctx, root, applier); err != nil {
+		t.Fatal(err)
+	}
+	controller, err := env.StartController(ctx, stack.ControllerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer controller.Stop()
+	var migrated map[string][2]string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		migrated, err = storedVersions(ctx, dyn)
+		if err != nil {
+			return false, nil
+		}
+		for _, sv := range migrated {
+			if sv[0] != sv[1] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("storedVersions after the migration: %v, want each at its storage version (%v)", migrated, err)
+	}
+	t.Logf("after node-manager-controller's migration: %v", migrated)
+
+	// Every object is stored at its kind's storage version now (etcd).
+	for _, o := range kept {
+		got, err := storedAt(ctx, cp, ours[o.kind].Plural, o.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := deckhousev1.GroupName + "/" + migrated[o.kind][0]; got != want {
+			t.Errorf("%s %s is stored at %s after the migration, want %s", o.kind, o.name, got, want)
+		}
+	}
+	// The controller's identity may rewrite SSHCredentials unchanged,
+	// never change one (manifests/policies/node-manager-controller-migration.yaml).
+	certPEM, keyPEM, err := cp.IssueClientCert(stack.ControllerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cp.AdminConfig()
+	cfg.CertData, cfg.KeyData = certPEM, keyPEM
+	asController, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range kept {
+		if o.kind != "SSHCredentials" {
+			continue
+		}
+		gvr := schema.GroupVersionResource{Group: deckhousev1.GroupName, Version: migrated[o.kind][0], Resource: ours[o.kind].Plural}
+		var changed error
+		// A new policy takes kube-apiserver about a second to enforce.
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, changed = asController.Resource(gvr).Patch(ctx, o.name, types.MergePatchType, []byte(`{"spec":{"user":"someone-else"}}`), metav1.PatchOptions{})
+			return changed != nil, nil
+		})
+		if changed == nil || !strings.Contains(changed.Error(), "may only rewrite") {
+			t.Errorf("node-manager-controller changing SSHCredentials %s: %v, want the migration policy's refusal", o.name, changed)
+		}
+		if _, err := asController.Resource(gvr).Patch(ctx, o.name, types.MergePatchType, []byte(`{}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("node-manager-controller rewriting SSHCredentials %s unchanged: %v", o.name, err)
+		}
+	}
+	t.Logf("take-over done in %s", time.Since(start).Round(100*time.Millisecond))
+}
