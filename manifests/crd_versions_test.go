@@ -120,6 +120,7 @@ func TestOlderVersionsValidateAlike(t *testing.T) {
 // and let through what it exists to refuse.
 var policyVersions = map[string]string{
 	"instances":       "v1alpha1",
+	"nodegroups":      "v1",
 	"nodeusers":       "v1",
 	"staticinstances": "v1alpha2",
 	"sshcredentials":  "v1alpha2",

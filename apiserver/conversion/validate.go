@@ -43,6 +43,7 @@ type hubSchema struct {
 
 var (
 	schemasOnce sync.Once
+	schemasMu   sync.RWMutex // guards schemas after loading (tests add to it)
 	schemas     map[schema.GroupVersionKind]*hubSchema
 	schemasErr  error
 )
@@ -104,7 +105,9 @@ func validateAt(gvk schema.GroupVersionKind, obj map[string]any) error {
 	if err != nil {
 		return fmt.Errorf("reading the CRDs' schemas: %w", err)
 	}
+	schemasMu.RLock()
 	s, ok := all[gvk]
+	schemasMu.RUnlock()
 	if !ok {
 		return fmt.Errorf("no schema for %s", gvk)
 	}

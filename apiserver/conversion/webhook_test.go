@@ -5,6 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	schemacel "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +32,7 @@ import (
 var widget = schema.GroupKind{Group: "deckhouse.io", Kind: "Widget"}
 
 func widgetKinds() map[schema.GroupKind]Kind {
+	registerWidgetSchema()
 	return map[schema.GroupKind]Kind{widget: {GroupKind: widget, Hub: "v2", Spokes: map[string]Spoke{"v1": {
 		Up: func(obj map[string]any) error {
 			spec, _ := obj["spec"].(map[string]any)
@@ -272,4 +278,30 @@ func TestWebhookUsesKinds(t *testing.T) {
 	if s, _, _ := unstructured.NestedInt64(converted(t, review.Response)[0].Object, "spec", "size"); s != 2 {
 		t.Errorf("converted %v, want size 2", review.Response.ConvertedObjects)
 	}
+}
+
+// registerWidgetSchema gives the test kind's hub a schema, as a CRD gives
+// every real kind's (validate.go checks what the annotation brings back
+// against it).
+func registerWidgetSchema() {
+	all, err := loadSchemas()
+	if err != nil {
+		panic(err)
+	}
+	props := &apiextensionsinternal.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsinternal.JSONSchemaProps{
+		"apiVersion": {Type: "string"}, "kind": {Type: "string"}, "metadata": {Type: "object"},
+		"spec": {Type: "object", Properties: map[string]apiextensionsinternal.JSONSchemaProps{
+			"size": {Type: "integer"}, "colour": {Type: "string"}, "count": {Type: "integer"}}},
+	}}
+	s, err := structuralschema.NewStructural(props)
+	if err != nil {
+		panic(err)
+	}
+	validator, _, err := apiservervalidation.NewSchemaValidator(props)
+	if err != nil {
+		panic(err)
+	}
+	schemasMu.Lock()
+	defer schemasMu.Unlock()
+	all[widget.WithVersion("v2")] = &hubSchema{structural: s, validator: validator, cel: schemacel.NewValidator(s, true, celconfig.PerCallLimit)}
 }
