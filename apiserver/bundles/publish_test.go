@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -509,20 +510,29 @@ func TestEqualBundlesEncodeToEqualBytes(t *testing.T) {
 
 // eagerPublishQueue is a publish queue whose worker takes an item the
 // moment it is added and publishes, as a publish worker that wins the race
-// with the render worker would.
+// with the render worker would. Informers' handlers add to it too (a
+// change of a published Secret), from their own goroutines.
 type eagerPublishQueue struct {
 	workqueue.TypedRateLimitingInterface[string]
 	p          *publisher
+	mu         sync.Mutex
 	publishing bool
 }
 
 func (q *eagerPublishQueue) Add(key string) {
 	q.TypedRateLimitingInterface.Add(key)
+	q.mu.Lock()
 	if q.publishing {
+		q.mu.Unlock()
 		return // a publish that queues another: taken in turn, as by the worker
 	}
 	q.publishing = true
-	defer func() { q.publishing = false }()
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		q.publishing = false
+		q.mu.Unlock()
+	}()
 	got, _ := q.Get()
 	if err := q.p.publishLatest(); err != nil {
 		q.p.t.Errorf("publish: %v", err)
