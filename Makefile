@@ -148,7 +148,7 @@ $(BIN)/staticcheck: $(TOOLS_MOD)
 # image with gcc; make images puts ca-certificates' CA bundle in the images
 # that need one (IMAGE_DEBIAN_TOOLS).
 IMAGE_DEBIAN_TOOLS := update-ca-certificates:ca-certificates
-DEBIAN_TOOLS := shellcheck jq debootstrap systemd-nspawn:systemd-container iptables-save:iptables gcc $(IMAGE_DEBIAN_TOOLS)
+DEBIAN_TOOLS := shellcheck jq debootstrap systemd-nspawn:systemd-container iptables-save:iptables mkfs.ext4:e2fsprogs gcc $(IMAGE_DEBIAN_TOOLS)
 # $(call debian-install,command:package ...): installs the packages of the
 # commands missing here.
 define debian-install

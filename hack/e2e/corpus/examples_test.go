@@ -126,26 +126,7 @@ func checkAccepted(t *testing.T, kind string) {
 // perVersion counts the examples for which ok holds, by the API version
 // they are published at.
 func perVersion(list []*example, ok func(*example) bool) string {
-	type count struct{ ok, all int }
-	counts := map[string]*count{}
-	var versions []string
-	for _, e := range list {
-		v := e.Object.GetAPIVersion()
-		if counts[v] == nil {
-			counts[v] = &count{}
-			versions = append(versions, v)
-		}
-		counts[v].all++
-		if ok(e) {
-			counts[v].ok++
-		}
-	}
-	slices.Sort(versions)
-	parts := make([]string, len(versions))
-	for i, v := range versions {
-		parts[i] = fmt.Sprintf("%s %d/%d", v, counts[v].ok, counts[v].all)
-	}
-	return strings.Join(parts, ", ")
+	return countBy(list, func(e *example) string { return e.Object.GetAPIVersion() }, ok)
 }
 
 // page is the documentation page of a testdata file: its name up to the
@@ -163,24 +144,30 @@ func page(file string) string {
 // perPage counts the examples for which ok holds, by page, in the pages'
 // name order: "cloud-node 8/8, ...".
 func perPage(list []*example, ok func(*example) bool) string {
+	return countBy(list, func(e *example) string { return page(e.File) }, ok)
+}
+
+// countBy counts the examples for which ok holds, by key, in the keys'
+// order: "cloud-node 8/8, ...".
+func countBy(list []*example, key func(*example) string, ok func(*example) bool) string {
 	type count struct{ ok, all int }
 	counts := map[string]*count{}
-	var pages []string
+	var keys []string
 	for _, e := range list {
-		p := page(e.File)
-		if counts[p] == nil {
-			counts[p] = &count{}
-			pages = append(pages, p)
+		k := key(e)
+		if counts[k] == nil {
+			counts[k] = &count{}
+			keys = append(keys, k)
 		}
-		counts[p].all++
+		counts[k].all++
 		if ok(e) {
-			counts[p].ok++
+			counts[k].ok++
 		}
 	}
-	slices.Sort(pages)
-	parts := make([]string, len(pages))
-	for i, p := range pages {
-		parts[i] = fmt.Sprintf("%s %d/%d", p, counts[p].ok, counts[p].all)
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d/%d", k, counts[k].ok, counts[k].all)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -122,20 +122,14 @@ func Boot(t *testing.T, root, name string) *Machine {
 		t.Fatalf("install kmod in the machine: %v\n%s", err, out)
 	}
 
+	disk := mountDisk(t)
 	m := &Machine{Root: root, Name: name, t: t, console: &bytes.Buffer{}, exited: make(chan struct{})}
 	before := m.snapshotHost()
 	t.Cleanup(func() { m.cleanUp(before) })
 
-	// containerd's overlayfs snapshotter keeps its layers under
-	// /var/lib/containerd, which cannot lie on the root's own overlay
-	// (Fresh): as on a node's disk, it is a directory of the host's file
-	// system, the test's.
-	containerdState := filepath.Join(t.TempDir(), "containerd")
-	if err := os.Mkdir(containerdState, 0o711); err != nil {
-		t.Fatal(err)
-	}
 	m.cmd = exec.Command("systemd-nspawn", "-D", root, "--register=no", "--keep-unit", "--console=passive",
-		"--machine="+name, "--capability=all", "--bind=/dev/kmsg", "--bind="+containerdState+":/var/lib/containerd",
+		"--machine="+name, "--capability=all", "--bind=/dev/kmsg",
+		"--bind="+filepath.Join(disk, "containerd")+":/var/lib/containerd", "--bind="+filepath.Join(disk, "kubelet")+":/var/lib/kubelet",
 		"/usr/local/sbin/nm-init")
 	m.cmd.Env = append(os.Environ(), "SYSTEMD_SECCOMP=0", "SYSTEMD_NSPAWN_API_VFS_WRITABLE=1")
 	m.cmd.Stdout, m.cmd.Stderr = m, m
@@ -167,6 +161,49 @@ func Boot(t *testing.T, root, name string) *Machine {
 	}
 	t.Logf("booted machine %s in %s (systemd: %s)", name, time.Since(start).Round(100*time.Millisecond), state)
 	return m
+}
+
+// diskSize is the size of a machine's own disk. The file behind it is
+// sparse: the host pays only for what the machine writes.
+const diskSize = "32G"
+
+// mountDisk gives the machine a disk of its own, an ext4 file system on a
+// sparse file, mounted on the host and unmounted once the machine has
+// halted (the cleanup is registered before the machine's, so it runs after
+// it). The kubelet's node file system (/var/lib/kubelet) and containerd's
+// image file system (/var/lib/containerd) lie on it, as on a node's disk:
+// the kubelet measures its eviction thresholds (5% and 10% free) against
+// the machine's disk, not against the shared disk of the host running the
+// tests, whose free space is not the test's to decide. It also keeps
+// containerd's overlayfs snapshotter off the root's own overlay (Fresh),
+// where it cannot lie.
+func mountDisk(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk")
+	if err := os.Mkdir(mnt, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"truncate", "-s", diskSize, img},
+		{"mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1", img},
+		{"mount", "-o", "loop", img, mnt},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("the test machine's disk: %s: %v\n%s(it needs e2fsprogs and a loop device: /dev/loop-control)", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("unmount the test machine's disk %s: %v\n%s", mnt, err, out)
+		}
+	})
+	for _, sub := range []string{"containerd", "kubelet"} {
+		if err := os.Mkdir(filepath.Join(mnt, sub), 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mnt
 }
 
 // Write collects nspawn's console.
