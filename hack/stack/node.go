@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
@@ -123,8 +124,24 @@ func (n *SimNode) FetchAgent(ctx context.Context, cp *controlplane.ControlPlane)
 	if err != nil {
 		return err
 	}
-	b, err := versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().Bashibles().Get(ctx, n.Group, metav1.GetOptions{})
+	// The Instance was created a moment ago (NewSimNode); bashible-apiserver
+	// learns of it through its watch, which a CRD change (the conversion
+	// webhook pointed at a new replica) restarts. As bootstrap.sh does on a
+	// joining node, the fetch is retried while the node has no Instance yet
+	// there, and only then.
+	var b *bashiblev1alpha1.Bashible
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		b, last = versioned.NewForConfigOrDie(cfg).BashibleV1alpha1().Bashibles().Get(ctx, n.Group, metav1.GetOptions{})
+		if apierrors.IsForbidden(last) && strings.Contains(last.Error(), "has no Instance yet") {
+			return false, nil
+		}
+		return true, last
+	})
 	if err != nil {
+		if last != nil && err != last {
+			err = fmt.Errorf("%w (the last answer: %v)", err, last)
+		}
 		return fmt.Errorf("fetch bashible.sh for %s: %w", n.Name, err)
 	}
 	if err := os.WriteFile(n.Path("var/lib/bashible/bashible.sh"), []byte(b.Data[bashiblev1alpha1.BashibleScriptKey]), 0o755); err != nil {
