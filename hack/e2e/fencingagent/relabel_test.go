@@ -2,6 +2,7 @@ package fencingagent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -171,13 +172,18 @@ func TestANodeRelabelledIntoAFencedGroupGetsNeitherItsAgentNorAVote(t *testing.T
 			t.Logf("the node setting its restricted label to %s: %v", value, err)
 		}
 	}
-	n, err := f.Kube.CoreV1().Nodes().Get(ctx, rogue, metav1.GetOptions{})
+	// A patch of the status alone: an update of the whole Node read a moment
+	// earlier would carry its taints as they were then, and NodeRestriction
+	// refuses a node's update whose taints differ from the stored ones (the
+	// node template controller may have changed them since).
+	status, err := json.Marshal(map[string]any{"status": corev1.NodeStatus{
+		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}},
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-	if _, err := self.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if _, err := self.Patch(ctx, rogue, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -186,7 +192,7 @@ func TestANodeRelabelledIntoAFencedGroupGetsNeitherItsAgentNorAVote(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err = f.Kube.CoreV1().Nodes().Get(ctx, rogue, metav1.GetOptions{})
+	n, err := f.Kube.CoreV1().Nodes().Get(ctx, rogue, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
