@@ -47,9 +47,11 @@ for r in machines.cluster.x-k8s.io machinesets.cluster.x-k8s.io machinedeploymen
     done
   fi
 done
-if k get crd instances.deckhouse.io > /dev/null 2>&1; then
-  k get instances.deckhouse.io -o name | while read -r obj; do
-    k patch "$obj" --type=merge -p '{"metadata":{"finalizers":null}}'
+# Instances at their storage version: at any other, kube-apiserver would call
+# the conversion webhook, bashible-apiserver, which is gone by now.
+if storage=$(k get crd instances.deckhouse.io -o jsonpath='{.spec.versions[?(@.storage==true)].name}' 2> /dev/null); then
+  k get "instances.$storage.deckhouse.io" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | while read -r name; do
+    k patch "instances.$storage.deckhouse.io" "$name" --type=merge -p '{"metadata":{"finalizers":null}}'
   done
 fi
 

@@ -7,13 +7,15 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
-// ServicePort is the port of Service bashible-api (manifests/bashible-apiserver/service.yaml)
-// the CRDs' conversion webhook names; the Service maps it to the secure port.
+// ServicePort is the port of Service bashible-api-conversion
+// (manifests/bashible-apiserver/service.yaml) the CRDs' conversion webhook
+// names; the Service maps it to the secure port.
 const ServicePort = 443
 
 // CRDConversion is the spec.conversion of every deckhouse.io CRD served at
 // more than one version (hack/cmd/crdconversion writes it into
-// manifests/crds): this webhook, on bashible-apiserver's Service, with
+// manifests/crds): this webhook, on bashible-apiserver's conversion Service
+// (which routes to replicas not ready yet as well), with
 // ConversionReview v1. The caBundle is left to node-manager-controller's
 // certificate controller (deckhousev1.InjectCABundleLabel).
 func CRDConversion() *apiextensionsv1.CustomResourceConversion {
@@ -23,7 +25,7 @@ func CRDConversion() *apiextensionsv1.CustomResourceConversion {
 		Strategy: apiextensionsv1.WebhookConverter,
 		Webhook: &apiextensionsv1.WebhookConversion{
 			ClientConfig: &apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{
-				Namespace: deckhousev1.Namespace, Name: bashiblev1alpha1.ServiceName, Path: &path, Port: &port}},
+				Namespace: deckhousev1.Namespace, Name: bashiblev1alpha1.ConversionServiceName, Path: &path, Port: &port}},
 			ConversionReviewVersions: []string{"v1"},
 		},
 	}

@@ -58,13 +58,27 @@ const Name = "certificates"
 const key = "all"
 
 // service is a Service the API server calls and the Secret of its serving
-// certificate, both in the controller's namespace.
-type service struct{ Name, Secret string }
+// certificate, both in the controller's namespace; Also are the other
+// Services in front of the same pods, whose names the certificate carries
+// too.
+type service struct {
+	Name, Secret string
+	Also         []string
+}
 
 // services are the Services that get a serving certificate.
 var services = []service{
-	{Name: bashiblev1alpha1.ServiceName, Secret: deckhousev1.BashibleAPIServerTLSSecret},
+	{Name: bashiblev1alpha1.ServiceName, Secret: deckhousev1.BashibleAPIServerTLSSecret, Also: []string{bashiblev1alpha1.ConversionServiceName}},
 	{Name: infrav1alpha1.CAPIWebhookService, Secret: infrav1alpha1.CAPIWebhookSecret},
+}
+
+// dnsNames are the names svc's certificate carries in namespace.
+func (svc service) dnsNames(namespace string) []string {
+	names := DNSNames(svc.Name, namespace)
+	for _, also := range svc.Also {
+		names = append(names, DNSNames(also, namespace)...)
+	}
+	return names
 }
 
 // DNSNames are the names a serving certificate of Service name in

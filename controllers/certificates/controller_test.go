@@ -144,6 +144,12 @@ func TestTheControllerWritesOnlyItsClientConfigs(t *testing.T) {
 		if s.Type != corev1.SecretTypeTLS || leaf == nil || leaf.Cert.CheckSignatureFrom(ca) != nil || leaf.Cert.VerifyHostname(svc.Name+"."+ns+".svc") != nil {
 			t.Errorf("Secret %s: type %s, a key pair %v, not signed by the CA or not for %s.%s.svc", svc.Secret, s.Type, leaf != nil, svc.Name, ns)
 		}
+		// The CRDs' conversion webhook calls bashible-apiserver through a
+		// Service of its own.
+		if conversion := bashiblev1alpha1.ConversionServiceName + "." + ns + ".svc"; svc.Secret == deckhousev1.BashibleAPIServerTLSSecret &&
+			leaf != nil && leaf.Cert.VerifyHostname(conversion) != nil {
+			t.Errorf("Secret %s: not for %s, the conversion webhook's Service", svc.Secret, conversion)
+		}
 		trusts("ca.crt of "+svc.Secret, s.Data[corev1.ServiceAccountRootCAKey], true)
 	}
 	// Nothing more to do: another sync writes nothing.

@@ -38,7 +38,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 			return err
 		}
 		leafSecrets[svc.Name] = s
-		leaves = append(leaves, readLeaf(svc.Name, DNSNames(svc.Name, ns), s))
+		leaves = append(leaves, readLeaf(svc.Name, svc.dnsNames(ns), s))
 	}
 	objs, err := c.consumerObjects()
 	if err != nil {
@@ -65,7 +65,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	trusted := encodeCerts(auth.Trusted)
 	for _, svc := range services {
 		if why, ok := plan.Issue[svc.Name]; ok {
-			leaf, err := issueLeaf(signing, DNSNames(svc.Name, ns), now, c.d.Options.Certificates.LeafLifetime)
+			leaf, err := issueLeaf(signing, svc.dnsNames(ns), now, c.d.Options.Certificates.LeafLifetime)
 			if err != nil {
 				return err
 			}

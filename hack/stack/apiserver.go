@@ -120,6 +120,14 @@ type APIServer struct {
 // StartAPIServer starts a replica authenticated as the
 // bashible-apiserver ServiceAccount and waits until it reports ready.
 func StartAPIServer(ctx context.Context, cp *controlplane.ControlPlane, opts APIServerOptions) (*APIServer, error) {
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return startOnPort(ctx, cp, opts, port)
+}
+
+func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APIServerOptions, port int) (*APIServer, error) {
 	if opts.Identity == "" {
 		opts.Identity = "replica-1"
 	}
@@ -130,19 +138,12 @@ func StartAPIServer(ctx context.Context, cp *controlplane.ControlPlane, opts API
 		}
 		opts.BinDir = filepath.Join(root, "bin")
 	}
-	port, err := controlplane.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	return startOnPort(ctx, cp, opts, port)
-}
-
-func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APIServerOptions, port int) (*APIServer, error) {
 	dir := filepath.Join(cp.Dir(), "bashible-apiserver-"+opts.Identity)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, err := cp.IssueServingCert(bashiblev1alpha1.ServiceName, bashiblev1alpha1.ServiceName+"."+deckhousev1.Namespace+".svc")
+	certPEM, keyPEM, err := cp.IssueServingCert(bashiblev1alpha1.ServiceName, bashiblev1alpha1.ServiceName+"."+deckhousev1.Namespace+".svc",
+		bashiblev1alpha1.ConversionServiceName+"."+deckhousev1.Namespace+".svc")
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +319,7 @@ func (s *APIServer) waitReady(ctx context.Context) error {
 // Register points the aggregator at s: Service bashible-api as an
 // ExternalName for localhost (Endpoints cannot hold loopback addresses) and
 // APIService v1alpha1.bashible.deckhouse.io on s's port, trusting the
-// cluster CA; and the CRDs' conversion webhooks (PointConversionWebhooks).
+// cluster CA; and the CRDs' conversion webhooks (RegisterConversionAt).
 // It waits until the APIService is Available.
 func (s *APIServer) Register(ctx context.Context) error { return RegisterAt(ctx, s.cp, s.Port) }
 
@@ -342,11 +343,10 @@ func RegisterAt(ctx context.Context, cp *controlplane.ControlPlane, port int) er
 	if err != nil {
 		return err
 	}
-	svc := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Service",
-		"metadata": map[string]any{"name": bashiblev1alpha1.ServiceName, "namespace": deckhousev1.Namespace},
-		"spec":     map[string]any{"type": "ExternalName", "externalName": "localhost"},
-	}}
+	if err := RegisterConversionAt(ctx, cp, port); err != nil {
+		return err
+	}
+	svc := localService(bashiblev1alpha1.ServiceName)
 	apiService := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
 		"metadata": map[string]any{"name": bashiblev1alpha1.APIServiceName},
@@ -364,10 +364,35 @@ func RegisterAt(ctx context.Context, cp *controlplane.ControlPlane, port int) er
 	if err := applier.Apply(ctx, svc, apiService); err != nil {
 		return err
 	}
-	if _, err := PointConversionWebhooks(ctx, cp, port); err != nil {
+	return waitAvailable(ctx, dyn)
+}
+
+// RegisterConversionAt points the CRDs' conversion webhooks at whatever
+// listens on port: Service bashible-api-conversion as an ExternalName for
+// localhost, and the CRDs (PointConversionWebhooks). StartRegistered calls
+// it before the replica starts, as the conversion Service of an
+// installation routes to replicas not ready yet: a replica's informers
+// may need the webhook to load, and it is ready only once they have.
+func RegisterConversionAt(ctx context.Context, cp *controlplane.ControlPlane, port int) error {
+	applier, err := cp.NewApplier()
+	if err != nil {
 		return err
 	}
-	return waitAvailable(ctx, dyn)
+	if err := applier.Apply(ctx, localService(bashiblev1alpha1.ConversionServiceName)); err != nil {
+		return err
+	}
+	_, err = PointConversionWebhooks(ctx, cp, port)
+	return err
+}
+
+// localService is Service name (in the namespace of node-manager) as an
+// ExternalName for localhost: Endpoints cannot hold loopback addresses.
+func localService(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": deckhousev1.Namespace},
+		"spec":     map[string]any{"type": "ExternalName", "externalName": "localhost"},
+	}}
 }
 
 // waitAvailable waits until the APIService's Available condition is True.

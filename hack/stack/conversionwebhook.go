@@ -18,9 +18,9 @@ import (
 var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // PointConversionWebhooks points the conversion webhook of every CRD that
-// names bashible-apiserver's Service (manifests/crds: the deckhouse.io
-// kinds served at several versions) at port, through the ExternalName
-// Service RegisterAt writes, trusting the cluster CA, as the certificate
+// names bashible-apiserver's conversion Service (manifests/crds: the
+// deckhouse.io kinds served at several versions) at port, through the
+// ExternalName Service RegisterConversionAt writes, trusting the cluster CA, as the certificate
 // controller and the Service's port mapping do in an installation. It
 // returns the CRDs it pointed. Until it runs (or where no
 // bashible-apiserver runs) reads at a version other than the storage
@@ -48,7 +48,7 @@ func PointConversionWebhooks(ctx context.Context, cp *controlplane.ControlPlane,
 		hook, _ := conv["webhook"].(map[string]any)
 		cc, _ := hook["clientConfig"].(map[string]any)
 		svc, _ := cc["service"].(map[string]any)
-		if conv["strategy"] != "Webhook" || svc["name"] != bashiblev1alpha1.ServiceName || svc["namespace"] != deckhousev1.Namespace {
+		if conv["strategy"] != "Webhook" || svc["name"] != bashiblev1alpha1.ConversionServiceName || svc["namespace"] != deckhousev1.Namespace {
 			continue
 		}
 		if _, err := dyn.Resource(crdsResource).Patch(ctx, crd.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {

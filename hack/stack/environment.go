@@ -76,7 +76,14 @@ func NewEnvironment(ctx context.Context) (_ *Environment, err error) {
 // serves what is published, which on a fresh cluster is nothing until the
 // leader's first renders land.
 func (e *Environment) StartRegistered(ctx context.Context, opts APIServerOptions) (*APIServer, error) {
-	s, err := StartAPIServer(ctx, e.CP, opts)
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := RegisterConversionAt(ctx, e.CP, port); err != nil {
+		return nil, err
+	}
+	s, err := startOnPort(ctx, e.CP, opts, port)
 	if err != nil {
 		return nil, err
 	}

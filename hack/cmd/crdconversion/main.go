@@ -1,8 +1,9 @@
 // Command crdconversion gives every deckhouse.io CRD that serves more than
 // one version its conversion webhook, which controller-gen cannot emit:
 // spec.conversion with strategy Webhook, ConversionReview v1, and the
-// clientConfig of bashible-apiserver's Service (bashible-api in
-// d8-cloud-instance-manager, port 443, path /conversion/deckhouse.io),
+// clientConfig of bashible-apiserver's conversion Service
+// (bashible-api-conversion in d8-cloud-instance-manager, port 443, path
+// /conversion/deckhouse.io),
 // plus the label node-manager.deckhouse.io/inject-ca-bundle, by which
 // node-manager-controller's certificate controller writes the caBundle
 // (left out here, so that a server-side apply keeps what it wrote).

@@ -63,7 +63,7 @@ func TestProcessAddsTheWebhookWhereSeveralVersionsAreServed(t *testing.T) {
 		t.Errorf("conversion %+v, want %+v", crd.Spec.Conversion, conversion.CRDConversion())
 	}
 	cc := crd.Spec.Conversion.Webhook.ClientConfig
-	if s := cc.Service; s.Name != bashiblev1alpha1.ServiceName || s.Namespace != deckhousev1.Namespace || *s.Port != 443 || *s.Path != bashiblev1alpha1.ConversionWebhookPath ||
+	if s := cc.Service; s.Name != bashiblev1alpha1.ConversionServiceName || s.Namespace != deckhousev1.Namespace || *s.Port != 443 || *s.Path != bashiblev1alpha1.ConversionWebhookPath ||
 		len(cc.CABundle) != 0 || !reflect.DeepEqual(crd.Spec.Conversion.Webhook.ConversionReviewVersions, []string{"v1"}) {
 		t.Errorf("client config %+v (service %+v), want bashible-api's, no caBundle, review v1", cc, cc.Service)
 	}

@@ -55,6 +55,15 @@ const (
 	// APIService points at; bashible-apiserver's serving certificate is
 	// issued for bashible-api.d8-cloud-instance-manager.svc.
 	ServiceName = "bashible-api"
+	// ConversionServiceName is the Service (in d8-cloud-instance-manager)
+	// the deckhouse.io CRDs' conversion webhook calls: the same pods as
+	// ServiceName, including those not ready yet (publishNotReadyAddresses).
+	// A replica is ready once its informers have loaded, and loading
+	// NodeGroups or Instances stored at an older version needs the
+	// conversion webhook: through ServiceName, which routes to ready pods
+	// only, no replica would ever become ready. The serving certificate
+	// carries this Service's names too.
+	ConversionServiceName = "bashible-api-conversion"
 )
 
 // The preview at apply time: bashible-apiserver's validating admission
@@ -99,7 +108,7 @@ const (
 
 // The conversion of deckhouse.io objects between the versions of their
 // kind (apiserver/conversion): the CRDs' conversion webhook, served by
-// bashible-apiserver through the Service ServiceName.
+// bashible-apiserver through the Service ConversionServiceName.
 const (
 	// ConversionWebhookPath is where bashible-apiserver answers
 	// kube-apiserver's ConversionReviews, on its secure port. kube-apiserver
