@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/hack/controlplane"
@@ -79,6 +81,44 @@ func storedAt(ctx context.Context, cp *controlplane.ControlPlane, plural, name s
 }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// versions is the CRD's spec.versions.
+func versions(crd *unstructured.Unstructured) []any {
+	v, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	return v
+}
+
+// setStorage marks want as the CRD name's storage version (and no other),
+// retrying on a conflict.
+func setStorage(ctx context.Context, dyn dynamic.Interface, name, want string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		current := ""
+		for _, v := range versions {
+			if m, _ := v.(map[string]any); m["storage"] == true {
+				current, _ = m["name"].(string)
+			}
+		}
+		if want == current {
+			return nil
+		}
+		for _, v := range versions {
+			m, _ := v.(map[string]any)
+			m["storage"] = m["name"] == want
+		}
+		if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
+			return err
+		}
+		if _, err := dyn.Resource(crdGVR).Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("marking %s storage version of CRD %s: %w", want, name, err)
+		}
+		return nil
+	})
+}
 
 // TestTakeOverFromDeckhouse: a cluster that ran Deckhouse holds
 // Deckhouse's CRDs (testdata/deckhouse-crds, as published) and objects
@@ -153,6 +193,35 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 	// Deckhouse write them.
 	objs = append(objs, versioned{File: "(the test)", Object: &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "deckhouse.io/v1alpha1", "kind": "Instance", "metadata": map[string]any{"name": "static-0"}}}})
+	// Deckhouse's NodeGroup CRD serves v1alpha1, v1alpha2 and v1 with v1
+	// as storage and sets no conversion, so an object written at v1alpha1
+	// would be stored relabelled v1, unconverted: a state no cluster is in.
+	// A cluster that ran Deckhouse while v1alpha1 (then v1alpha2) was
+	// storage holds NodeGroups stored at those versions, and lists them in
+	// status.storedVersions. The test makes that history: it writes
+	// NodeGroups oldest version first, each while its version is storage
+	// (the flag moved on the installed copy; the testdata file stays as
+	// published), then puts the flags back as published.
+	const historyKind = "NodeGroup"
+	versionOrder := map[string]int{}
+	var historyCRD *unstructured.Unstructured
+	for _, crd := range crdObjs {
+		if kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind"); kind != historyKind {
+			continue
+		}
+		historyCRD = crd
+		for i, v := range versions(crd) {
+			m, _ := v.(map[string]any)
+			name, _ := m["name"].(string)
+			versionOrder[name] = i
+		}
+	}
+	if historyCRD == nil {
+		t.Fatalf("no Deckhouse CRD for %s in testdata/deckhouse-crds", historyKind)
+	}
+	slices.SortStableFunc(objs, func(a, b versioned) int {
+		return versionOrder[a.Object.GroupVersionKind().Version] - versionOrder[b.Object.GroupVersionKind().Version]
+	})
 	type stored struct {
 		kind, name, version string
 	}
@@ -166,17 +235,75 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 		}
 		obj.SetName("dh-" + gvk.Version + "-" + obj.GetName())
 		gvr := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: crd.Plural}
-		if _, err := dyn.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		if gvk.Kind == historyKind {
+			// Deckhouse's published schema admits only today's Kubernetes
+			// versions at every NodeGroup version; a cluster that wrote the
+			// example at v1alpha1 wrote the version of its time ("1.16"),
+			// which storage kept. The test writes the oldest the published
+			// schema of that version admits.
+			if _, set, _ := unstructured.NestedString(obj.Object, "spec", "kubernetesVersion"); set {
+				for _, cv := range versions(historyCRD) {
+					m, _ := cv.(map[string]any)
+					if m["name"] != gvk.Version {
+						continue
+					}
+					enum, _, _ := unstructured.NestedSlice(m, "schema", "openAPIV3Schema", "properties", "spec", "properties", "kubernetesVersion", "enum")
+					if len(enum) > 0 {
+						_ = unstructured.SetNestedField(obj.Object, enum[0], "spec", "kubernetesVersion")
+					}
+				}
+			}
+			if err := setStorage(ctx, dyn, historyCRD.GetName(), gvk.Version); err != nil {
+				t.Fatal(err)
+			}
+			var last error
+			// kube-apiserver takes a moment to store at a new storage
+			// version: an object stored at another is written again.
+			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				if _, last = dyn.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{}); apierrors.IsInvalid(last) {
+					return false, last
+				} else if last != nil {
+					return false, nil
+				}
+				at, err := storedAt(ctx, cp, crd.Plural, obj.GetName())
+				if err != nil {
+					return false, err
+				}
+				if at == obj.GetAPIVersion() {
+					return true, nil
+				}
+				last = fmt.Errorf("stored at %s, want %s", at, obj.GetAPIVersion())
+				return false, dyn.Resource(gvr).Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+			}); err != nil {
+				t.Errorf("%s: storing %s %s at %s with Deckhouse's CRD: %v (%v)", v.File, gvk.Kind, obj.GetName(), gvk.Version, last, err)
+				continue
+			}
+		} else if _, err := dyn.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			t.Errorf("%s: Deckhouse's CRD refuses %s %s: %v", v.File, obj.GetAPIVersion(), gvk.Kind, err)
 			continue
 		}
 		kept = append(kept, stored{gvk.Kind, obj.GetName(), gvk.Version})
+	}
+	// The storage flag back as Deckhouse publishes it.
+	published := ""
+	for _, v := range versions(historyCRD) {
+		if m, _ := v.(map[string]any); m["storage"] == true {
+			published, _ = m["name"].(string)
+		}
+	}
+	if err := setStorage(ctx, dyn, historyCRD.GetName(), published); err != nil {
+		t.Fatal(err)
 	}
 	before, err := storedVersions(ctx, dyn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Deckhouse's CRDs: %d objects stored; storage and storedVersions by kind: %v", len(kept), before)
+	for _, o := range kept {
+		if o.kind == historyKind && !slices.Contains(strings.Split(before[historyKind][1], ","), o.version) {
+			t.Fatalf("%s %s was stored at %s, but status.storedVersions lists %s", o.kind, o.name, o.version, before[historyKind][1])
+		}
+	}
 
 	// node-manager's CRDs over them.
 	root, err := controlplane.RepoRoot()
