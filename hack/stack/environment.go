@@ -76,24 +76,38 @@ func NewEnvironment(ctx context.Context) (_ *Environment, err error) {
 // serves what is published, which on a fresh cluster is nothing until the
 // leader's first renders land.
 func (e *Environment) StartRegistered(ctx context.Context, opts APIServerOptions) (*APIServer, error) {
+	s, err := StartRegistered(ctx, e.CP, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.WaitPublished(ctx); err != nil {
+		s.Stop()
+		return nil, s.Failure(err)
+	}
+	return s, nil
+}
+
+// StartRegistered starts a bashible-apiserver replica on cp and registers
+// it: the CRDs' conversion webhooks are pointed at it before it starts (as
+// the conversion Service of an installation routes to replicas not ready
+// yet: loading objects stored at an older version needs the webhook, and a
+// replica is ready only once they have loaded), the APIService once it is
+// ready.
+func StartRegistered(ctx context.Context, cp *controlplane.ControlPlane, opts APIServerOptions) (*APIServer, error) {
 	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	if err := RegisterConversionAt(ctx, e.CP, port); err != nil {
+	if err := RegisterConversionAt(ctx, cp, port); err != nil {
 		return nil, err
 	}
-	s, err := startOnPort(ctx, e.CP, opts, port)
+	s, err := startOnPort(ctx, cp, opts, port)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.Register(ctx); err != nil {
 		s.Stop()
 		return nil, err
-	}
-	if err := e.WaitPublished(ctx); err != nil {
-		s.Stop()
-		return nil, s.Failure(err)
 	}
 	return s, nil
 }

@@ -323,14 +323,11 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 	if err := stack.InstallAPIServer(ctx, root, applier); err != nil {
 		t.Fatal(err)
 	}
-	replica, err := stack.StartAPIServer(ctx, cp, stack.APIServerOptions{})
+	replica, err := stack.StartRegistered(ctx, cp, stack.APIServerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer replica.Stop()
-	if err := replica.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
 	ours, err := deckhouseCRDs(ctx, dyn)
 	if err != nil {
 		t.Fatal(err)
