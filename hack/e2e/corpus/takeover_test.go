@@ -119,7 +119,7 @@ func storedVersionsManagers(ctx context.Context, dyn dynamic.Interface, name str
 			continue
 		}
 		var fields map[string]map[string]any
-		if err := json.Unmarshal(m.FieldsV1.Raw, &fields); err != nil {
+		if err := json.Unmarshal(m.FieldsV1.GetRawBytes(), &fields); err != nil {
 			return nil, fmt.Errorf("CRD %s: managedFields of %s: %w", name, m.Manager, err)
 		}
 		if _, ok := fields["f:status"]["f:storedVersions"]; ok {
