@@ -74,9 +74,10 @@ func All(d *manager.Deps) []manager.Controller {
 		// The CA, the serving certificates and the caBundles (one key;
 		// only with --manage-certificates).
 		certificates.New(d),
-		// The objects of deckhouse.io CRDs stored at an older version
-		// (a cluster that ran Deckhouse), rewritten at the storage
-		// version (CRD).
-		crdmigration.New(d),
+		// The objects of node-manager-controller's deckhouse.io CRDs
+		// stored at an older version (a cluster that ran Deckhouse),
+		// rewritten at the storage version (CRD); caps-controller-manager
+		// migrates its own (SSHCredentials, StaticInstances).
+		crdmigration.New(d, crdmigration.NodeManagerControllerResources),
 	}
 }

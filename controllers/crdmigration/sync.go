@@ -15,9 +15,13 @@ import (
 // pageSize bounds one list of objects' metadata.
 const pageSize = 500
 
-// sync migrates one CRD, by name.
+// sync migrates one CRD, by name: one of those it watches, never another.
 func (c *Controller) sync(ctx context.Context, name string) error {
-	obj, err := c.crds.Get(name)
+	crds, ok := c.crds[name]
+	if !ok {
+		return nil
+	}
+	obj, err := crds.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -44,7 +48,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.d.Dynamic.Resource(crdsResource).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: Name}, "status"); err != nil {
+	if _, err := c.d.Dynamic.Resource(crdsResource).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: c.fieldManager}, "status"); err != nil {
 		return fmt.Errorf("CRD %s: setting status.storedVersions to [%s] after rewriting %d objects: %w", name, storage, migrated, err)
 	}
 	klog.InfoS("Migrated a CRD's objects to its storage version", "crd", name, "objects", migrated, "from", stale, "to", storage)
@@ -66,9 +70,9 @@ func (c *Controller) rewrite(ctx context.Context, gvr schema.GroupVersionResourc
 			res := c.d.Metadata.Resource(gvr)
 			var err error
 			if item.Namespace != "" {
-				_, err = res.Namespace(item.Namespace).Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{FieldManager: Name})
+				_, err = res.Namespace(item.Namespace).Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{FieldManager: c.fieldManager})
 			} else {
-				_, err = res.Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{FieldManager: Name})
+				_, err = res.Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{FieldManager: c.fieldManager})
 			}
 			if apierrors.IsNotFound(err) {
 				continue

@@ -1,7 +1,9 @@
 // Command caps-controller-manager is Cluster API Provider Static: the
 // infrastructure provider that backs Cluster API's StaticMachines with
 // StaticInstances, joining them over SSH and cleaning them when their
-// Machines go (controllers/caps/staticmachines).
+// Machines go (controllers/caps/staticmachines); on a cluster that ran
+// Deckhouse it also migrates the stored SSHCredentials and StaticInstances
+// to their storage version (controllers/crdmigration).
 //
 // It is a binary of its own, not a part of node-manager-controller, so that
 // the SSH keys and passwords of SSHCredentials are readable by its
@@ -20,6 +22,7 @@ import (
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/caps/staticmachines"
+	"github.com/node-manager/node-manager/controllers/crdmigration"
 	"github.com/node-manager/node-manager/controllers/manager"
 )
 
@@ -41,7 +44,13 @@ func main() {
 	// Each term of leadership builds the controller afresh from the term's
 	// Deps (see manager.Build), so nothing of a lost term is carried over.
 	build := func(d *manager.Deps) []manager.Controller {
-		return []manager.Controller{staticmachines.New(d, caps)}
+		return []manager.Controller{
+			staticmachines.New(d, caps),
+			// The storage migration of its own kinds (SSHCredentials,
+			// StaticInstances) on a cluster that ran Deckhouse: only
+			// this identity may read SSHCredentials.
+			crdmigration.New(d, crdmigration.CAPSControllerManagerResources),
+		}
 	}
 	if err := manager.Main(opts, addFlags, validate, build); err != nil {
 		klog.ErrorS(err, "caps-controller-manager failed")

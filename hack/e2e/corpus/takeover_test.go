@@ -120,14 +120,76 @@ func setStorage(ctx context.Context, dyn dynamic.Interface, name, want string) e
 	})
 }
 
+// capsKinds are the deckhouse.io kinds caps-controller-manager migrates
+// (SSHCredentials hold private keys, which it alone may read);
+// node-manager-controller migrates the others.
+var capsKinds = map[string]bool{"SSHCredentials": true, "StaticInstance": true}
+
+// waitMigrated waits until every deckhouse.io CRD of a kind mine says yes
+// to lists its storage version alone in storedVersions, and returns what
+// storedVersions reads (the last read when it times out).
+func waitMigrated(ctx context.Context, dyn dynamic.Interface, mine func(kind string) bool) (map[string][2]string, error) {
+	var migrated map[string][2]string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if migrated, err = storedVersions(ctx, dyn); err != nil {
+			return false, nil
+		}
+		for kind, sv := range migrated {
+			if mine(kind) && sv[0] != sv[1] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return migrated, err
+}
+
+// storedVersionsManagers are the field managers that own the CRD name's
+// status.storedVersions.
+func storedVersionsManagers(ctx context.Context, dyn dynamic.Interface, name string) ([]string, error) {
+	crd, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range crd.GetManagedFields() {
+		if m.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]map[string]any
+		if err := json.Unmarshal(m.FieldsV1.GetRawBytes(), &fields); err != nil {
+			return nil, fmt.Errorf("CRD %s: managedFields of %s: %w", name, m.Manager, err)
+		}
+		if _, ok := fields["f:status"]["f:storedVersions"]; ok {
+			out = append(out, m.Manager)
+		}
+	}
+	return out, nil
+}
+
+// dynamicAs is a client of the control plane authenticated as user.
+func dynamicAs(cp *controlplane.ControlPlane, user string) (dynamic.Interface, error) {
+	certPEM, keyPEM, err := cp.IssueClientCert(user)
+	if err != nil {
+		return nil, err
+	}
+	cfg := cp.AdminConfig()
+	cfg.CertData, cfg.KeyData = certPEM, keyPEM
+	return dynamic.NewForConfig(cfg)
+}
+
 // TestTakeOverFromDeckhouse: a cluster that ran Deckhouse holds
 // Deckhouse's CRDs (testdata/deckhouse-crds, as published) and objects
 // stored at their versions; node-manager's CRDs installed over them are
 // accepted, every stored object reads at every version node-manager
-// serves (through bashible-apiserver's conversion webhook), and
-// node-manager-controller's storage migration leaves each CRD's
-// storedVersions at its storage version with every object stored there
-// (as etcd shows). It runs on a control plane of its own, since it replaces
+// serves (through bashible-apiserver's conversion webhook), and the storage
+// migration leaves each CRD's storedVersions at its storage version with
+// every object stored there (as etcd shows): node-manager-controller
+// migrates NodeGroups, Instances and NodeUsers and may not read
+// SSHCredentials, caps-controller-manager migrates SSHCredentials and
+// StaticInstances (the field manager of each CRD's storedVersions says
+// who did). It runs on a control plane of its own, since it replaces
 // the CRDs every other test of the suite uses.
 func TestTakeOverFromDeckhouse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -372,7 +434,7 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 		t.Fatal("no object is stored at an older version: there is nothing to migrate and the test would prove nothing")
 	}
 
-	// node-manager-controller migrates them.
+	// node-manager-controller migrates its own kinds, and no other.
 	env := &stack.Environment{CP: cp, Root: root, Applier: applier}
 	if err := stack.InstallController(ctx, root, applier); err != nil {
 		t.Fatal(err)
@@ -386,22 +448,49 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 	}
 	defer controller.Stop()
 	var migrated map[string][2]string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		migrated, err = storedVersions(ctx, dyn)
-		if err != nil {
-			return false, nil
-		}
-		for _, sv := range migrated {
-			if sv[0] != sv[1] {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("storedVersions after the migration: %v, want each at its storage version (%v)", migrated, err)
+	if migrated, err = waitMigrated(ctx, dyn, func(kind string) bool { return !capsKinds[kind] }); err != nil {
+		t.Fatalf("storedVersions after node-manager-controller's migration: %v, want its kinds' at their storage version (%v)", migrated, err)
 	}
 	t.Logf("after node-manager-controller's migration: %v", migrated)
+	for kind := range capsKinds {
+		if sv := after[kind]; sv[0] != sv[1] && migrated[kind] != after[kind] {
+			t.Errorf("%s: storedVersions %v after node-manager-controller's migration, was %v: node-manager-controller migrated caps-controller-manager's kind", kind, migrated[kind], sv)
+		}
+	}
+
+	// caps-controller-manager migrates SSHCredentials and StaticInstances:
+	// it alone may read SSHCredentials.
+	if err := stack.InstallCAPS(ctx, root, applier); err != nil {
+		t.Fatal(err)
+	}
+	caps, err := env.StartCAPS(ctx, stack.ControllerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caps.Stop()
+	if migrated, err = waitMigrated(ctx, dyn, func(string) bool { return true }); err != nil {
+		t.Fatalf("storedVersions after the migration: %v, want each at its storage version (%v)", migrated, err)
+	}
+	t.Logf("after caps-controller-manager's migration: %v", migrated)
+
+	// Who set each CRD's storedVersions: the field manager is the
+	// component's name.
+	for kind, crd := range ours {
+		if sv := after[kind]; sv[0] == sv[1] {
+			continue
+		}
+		want := deckhousev1.NodeManagerControllerName
+		if capsKinds[kind] {
+			want = deckhousev1.CAPSControllerManagerName
+		}
+		got, err := storedVersionsManagers(ctx, dyn, crd.Plural+"."+deckhousev1.GroupName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, []string{want}) {
+			t.Errorf("%s: status.storedVersions set by %v, want %s", kind, got, want)
+		}
+	}
 
 	// Every object is stored at its kind's storage version now (etcd).
 	for _, o := range kept {
@@ -413,34 +502,40 @@ func TestTakeOverFromDeckhouse(t *testing.T) {
 			t.Errorf("%s %s is stored at %s after the migration, want %s", o.kind, o.name, got, want)
 		}
 	}
-	// The controller's identity may rewrite SSHCredentials unchanged,
-	// never change one (manifests/policies/node-manager-controller-migration.yaml).
-	certPEM, keyPEM, err := cp.IssueClientCert(stack.ControllerUser)
+
+	// node-manager-controller may neither read nor write SSHCredentials
+	// (RBAC); caps-controller-manager may rewrite them unchanged, never
+	// change one (manifests/policies/caps-controller-manager-migration.yaml).
+	asController, err := dynamicAs(cp, stack.ControllerUser)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := cp.AdminConfig()
-	cfg.CertData, cfg.KeyData = certPEM, keyPEM
-	asController, err := dynamic.NewForConfig(cfg)
+	asCAPS, err := dynamicAs(cp, stack.CAPSUser)
 	if err != nil {
 		t.Fatal(err)
+	}
+	creds := schema.GroupVersionResource{Group: deckhousev1.GroupName, Version: migrated["SSHCredentials"][0], Resource: ours["SSHCredentials"].Plural}
+	if _, err := asController.Resource(creds).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node-manager-controller listing SSHCredentials: %v, want Forbidden (only caps-controller-manager may read them)", err)
 	}
 	for _, o := range kept {
 		if o.kind != "SSHCredentials" {
 			continue
 		}
-		gvr := schema.GroupVersionResource{Group: deckhousev1.GroupName, Version: migrated[o.kind][0], Resource: ours[o.kind].Plural}
+		if _, err := asController.Resource(creds).Patch(ctx, o.name, types.MergePatchType, []byte(`{}`), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("node-manager-controller rewriting SSHCredentials %s: %v, want Forbidden", o.name, err)
+		}
 		var changed error
 		// A new policy takes kube-apiserver about a second to enforce.
 		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-			_, changed = asController.Resource(gvr).Patch(ctx, o.name, types.MergePatchType, []byte(`{"spec":{"user":"someone-else"}}`), metav1.PatchOptions{})
+			_, changed = asCAPS.Resource(creds).Patch(ctx, o.name, types.MergePatchType, []byte(`{"spec":{"user":"someone-else"}}`), metav1.PatchOptions{})
 			return changed != nil, nil
 		})
 		if changed == nil || !strings.Contains(changed.Error(), "may only rewrite") {
-			t.Errorf("node-manager-controller changing SSHCredentials %s: %v, want the migration policy's refusal", o.name, changed)
+			t.Errorf("caps-controller-manager changing SSHCredentials %s: %v, want the migration policy's refusal", o.name, changed)
 		}
-		if _, err := asController.Resource(gvr).Patch(ctx, o.name, types.MergePatchType, []byte(`{}`), metav1.PatchOptions{}); err != nil {
-			t.Errorf("node-manager-controller rewriting SSHCredentials %s unchanged: %v", o.name, err)
+		if _, err := asCAPS.Resource(creds).Patch(ctx, o.name, types.MergePatchType, []byte(`{}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("caps-controller-manager rewriting SSHCredentials %s unchanged: %v", o.name, err)
 		}
 	}
 	t.Logf("take-over done in %s", time.Since(start).Round(100*time.Millisecond))
