@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,6 +34,12 @@ type Spoke struct {
 	// what the spoke cannot express, from saved (the hub's content before
 	// it went down): the fields only the hub has.
 	Restore func(hub, saved map[string]any) error
+	// Own are the fields (dotted paths below the object's root) that the
+	// spoke has and the hub has no place for. Up drops them; the
+	// conversion keeps them in the OlderVersionFieldsAnnotation under the
+	// spoke's version going up and gives them back going down to it, so
+	// they survive storage without reaching the hub's content.
+	Own []string
 }
 
 // content is what a conversion changes: all but apiVersion, kind and
@@ -97,7 +104,8 @@ func (k Kind) up(obj *unstructured.Unstructured, from string) error {
 	if err != nil {
 		return err
 	}
-	spoke := content(obj.Object)
+	spoke := deepCopy(content(obj.Object))
+	kept := takeOwn(spoke, s.Own)
 	hub := deepCopy(spoke)
 	if err := s.Up(hub); err != nil {
 		return fmt.Errorf("%s %s: converting %s to %s: %w", k.GroupKind.Kind, obj.GetName(), from, k.Hub, err)
@@ -139,6 +147,9 @@ func (k Kind) up(obj *unstructured.Unstructured, from string) error {
 			}
 		}
 	}
+	if len(s.Own) > 0 {
+		keepOwn(obj, from, kept)
+	}
 	setContent(obj.Object, hub)
 	return nil
 }
@@ -167,8 +178,136 @@ func (k Kind) down(obj *unstructured.Unstructured, to string) error {
 		annotations[deckhousev1.ConversionDataAnnotation] = string(data)
 		obj.SetAnnotations(annotations)
 	}
+	if len(s.Own) > 0 {
+		k.restoreOwn(obj, to, s.Own, spoke)
+	}
 	setContent(obj.Object, spoke)
 	return nil
+}
+
+// takeOwn removes the paths own from content and returns them, in the
+// shape of the object ({"spec":{"field":...}}); nil when none was set.
+func takeOwn(content map[string]any, own []string) map[string]any {
+	var kept map[string]any
+	for _, p := range own {
+		v, ok := getPath(content, p)
+		if !ok {
+			continue
+		}
+		if kept == nil {
+			kept = map[string]any{}
+		}
+		setPathCreating(kept, p, v)
+		deletePath(content, p)
+	}
+	return kept
+}
+
+// olderVersionFields is obj's OlderVersionFieldsAnnotation: the fields
+// kept for each older version. ok is false when the annotation is absent
+// or is not such an object (a writer may edit it).
+func olderVersionFields(obj *unstructured.Unstructured) (map[string]any, bool) {
+	data, ok := obj.GetAnnotations()[deckhousev1.OlderVersionFieldsAnnotation]
+	if !ok {
+		return nil, false
+	}
+	entries := map[string]any{}
+	if err := utiljson.Unmarshal([]byte(data), &entries); err != nil {
+		klog.V(2).InfoS("Ignored an older-version-fields annotation that is not a JSON object", "kind", obj.GetKind(), "name", obj.GetName(), "err", err.Error())
+		return nil, false
+	}
+	return entries, true
+}
+
+// setOlderVersionFields writes entries into obj's annotation, removing the
+// annotation when there are none.
+func setOlderVersionFields(obj *unstructured.Unstructured, entries map[string]any) {
+	annotations := obj.GetAnnotations()
+	if len(entries) == 0 {
+		delete(annotations, deckhousev1.OlderVersionFieldsAnnotation)
+		if len(annotations) == 0 {
+			annotations = nil
+		}
+		obj.SetAnnotations(annotations)
+		return
+	}
+	data, err := json.Marshal(entries)
+	if err != nil {
+		// Decoded JSON always encodes; keep what is there rather than fail.
+		klog.ErrorS(err, "Encoding the older-version-fields annotation", "kind", obj.GetKind(), "name", obj.GetName())
+		return
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[deckhousev1.OlderVersionFieldsAnnotation] = string(data)
+	obj.SetAnnotations(annotations)
+}
+
+// keepOwn records, going up from version, the fields of that version the
+// hub cannot hold (kept, nil for none), replacing what the annotation held
+// for that version and leaving the other versions' entries.
+func keepOwn(obj *unstructured.Unstructured, version string, kept map[string]any) {
+	entries, ok := olderVersionFields(obj)
+	if !ok {
+		if kept == nil {
+			return
+		}
+		entries = map[string]any{}
+	}
+	delete(entries, version)
+	if kept != nil {
+		entries[version] = kept
+	}
+	setOlderVersionFields(obj, entries)
+}
+
+// restoreOwn gives spoke (obj's content converted down to version) back
+// the fields of that version kept in obj's annotation, and takes them out
+// of the annotation of the object read at that version (they are in its
+// content now; written back, keepOwn records them again). The annotation
+// is the writer's to edit: fields that would make the object one the
+// version's schema refuses are not given back.
+func (k Kind) restoreOwn(obj *unstructured.Unstructured, version string, own []string, spoke map[string]any) {
+	entries, ok := olderVersionFields(obj)
+	if !ok {
+		return
+	}
+	entry, _ := entries[version].(map[string]any)
+	delete(entries, version)
+	setOlderVersionFields(obj, entries)
+	if entry == nil {
+		return
+	}
+	restored := deepCopy(spoke)
+	for _, p := range own {
+		v, ok := getPath(entry, p)
+		if !ok {
+			continue
+		}
+		if _, ok := getPath(restored, p[:strings.LastIndex(p, ".")]); !ok {
+			// What held it is gone (a writer at another version removed it).
+			continue
+		}
+		setPath(restored, p, runtimeDeepCopyValue(v))
+	}
+	gvk := k.GroupKind.WithVersion(version)
+	whole := func(c map[string]any) map[string]any {
+		w := deepCopy(obj.Object)
+		setContent(w, c)
+		w["apiVersion"] = gvk.GroupVersion().String()
+		return w
+	}
+	if err := validateAt(gvk, whole(restored)); err != nil && validateAt(gvk, whole(spoke)) == nil {
+		klog.InfoS("Ignored an older-version-fields annotation whose fields the version refuses", "kind", k.GroupKind.Kind, "name", obj.GetName(), "version", version, "err", err.Error())
+		return
+	}
+	for key := range spoke {
+		delete(spoke, key)
+	}
+	for key, v := range restored {
+		spoke[key] = v
+	}
 }
 
 func deepCopy(m map[string]any) map[string]any {

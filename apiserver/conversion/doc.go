@@ -9,6 +9,9 @@
 // spokes convert through the hub. Going down, what the spoke cannot hold
 // is kept in the ConversionDataAnnotation and restored going up, so a
 // round trip through an older version loses nothing. Going up, a field
-// the newer version dropped is lost, as in Deckhouse; each kind's file
-// documents its losses, and the fuzz tests hold them to exactly that.
+// the hub has no place for is kept aside in the
+// OlderVersionFieldsAnnotation of the stored object and given back when it
+// is read at that version (Spoke.Own), where Deckhouse drops it; each
+// kind's file documents what a round trip changes, and the fuzz tests
+// hold it to exactly that.
 package conversion

@@ -30,16 +30,16 @@ import (
 // a group edited at an older version keeps them. status is the same at
 // every version.
 //
-// What an older version holds that v1 does not is lost going up, as in
-// Deckhouse (this is the whole loss; the fuzz tests hold the conversions
-// to exactly it):
-//
-//   - v1alpha1 spec.kubernetesVersion (v1's own spec.kubernetesVersion is
-//     not set from it: Deckhouse drops it, and a pin from an old manifest
-//     must not start downgrading kubelets);
-//   - v1alpha1 spec.static (internalNetworkCIDRs: the cluster's
-//     StaticClusterConfiguration holds them);
-//   - v1alpha1 spec.docker with no cri.type reads back with cri.type Docker.
+// What v1alpha1 holds that v1 has no place for, spec.kubernetesVersion
+// and spec.static (internalNetworkCIDRs: the cluster's
+// StaticClusterConfiguration holds them), is inert: Deckhouse drops both
+// going up. Here they are kept aside in the OlderVersionFieldsAnnotation
+// of the stored group (Spoke.Own) and read back at v1alpha1 as written;
+// v1 readers see neither (v1's own spec.kubernetesVersion is not set from
+// v1alpha1's: a pin from an old manifest must not start downgrading
+// kubelets). The one change a round trip makes (the fuzz tests hold the
+// conversions to exactly it): a v1alpha1 spec.docker with no cri.type
+// reads back with cri.type Docker.
 var nodeGroup = Kind{
 	GroupKind: deckhousev1.SchemeGroupVersion.WithKind("NodeGroup").GroupKind(),
 	Hub:       "v1",
@@ -85,12 +85,21 @@ var nodeGroupHubOnly = []string{
 // v1alpha1HubOnly are the v1 fields v1alpha2 has and v1alpha1 does not.
 var v1alpha1HubOnly = []string{"spec.cri.notManaged"}
 
+// v1alpha1Own are the v1alpha1 fields v1 has no place for, kept in the
+// OlderVersionFieldsAnnotation. v1alpha1's kubernetesVersion is one of
+// them although v1 has a field of that name: v1's pins the kubelets, and
+// an old manifest's must not start changing them.
+var v1alpha1Own = []string{"spec.kubernetesVersion", "spec.static"}
+
 func nodeGroupSpoke(v1alpha1 bool) Spoke {
 	hubOnly := nodeGroupHubOnly
 	if v1alpha1 {
 		hubOnly = append(append([]string{}, nodeGroupHubOnly...), v1alpha1HubOnly...)
 	}
 	var s Spoke
+	if v1alpha1 {
+		s.Own = v1alpha1Own
+	}
 	s.Up = func(obj map[string]any) error {
 		spec, err := specOf(obj)
 		if err != nil || spec == nil {
@@ -100,8 +109,9 @@ func nodeGroupSpoke(v1alpha1 bool) Spoke {
 			return err
 		}
 		if v1alpha1 {
-			delete(spec, "kubernetesVersion")
-			delete(spec, "static")
+			for _, p := range v1alpha1Own {
+				deletePath(obj, p)
+			}
 			if docker, ok := spec["docker"]; ok {
 				delete(spec, "docker")
 				cri, err := childMap(spec, "cri", true)
@@ -259,6 +269,22 @@ func getPath(m map[string]any, path string) (any, bool) {
 		}
 	}
 	return cur, true
+}
+
+// setPathCreating sets the value at a dotted path, adding the objects
+// above it that are missing.
+func setPathCreating(m map[string]any, path string, v any) {
+	parts := strings.Split(path, ".")
+	cur := m
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := cur[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			cur[p] = next
+		}
+		cur = next
+	}
+	cur[parts[len(parts)-1]] = v
 }
 
 // setPath sets the value at a dotted path whose parent exists.

@@ -472,8 +472,6 @@ func ngSpokeLoss(u *unstructured.Unstructured, version string) *unstructured.Uns
 		return out
 	}
 	spec := out.Object["spec"].(map[string]any)
-	delete(spec, "kubernetesVersion")
-	delete(spec, "static")
 	if _, ok := spec["docker"]; ok {
 		cri, _ := spec["cri"].(map[string]any)
 		if cri == nil {
@@ -648,7 +646,7 @@ spec:
     taints: [{effect: NoExecute, key: ship-class, value: frigate}]
   chaos: {mode: DrainAndDelete, period: 24h}
 `},
-		{"Hybrid is CloudStatic, v1alpha1's docker is cri.docker and its kubernetesVersion and static are dropped", "v1alpha1", "v1", `
+		{"Hybrid is CloudStatic, v1alpha1's docker is cri.docker, its kubernetesVersion and static are kept aside", "v1alpha1", "v1", `
 apiVersion: deckhouse.io/v1alpha1
 kind: NodeGroup
 metadata: {name: hybrid}
@@ -664,7 +662,10 @@ spec:
 `, `
 apiVersion: deckhouse.io/v1
 kind: NodeGroup
-metadata: {name: hybrid}
+metadata:
+  name: hybrid
+  annotations:
+    node-manager.deckhouse.io/older-version-fields: '{"v1alpha1":{"spec":{"kubernetesVersion":"1.19","static":{"internalNetworkCIDRs":["10.0.0.0/8"]}}}}'
 spec:
   nodeType: CloudStatic
   cri: {type: Docker, docker: {maxConcurrentDownloads: 10, manage: false}}
@@ -732,6 +733,110 @@ spec:
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ngSame(t, tc.from+" -> "+tc.to, ngConvert(t, ngParse(t, tc.in), tc.to), ngParse(t, tc.want))
+		})
+	}
+}
+
+// ngV1alpha1Own is a group written at v1alpha1 with the fields v1 has no
+// place for (Deckhouse's first NodeGroup example pins kubernetesVersion).
+const ngV1alpha1Own = `
+apiVersion: deckhouse.io/v1alpha1
+kind: NodeGroup
+metadata: {name: test}
+spec:
+  nodeType: Cloud
+  kubernetesVersion: "1.16"
+  static: {internalNetworkCIDRs: [10.0.0.0/8, 192.168.0.0/16]}
+  cri: {type: Containerd}
+  cloudInstances: {zones: [eu-west-1a], minPerZone: 1, maxPerZone: 3, classReference: {kind: AWSInstanceClass, name: test}}
+  kubelet: {maxPods: 150, rootDir: /mnt/data/kubelet}
+`
+
+// TestNodeGroupV1alpha1FieldsSurviveStorage: v1alpha1's kubernetesVersion
+// and static, which v1 has no place for, are read back at v1alpha1 as
+// written (directly and after a read and write at v1alpha2), while v1
+// readers see neither: v1's own spec.kubernetesVersion, which pins the
+// kubelets, stays unset.
+func TestNodeGroupV1alpha1FieldsSurviveStorage(t *testing.T) {
+	written := ngParse(t, ngV1alpha1Own)
+	stored := ngConvert(t, written, "v1")
+	for _, p := range []string{"spec.kubernetesVersion", "spec.static"} {
+		if v, ok := getPath(stored.Object, p); ok {
+			t.Errorf("stored at v1, %s is %v: a v1 reader must not see v1alpha1's field", p, v)
+		}
+	}
+	ngSame(t, "v1alpha1 -> v1 -> v1alpha1", ngConvert(t, stored, "v1alpha1"), written)
+	viaV1alpha2 := ngConvert(t, ngConvert(t, stored, "v1alpha2"), "v1")
+	ngSame(t, "v1alpha1 -> v1 -> v1alpha2 -> v1", viaV1alpha2, stored)
+	ngSame(t, "v1alpha1 -> v1 -> v1alpha2 -> v1 -> v1alpha1", ngConvert(t, viaV1alpha2, "v1alpha1"), written)
+	ngSame(t, "v1alpha1 -> v1alpha2 -> v1alpha1", ngConvert(t, ngConvert(t, written, "v1alpha2"), "v1alpha1"), written)
+}
+
+// TestNodeGroupV1alpha1FieldsFollowWritesAtV1alpha1: a v1alpha1 write
+// that changes or removes the fields is what is read back; an edit at v1
+// keeps them; v1's own kubernetesVersion and v1alpha1's live side by side.
+func TestNodeGroupV1alpha1FieldsFollowWritesAtV1alpha1(t *testing.T) {
+	stored := ngConvert(t, ngParse(t, ngV1alpha1Own), "v1")
+
+	read := ngConvert(t, stored, "v1alpha1")
+	unstructured.RemoveNestedField(read.Object, "spec", "static")
+	if err := unstructured.SetNestedField(read.Object, "1.19", "spec", "kubernetesVersion"); err != nil {
+		t.Fatal(err)
+	}
+	again := ngConvert(t, ngConvert(t, read, "v1"), "v1alpha1")
+	ngSame(t, "changed at v1alpha1, read back", again, read)
+
+	unstructured.RemoveNestedField(read.Object, "spec", "kubernetesVersion")
+	rewritten := ngConvert(t, read, "v1")
+	if _, ok := rewritten.GetAnnotations()[deckhousev1.OlderVersionFieldsAnnotation]; ok {
+		t.Errorf("both fields removed at v1alpha1, the stored group still carries %s", ngYAML(rewritten))
+	}
+	ngSame(t, "removed at v1alpha1, read back", ngConvert(t, rewritten, "v1alpha1"), read)
+
+	// At v1: the group pins its kubelets and gets a label.
+	edited := stored.DeepCopy()
+	if err := unstructured.SetNestedField(edited.Object, "1.36", "spec", "kubernetesVersion"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(edited.Object, "yes", "spec", "nodeTemplate", "labels", "example.com/edited"); err != nil {
+		t.Fatal(err)
+	}
+	old := ngConvert(t, edited, "v1alpha1")
+	if v, _, _ := unstructured.NestedString(old.Object, "spec", "kubernetesVersion"); v != "1.16" {
+		t.Errorf("edited at v1 (its own kubernetesVersion 1.36), read at v1alpha1: kubernetesVersion is %q, want v1alpha1's 1.16", v)
+	}
+	if v, _, _ := unstructured.NestedString(old.Object, "spec", "nodeTemplate", "labels", "example.com/edited"); v != "yes" {
+		t.Errorf("edited at v1, read at v1alpha1: the label is %q, want yes", v)
+	}
+	ngSame(t, "edited at v1, read and written unchanged at v1alpha1", ngConvert(t, old, "v1"), edited)
+}
+
+// TestNodeGroupV1alpha1FieldsAnnotationIsChecked: the annotation is the
+// writer's to edit; what it gives back must pass v1alpha1's schema, and a
+// malformed one is ignored, never an error on read.
+func TestNodeGroupV1alpha1FieldsAnnotationIsChecked(t *testing.T) {
+	stored := ngConvert(t, ngParse(t, ngV1alpha1Own), "v1")
+	plain := ngParse(t, ngV1alpha1Own)
+	unstructured.RemoveNestedField(plain.Object, "spec", "kubernetesVersion")
+	unstructured.RemoveNestedField(plain.Object, "spec", "static")
+	for name, value := range map[string]string{
+		"a value the pattern refuses": `{"v1alpha1":{"spec":{"kubernetesVersion":"1.16\nrm -rf /"}}}`,
+		"a field of the wrong type":   `{"v1alpha1":{"spec":{"static":"10.0.0.0/8"}}}`,
+		"not JSON":                    `{"v1alpha1":`,
+		"an entry that is no object":  `{"v1alpha1":"1.16"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			hostile := stored.DeepCopy()
+			hostile.SetAnnotations(map[string]string{deckhousev1.OlderVersionFieldsAnnotation: value})
+			got := ngConvert(t, hostile, "v1alpha1")
+			for _, p := range []string{"spec.kubernetesVersion", "spec.static"} {
+				if v, ok := getPath(got.Object, p); ok {
+					t.Errorf("read at v1alpha1, %s is %v from the annotation %s", p, v, value)
+				}
+			}
+			if got.Object["spec"] == nil || !reflect.DeepEqual(got.Object["spec"], plain.Object["spec"]) {
+				t.Errorf("read at v1alpha1, spec is %v, want %v", got.Object["spec"], plain.Object["spec"])
+			}
 		})
 	}
 }

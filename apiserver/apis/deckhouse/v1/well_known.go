@@ -618,3 +618,11 @@ const (
 // reads it going up, so an object edited at an older version keeps what
 // only the newer one holds (apiserver/conversion).
 const ConversionDataAnnotation = "node-manager.deckhouse.io/conversion-data"
+
+// OlderVersionFieldsAnnotation holds, on a stored object, the fields an
+// older version of its kind has and the storage version has no place for
+// (JSON, by version: {"v1alpha1":{"spec":{"kubernetesVersion":"1.16"}}}).
+// The conversion webhook writes a version's entry when the object is
+// written at that version and gives the fields back when it is read
+// there; nothing else reads them (apiserver/conversion).
+const OlderVersionFieldsAnnotation = "node-manager.deckhouse.io/older-version-fields"

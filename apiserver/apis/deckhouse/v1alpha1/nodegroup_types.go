@@ -61,9 +61,10 @@ type NodeGroupSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message=".spec.nodeType field is immutable",reason=FieldValueForbidden
 	NodeType NodeType `json:"nodeType"`
 
-	// KubernetesVersion was the group's Kubernetes minor. Deckhouse drops
-	// it converting to v1, and so does node-manager: it has no effect
-	// (v1's spec.kubernetesVersion does).
+	// KubernetesVersion was the group's Kubernetes minor. It has no effect
+	// (v1's spec.kubernetesVersion does, and is not set from it); Deckhouse
+	// drops it converting to v1, node-manager keeps it aside and reads it
+	// back at v1alpha1 as written.
 	// +optional
 	// +kubebuilder:validation:Pattern=`^1\.[0-9]{1,3}$`
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
@@ -103,9 +104,10 @@ type NodeGroupSpec struct {
 	// +optional
 	CloudInstances *CloudInstancesSpec `json:"cloudInstances,omitempty"`
 
-	// Static held the subnets of static nodes. Deckhouse drops it
-	// converting to v1, and so does node-manager (the cluster's
-	// StaticClusterConfiguration holds them).
+	// Static held the subnets of static nodes. It has no effect (the
+	// cluster's StaticClusterConfiguration holds them); Deckhouse drops it
+	// converting to v1, node-manager keeps it aside and reads it back at
+	// v1alpha1 as written.
 	// +optional
 	Static *StaticSpec `json:"static,omitempty"`
 }
