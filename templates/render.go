@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -34,7 +35,14 @@ type CustomStep struct {
 // FileName is the step's name in the bundle: the weight in three digits, an
 // underscore, the object's name, and ".sh" unless the name already ends so.
 func (s CustomStep) FileName() string {
-	name := fmt.Sprintf("%03d_%s", s.Weight, s.Name)
+	var name string
+	if s.Weight >= 0 && s.Weight <= MaxWeight {
+		// What the Sprintf below gives, without its cost: a render names
+		// every step of every group.
+		name = strconv.Itoa(int(s.Weight) + 1000)[1:] + "_" + s.Name
+	} else {
+		name = fmt.Sprintf("%03d_%s", s.Weight, s.Name)
+	}
 	if !strings.HasSuffix(name, ".sh") {
 		name += ".sh"
 	}
@@ -146,7 +154,7 @@ func (t *Tree) placeCustom(b *Bundle, custom []CustomStep, known map[string]stri
 		if _, ok := known[s.Name]; ok {
 			continue
 		}
-		if refused[i] = s.check(); refused[i] == nil {
+		if refused[i] = s.check(); refused[i] == nil && !s.static() {
 			texts = append(texts, NamedText{Name: "NodeGroupConfiguration/" + s.Name, Text: s.Content})
 		}
 	}
@@ -161,7 +169,11 @@ func (t *Tree) placeCustom(b *Bundle, custom []CustomStep, known map[string]stri
 		placed, isKnown := known[s.Name]
 		var out string
 		var err error
-		if !isKnown {
+		switch {
+		case isKnown:
+		case s.static():
+			out = s.Content
+		default:
 			out, err = outs[0], errs[0]
 			outs, errs = outs[1:], errs[1:]
 		}
@@ -213,6 +225,18 @@ func (t *Tree) placeCustom(b *Bundle, custom []CustomStep, known map[string]stri
 // a step of baseCustom has the file name of a built-in step (one that
 // rendered empty and was replaced); then only Render can tell.
 func (t *Tree) Recompose(ctx *Context, base *Bundle, baseCustom, custom []CustomStep) (bundle *Bundle, failures []Failure, ok bool) {
+	return t.recompose(ctx, base, baseCustom, custom, true)
+}
+
+// RecomposeSteps is Recompose without the checksum (the bundle's Checksum
+// is empty): for a caller that compares the steps themselves (a preview
+// that says which steps change, not what the new checksum is), and spares
+// hashing every script of the group, most of a one-step recompose's cost.
+func (t *Tree) RecomposeSteps(ctx *Context, base *Bundle, baseCustom, custom []CustomStep) (bundle *Bundle, failures []Failure, ok bool) {
+	return t.recompose(ctx, base, baseCustom, custom, false)
+}
+
+func (t *Tree) recompose(ctx *Context, base *Bundle, baseCustom, custom []CustomStep, checksum bool) (bundle *Bundle, failures []Failure, ok bool) {
 	b := &Bundle{Bashible: base.Bashible, Bootstrap: base.Bootstrap, Steps: maps.Clone(base.Steps)}
 	builtin := map[string]bool{}
 	for _, s := range t.steps {
@@ -230,12 +254,13 @@ func (t *Tree) Recompose(ctx *Context, base *Bundle, baseCustom, custom []Custom
 		previous[s.Name] = s
 	}
 	known := map[string]string{}
-	changed := false
+	changed, templated := false, false
 	for _, s := range custom {
 		if p, had := previous[s.Name]; had && sameStep(p, s) {
 			known[s.Name] = base.Steps[s.FileName()]
 		} else {
 			changed = true
+			templated = templated || !s.static()
 		}
 	}
 	if !changed && len(custom) == len(baseCustom) {
@@ -244,6 +269,12 @@ func (t *Tree) Recompose(ctx *Context, base *Bundle, baseCustom, custom []Custom
 	var values map[string]any
 	var multiline []string
 	if changed {
+		multiline = ctx.multilineValues()
+	}
+	// The context is checked and encoded only for a step that reads it: a
+	// static step reads no value, and base rendered under this context,
+	// so it passed the check.
+	if templated {
 		if err := ctx.Check(); err != nil {
 			return nil, ctx.RedactFailures([]Failure{{Err: err}}), true
 		}
@@ -251,15 +282,24 @@ func (t *Tree) Recompose(ctx *Context, base *Bundle, baseCustom, custom []Custom
 		if values, err = ctx.Values(); err != nil {
 			return nil, ctx.RedactFailures([]Failure{{Err: err}}), true
 		}
-		multiline = ctx.multilineValues()
 	}
 	failures = t.placeCustom(b, custom, known, values, multiline)
 	if len(failures) > 0 {
 		return nil, ctx.RedactFailures(failures), true
 	}
-	b.Checksum = Checksum(b.Bashible, b.Steps)
+	if checksum {
+		b.Checksum = Checksum(b.Bashible, b.Steps)
+	}
 	return b, nil, true
 }
+
+// static says the step's content holds no template action: without the
+// action delimiter, text/template parses it as one text node, which
+// renders to the content itself in every context. Such a step (most
+// NodeGroupConfigurations are plain scripts) is placed as it is, with no
+// render in the sandbox and no render context encoded for it; it is
+// checked like any rendered step.
+func (s CustomStep) static() bool { return !strings.Contains(s.Content, "{{") }
 
 // sameStep says a and b render to the same file.
 func sameStep(a, b CustomStep) bool {

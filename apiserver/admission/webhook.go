@@ -132,6 +132,9 @@ func (wh *Webhook) review(ctx context.Context, req *admissionv1.AdmissionRequest
 	if err != nil {
 		return Decision{Allowed: true, Warnings: []string{warning("cannot read the object (%s); it is admitted without a preview", err)}}
 	}
+	// The warnings name the changed steps, never their diffs or the new
+	// checksums.
+	p.StepsOnly = true
 	start := time.Now()
 	res, err := wh.previewer.Preview(ctx, p)
 	d := Decide(p, res, err)

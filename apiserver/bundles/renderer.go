@@ -58,7 +58,9 @@ type Result struct {
 	// leader shows it in the bashible-apiserver-context Secret.
 	Context *templates.Context
 
-	inputHash string
+	// contextHash identifies the render context (contextHash), inputHash
+	// that and the NodeGroupConfigurations (inputHash).
+	contextHash, inputHash string
 	// custom are the NodeGroupConfigurations' steps the group rendered
 	// with, which Compose starts from.
 	custom []templates.CustomStep
@@ -134,7 +136,9 @@ func (r *Renderer) Forget(group string) {
 }
 
 // Render renders one group from the cluster-wide inputs in (in.NodeGroups
-// is not read). Renders of different groups may run at once; renders of
+// is not read). When only the group's NodeGroupConfigurations changed
+// since its last render, and that render succeeded, only the changed ones
+// are rendered (as Compose does). Renders of different groups may run at once; renders of
 // one group must not (the controller's queue never runs a key twice at
 // once). A cluster configuration that cannot be read fails the group.
 func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
@@ -154,7 +158,11 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 	if ctx.NodeUsers, err = templates.NodeUsersFor(ng.Name, in.NodeUsers); err != nil {
 		return &Result{Group: ng.Name, Custom: names, ClusterSettingsDigest: digest, Failures: []templates.Failure{{Err: err}}}
 	}
-	hash, err := inputHash(r.tree.Digest(), &ctx, custom)
+	ctxHash, err := contextHash(r.tree.Digest(), &ctx)
+	if err != nil {
+		return &Result{Group: ng.Name, Custom: names, ClusterSettingsDigest: digest, Failures: []templates.Failure{{Err: err}}}
+	}
+	hash, err := inputHash(ctxHash, custom)
 	if err != nil {
 		return &Result{Group: ng.Name, Custom: names, ClusterSettingsDigest: digest, Failures: []templates.Failure{{Err: err}}}
 	}
@@ -167,8 +175,20 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 		return &cached
 	}
 	start := time.Now()
-	bundle, failures := r.tree.Render(&ctx, custom)
-	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest, Context: &ctx, inputHash: hash, custom: custom}
+	var bundle *templates.Bundle
+	var failures []templates.Failure
+	recomposed := false
+	if prev != nil && prev.Published != nil && prev.contextHash == ctxHash {
+		// Only NodeGroupConfigurations changed since the group's last
+		// good render: render those, take the rest from it
+		// (templates.Tree.Recompose gives what a whole render gives).
+		p := prev.Published
+		bundle, failures, recomposed = r.tree.Recompose(&ctx, &templates.Bundle{Bashible: p.Bashible, Steps: p.Steps, Bootstrap: p.Bootstrap, Checksum: p.Checksum}, prev.custom, custom)
+	}
+	if !recomposed {
+		bundle, failures = r.tree.Render(&ctx, custom)
+	}
+	res := &Result{Group: ng.Name, Failures: failures, Custom: names, Duration: time.Since(start), ClusterSettingsDigest: digest, Context: &ctx, contextHash: ctxHash, inputHash: hash, custom: custom}
 	if bundle != nil {
 		res.Published = &Published{
 			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
@@ -197,7 +217,18 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 // (none, failed, rendered under another context or template tree): the
 // caller renders the group whole.
 func (r *Renderer) Compose(ng *deckhousev1.NodeGroup, in Inputs, base *Result) (res *Result, ok bool) {
-	if base == nil || base.Published == nil || base.inputHash == "" || base.Group != ng.Name {
+	return r.compose(ng, in, base, true)
+}
+
+// ComposeSteps is Compose without the checksum: the result's
+// Published.Checksum is empty (templates.Tree.RecomposeSteps). For a
+// caller that compares the steps themselves.
+func (r *Renderer) ComposeSteps(ng *deckhousev1.NodeGroup, in Inputs, base *Result) (res *Result, ok bool) {
+	return r.compose(ng, in, base, false)
+}
+
+func (r *Renderer) compose(ng *deckhousev1.NodeGroup, in Inputs, base *Result, checksum bool) (res *Result, ok bool) {
+	if base == nil || base.Published == nil || base.contextHash == "" || base.Group != ng.Name {
 		return nil, false
 	}
 	settings, err := r.clusterSettings(in.ClusterConfiguration, in.StaticClusterConfiguration)
@@ -212,14 +243,23 @@ func (r *Renderer) Compose(ng *deckhousev1.NodeGroup, in Inputs, base *Result) (
 	if err != nil {
 		return nil, false
 	}
+	if ctx.NodeUsers, err = templates.NodeUsersFor(ng.Name, in.NodeUsers); err != nil {
+		return nil, false
+	}
 	baseCustom := base.custom
-	if hash, err := inputHash(r.tree.Digest(), &ctx, baseCustom); err != nil || hash != base.inputHash {
+	// base's input hash is of its context and baseCustom: the same
+	// context is the same inputs.
+	if hash, err := contextHash(r.tree.Digest(), &ctx); err != nil || hash != base.contextHash {
 		return nil, false
 	}
 	custom, names := customSteps(ng.Name, in.Configs)
 	b := base.Published
 	start := time.Now()
-	bundle, failures, ok := r.tree.Recompose(&ctx, &templates.Bundle{Bashible: b.Bashible, Steps: b.Steps, Bootstrap: b.Bootstrap, Checksum: b.Checksum}, baseCustom, custom)
+	recompose := r.tree.Recompose
+	if !checksum {
+		recompose = r.tree.RecomposeSteps
+	}
+	bundle, failures, ok := recompose(&ctx, &templates.Bundle{Bashible: b.Bashible, Steps: b.Steps, Bootstrap: b.Bootstrap, Checksum: b.Checksum}, baseCustom, custom)
 	if !ok {
 		return nil, false
 	}
@@ -289,16 +329,24 @@ func SettingsDigest(settings templates.ClusterSettings, ca string) (string, erro
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// inputHash identifies everything a group's render depends on.
-func inputHash(treeDigest string, ctx *templates.Context, custom []templates.CustomStep) (string, error) {
+// contextHash identifies the render context a group renders under: the
+// template tree and everything templates read.
+func contextHash(treeDigest string, ctx *templates.Context) (string, error) {
 	h := sha256.New()
 	h.Write([]byte(treeDigest))
-	enc := json.NewEncoder(h) // encoding/json sorts map keys: stable across runs
-	if err := enc.Encode(ctx); err != nil {
-		return "", fmt.Errorf("hash render inputs: %w", err)
+	if err := json.NewEncoder(h).Encode(ctx); err != nil { // encoding/json sorts map keys: stable across runs
+		return "", fmt.Errorf("hash the render context: %w", err)
 	}
-	if err := enc.Encode(custom); err != nil {
-		return "", fmt.Errorf("hash render inputs: %w", err)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// inputHash identifies everything a group's render depends on: its
+// render context (contextHash) and its NodeGroupConfigurations.
+func inputHash(contextHash string, custom []templates.CustomStep) (string, error) {
+	h := sha256.New()
+	h.Write([]byte(contextHash))
+	if err := json.NewEncoder(h).Encode(custom); err != nil {
+		return "", fmt.Errorf("hash the NodeGroupConfigurations: %w", err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

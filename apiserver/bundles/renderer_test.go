@@ -128,6 +128,24 @@ func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 	if fromStale, ok := newRenderer(t).Compose(group("a"), next, stale); !ok || fromStale.Published == nil || fromStale.Published.Checksum != w.Checksum {
 		t.Errorf("composed from a render behind the inputs: %v %+v", ok, fromStale)
 	}
+	// Without the checksum (ComposeSteps), the same steps.
+	if steps, ok := newRenderer(t).ComposeSteps(group("a"), next, base); !ok || steps.Published == nil || steps.Published.Checksum != "" ||
+		!maps.Equal(steps.Published.Steps, w.Steps) || steps.Published.Bashible != w.Bashible {
+		t.Errorf("ComposeSteps: %v %+v; want the whole render's steps and no checksum", ok, steps)
+	}
+	// A group with node users composes: they are part of its render
+	// context, on both sides.
+	withUsers := func(in Inputs) Inputs {
+		in.NodeUsers = []*deckhousev1.NodeUser{{ObjectMeta: metav1.ObjectMeta{Name: "alice"}, Spec: deckhousev1.NodeUserSpec{
+			UID: 1100, SSHPublicKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDWXs6ivnQQ1yIwbmB4Om9p0CXUsImyNTFBYpTdnkZKl"}, PasswordHash: "!", NodeGroups: []string{"a"}}}}
+		return in
+	}
+	usersBase := newRenderer(t).RenderAll(withUsers(current))["a"]
+	usersWhole := newRenderer(t).Render(group("a"), withUsers(next))
+	if fromUsers, ok := newRenderer(t).Compose(group("a"), withUsers(next), usersBase); !ok || fromUsers.Published == nil || usersWhole.Published == nil ||
+		fromUsers.Published.Checksum != usersWhole.Published.Checksum {
+		t.Errorf("a group with a NodeUser: composed %v %+v; want the whole render %+v", ok, fromUsers, usersWhole.Failures)
+	}
 	other := group("a")
 	other.Spec.NodeTemplate = &deckhousev1.NodeTemplate{Labels: map[string]string{"x": "y"}}
 	if _, ok := newRenderer(t).Compose(other, next, base); ok {

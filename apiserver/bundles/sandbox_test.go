@@ -1,7 +1,9 @@
 package bundles
 
 import (
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -159,8 +161,8 @@ func TestAGroupsConfigurationsShareOneEncodingOfItsContext(t *testing.T) {
 	in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a"), group("b")},
 		Configs: []*deckhousev1alpha1.NodeGroupConfiguration{
 			config("one.sh", []string{"*"}, "echo {{ .nodeGroup.name }}"),
-			config("two.sh", []string{"*"}, "echo two"),
-			config("three.sh", []string{"*"}, "echo three")}}
+			config("two.sh", []string{"*"}, "echo two {{ .kubernetesVersion }}"),
+			config("three.sh", []string{"*"}, "echo three {{ .kubernetesVersion }}")}}
 	for g, res := range r.RenderAll(in) {
 		if res.Published == nil {
 			t.Fatalf("group %s: %v", g, res.Failures)
@@ -196,5 +198,54 @@ func TestAMemoryBombIsStoppedAtTheWorkerLimitAndTheServerDoesNotGrow(t *testing.
 	}
 	if grew > 16<<20 {
 		t.Errorf("the server grew by %d MiB", grew>>20)
+	}
+}
+
+// After a change of NodeGroupConfigurations alone, a group renders only
+// the changed ones: the others and the built-in templates are taken from
+// its last good render, and the bundle is the one a whole render gives.
+// A change of the render context renders everything again.
+func TestAConfigurationChangeRendersOnlyThatConfiguration(t *testing.T) {
+	r, sandboxed := timedSandboxedRenderer(t, 10*time.Second, 64<<20)
+	in := Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("a")},
+		Configs: []*deckhousev1alpha1.NodeGroupConfiguration{
+			config("one.sh", []string{"*"}, "echo {{ .nodeGroup.name }}"),
+			config("two.sh", []string{"*"}, "echo two {{ .kubernetesVersion }}")}}
+	if res := r.Render(group("a"), in); res.Published == nil {
+		t.Fatal(res.Failures)
+	}
+	changed := Inputs{NodeGroups: in.NodeGroups, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{
+		in.Configs[0], config("two.sh", []string{"*"}, "echo changed {{ .kubernetesVersion }}")}}
+	sandboxed.mu.Lock()
+	sandboxed.renders = nil
+	sandboxed.mu.Unlock()
+	res := r.Render(group("a"), changed)
+	whole := sandboxedRenderer(t, 10*time.Second, 64<<20).Render(group("a"), changed)
+	if res.Published == nil || whole.Published == nil || res.Published.Checksum != whole.Published.Checksum ||
+		!maps.Equal(res.Published.Steps, whole.Published.Steps) || res.Published.Bootstrap != whole.Published.Bootstrap {
+		t.Fatalf("after a configuration change: %+v; want the whole render %+v", res, whole)
+	}
+	sandboxed.mu.Lock()
+	var names []string
+	for _, x := range sandboxed.renders {
+		names = append(names, x.name)
+	}
+	sandboxed.mu.Unlock()
+	if !slices.Equal(names, []string{"NodeGroupConfiguration/two.sh"}) {
+		t.Errorf("the sandbox rendered %v; want only two.sh", names)
+	}
+	// Another render context (a label templates can read) renders both.
+	labelled := group("a")
+	labelled.Spec.NodeTemplate = &deckhousev1.NodeTemplate{Labels: map[string]string{"x": "y"}}
+	sandboxed.mu.Lock()
+	sandboxed.renders = nil
+	sandboxed.mu.Unlock()
+	if res := r.Render(labelled, changed); res.Published == nil {
+		t.Fatal(res.Failures)
+	}
+	sandboxed.mu.Lock()
+	defer sandboxed.mu.Unlock()
+	if len(sandboxed.renders) != 2 {
+		t.Errorf("after a NodeGroup change the sandbox rendered %d configurations; want both", len(sandboxed.renders))
 	}
 }

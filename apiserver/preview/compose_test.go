@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -196,6 +197,24 @@ func TestAComposedPreviewIsTheWholeRender(t *testing.T) {
 				if !reflect.DeepEqual(got.Failures, want.Failures) {
 					t.Errorf("composed: failures\n%+v\nwhole render:\n%+v", got.Failures, want.Failures)
 				}
+				// What the webhook asks for (the steps, no diffs or
+				// checksums) is the same groups, steps and failures.
+				stepsOnly := tc.p
+				stepsOnly.StepsOnly = true
+				brief, err := composing.Preview(context.Background(), stepsOnly)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(withoutDiffs(brief.Groups), withoutDiffs(want.Groups)) || !reflect.DeepEqual(brief.Failures, want.Failures) {
+					t.Errorf("steps only: groups\n%+v\nfailures %+v\nwhole render:\n%+v\nfailures %+v", brief.Groups, brief.Failures, want.Groups, want.Failures)
+				}
+				for _, g := range brief.Groups {
+					for _, st := range g.Steps {
+						if st.Diff != "" {
+							t.Errorf("steps only: group %s step %s has a diff", g.Group, st.Name)
+						}
+					}
+				}
 				// The webhook's warnings and refusal are a function of these
 				// (admission.Decide): equal here, equal there.
 				if refused := len(got.ProposalFailures(tc.p)) > 0; refused != tc.wantRefused {
@@ -216,6 +235,20 @@ func TestAComposedPreviewIsTheWholeRender(t *testing.T) {
 			})
 		}
 	}
+}
+
+// withoutDiffs is groups with no step diffs and no new checksums.
+func withoutDiffs(groups []GroupChange) []GroupChange {
+	out := make([]GroupChange, 0, len(groups))
+	for _, g := range groups {
+		g.Checksum = ""
+		g.Steps = slices.Clone(g.Steps)
+		for i := range g.Steps {
+			g.Steps[i].Diff = ""
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 // TestAConfigurationForEveryGroupRendersOnlyItsStep: a preview of a
@@ -269,6 +302,30 @@ func TestAConfigurationForEveryGroupRendersOnlyItsStep(t *testing.T) {
 			t.Fatalf("the sandbox rendered %s; want only the proposal", n)
 		}
 	}
+	sandboxed.mu.Unlock()
+
+	// A plain script (no template action) renders to itself in every
+	// group: nothing is sent to the sandbox, and it is still checked as
+	// bash.
+	sandboxed.reset()
+	plain, err := pv.Preview(context.Background(), Proposal{Config: config("plain.sh", []string{"*"}, "sysctl -w vm.swappiness=1\n"), StepsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Groups) != len(groups) || len(plain.Failures) != 0 {
+		t.Fatalf("a plain script: groups %+v failures %+v; want all %d groups changed", plain.Groups, plain.Failures, len(groups))
+	}
+	notBash, err := pv.Preview(context.Background(), Proposal{Config: config("not-bash.sh", []string{"*"}, "if then fi\n"), StepsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := notBash.ProposalFailures(Proposal{Config: config("not-bash.sh", nil, "")}); len(f) != len(groups) || !strings.Contains(f[0].Message, "bash cannot parse") {
+		t.Errorf("a plain script that is not bash: failures %+v; want it refused in every group", notBash.Failures)
+	}
+	sandboxed.mu.Lock()
+	if sandboxed.requests != 0 {
+		t.Errorf("plain scripts went to the sandbox %d times (%v); want none", sandboxed.requests, sandboxed.names)
+	}
 }
 
 // A group's current render behind the configurations (changes the bundle
@@ -277,10 +334,10 @@ func TestAConfigurationForEveryGroupRendersOnlyItsStep(t *testing.T) {
 // settings changed since) is not: the group renders whole.
 func TestACurrentRenderIsComposedFromOnlyUnderTheSameContext(t *testing.T) {
 	tree, sandboxed := sandboxedTree(t)
-	in := bundles.Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("worker")}, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{config("a", []string{"*"}, "echo a\n")}}
+	in := bundles.Inputs{NodeGroups: []*deckhousev1.NodeGroup{group("worker")}, Configs: []*deckhousev1alpha1.NodeGroupConfiguration{config("a", []string{"*"}, "echo a {{ .nodeGroup.name }}\n")}}
 	behind := bundles.NewRenderer(tree).RenderAll(bundles.Inputs{NodeGroups: in.NodeGroups})
 	published := fakePublished{"worker": behind["worker"].Published}
-	p := Proposal{Config: config("b", []string{"*"}, "echo b\n")}
+	p := Proposal{Config: config("b", []string{"*"}, "echo b {{ .nodeGroup.name }}\n")}
 	want, err := New(tree, fakeInputs{in: in}, published, fakeNodes{}).Preview(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)

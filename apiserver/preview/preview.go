@@ -64,6 +64,12 @@ type Nodes interface {
 type Proposal struct {
 	NodeGroup *deckhousev1.NodeGroup
 	Config    *deckhousev1alpha1.NodeGroupConfiguration
+	// StepsOnly asks for which steps change and how (added, removed,
+	// modified, disruptive), without their diffs or the groups' new
+	// checksums: what the admission webhook's warnings say. It spares
+	// hashing every script of every group the proposal touches, most of
+	// the cost of a configuration that selects every group.
+	StepsOnly bool
 }
 
 // Result is what a proposal changes.
@@ -176,7 +182,11 @@ func (pv *Previewer) Preview(ctx context.Context, p Proposal) (*Result, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("preview stopped before group %s: %w", ng.Name, err)
 		}
-		r, composed := pv.renderer.Compose(ng, in, pv.inputs.Rendered(ng.Name))
+		compose := pv.renderer.Compose
+		if p.StepsOnly {
+			compose = pv.renderer.ComposeSteps
+		}
+		r, composed := compose(ng, in, pv.inputs.Rendered(ng.Name))
 		if composed {
 			res.Composed++
 		} else {
@@ -193,7 +203,7 @@ func (pv *Previewer) Preview(ctx context.Context, p Proposal) (*Result, error) {
 		if b, ok := pv.published.Get(ng.Name); ok {
 			before = b
 		}
-		if change, changed := compare(before, r.Published); changed {
+		if change, changed := compare(before, r.Published, !p.StepsOnly); changed {
 			change.Nodes = nodes[ng.Name]
 			change.NodeCount = int32(len(change.Nodes))
 			change.ApprovalMode = approvalMode(ng)
@@ -260,8 +270,10 @@ func affected(current, next bundles.Inputs, p Proposal) []*deckhousev1.NodeGroup
 }
 
 // compare is what changes from before (nil for a group not published
-// yet) to after, and whether anything does.
-func compare(before, after *bundles.Published) (GroupChange, bool) {
+// yet) to after, and whether anything does; with diffs, each changed
+// step's unified diff. after's checksum may be empty (composed without
+// it): then the steps themselves say whether anything changes.
+func compare(before, after *bundles.Published, diffs bool) (GroupChange, bool) {
 	// A group's first bundle disrupts nothing: a node's first run passes
 	// every disruption gate (bb-disruption-gate), there being no workload
 	// yet.
@@ -270,7 +282,7 @@ func compare(before, after *bundles.Published) (GroupChange, bool) {
 		before = &bundles.Published{}
 	}
 	change := GroupChange{Group: after.Group, Checksum: after.Checksum, PreviousChecksum: before.Checksum}
-	if before.Checksum == after.Checksum {
+	if after.Checksum != "" && before.Checksum == after.Checksum {
 		return change, false
 	}
 	names := map[string]bool{}
@@ -299,7 +311,10 @@ func compare(before, after *bundles.Published) (GroupChange, bool) {
 		if old == new && hadOld == hasNew {
 			continue
 		}
-		step := bashiblev1alpha1.StepPreview{Name: name, Diff: linediff.Unified("a/"+name, "b/"+name, old, new)}
+		step := bashiblev1alpha1.StepPreview{Name: name}
+		if diffs {
+			step.Diff = linediff.Unified("a/"+name, "b/"+name, old, new)
+		}
 		switch {
 		case !hadOld:
 			step.Change = bashiblev1alpha1.StepAdded
@@ -316,7 +331,7 @@ func compare(before, after *bundles.Published) (GroupChange, bool) {
 		}
 		change.Steps = append(change.Steps, step)
 	}
-	return change, true
+	return change, after.Checksum != "" || first || len(change.Steps) > 0
 }
 
 // approvalMode is how the group's disruptions are approved, which says
