@@ -237,38 +237,78 @@ func (t *Tree) RecomposeSteps(ctx *Context, base *Bundle, baseCustom, custom []C
 }
 
 func (t *Tree) recompose(ctx *Context, base *Bundle, baseCustom, custom []CustomStep, checksum bool) (bundle *Bundle, failures []Failure, ok bool) {
-	b := &Bundle{Bashible: base.Bashible, Bootstrap: base.Bootstrap, Steps: maps.Clone(base.Steps)}
-	builtin := map[string]bool{}
-	for _, s := range t.steps {
-		builtin[s.name] = true
-	}
-	previous := make(map[string]CustomStep, len(baseCustom))
-	for _, s := range baseCustom {
-		if builtin[s.FileName()] {
-			return nil, nil, false
-		}
-		if _, placed := base.Steps[s.FileName()]; !placed {
-			return nil, nil, false
-		}
-		delete(b.Steps, s.FileName())
-		previous[s.Name] = s
-	}
-	known := map[string]string{}
-	changed, templated := false, false
-	for _, s := range custom {
-		if p, had := previous[s.Name]; had && sameStep(p, s) {
-			known[s.Name] = base.Steps[s.FileName()]
-		} else {
-			changed = true
-			templated = templated || !s.static()
+	baseCustom, custom = byName(baseCustom), byName(custom)
+	// removed are base's steps that are gone or changed, added the steps
+	// that are new or changed; the others are base's as they are. A
+	// NodeGroupConfiguration that selects every group changes one step of
+	// each, so this is the work per group: nothing here is done per
+	// unchanged step but comparing it.
+	var removed, added []CustomStep
+	for i, j := 0, 0; i < len(baseCustom) || j < len(custom); {
+		switch {
+		case j == len(custom) || (i < len(baseCustom) && baseCustom[i].Name < custom[j].Name):
+			removed = append(removed, baseCustom[i])
+			i++
+		case i == len(baseCustom) || custom[j].Name < baseCustom[i].Name:
+			added = append(added, custom[j])
+			j++
+		default:
+			if !sameStep(baseCustom[i], custom[j]) {
+				removed, added = append(removed, baseCustom[i]), append(added, custom[j])
+			}
+			i, j = i+1, j+1
 		}
 	}
-	if !changed && len(custom) == len(baseCustom) {
+	if len(removed) == 0 && len(added) == 0 {
 		return base, nil, true
+	}
+	b := &Bundle{Bashible: base.Bashible, Bootstrap: base.Bootstrap, Steps: maps.Clone(base.Steps)}
+	for _, s := range removed {
+		file := s.FileName()
+		if t.builtin(file) {
+			// It replaced a built-in step that rendered empty: only
+			// Render can say what takes the file now.
+			return nil, nil, false
+		}
+		if _, placed := base.Steps[file]; !placed {
+			return nil, nil, false
+		}
+		delete(b.Steps, file)
+	}
+	// The added steps compete for their files with each other, with a
+	// built-in step of the same file and with an unchanged step placed
+	// there; placeCustom decides among them exactly as Render does among
+	// every step, the others being placed already.
+	isAdded := make(map[string]bool, len(added))
+	files := make(map[string]bool, len(added))
+	templated := false
+	for _, s := range added {
+		isAdded[s.Name] = true
+		files[s.FileName()] = true
+		templated = templated || !s.static()
+	}
+	competing := slices.Clone(added)
+	known := map[string]string{}
+	contested := &Bundle{Steps: map[string]string{}}
+	for file := range files {
+		placed, taken := b.Steps[file]
+		if !taken {
+			continue
+		}
+		delete(b.Steps, file)
+		if holder, ok := holderOf(custom, isAdded, file); ok {
+			competing = append(competing, holder)
+			known[holder.Name] = placed
+			if t.builtin(file) {
+				contested.Steps[file] = "" // the built-in it replaced rendered empty
+			}
+			continue
+		}
+		contested.Steps[file] = placed // a built-in step
 	}
 	var values map[string]any
 	var multiline []string
-	if changed {
+	if len(added) > 0 {
 		multiline = ctx.multilineValues()
 	}
 	// The context is checked and encoded only for a step that reads it: a
@@ -283,14 +323,41 @@ func (t *Tree) recompose(ctx *Context, base *Bundle, baseCustom, custom []Custom
 			return nil, ctx.RedactFailures([]Failure{{Err: err}}), true
 		}
 	}
-	failures = t.placeCustom(b, custom, known, values, multiline)
+	failures = t.placeCustom(contested, competing, known, values, multiline)
 	if len(failures) > 0 {
 		return nil, ctx.RedactFailures(failures), true
 	}
+	maps.Copy(b.Steps, contested.Steps)
 	if checksum {
 		b.Checksum = Checksum(b.Bashible, b.Steps)
 	}
 	return b, nil, true
+}
+
+// holderOf is the step of custom, not one of added, whose file is file.
+func holderOf(custom []CustomStep, added map[string]bool, file string) (CustomStep, bool) {
+	for _, s := range custom {
+		if !added[s.Name] && s.FileName() == file {
+			return s, true
+		}
+	}
+	return CustomStep{}, false
+}
+
+// byName is steps sorted by name (a copy when they were not).
+func byName(steps []CustomStep) []CustomStep {
+	byName := func(a, b CustomStep) int { return strings.Compare(a.Name, b.Name) }
+	if slices.IsSortedFunc(steps, byName) {
+		return steps
+	}
+	steps = slices.Clone(steps)
+	slices.SortFunc(steps, byName)
+	return steps
+}
+
+// builtin says file is a built-in step's.
+func (t *Tree) builtin(file string) bool {
+	return slices.ContainsFunc(t.steps, func(s namedText) bool { return s.name == file })
 }
 
 // static says the step's content holds no template action: without the

@@ -285,22 +285,23 @@ func compare(before, after *bundles.Published, diffs bool) (GroupChange, bool) {
 	if after.Checksum != "" && before.Checksum == after.Checksum {
 		return change, false
 	}
-	names := map[string]bool{}
+	// Only the steps that differ are named: most of a group's steps are
+	// the same strings on both sides.
+	var steps []string
+	for n, a := range after.Steps {
+		if b, had := before.Steps[n]; !had || a != b {
+			steps = append(steps, n)
+		}
+	}
 	for n := range before.Steps {
-		names[n] = true
-	}
-	for n := range after.Steps {
-		names[n] = true
-	}
-	// bashible.sh, the agent itself, is part of what nodes receive and of
-	// the checksum; it is shown first, like a step.
-	files := []string{bashiblev1alpha1.BashibleScriptKey}
-	steps := make([]string, 0, len(names))
-	for n := range names {
-		steps = append(steps, n)
+		if _, has := after.Steps[n]; !has {
+			steps = append(steps, n)
+		}
 	}
 	sort.Strings(steps)
-	files = append(files, steps...)
+	// bashible.sh, the agent itself, is part of what nodes receive and of
+	// the checksum; it is shown first, like a step.
+	files := append([]string{bashiblev1alpha1.BashibleScriptKey}, steps...)
 	for _, name := range files {
 		old, new := before.Steps[name], after.Steps[name]
 		_, hadOld := before.Steps[name]
