@@ -29,6 +29,7 @@ package crdmigration
 
 import (
 	"context"
+	"sync"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,6 +80,13 @@ type Controller struct {
 	crds   map[string]cache.GenericLister
 	synced []cache.InformerSynced
 	queue  *loop.Loop
+
+	mu sync.Mutex
+	// migrated is, by CRD name, the resourceVersion of the CRD this
+	// process migrated from: a sync that runs before the informer has
+	// seen its own status patch finds that version again, and must not
+	// rewrite every object a second time.
+	migrated map[string]string
 }
 
 // New wires the controller for the deckhouse.io CRDs of resources (the

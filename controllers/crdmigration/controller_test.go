@@ -315,3 +315,54 @@ func fieldName(selector string) (string, bool) {
 	}
 	return selector[len(prefix):], true
 }
+
+// A sync that runs again before the informer has seen the controller's
+// own status patch (the cache still holds the CRD it migrated from) does
+// not rewrite every object a second time; a CRD changed since (another
+// resourceVersion still listing an older version) is migrated again.
+func TestSyncDoesNotMigrateTheSameCRDTwice(t *testing.T) {
+	c := crd("deckhouse.io", "v1", "v1alpha1", "v1")
+	c.ResourceVersion = "10"
+	crdObj := unstructuredOf(t, c)
+	meta := metadatafake.NewSimpleMetadataClient(metaScheme(t), &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "deckhouse.io/v1", Kind: "NodeGroup"}, ObjectMeta: metav1.ObjectMeta{Name: "worker"}})
+	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), crdObj)
+	ctl := syncOnly(t, &manager.Deps{Dynamic: dyn, Metadata: meta}, crdObj)
+	rewrites := func() int {
+		n := 0
+		for _, a := range meta.Actions() {
+			if _, ok := a.(clienttesting.PatchAction); ok {
+				n++
+			}
+		}
+		return n
+	}
+	for range 2 {
+		if err := ctl.sync(context.Background(), c.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rewrites(); n != 1 {
+		t.Fatalf("two syncs of the same cached CRD rewrote %d objects, want 1", n)
+	}
+	changed := c.DeepCopy()
+	changed.ResourceVersion = "12"
+	changedObj := unstructuredOf(t, changed)
+	// Someone stored objects at an older version again.
+	ctl = syncOnlyWith(t, ctl, &manager.Deps{Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), changedObj), Metadata: meta}, changedObj)
+	if err := ctl.sync(context.Background(), c.Name); err != nil {
+		t.Fatal(err)
+	}
+	if n := rewrites(); n != 2 {
+		t.Errorf("a CRD at a new resourceVersion listing an older version again: %d rewrites in all, want 2", n)
+	}
+}
+
+// syncOnlyWith is ctl with clients d, reading crds from a new indexer,
+// keeping what it remembers.
+func syncOnlyWith(t *testing.T, ctl *Controller, d *manager.Deps, crds ...*unstructured.Unstructured) *Controller {
+	t.Helper()
+	next := syncOnly(t, d, crds...)
+	next.migrated = ctl.migrated
+	return next
+}

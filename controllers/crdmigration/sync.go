@@ -36,6 +36,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if len(stale) == 0 {
 		return nil
 	}
+	if rv, ok := c.migratedAt(name); ok && rv == crd.ResourceVersion {
+		// The cache has not seen this process's own status patch yet:
+		// the objects were rewritten from this very CRD. Its next event
+		// (the patch) shows nothing stale.
+		return nil
+	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: storage, Resource: crd.Spec.Names.Plural}
 	migrated, err := c.rewrite(ctx, gvr)
 	if err != nil {
@@ -51,8 +57,27 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if _, err := c.d.Dynamic.Resource(crdsResource).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: c.fieldManager}, "status"); err != nil {
 		return fmt.Errorf("CRD %s: setting status.storedVersions to [%s] after rewriting %d objects: %w", name, storage, migrated, err)
 	}
+	c.rememberMigrated(name, crd.ResourceVersion)
 	klog.InfoS("Migrated a CRD's objects to its storage version", "crd", name, "objects", migrated, "from", stale, "to", storage)
 	return nil
+}
+
+// migratedAt is the resourceVersion of the CRD name this process last
+// migrated from (its status patched); false when none.
+func (c *Controller) migratedAt(name string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rv, ok := c.migrated[name]
+	return rv, ok
+}
+
+func (c *Controller) rememberMigrated(name, resourceVersion string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.migrated == nil {
+		c.migrated = map[string]string{}
+	}
+	c.migrated[name] = resourceVersion
 }
 
 // rewrite writes every object of gvr with an empty patch, which
