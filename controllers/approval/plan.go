@@ -96,22 +96,14 @@ func maxConcurrent(g *deckhousev1.NodeGroup, n int) int {
 	return MaxConcurrent(g.Spec.Update.MaxConcurrent.String(), n)
 }
 
-// Mode is the group's disruption approval mode (Automatic by default).
-func Mode(g *deckhousev1.NodeGroup) deckhousev1.ApprovalMode {
-	if g.Spec.Disruptions == nil || g.Spec.Disruptions.ApprovalMode == "" {
-		return deckhousev1.ApprovalAutomatic
-	}
-	return g.Spec.Disruptions.ApprovalMode
-}
-
 func windows(g *deckhousev1.NodeGroup) []deckhousev1.DisruptionWindow {
 	d := g.Spec.Disruptions
 	switch {
 	case d == nil:
 		return nil
-	case Mode(g) == deckhousev1.ApprovalRollingUpdate && d.RollingUpdate != nil:
+	case nodes.Mode(g) == deckhousev1.ApprovalRollingUpdate && d.RollingUpdate != nil:
 		return d.RollingUpdate.Windows
-	case Mode(g) == deckhousev1.ApprovalAutomatic && d.Automatic != nil:
+	case nodes.Mode(g) == deckhousev1.ApprovalAutomatic && d.Automatic != nil:
 		return d.Automatic.Windows
 	}
 	return nil
@@ -194,7 +186,7 @@ func Plan(in Input) Decision {
 		}
 		return c < limit
 	}
-	mode := Mode(in.Group)
+	mode := nodes.Mode(in.Group)
 	// available: Ready, schedulable and not being drained — where pods go.
 	available := func(except *corev1.Node) int {
 		c := 0

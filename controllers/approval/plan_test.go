@@ -170,8 +170,8 @@ func TestManualNeverApprovesDisruptions(t *testing.T) {
 	if a := out["a"]; nodes.Has(a, deckhousev1.DisruptionApprovedAnnotation) || nodes.Has(a, deckhousev1.DrainingAnnotation) {
 		t.Errorf("Manual mode acted on its own: %v", a.Annotations)
 	}
-	if s := State(out["a"], group("w", mode(deckhousev1.ApprovalManual, nil)), sum); s != StateWaitingForManualDisruptionApproval {
-		t.Errorf("state %s, want %s", s, StateWaitingForManualDisruptionApproval)
+	if s := nodes.State(out["a"], group("w", mode(deckhousev1.ApprovalManual, nil)), sum); s != nodes.StateWaitingForManualDisruptionApproval {
+		t.Errorf("state %s, want %s", s, nodes.StateWaitingForManualDisruptionApproval)
 	}
 }
 
@@ -322,7 +322,7 @@ func TestRollingUpdateMarksAndReportsOnce(t *testing.T) {
 	if d := Plan(Input{Group: g, Checksum: sum, Nodes: []*corev1.Node{n}, Now: noon}); len(d.Events) != 0 || len(d.Changes) != 0 {
 		t.Errorf("second pass: events %+v changes %v; want nothing new", d.Events, d.Changes)
 	}
-	if s := State(n, g, sum); s != StateRollingUpdate {
+	if s := nodes.State(n, g, sum); s != nodes.StateRollingUpdate {
 		t.Errorf("state %s, want RollingUpdate", s)
 	}
 	machine := node("b", true, deckhousev1.ApprovedAnnotation, "", deckhousev1.DisruptionRequiredAnnotation, "", deckhousev1.MachineAnnotation, "md-1")

@@ -70,7 +70,7 @@ type world struct {
 func (w *world) fail(format string, args ...any) {
 	w.t.Helper()
 	w.t.Fatalf("step %d (group %s, maxConcurrent %v, mode %s): %s", w.step, w.group.Name,
-		w.group.Spec.Update.MaxConcurrent, Mode(w.group), fmt.Sprintf(format, args...))
+		w.group.Spec.Update.MaxConcurrent, nodes.Mode(w.group), fmt.Sprintf(format, args...))
 }
 
 func (w *world) approved() int {
@@ -119,7 +119,7 @@ func (w *world) controller() {
 			}
 		}
 		if v, ok := c.Annotations[deckhousev1.DisruptionApprovedAnnotation]; ok && v != nil {
-			if Mode(w.group) == deckhousev1.ApprovalManual {
+			if nodes.Mode(w.group) == deckhousev1.ApprovalManual {
 				w.fail("node %s: disruption approved automatically in Manual mode", n.node.Name)
 			}
 			if !InWindow(windows(w.group), w.now) {
@@ -155,7 +155,7 @@ func (w *world) controller() {
 		}
 	}
 	// Draining is a disruption too: none of ours runs outside the windows.
-	if Mode(w.group) == deckhousev1.ApprovalAutomatic && !InWindow(windows(w.group), w.now) {
+	if nodes.Mode(w.group) == deckhousev1.ApprovalAutomatic && !InWindow(windows(w.group), w.now) {
 		for _, n := range w.nodes {
 			if nodes.DrainingByUs(n.node) && nodes.Has(n.node, deckhousev1.DisruptionRequiredAnnotation) {
 				w.fail("node %s is being drained outside the disruption windows (%s)", n.node.Name, w.now.Format("Mon 15:04"))
@@ -308,7 +308,7 @@ func (w *world) agents() {
 		case !nodes.Has(n.node, deckhousev1.ApprovedAnnotation) && !nodes.Has(n.node, deckhousev1.WaitingForApprovalAnnotation):
 			a[deckhousev1.WaitingForApprovalAnnotation] = ""
 			delete(a, deckhousev1.ConfigurationChecksumAnnotation)
-			if n.disruptive && Mode(w.group) != deckhousev1.ApprovalRollingUpdate && w.rng.IntN(2) == 0 {
+			if n.disruptive && nodes.Mode(w.group) != deckhousev1.ApprovalRollingUpdate && w.rng.IntN(2) == 0 {
 				// A node may ask for both at once; the disruption must
 				// still wait for the update approval.
 				a[deckhousev1.DisruptionRequiredAnnotation] = ""
@@ -318,7 +318,7 @@ func (w *world) agents() {
 		case a[deckhousev1.ConfigurationChecksumAnnotation] == n.target:
 			// applied; waiting for node-manager to clean up
 		case n.disruptive && !nodes.Has(n.node, deckhousev1.DisruptionApprovedAnnotation):
-			if Mode(w.group) == deckhousev1.ApprovalRollingUpdate {
+			if nodes.Mode(w.group) == deckhousev1.ApprovalRollingUpdate {
 				a[deckhousev1.RollingUpdateAnnotation] = ""
 			} else {
 				a[deckhousev1.DisruptionRequiredAnnotation] = ""
@@ -381,7 +381,7 @@ func (w *world) chaos() {
 	case r < 30 && w.everyRun: // a machine reboots; its steps ask for a disruption again
 		n.again = true
 	}
-	if Mode(w.group) == deckhousev1.ApprovalManual && w.rng.IntN(10) == 0 {
+	if nodes.Mode(w.group) == deckhousev1.ApprovalManual && w.rng.IntN(10) == 0 {
 		// a person drains and approves a disruption
 		for _, n := range w.nodes {
 			if nodes.Has(n.node, deckhousev1.DisruptionRequiredAnnotation) {
@@ -476,7 +476,7 @@ func TestSimulatedRollouts(t *testing.T) {
 			} else if r.SoakUntil != nil && w.now.Before(r.SoakUntil.Time) {
 				w.now = r.SoakUntil.Time
 			}
-			if Mode(w.group) == deckhousev1.ApprovalManual {
+			if nodes.Mode(w.group) == deckhousev1.ApprovalManual {
 				for _, n := range w.nodes {
 					if nodes.Has(n.node, deckhousev1.DisruptionRequiredAnnotation) {
 						n.node.Annotations[deckhousev1.DisruptionApprovedAnnotation] = ""
@@ -492,7 +492,7 @@ func TestSimulatedRollouts(t *testing.T) {
 		if !w.done() {
 			var states []string
 			for _, n := range w.nodes {
-				states = append(states, fmt.Sprintf("%s=%s%v", n.node.Name, State(n.node, w.group, w.sum), n.node.Annotations))
+				states = append(states, fmt.Sprintf("%s=%s%v", n.node.Name, nodes.State(n.node, w.group, w.sum), n.node.Annotations))
 			}
 			slices.Sort(states)
 			w.fail("the rollout did not finish (seed %d): %v", seed, states)

@@ -7,12 +7,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 // Metrics: node_group_node_status is one-hot per node over
-// approval.States; node_manager_node_ready is each grouped node's
+// nodes.States; node_manager_node_ready is each grouped node's
 // readiness (the group-availability alerts count it, and
 // D8NodeIsNotUpdating fires only for Ready nodes); waiting counts nodes per
 // group and kind of wait. Labels are node and group names and the fixed
@@ -58,7 +57,7 @@ type NodeSeries struct {
 }
 
 type nodeState struct {
-	state string // one of approval.States
+	state string // one of nodes.States
 	ready bool
 }
 
@@ -74,7 +73,7 @@ func (s *NodeSeries) Collect(ch chan<- prometheus.Metric) {
 	defer s.mu.Unlock()
 	for group, ns := range s.groups {
 		for node, st := range ns {
-			for _, state := range approval.States {
+			for _, state := range nodes.States {
 				ch <- prometheus.MustNewConstMetric(s.status, prometheus.GaugeValue, one(state == st.state), node, group, state)
 			}
 			ch <- prometheus.MustNewConstMetric(s.ready, prometheus.GaugeValue, one(st.ready), node, group)
@@ -113,14 +112,14 @@ func (c *Controller) export(group string, g *deckhousev1.NodeGroup, ns []*corev1
 		if nodes.Has(n, deckhousev1.ApprovedAnnotation) {
 			approved++
 		}
-		state := approval.State(n, g, checksum)
+		state := nodes.State(n, g, checksum)
 		states[n.Name] = nodeState{state: state, ready: nodes.IsReady(n)}
 		switch state {
-		case approval.StateWaitingForApproval:
+		case nodes.StateWaitingForApproval:
 			waiting["update"]++
-		case approval.StateWaitingForDisruptionApproval:
+		case nodes.StateWaitingForDisruptionApproval:
 			waiting["disruption"]++
-		case approval.StateWaitingForManualDisruptionApproval:
+		case nodes.StateWaitingForManualDisruptionApproval:
 			waiting["manual_disruption"]++
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/approval"
+	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 // series gathers reg as "name{node,group,status} value" lines.
@@ -52,7 +52,7 @@ func TestNodeSeriesFollowTheNodes(t *testing.T) {
 	c.export("m", &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "m"}}, []*corev1.Node{node("m1", "m", true)}, "new")
 
 	got := series(t, reg, "node_group_node_status", "node_manager_node_ready")
-	if want := 3 * (len(approval.States) + 1); len(got) != want {
+	if want := 3 * (len(nodes.States) + 1); len(got) != want {
 		t.Fatalf("%d series, want %d: %v", len(got), want, got)
 	}
 	for _, want := range []string{

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/approval"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
@@ -99,7 +98,7 @@ func Compute(g *deckhousev1.NodeGroup, checksum string, ns []*corev1.Node, compo
 	waitMsg := "no node waits for a disruption approval"
 	if len(waitingDisruption) > 0 {
 		waitMsg = fmt.Sprintf("%s wait(s) for a disruption approval", list(waitingDisruption))
-		if approval.Mode(g) == deckhousev1.ApprovalManual {
+		if nodes.Mode(g) == deckhousev1.ApprovalManual {
 			waitMsg += "; the group's approvalMode is Manual: drain the node, then kubectl annotate node <name> " + deckhousev1.DisruptionApprovedAnnotation + "="
 		}
 	}

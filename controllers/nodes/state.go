@@ -1,10 +1,9 @@
-package approval
+package nodes
 
 import (
 	corev1 "k8s.io/api/core/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/nodes"
 )
 
 // The update states of a node, as node_group_node_status reports them
@@ -34,10 +33,18 @@ var States = []string{
 	StateDisruptionApproved, StateRollingUpdate, StateUpdateFailedNoConfigChecksum,
 }
 
+// Mode is the group's disruption approval mode (Automatic by default).
+func Mode(g *deckhousev1.NodeGroup) deckhousev1.ApprovalMode {
+	if g.Spec.Disruptions == nil || g.Spec.Disruptions.ApprovalMode == "" {
+		return deckhousev1.ApprovalAutomatic
+	}
+	return g.Spec.Disruptions.ApprovalMode
+}
+
 // State is the node's place in the update protocol. The most specific
 // state wins: a failed drain over draining, draining over approved.
 func State(n *corev1.Node, g *deckhousev1.NodeGroup, checksum string) string {
-	has := func(k string) bool { return nodes.Has(n, k) }
+	has := func(k string) bool { return Has(n, k) }
 	switch {
 	case has(deckhousev1.DrainFailedAnnotation):
 		return StateDrainFailed
