@@ -202,7 +202,7 @@ run: $(CONTROL_PLANE) $(BIN)/capi-controller-manager build ## start the local co
 	@$(BIN)/localstack
 
 .PHONY: lint
-lint: $(LINTERS) debian-tools ## gofmt, go vet, staticcheck, shellcheck of hack/, wire names only in well_known.go; the product module must not depend on k8s.io/kubernetes
+lint: $(LINTERS) debian-tools ## gofmt, go vet, staticcheck, shellcheck of hack/, wire names only in well_known.go, agents/ importing nothing under controllers/; the product module must not depend on k8s.io/kubernetes
 	@if go list -m k8s.io/kubernetes >/dev/null 2>&1; then \
 		echo "lint: go.mod depends on k8s.io/kubernetes; only hack/tools may (use the k8s.io/* staging modules)"; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^hack/tools/')); \
@@ -215,6 +215,10 @@ lint: $(LINTERS) debian-tools ## gofmt, go vet, staticcheck, shellcheck of hack/
 	shellcheck hack/*.sh
 	@# Every wire name is defined once, in apiserver/apis/*/*/well_known.go.
 	hack/verify-wire-names.sh
+	@# The node agents stand apart from node-manager-controller: what both
+	@# need lives under internal/.
+	@if deps=$$(go list -deps ./agents/... | grep '^$(MODULE)/controllers/'); then \
+		echo "lint: agents/ imports controllers/ ($$deps); move what both need under internal/"; exit 1; fi
 
 .PHONY: test-unit
 # bin/kubectl: hack/release's tests build the release with its kustomize.

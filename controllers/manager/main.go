@@ -12,7 +12,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/node-manager/node-manager/controllers/serving"
+	"github.com/node-manager/node-manager/internal/kubeconfig"
+	"github.com/node-manager/node-manager/internal/serving"
 )
 
 // Main runs a binary built on the manager (node-manager-controller,
@@ -41,11 +42,11 @@ func Main(opts *Options, addFlags func(*pflag.FlagSet), validate func() error, b
 			return fmt.Errorf("invalid options: %w", err)
 		}
 	}
-	cfg, err := LoadConfig(opts.Kubeconfig)
+	cfg, err := kubeconfig.Load(opts.Kubeconfig)
 	if err != nil {
 		return err
 	}
-	reg := NewRegistry()
+	reg := serving.NewRegistry()
 	deps, err := NewDeps(cfg, opts, clock.RealClock{}, reg)
 	if err != nil {
 		return err

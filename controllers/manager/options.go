@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/serving"
+	"github.com/node-manager/node-manager/internal/serving"
 )
 
 // DefaultDrainTimeout is the deadline of a drain of a node whose group

@@ -19,8 +19,8 @@ import (
 
 	"github.com/node-manager/node-manager/agents/early-oom/agent"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/manager"
-	"github.com/node-manager/node-manager/controllers/serving"
+	"github.com/node-manager/node-manager/internal/kubeconfig"
+	"github.com/node-manager/node-manager/internal/serving"
 )
 
 func main() {
@@ -44,7 +44,7 @@ func run() error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	cfg, err := manager.LoadConfig(opts.Kubeconfig)
+	cfg, err := kubeconfig.Load(opts.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	reg := manager.NewRegistry()
+	reg := serving.NewRegistry()
 	a, err := agent.New(opts, client, reg)
 	if err != nil {
 		return err

@@ -25,7 +25,7 @@ import (
 	"github.com/node-manager/node-manager/agents/fencing-agent/agent"
 	"github.com/node-manager/node-manager/agents/fencing-agent/membership"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/serving"
+	"github.com/node-manager/node-manager/internal/serving"
 )
 
 func main() {

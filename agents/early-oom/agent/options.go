@@ -16,7 +16,7 @@ import (
 	"github.com/node-manager/node-manager/agents/early-oom/psi"
 	"github.com/node-manager/node-manager/agents/early-oom/settings"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/serving"
+	"github.com/node-manager/node-manager/internal/serving"
 )
 
 // Options are the command-line settings. Mode and the thresholds are the

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/controllers/serving"
+	"github.com/node-manager/node-manager/internal/serving"
 )
 
 // Options are the fencing agent's command-line settings. The DaemonSet
