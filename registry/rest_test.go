@@ -27,7 +27,6 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
-	"github.com/node-manager/node-manager/apiserver/access"
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/apiserver/bundles"
@@ -70,7 +69,7 @@ var (
 	admin       = &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}
 	nodeW1      = &user.DefaultInfo{Name: "system:node:w1", Groups: []string{"system:nodes"}}
 	masterToken = &user.DefaultInfo{Name: "system:bootstrap:abcdef",
-		Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, access.BootstrapperGroup("master")}}
+		Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, deckhousev1.BootstrapperGroup("master")}}
 )
 
 func ptr[T any](v T) *T { return &v }

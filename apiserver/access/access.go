@@ -33,41 +33,6 @@ import (
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
-// User names Kubernetes gives its callers (node-manager's own groups and
-// labels are in apiserver/apis/deckhouse/v1/well_known.go).
-const (
-	// NodeUserPrefix and BootstrapUserPrefix start the user names
-	// kube-apiserver gives kubelets and bootstrap tokens.
-	NodeUserPrefix      = "system:node:"
-	BootstrapUserPrefix = "system:bootstrap:"
-)
-
-// BootstrapperGroup is the authenticated group of group's bootstrap tokens.
-// Node group names ([a-z0-9-], at most 42 characters) always make a valid
-// bootstrap group (\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z).
-func BootstrapperGroup(group string) string { return deckhousev1.BootstrapperGroupPrefix + group }
-
-// TokenGroup is the node group a bootstrap user was authenticated for: the
-// one system:bootstrappers:d8-node-manager:<group> among its groups. It
-// fails when there is none or more than one.
-func TokenGroup(groups []string) (string, error) {
-	var found []string
-	for _, g := range groups {
-		if name, ok := strings.CutPrefix(g, deckhousev1.BootstrapperGroupPrefix); ok && name != "" {
-			found = append(found, name)
-		}
-	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
-		return "", fmt.Errorf("it carries no %s<group> group, so it was not issued by node-manager for a node group "+
-			"(node-manager-controller replaces its older tokens at once: use the current one from %s<group>)", deckhousev1.BootstrapperGroupPrefix, deckhousev1.ManualBootstrapSecretPrefix)
-	default:
-		return "", fmt.Errorf("it carries %d node groups (%s), so its group is ambiguous", len(found), strings.Join(found, ", "))
-	}
-}
-
 // Scope is what a caller may read: every group, or exactly one.
 type Scope struct {
 	All   bool
@@ -116,10 +81,10 @@ func (n *Narrower) ScopeFor(ctx context.Context, resource schema.GroupResource, 
 func (n *Narrower) scopeForUser(u user.Info, resource schema.GroupResource, name string) (Scope, error) {
 	username := u.GetName()
 	switch {
-	case strings.HasPrefix(username, NodeUserPrefix):
+	case strings.HasPrefix(username, deckhousev1.NodeUserPrefix):
 		// Narrowed by the name alone: a user named like a node is treated
 		// as one whatever its groups, so a missing group never widens access.
-		nodeName := strings.TrimPrefix(username, NodeUserPrefix)
+		nodeName := strings.TrimPrefix(username, deckhousev1.NodeUserPrefix)
 		inst, err := n.instances.Get(nodeName)
 		if apierrors.IsNotFound(err) {
 			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf(
@@ -134,11 +99,11 @@ func (n *Narrower) scopeForUser(u user.Info, resource schema.GroupResource, name
 			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("the Instance of node %q has no %s label, so it may read no node group's bundle", nodeName, deckhousev1.NodeGroupLabel))
 		}
 		return Scope{Group: group}, nil
-	case strings.HasPrefix(username, BootstrapUserPrefix):
-		group, err := TokenGroup(u.GetGroups())
+	case strings.HasPrefix(username, deckhousev1.BootstrapUserPrefix):
+		group, err := deckhousev1.TokenGroup(u.GetGroups())
 		if err != nil {
 			return Scope{}, apierrors.NewForbidden(resource, name, fmt.Errorf("bootstrap token %q may read no node group's bundle: %w",
-				strings.TrimPrefix(username, BootstrapUserPrefix), err))
+				strings.TrimPrefix(username, deckhousev1.BootstrapUserPrefix), err))
 		}
 		return Scope{Group: group}, nil
 	default:

@@ -54,13 +54,13 @@ func TestScopes(t *testing.T) {
 		{"a node whose Instance has no group reads nothing",
 			&user.DefaultInfo{Name: "system:node:unlabelled", Groups: []string{"system:nodes"}}, Scope{}, "has no node.deckhouse.io/group label"},
 		{"a bootstrap token reads the group it was authenticated for",
-			&user.DefaultInfo{Name: "system:bootstrap:abcdef", Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, BootstrapperGroup("master")}},
+			&user.DefaultInfo{Name: "system:bootstrap:abcdef", Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, deckhousev1.BootstrapperGroup("master")}},
 			Scope{Group: "master"}, ""},
 		{"a bootstrap token without a node group reads nothing",
 			&user.DefaultInfo{Name: "system:bootstrap:oldtok", Groups: []string{"system:bootstrappers", deckhousev1.BootstrappersGroup}}, Scope{},
 			`bootstrap token "oldtok" may read no node group's bundle: it carries no system:bootstrappers:d8-node-manager:<group> group`},
 		{"a bootstrap token with two node groups reads nothing",
-			&user.DefaultInfo{Name: "system:bootstrap:twotwo", Groups: []string{BootstrapperGroup("a"), BootstrapperGroup("b")}}, Scope{},
+			&user.DefaultInfo{Name: "system:bootstrap:twotwo", Groups: []string{deckhousev1.BootstrapperGroup("a"), deckhousev1.BootstrapperGroup("b")}}, Scope{},
 			"carries 2 node groups (a, b)"},
 		{"an administrator reads every group",
 			&user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}, Scope{All: true}, ""},
@@ -91,7 +91,7 @@ func TestBootstrapperGroupIsAValidBootstrapGroupForEveryNodeGroupName(t *testing
 	pattern := regexp.MustCompile(`\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z`)
 	valid := pattern.MatchString
 	for _, ng := range []string{"w", "worker", "a-b-c", strings.Repeat("x", 42)} {
-		if g := BootstrapperGroup(ng); !valid(g) {
+		if g := deckhousev1.BootstrapperGroup(ng); !valid(g) {
 			t.Errorf("%q is not a valid bootstrap group", g)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/node-manager/node-manager/apiserver/access"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
@@ -52,7 +51,7 @@ func (t Token) String() string { return t.ID + "." + t.Secret }
 // and the CSR approver learn the token's node group from the request itself
 // and never from a Secret.
 func extraGroups(group string) string {
-	return deckhousev1.BootstrappersGroup + "," + access.BootstrapperGroup(group)
+	return deckhousev1.BootstrappersGroup + "," + deckhousev1.BootstrapperGroup(group)
 }
 
 // parseToken reads a token Secret; it fails on a Secret that is not a

@@ -14,7 +14,6 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/node-manager/node-manager/apiserver/access"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/instances"
 )
@@ -119,12 +118,12 @@ type Cluster struct {
 // and ignores every other CSR.
 func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
 	if decided(csr) || csr.Spec.SignerName != kubeletClientSignerName ||
-		!strings.HasPrefix(csr.Spec.Username, access.BootstrapUserPrefix) ||
+		!strings.HasPrefix(csr.Spec.Username, deckhousev1.BootstrapUserPrefix) ||
 		!slices.Contains(csr.Spec.Groups, deckhousev1.BootstrappersGroup) {
 		return Decision{Verdict: Ignore}
 	}
-	token := strings.TrimPrefix(csr.Spec.Username, access.BootstrapUserPrefix)
-	group, err := access.TokenGroup(csr.Spec.Groups)
+	token := strings.TrimPrefix(csr.Spec.Username, deckhousev1.BootstrapUserPrefix)
+	group, err := deckhousev1.TokenGroup(csr.Spec.Groups)
 	if err != nil {
 		return deny(ReasonNoNodeGroup, "", "", "bootstrap token %s: %v", token, err)
 	}
@@ -227,9 +226,9 @@ func parseKubeletClient(csr *certificatesv1.CertificateSigningRequest) (string, 
 	if err := req.CheckSignature(); err != nil {
 		return "", nil, fmt.Errorf("spec.request is not signed by its key: %w", err)
 	}
-	node, ok := strings.CutPrefix(req.Subject.CommonName, access.NodeUserPrefix)
+	node, ok := strings.CutPrefix(req.Subject.CommonName, deckhousev1.NodeUserPrefix)
 	if !ok || node == "" {
-		return "", nil, fmt.Errorf("common name %q is not %s<node>", req.Subject.CommonName, access.NodeUserPrefix)
+		return "", nil, fmt.Errorf("common name %q is not %s<node>", req.Subject.CommonName, deckhousev1.NodeUserPrefix)
 	}
 	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
 		return "", nil, fmt.Errorf("node name %q: %s", node, strings.Join(errs, "; "))

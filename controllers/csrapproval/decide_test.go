@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/node-manager/node-manager/apiserver/access"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/instances"
 )
@@ -45,7 +44,7 @@ func csr(t *testing.T, node, group string) *certificatesv1.CertificateSigningReq
 		SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
 		Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageClientAuth},
 		Username:   "system:bootstrap:abcdef",
-		Groups:     []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, access.BootstrapperGroup(group), "system:authenticated"},
+		Groups:     []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, deckhousev1.BootstrapperGroup(group), "system:authenticated"},
 	}}
 }
 

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
-	"github.com/node-manager/node-manager/apiserver/access"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmfake "github.com/node-manager/node-manager/generated/clientset/versioned/fake"
@@ -32,8 +31,8 @@ func TestANodeWaitingForTheGroupOfItsJoinGetsItsInstanceWhenTheGroupAppears(t *t
 	registered := firstRun.Add(time.Hour)
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: opts.Namespace, Name: deckhousev1.NodeManagerControllerName,
 		CreationTimestamp: metav1.NewTime(firstRun)}}
-	csr := csrFor(t, "late", access.BootstrapUserPrefix+"abcdef",
-		[]string{deckhousev1.BootstrappersGroup, access.BootstrapperGroup("joined")}, certificatesv1.CertificateApproved)
+	csr := csrFor(t, "late", deckhousev1.BootstrapUserPrefix+"abcdef",
+		[]string{deckhousev1.BootstrappersGroup, deckhousev1.BootstrapperGroup("joined")}, certificatesv1.CertificateApproved)
 	csr.CreationTimestamp = metav1.NewTime(registered.Add(-5 * time.Second))
 	kube := kubefake.NewClientset(lease, csr, labelled("late", "decoy", registered))
 	nm := nmfake.NewSimpleClientset(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "decoy"}})

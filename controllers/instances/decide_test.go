@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/node-manager/node-manager/apiserver/access"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
@@ -104,7 +103,7 @@ func csrFor(t *testing.T, node, user string, groups []string, conds ...certifica
 		t.Fatal(err)
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: access.NodeUserPrefix + node, Organization: []string{"system:nodes"}}}, key)
+		Subject: pkix.Name{CommonName: deckhousev1.NodeUserPrefix + node, Organization: []string{"system:nodes"}}}, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +122,8 @@ func csrFor(t *testing.T, node, user string, groups []string, conds ...certifica
 }
 
 func TestJoinIsReadOnlyFromApprovedCSRsOfNodeManagerTokens(t *testing.T) {
-	token := access.BootstrapUserPrefix + "abcdef"
-	ours := []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, access.BootstrapperGroup("worker"), "system:authenticated"}
+	token := deckhousev1.BootstrapUserPrefix + "abcdef"
+	ours := []string{"system:bootstrappers", deckhousev1.BootstrappersGroup, deckhousev1.BootstrapperGroup("worker"), "system:authenticated"}
 	approved := certificatesv1.CertificateApproved
 
 	j, ok := JoinOf(csrFor(t, "n1", token, ours, approved))
@@ -136,7 +135,7 @@ func TestJoinIsReadOnlyFromApprovedCSRsOfNodeManagerTokens(t *testing.T) {
 		"denied":                               csrFor(t, "n1", token, ours, certificatesv1.CertificateDenied),
 		"approved, then failed":                csrFor(t, "n1", token, ours, approved, certificatesv1.CertificateFailed),
 		"another tool's token (kubeadm)":       csrFor(t, "n1", token, []string{"system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"}, approved),
-		"a node renewing its own":              csrFor(t, "n1", access.NodeUserPrefix+"n1", []string{"system:nodes"}, approved),
+		"a node renewing its own":              csrFor(t, "n1", deckhousev1.NodeUserPrefix+"n1", []string{"system:nodes"}, approved),
 		"a node-manager token without a group": csrFor(t, "n1", token, []string{deckhousev1.BootstrappersGroup}, approved),
 	} {
 		if j, ok := JoinOf(csr); ok {

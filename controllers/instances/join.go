@@ -9,7 +9,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
-	"github.com/node-manager/node-manager/apiserver/access"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
@@ -34,7 +33,7 @@ type Join struct {
 // CSR of a node-manager bootstrap token naming one group and one node.
 func JoinOf(csr *certificatesv1.CertificateSigningRequest) (Join, bool) {
 	if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName ||
-		!strings.HasPrefix(csr.Spec.Username, access.BootstrapUserPrefix) ||
+		!strings.HasPrefix(csr.Spec.Username, deckhousev1.BootstrapUserPrefix) ||
 		!slices.Contains(csr.Spec.Groups, deckhousev1.BootstrappersGroup) {
 		return Join{}, false
 	}
@@ -50,7 +49,7 @@ func JoinOf(csr *certificatesv1.CertificateSigningRequest) (Join, bool) {
 	if !approved {
 		return Join{}, false
 	}
-	group, err := access.TokenGroup(csr.Spec.Groups)
+	group, err := deckhousev1.TokenGroup(csr.Spec.Groups)
 	if err != nil {
 		return Join{}, false
 	}
@@ -62,7 +61,7 @@ func JoinOf(csr *certificatesv1.CertificateSigningRequest) (Join, bool) {
 	if err != nil {
 		return Join{}, false
 	}
-	node, ok := strings.CutPrefix(req.Subject.CommonName, access.NodeUserPrefix)
+	node, ok := strings.CutPrefix(req.Subject.CommonName, deckhousev1.NodeUserPrefix)
 	if !ok || node == "" {
 		return Join{}, false
 	}
