@@ -1,21 +1,15 @@
 package csrapproval
 
 import (
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/instances"
+	"github.com/node-manager/node-manager/controllers/kubeletcsr"
 )
 
 // Verdict is what the approver does with a CSR.
@@ -33,16 +27,14 @@ const (
 
 // Condition reasons on denied CSRs, and the one on approved ones.
 const (
-	ReasonApproved          = "NodeManagerApproved"
-	ReasonNoNodeGroup       = "TokenWithoutNodeGroup"
-	ReasonMalformed         = "NotAKubeletClientRequest"
-	ReasonUnknownGroup      = "UnknownNodeGroup"
-	ReasonNodeOfOtherGroup  = "NodeOfAnotherGroup"
-	ReasonNodeExists        = "NodeAlreadyRegistered"
-	ReasonNameClaimed       = "NodeNameAlreadyClaimed"
-	ReasonNameTombstoned    = "NodeNameOfDeletedNode"
-	nodeOrganization        = "system:nodes"
-	kubeletClientSignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+	ReasonApproved         = "NodeManagerApproved"
+	ReasonNoNodeGroup      = "TokenWithoutNodeGroup"
+	ReasonMalformed        = "NotAKubeletClientRequest"
+	ReasonUnknownGroup     = "UnknownNodeGroup"
+	ReasonNodeOfOtherGroup = "NodeOfAnotherGroup"
+	ReasonNodeExists       = "NodeAlreadyRegistered"
+	ReasonNameClaimed      = "NodeNameAlreadyClaimed"
+	ReasonNameTombstoned   = "NodeNameOfDeletedNode"
 )
 
 // Decision is the verdict on one CSR.
@@ -117,17 +109,15 @@ type Cluster struct {
 // bootstrapper's CSR that is not a well-formed kubelet client request,
 // and ignores every other CSR.
 func Decide(csr *certificatesv1.CertificateSigningRequest, c Cluster) Decision {
-	if decided(csr) || csr.Spec.SignerName != kubeletClientSignerName ||
-		!strings.HasPrefix(csr.Spec.Username, deckhousev1.BootstrapUserPrefix) ||
-		!slices.Contains(csr.Spec.Groups, deckhousev1.BootstrappersGroup) {
+	if decided(csr) || !kubeletcsr.FromBootstrapper(csr) {
 		return Decision{Verdict: Ignore}
 	}
-	token := strings.TrimPrefix(csr.Spec.Username, deckhousev1.BootstrapUserPrefix)
+	token := kubeletcsr.Token(csr)
 	group, err := deckhousev1.TokenGroup(csr.Spec.Groups)
 	if err != nil {
 		return deny(ReasonNoNodeGroup, "", "", "bootstrap token %s: %v", token, err)
 	}
-	node, key, err := kubeletClientNode(csr)
+	node, key, err := kubeletcsr.Node(csr)
 	if err != nil {
 		return deny(ReasonMalformed, "", group, "bootstrap token %s of node group %s asked for a certificate that is not a kubelet client certificate: %v", token, group, err)
 	}
@@ -193,61 +183,4 @@ func decided(csr *certificatesv1.CertificateSigningRequest) bool {
 		}
 	}
 	return false
-}
-
-// kubeletClientNode checks that the CSR asks for exactly a kubelet client
-// certificate (CN system:node:<name>, O system:nodes, no alternative
-// names, client auth with at most digital signature and key encipherment
-// besides, signed by its key) and returns the node name.
-func kubeletClientNode(csr *certificatesv1.CertificateSigningRequest) (node, key string, err error) {
-	node, req, err := parseKubeletClient(csr)
-	if err != nil {
-		return "", "", err
-	}
-	return node, KeyFingerprint(req.RawSubjectPublicKeyInfo), nil
-}
-
-// KeyFingerprint is the sha256 fingerprint of a public key (its DER
-// SubjectPublicKeyInfo), as a Claim records it.
-func KeyFingerprint(spki []byte) string {
-	sum := sha256.Sum256(spki)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func parseKubeletClient(csr *certificatesv1.CertificateSigningRequest) (string, *x509.CertificateRequest, error) {
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return "", nil, fmt.Errorf("spec.request is not a PEM CERTIFICATE REQUEST")
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return "", nil, fmt.Errorf("parsing spec.request: %w", err)
-	}
-	if err := req.CheckSignature(); err != nil {
-		return "", nil, fmt.Errorf("spec.request is not signed by its key: %w", err)
-	}
-	node, ok := strings.CutPrefix(req.Subject.CommonName, deckhousev1.NodeUserPrefix)
-	if !ok || node == "" {
-		return "", nil, fmt.Errorf("common name %q is not %s<node>", req.Subject.CommonName, deckhousev1.NodeUserPrefix)
-	}
-	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
-		return "", nil, fmt.Errorf("node name %q: %s", node, strings.Join(errs, "; "))
-	}
-	if !slices.Equal(req.Subject.Organization, []string{nodeOrganization}) {
-		return "", nil, fmt.Errorf("organization %q is not exactly [%s]", req.Subject.Organization, nodeOrganization)
-	}
-	if len(req.DNSNames)+len(req.IPAddresses)+len(req.EmailAddresses)+len(req.URIs) > 0 {
-		return "", nil, fmt.Errorf("a client certificate has no subject alternative names")
-	}
-	if !slices.Contains(csr.Spec.Usages, certificatesv1.UsageClientAuth) {
-		return "", nil, fmt.Errorf("usages %q lack %q", csr.Spec.Usages, certificatesv1.UsageClientAuth)
-	}
-	for _, u := range csr.Spec.Usages {
-		switch u {
-		case certificatesv1.UsageClientAuth, certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment:
-		default:
-			return "", nil, fmt.Errorf("usage %q is not one of a kubelet client certificate", u)
-		}
-	}
-	return node, req, nil
 }

@@ -112,6 +112,7 @@ func csrFor(t *testing.T, node, user string, groups []string, conds ...certifica
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
 			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
 			Username:   user, Groups: groups,
 		},
 	}
@@ -146,5 +147,12 @@ func TestJoinIsReadOnlyFromApprovedCSRsOfNodeManagerTokens(t *testing.T) {
 	other.Spec.SignerName = certificatesv1.KubeAPIServerClientSignerName
 	if j, ok := JoinOf(other); ok {
 		t.Errorf("a CSR for another signer: read as a join %+v", j)
+	}
+	// What the approver refuses as no kubelet client request is no join
+	// either, whoever approved it (one parser: controllers/kubeletcsr).
+	serverAuth := csrFor(t, "n1", token, ours, approved)
+	serverAuth.Spec.Usages = append(serverAuth.Spec.Usages, certificatesv1.UsageServerAuth)
+	if j, ok := JoinOf(serverAuth); ok {
+		t.Errorf("an approved request with server auth: read as a join %+v", j)
 	}
 }

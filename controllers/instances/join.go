@@ -1,15 +1,12 @@
 package instances
 
 import (
-	"crypto/x509"
-	"encoding/pem"
-	"slices"
-	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/kubeletcsr"
 )
 
 // Join is the evidence that a node joined with one of node-manager's
@@ -32,9 +29,7 @@ type Join struct {
 // for anything but an approved, neither denied nor failed, kubelet client
 // CSR of a node-manager bootstrap token naming one group and one node.
 func JoinOf(csr *certificatesv1.CertificateSigningRequest) (Join, bool) {
-	if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName ||
-		!strings.HasPrefix(csr.Spec.Username, deckhousev1.BootstrapUserPrefix) ||
-		!slices.Contains(csr.Spec.Groups, deckhousev1.BootstrappersGroup) {
+	if !kubeletcsr.FromBootstrapper(csr) {
 		return Join{}, false
 	}
 	approved := false
@@ -53,16 +48,11 @@ func JoinOf(csr *certificatesv1.CertificateSigningRequest) (Join, bool) {
 	if err != nil {
 		return Join{}, false
 	}
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return Join{}, false
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
+	// The same rules as the approver's: a request it would have refused
+	// as no kubelet client request is no evidence of a join, whoever
+	// approved it.
+	node, _, err := kubeletcsr.Node(csr)
 	if err != nil {
-		return Join{}, false
-	}
-	node, ok := strings.CutPrefix(req.Subject.CommonName, deckhousev1.NodeUserPrefix)
-	if !ok || node == "" {
 		return Join{}, false
 	}
 	return Join{CSR: csr.Name, Node: node, Group: group, Created: csr.CreationTimestamp.Time}, true
