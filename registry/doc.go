@@ -2,7 +2,8 @@
 // one file per resource: bashibles (bashible.go), nodegroupbundles
 // (nodegroupbundle.go) and bootstrap (bootstrap.go). The objects are
 // computed (see apiserver/bundles); the storages only read them — get,
-// list and watch, with a table for kubectl — through what rest.go shares.
+// list and watch, with a table for kubectl — through what rest.go (get,
+// list, filters), watch.go and table.go share.
 //
 // A request's way: the aggregator proxies it here; objectname.Parse reads
 // the object name (a group, or the legacy <os>.<group>); the Narrower says
