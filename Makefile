@@ -62,13 +62,13 @@ STACK_CMDS := ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-
 # long suite running alone at the end. test-durations.sh prints the figures
 # this order comes from at the end of every make test.
 MODULE       = $(shell go list -m)
-E2E_SLOWEST := join controllers agent caps drills fencing apiserver foundation rootfs fencingagent
+E2E_SLOWEST := join controllers bashible caps drills fencing apiserver foundation rootfs fencingagent
 E2E_PKGS     = $(addprefix $(MODULE)/hack/e2e/,$(E2E_SLOWEST)) \
                $(filter-out $(addprefix $(MODULE)/hack/e2e/,$(E2E_SLOWEST)),$(shell go list ./hack/e2e/...))
 # Three suites at once: a suite mostly waits (on its control plane, on
 # timers of the behaviour it proves), so two cores serve three.
 E2E_PARALLEL ?= 3
-# Within a suite, the tests that call t.Parallel (controllers, agent) run
+# Within a suite, the tests that call t.Parallel (controllers, bashible) run
 # this many at a time on the suite's control plane; go test's default is
 # GOMAXPROCS (2 here), but those tests mostly wait on the control plane and
 # on the behaviour's own timers, not on the CPU.
@@ -141,7 +141,7 @@ $(BIN)/staticcheck: $(TOOLS_MOD)
 # Debian packages the build and the tests need, as command:package (the
 # package is named after the command when ":package" is left out):
 # shellcheck checks every shell script we ship (golden tests run it); jq is
-# used by bashible, which the agent e2e suite runs on simulated nodes;
+# used by bashible, which the bashible e2e suite runs on simulated nodes;
 # debootstrap builds the Debian root the rootfs and join e2e suites run the
 # bundle in; the join suite boots that root with systemd-nspawn, cleans the
 # iptables rules its kubelet made with iptables-save, and builds the pause

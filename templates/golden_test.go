@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
+	"github.com/node-manager/node-manager/hack/shelltest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden from the current templates")
@@ -154,7 +154,7 @@ func TestGolden(t *testing.T) {
 			})
 		}
 	})
-	shell.CheckAll(t, scripts)
+	shelltest.CheckAll(t, scripts)
 }
 
 // renderGolden renders the fixture at path, rewrites its golden directory

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
-	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
+	"github.com/node-manager/node-manager/hack/shelltest"
 )
 
 func testManual(t *testing.T, expires time.Time, endpoints ...string) Manual {
@@ -32,7 +32,7 @@ func TestScriptPassesShellcheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shell.Check(t, "bootstrap.sh", sh)
+	shelltest.Check(t, "bootstrap.sh", sh)
 	for _, want := range []string{"set -Eeuo pipefail", "valid until 2031-05-06T07:00:00Z", "TOKEN_EXPIRES_EPOCH=" + "1935817200",
 		`kubectl -n d8-cloud-instance-manager get secret manual-bootstrap-for-worker -o json | jq -r '.data["bootstrap.sh"]' | base64 -d`} {
 		if !strings.Contains(sh, want) {
@@ -73,7 +73,7 @@ func runScript(t *testing.T, script, root string, extraEnv ...string) (string, i
 	if root != "" {
 		extraEnv = append(slices.Clip(extraEnv), "BASHIBLE_ROOT="+root)
 	}
-	return shell.Run(t, "bootstrap.sh", script, extraEnv...)
+	return shelltest.Run(t, "bootstrap.sh", script, extraEnv...)
 }
 
 // The controller running on a clock in the past writes a script whose
@@ -84,7 +84,7 @@ func TestExpiredScriptRefusesToRun(t *testing.T) {
 	h := newHarness(t, past, group("worker", deckhousev1.NodeTypeStatic))
 	h.sync("worker")
 	sh := string(h.manualSecret("worker").Data["bootstrap.sh"])
-	shell.Check(t, "bootstrap.sh", sh)
+	shelltest.Check(t, "bootstrap.sh", sh)
 
 	root := t.TempDir()
 	out, code := runScript(t, sh, root)

@@ -17,7 +17,7 @@ import (
 	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
-	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
+	"github.com/node-manager/node-manager/hack/shelltest"
 )
 
 // groupTokens are the group's token Secrets as stored, by name.
@@ -114,7 +114,7 @@ func readsOnlyItsGroup(t *testing.T, tok controlplane.BootstrapToken, group, oth
 // with the machine's root redirected to root.
 func runScript(t *testing.T, script, root string, endpoints ...string) (string, int) {
 	t.Helper()
-	return shell.Run(t, "bootstrap.sh", script, "BASHIBLE_ROOT="+root, "BASHIBLE_API_ENDPOINTS="+strings.Join(endpoints, " "))
+	return shelltest.Run(t, "bootstrap.sh", script, "BASHIBLE_ROOT="+root, "BASHIBLE_API_ENDPOINTS="+strings.Join(endpoints, " "))
 }
 
 func TestBootstrapTokensAndManualBootstrap(t *testing.T) {

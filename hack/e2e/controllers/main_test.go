@@ -37,7 +37,7 @@ var controllerArgs = []string{"--eviction-retry-interval=1s", "--default-drain-t
 func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
 func setUp(ctx context.Context) (func(), error) {
-	// The agent suite's overlay: steps that are harmless on a simulated node.
+	// The bashible suite's overlay: steps that are harmless on a simulated node.
 	if _, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{TemplatesDir: f.OverlayDir()}); err != nil {
 		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
 	}

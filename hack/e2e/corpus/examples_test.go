@@ -23,7 +23,7 @@ import (
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 	"github.com/node-manager/node-manager/hack/e2e/framework/debianroot"
-	"github.com/node-manager/node-manager/hack/e2e/framework/shell"
+	"github.com/node-manager/node-manager/hack/shelltest"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -337,7 +337,7 @@ func TestRenderedStepsAreShellClean(t *testing.T) {
 	clean := 0
 	for _, r := range steps {
 		if t.Run(r.File, func(t *testing.T) {
-			shell.CheckTolerating(t, r.Step+" of "+r.Group+" ("+r.File+")", r.Script, tolerated[r.File]...)
+			shelltest.CheckTolerating(t, r.Step+" of "+r.Group+" ("+r.File+")", r.Script, tolerated[r.File]...)
 		}) {
 			clean++
 		}

@@ -22,7 +22,7 @@
 // when the API refuses, and delete the object when the test ends. Set-up
 // helpers take a context and return an error instead.
 //
-// Helpers for shell scripts live in framework/shell, which depends on
+// Helpers for shell scripts live in hack/shelltest, which depends on
 // nothing here, so that unit tests use them without a control plane.
 package framework
 
@@ -193,8 +193,8 @@ func installCRDs(ctx context.Context, cp *controlplane.ControlPlane, root string
 }
 
 // OverlayDir is the template overlay whose steps are harmless on a
-// simulated node (hack/e2e/agent/testdata/overlay); the suites that run
+// simulated node (hack/e2e/bashible/testdata/overlay); the suites that run
 // bashible.sh on simulated nodes start bashible-apiserver with it.
 func (f *Framework) OverlayDir() string {
-	return filepath.Join(f.Root, "hack", "e2e", "agent", "testdata", "overlay")
+	return filepath.Join(f.Root, "hack", "e2e", "bashible", "testdata", "overlay")
 }

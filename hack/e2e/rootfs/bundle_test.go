@@ -318,7 +318,7 @@ haproxy -c -f /etc/node-manager/kubernetes-api-proxy.cfg`)
 		ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: ptr.To[int32](200)}
 	})
 	n.install(more)
-	// Update approval is bashible.sh's, before the steps (the agent suite
+	// Update approval is bashible.sh's, before the steps (the bashible suite
 	// proves it); the steps run here directly.
 	before = snapshot(t, root)
 	out, calls, err = n.runSteps(more.Checksum)

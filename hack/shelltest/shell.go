@@ -1,8 +1,8 @@
-// Package shell checks and runs the shell scripts node-manager ships, for
+// Package shelltest checks and runs the shell scripts node-manager ships, for
 // tests: the golden templates, the manual-bootstrap script and the e2e
 // suites that run it. It depends on nothing else of the e2e framework, so
 // unit tests use it without a control plane.
-package shell
+package shelltest
 
 import (
 	"bytes"

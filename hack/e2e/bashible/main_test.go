@@ -8,7 +8,7 @@
 // bashible-apiserver: each has nodes of its own, and a test that changes a
 // group's configuration has a group of its own. The one test that replaces
 // the shared bashible-apiserver stays serial, and so runs before the rest.
-package agent
+package bashible
 
 import (
 	"context"
