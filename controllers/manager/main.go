@@ -16,6 +16,18 @@ import (
 	"github.com/node-manager/node-manager/internal/serving"
 )
 
+// NewFlagSet is the command line of a binary built on the manager, klog's
+// flags aside: the manager's own options and the binary's (addFlags, may
+// be nil).
+func NewFlagSet(opts *Options, addFlags func(*pflag.FlagSet)) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(opts.Component, pflag.ExitOnError)
+	opts.AddFlags(fs)
+	if addFlags != nil {
+		addFlags(fs)
+	}
+	return fs
+}
+
 // Main runs a binary built on the manager (node-manager-controller,
 // caps-controller-manager) from its command line: the manager's flags, the
 // binary's own (addFlags, may be nil) and klog's; then validate (may be nil)
@@ -23,11 +35,7 @@ import (
 // and run terms of leadership until SIGINT or SIGTERM. build makes each
 // term's controllers. opts.Component names the flag set.
 func Main(opts *Options, addFlags func(*pflag.FlagSet), validate func() error, build Build) error {
-	fs := pflag.NewFlagSet(opts.Component, pflag.ExitOnError)
-	opts.AddFlags(fs)
-	if addFlags != nil {
-		addFlags(fs)
-	}
+	fs := NewFlagSet(opts, addFlags)
 	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)

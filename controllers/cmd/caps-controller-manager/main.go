@@ -27,6 +27,16 @@ import (
 )
 
 func main() {
+	if err := manager.Main(command()); err != nil {
+		klog.ErrorS(err, "caps-controller-manager failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+// command is the binary's options, its flags beside the manager's, their
+// check and its controllers.
+func command() (*manager.Options, func(*pflag.FlagSet), func() error, manager.Build) {
 	opts := manager.NewOptions()
 	opts.Component = deckhousev1.CAPSControllerManagerName
 	opts.ListenAddress = ":9682"
@@ -52,9 +62,5 @@ func main() {
 			crdmigration.New(d, crdmigration.CAPSControllerManagerResources),
 		}
 	}
-	if err := manager.Main(opts, addFlags, validate, build); err != nil {
-		klog.ErrorS(err, "caps-controller-manager failed")
-		klog.Flush()
-		os.Exit(1)
-	}
+	return opts, addFlags, validate, build
 }

@@ -8,6 +8,7 @@ package main
 import (
 	"os"
 
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/node-manager/node-manager/controllers"
@@ -15,10 +16,16 @@ import (
 )
 
 func main() {
-	opts := manager.NewOptions()
-	if err := manager.Main(opts, opts.AddNodeManagerFlags, opts.ValidateNodeManager, controllers.All); err != nil {
+	if err := manager.Main(command()); err != nil {
 		klog.ErrorS(err, "node-manager-controller failed")
 		klog.Flush()
 		os.Exit(1)
 	}
+}
+
+// command is the binary's options, its flags beside the manager's, their
+// check and its controllers.
+func command() (*manager.Options, func(*pflag.FlagSet), func() error, manager.Build) {
+	opts := manager.NewOptions()
+	return opts, opts.AddNodeManagerFlags, opts.ValidateNodeManager, controllers.All
 }
