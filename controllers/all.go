@@ -17,8 +17,10 @@
 //
 // A controller keyed by node group that looks at the group, its nodes and
 // its checksum gets its events from manager.WatchGroups; the others say in
-// New what queues a key. What they share is in manager (clients,
-// informers, flags, the Lease, the event recorder), loop (the queue and its
+// New what queues a key. A controller with settings owns them in its
+// options.go (Options, AddFlags, Validate; gathered in Options here) and
+// gets them in New. What they share is in manager (clients, informers, the
+// process's flags, the Lease, the event recorder), loop (the queue and its
 // metrics) and nodes (the node protocol and the Node cache that includes
 // the controllers' own writes).
 package controllers
@@ -42,16 +44,16 @@ import (
 )
 
 // All builds every controller node-manager-controller runs, wired to the
-// shared informers of d; build them before the manager starts the
-// informers. A new controller is added here, and nowhere else.
-func All(d *manager.Deps) []manager.Controller {
+// shared informers of d, each with its options from o; build them before
+// the manager starts the informers. A new controller is added here, and nowhere else.
+func All(d *manager.Deps, o *Options) []manager.Controller {
 	return []manager.Controller{
 		// NodeGroup status and the node-state metrics (group).
-		status.New(d),
+		status.New(d, status.Components{ClusterAPI: o.ClusterAPI.Enabled}),
 		// Update and disruption approval, the update protocol (group).
-		approval.New(d),
+		approval.New(d, o.Approval),
 		// Cordons and drains nodes annotated draining (node).
-		drain.New(d),
+		drain.New(d, o.Drain),
 		// The configuration-checksums Secret (one key).
 		checksums.New(d),
 		// Every node's Instance: status, adoption, deletion (node).
@@ -65,15 +67,15 @@ func All(d *manager.Deps) []manager.Controller {
 		// Bootstrap tokens and manual-bootstrap Secrets (group).
 		bootstraptokens.New(d),
 		// Frees the pods of dead fenced nodes (one key: the cluster).
-		fencing.New(d),
+		fencing.New(d, o.Fencing),
 		// The fencing agents' DaemonSet of each fenced group (group).
-		fencingagents.New(d),
+		fencingagents.New(d, o.FencingAgents),
 		// Cluster API objects of static groups, Instances' Machines
 		// (group, Instance; only with --cluster-api).
-		clusterapi.New(d),
+		clusterapi.New(d, o.ClusterAPI),
 		// The CA, the serving certificates and the caBundles (one key;
 		// only with --manage-certificates).
-		certificates.New(d),
+		certificates.New(d, o.Certificates),
 		// The objects of node-manager-controller's deckhouse.io CRDs
 		// stored at an older version (a cluster that ran Deckhouse),
 		// rewritten at the storage version (CRD); caps-controller-manager

@@ -37,6 +37,7 @@ const Name = "update-approval"
 // group, or the group's bundle changes.
 type Controller struct {
 	d         *manager.Deps
+	opts      Options
 	watch     *manager.GroupWatch
 	instances nmlistersv1alpha1.InstanceLister
 	queue     *loop.Loop
@@ -47,8 +48,8 @@ type Controller struct {
 // New wires the controller to the shared informers: a change of a group,
 // of one of its nodes, of its bundle or of one of its Instances (where
 // bashible reports a failed run) queues the group.
-func New(d *manager.Deps) *Controller {
-	c := &Controller{d: d, metrics: newMetrics(d.Registry)}
+func New(d *manager.Deps, opts Options) *Controller {
+	c := &Controller{d: d, opts: opts, metrics: newMetrics(d.Registry)}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue)
 	// WatchGroups queues the group on a change of one of its Instances.

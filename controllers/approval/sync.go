@@ -40,7 +40,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
 		return nil
 	}
-	in := Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.d.Options.NodeName}
+	in := Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.opts.NodeName}
 	if Gated(g) {
 		in.Rollout = ParseRollout(g)
 		_, in.Resume = g.Annotations[deckhousev1.ResumeRolloutAnnotation]

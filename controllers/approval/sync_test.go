@@ -128,7 +128,7 @@ func TestGrantsListUntilTheInformerIsCurrentAndWhileItLags(t *testing.T) {
 	nm := nmfake.NewClientset(nmObjs...)
 	clk := clocktesting.NewFakeClock(noon)
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clk, prometheus.NewRegistry())
-	c := New(d)
+	c := New(d, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !d.Start(ctx, "test", c.watch.Synced...) {

@@ -99,6 +99,7 @@ var (
 // Controller keeps the CA, the serving certificates and the caBundles.
 type Controller struct {
 	d         *manager.Deps
+	opts      Options
 	enabled   bool
 	secrets   corelisters.SecretLister
 	consumers dynamicinformer.DynamicSharedInformerFactory
@@ -110,8 +111,8 @@ type Controller struct {
 // New wires the controller: a change of its Secrets or of a labelled
 // consumer queues the one key. Without --manage-certificates it only says
 // so when it runs, and registers no informer.
-func New(d *manager.Deps) *Controller {
-	c := &Controller{d: d, enabled: d.Options != nil && d.Options.Certificates.Manage && d.Dynamic != nil}
+func New(d *manager.Deps, opts Options) *Controller {
+	c := &Controller{d: d, opts: opts, enabled: opts.Manage && d.Dynamic != nil}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	if !c.enabled {
 		return c

@@ -68,7 +68,7 @@ func TestTheControllerWritesOnlyItsClientConfigs(t *testing.T) {
 	opts := manager.NewOptions()
 	d := manager.NewDepsForClients(kube, nmfake.NewSimpleClientset(), opts, clocktesting.NewFakeClock(time.Now()), prometheus.NewRegistry())
 	d.Dynamic = dyn
-	c := New(d)
+	c := New(d, NewOptions())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	d.Informers.Namespace.Start(ctx.Done())

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/node-manager/node-manager/controllers/manager"
 )
 
-// Config are the lifetimes (manager.CertificateOptions: the flags
-// --ca-lifetime, --serving-certificate-lifetime and
-// --certificate-propagation-delay, checked there).
-type Config = manager.CertificateOptions
+// Config are the lifetimes (Options: the flags --ca-lifetime,
+// --serving-certificate-lifetime and --certificate-propagation-delay,
+// checked there).
+type Config = Options
 
 // Authority is what the CA Secret holds.
 type Authority struct {

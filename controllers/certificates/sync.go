@@ -49,7 +49,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 		consumers = append(consumers, o.consumer())
 	}
 
-	plan := Decide(now, c.d.Options.Certificates, auth, leaves, consumers)
+	plan := Decide(now, c.opts, auth, leaves, consumers)
 	log := klog.FromContext(ctx).WithValues("controller", Name)
 	for _, w := range plan.Waiting {
 		log.V(2).Info("Waiting", "reason", w)
@@ -65,7 +65,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	trusted := encodeCerts(auth.Trusted)
 	for _, svc := range services {
 		if why, ok := plan.Issue[svc.Name]; ok {
-			leaf, err := issueLeaf(signing, svc.dnsNames(ns), now, c.d.Options.Certificates.LeafLifetime)
+			leaf, err := issueLeaf(signing, svc.dnsNames(ns), now, c.opts.LeafLifetime)
 			if err != nil {
 				return err
 			}
@@ -159,7 +159,7 @@ func (c *Controller) writeAuthority(ctx context.Context, now time.Time, plan Pla
 	if signing != nil {
 		from = signing.Cert.Subject.CommonName
 	}
-	signing, next, trusted, err := caStep(now, c.d.Options.Certificates.CALifetime, plan, a.Trusted, signing, next)
+	signing, next, trusted, err := caStep(now, c.opts.CALifetime, plan, a.Trusted, signing, next)
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,7 @@ const (
 // Controller keeps the Cluster API objects of static groups.
 type Controller struct {
 	d         *manager.Deps
+	opts      Options
 	enabled   bool
 	groups    nmlisters.NodeGroupLister
 	instances nmlistersv1alpha1.InstanceLister
@@ -98,8 +99,8 @@ type Controller struct {
 // queues the group; an Instance, or a Machine (by its node), queues the
 // Instance; the Cluster or its Secret queues the Cluster set. Without
 // --cluster-api it only says so when it runs, and registers no informer.
-func New(d *manager.Deps) *Controller {
-	c := &Controller{d: d, enabled: d.Options != nil && d.Options.ClusterAPI}
+func New(d *manager.Deps, opts Options) *Controller {
+	c := &Controller{d: d, opts: opts, enabled: opts.Enabled}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	if !c.enabled {
 		return c
@@ -188,9 +189,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	return nil
 }
 
-// kubeconfig is what the Cluster's Secret holds (see Options.ClusterAPIKubeconfig).
+// kubeconfig is what the Cluster's Secret holds (see Options.Kubeconfig).
 func (c *Controller) kubeconfig() ([]byte, error) {
-	path := c.d.Options.ClusterAPIKubeconfig
+	path := c.opts.Kubeconfig
 	if path == "" {
 		return InClusterKubeconfig(InClusterServer(os.Getenv))
 	}

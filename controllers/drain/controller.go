@@ -26,6 +26,7 @@ const Name = "drain"
 // and cancels it when the annotation goes.
 type Controller struct {
 	d       *manager.Deps
+	opts    Options
 	groups  nmlisters.NodeGroupLister
 	synced  []cache.InformerSynced
 	queue   *loop.Loop
@@ -43,11 +44,12 @@ type Controller struct {
 // New wires the controller to the shared informers: a node queues its
 // name when it comes or goes, or when its drain annotations or its
 // cordon change.
-func New(d *manager.Deps) *Controller {
+func New(d *manager.Deps, opts Options) *Controller {
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	c := &Controller{
 		d:      d,
+		opts:   opts,
 		groups: ng.Lister(),
 		synced: []cache.InformerSynced{nodeInformer.HasSynced, ng.Informer().HasSynced,
 			d.Informers.NodeManager.Deckhouse().V1alpha1().Instances().Informer().HasSynced}, // a node's group

@@ -61,10 +61,10 @@ func newHarness(t *testing.T, policy deckhousev1.DrainTimeoutPolicy, prepare ...
 			Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: &timeout,
 				Disruptions: &deckhousev1.DisruptionsSpec{ApprovalMode: deckhousev1.ApprovalAutomatic,
 					Automatic: &deckhousev1.AutomaticDisruptions{DrainTimeoutPolicy: policy}}}})
-	opts := manager.NewOptions()
+	opts := NewOptions()
 	opts.EvictionRetry = 100 * time.Millisecond
-	d := manager.NewDepsForClients(h.kube, nm, opts, clock.RealClock{}, prometheus.NewRegistry())
-	h.c = New(d)
+	d := manager.NewDepsForClients(h.kube, nm, manager.NewOptions(), clock.RealClock{}, prometheus.NewRegistry())
+	h.c = New(d, opts)
 	for _, p := range prepare {
 		p(h)
 	}
@@ -273,7 +273,7 @@ func TestDrainDeadlineDefaultsToFiveMinutesUnlessTheGroupSetsOne(t *testing.T) {
 				&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w"},
 					Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, NodeDrainTimeoutSecond: tc.seconds}})
 			d := manager.NewDepsForClients(kubefake.NewClientset(node), nm, manager.NewOptions(), clock.RealClock{}, prometheus.NewRegistry())
-			c := New(d)
+			c := New(d, NewOptions())
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			d.Informers.Cluster.Start(ctx.Done())

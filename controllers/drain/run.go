@@ -100,7 +100,7 @@ func (c *Controller) timeout(n *corev1.Node) (time.Duration, deckhousev1.DrainTi
 	if g != nil && g.Spec.NodeDrainTimeoutSecond != nil && *g.Spec.NodeDrainTimeoutSecond > 0 {
 		return time.Duration(*g.Spec.NodeDrainTimeoutSecond) * time.Second, Policy(g)
 	}
-	return c.d.Options.DrainTimeout, Policy(g)
+	return c.opts.DrainTimeout, Policy(g)
 }
 
 // heldError is a drain that passed its deadline under Wait with pods a
@@ -139,7 +139,7 @@ func (c *Controller) drain(ctx context.Context, name string) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(c.d.Options.EvictionRetry):
+		case <-time.After(c.opts.EvictionRetry):
 		}
 	}
 }
@@ -251,14 +251,14 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 				c.metrics.Deleted.Inc()
 				klog.InfoS("Deleted a pod left at the drain deadline", "node", name, "pod", l.Pod, "budgets", l.Budgets, "err", l.Err)
 				c.d.Recorder.Eventf(n, p, corev1.EventTypeWarning, "PodDeletedAtDrainDeadline", "Drain", "%s", DeletedMessage(del[i], timeout))
-				gone = latest(gone, now.Add(grace(p)+c.d.Options.EvictionRetry))
+				gone = latest(gone, now.Add(grace(p)+c.opts.EvictionRetry))
 			}
 		} else {
 			for _, p := range pods {
 				if p.DeletionTimestamp != nil {
 					continue
 				}
-				if t, ok := lastTry[p.UID]; ok && now.Sub(t) < c.d.Options.EvictionRetry {
+				if t, ok := lastTry[p.UID]; ok && now.Sub(t) < c.opts.EvictionRetry {
 					continue
 				}
 				lastTry[p.UID] = now

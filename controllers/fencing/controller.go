@@ -66,6 +66,7 @@ const recheck = 10 * time.Second
 // Controller fences dead nodes.
 type Controller struct {
 	d       *manager.Deps
+	opts    Options
 	groups  nmlisters.NodeGroupLister
 	leases  coordinationlisters.LeaseLister
 	synced  []cache.InformerSynced
@@ -101,12 +102,13 @@ type renewal struct {
 // New wires the controller to the shared informers: a fenced Node's labels
 // or annotations changing, a NodeGroup changing, or a Lease being renewed
 // queues the one key.
-func New(d *manager.Deps) *Controller {
+func New(d *manager.Deps, opts Options) *Controller {
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	leases := d.Informers.NodeLeases.Coordination().V1().Leases()
 	nodeInformer := d.Informers.Cluster.Core().V1().Nodes().Informer()
 	c := &Controller{
 		d:      d,
+		opts:   opts,
 		groups: ng.Lister(),
 		leases: leases.Lister(),
 		synced: []cache.InformerSynced{ng.Informer().HasSynced, leases.Informer().HasSynced, nodeInformer.HasSynced,

@@ -27,7 +27,7 @@ func TestEachReasonANodeIsSkippedForIsItsOwnEvent(t *testing.T) {
 	kube := kubefake.NewClientset(node)
 	nm := nmfake.NewSimpleClientset(&deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "view"}})
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(time.Now()), prometheus.NewRegistry())
-	c := New(d)
+	c := New(d, NewOptions())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !d.Start(ctx, "test", c.synced...) {

@@ -38,7 +38,7 @@ func TestARelabelledNodeIsCountedInItsOwnGroup(t *testing.T) {
 		instance("master-0", "master"), instance("master-1", "master"), instance("worker-0", "worker"),
 	}...)
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(time.Now()), prometheus.NewRegistry())
-	c := New(d)
+	c := New(d, NewOptions())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !d.Start(ctx, "test", c.synced...) {

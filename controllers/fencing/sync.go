@@ -104,7 +104,7 @@ func (c *Controller) rememberHolds(f Facts, p Plan) {
 // whose fenced annotation is out of date (their Lease was renewed since).
 func (c *Controller) facts() (Facts, []*corev1.Node, error) {
 	now := c.d.Clock.Now()
-	o := c.d.Options.Fencing
+	o := c.opts
 	f := Facts{
 		Now:    now,
 		Groups: map[string]Group{},

@@ -31,6 +31,7 @@ const Name = "fencing-agents"
 // Controller keeps one DaemonSet per fenced group.
 type Controller struct {
 	d          *manager.Deps
+	opts       Options
 	groups     nmlisters.NodeGroupLister
 	daemonSets appslisters.DaemonSetLister
 	secrets    corelisters.SecretLister
@@ -42,13 +43,14 @@ type Controller struct {
 // New wires the controller: a NodeGroup's change queues it, and so does a
 // change of a DaemonSet labelled as a fencing agent's (by its group
 // label), so a DaemonSet deleted or edited by hand is put back.
-func New(d *manager.Deps) *Controller {
+func New(d *manager.Deps, opts Options) *Controller {
 	groups := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
 	daemonSets := d.Informers.Namespace.Apps().V1().DaemonSets()
 	secrets := d.Informers.Namespace.Core().V1().Secrets()
 	nodes := d.Informers.Cluster.Core().V1().Nodes()
 	c := &Controller{
 		d:          d,
+		opts:       opts,
 		groups:     groups.Lister(),
 		daemonSets: daemonSets.Lister(),
 		secrets:    secrets.Lister(),

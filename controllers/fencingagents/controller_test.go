@@ -155,7 +155,7 @@ func controllerWithObjects(t *testing.T, kubeObjs, nmObjs []runtime.Object) (*Co
 		}
 	}
 	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(time.Now()), prometheus.NewRegistry())
-	c := New(d)
+	c := New(d, NewOptions())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	d.Informers.Namespace.Start(ctx.Done())

@@ -107,7 +107,7 @@ func (c *Controller) rotate(ctx context.Context, group string, s *corev1.Secret)
 		}
 	default:
 		_, asked := s.Annotations[deckhousev1.FencingGossipRotateAnnotation]
-		period := c.d.Options.FencingGossipKeyRotationPeriod
+		period := c.opts.GossipKeyRotationPeriod
 		rotatedAt, perr := time.Parse(time.RFC3339, s.Annotations[deckhousev1.FencingGossipRotatedAtAnnotation])
 		due := period > 0 && (perr != nil || now.Sub(rotatedAt) >= period)
 		if !asked && !due {

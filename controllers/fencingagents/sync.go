@@ -23,7 +23,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	case err != nil:
 		return err
 	default:
-		want = DaemonSet(ng, c.d.Namespace, c.d.Options.FencingAgentImage)
+		want = DaemonSet(ng, c.d.Namespace, c.opts.Image)
 	}
 	have, err := c.daemonSets.DaemonSets(c.d.Namespace).Get(DaemonSetName(group))
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -42,29 +42,6 @@ func TestValidateExplains(t *testing.T) {
 	}
 }
 
-// TestFencingFlagsAreValidated: a fencing flag that would fence nobody, or
-// is not a percentage, is refused at start, naming the flag. (A margin too
-// short for the agents is not: that is refused per group, on the group.)
-func TestFencingFlagsAreValidated(t *testing.T) {
-	o := NewOptions()
-	o.Identity = "x"
-	o.Fencing.MaxNodes, o.Fencing.OutagePercent, o.Fencing.Interval = 0, 150, 0
-	err := o.ValidateNodeManager()
-	if err == nil {
-		t.Fatal("invalid fencing options passed")
-	}
-	for _, want := range []string{"--fencing-max-nodes-per-interval=0", "--fencing-outage-percent", "--fencing-interval=0s"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not name %s", err, want)
-		}
-	}
-	o = NewOptions()
-	o.Identity, o.Fencing.Margin = "x", time.Second
-	if err := o.ValidateNodeManager(); err != nil {
-		t.Errorf("a short margin is refused at start (%v); it must be shown on the groups instead", err)
-	}
-}
-
 type recordingController struct{ ran chan struct{} }
 
 func (r *recordingController) Name() string { return "recording" }
@@ -297,16 +274,6 @@ func TestManagerFlagsAreOnlyTheManagers(t *testing.T) {
 		if fs.Lookup(name) != nil {
 			t.Errorf("the manager's flags offer node-manager-controller's --%s", name)
 		}
-	}
-	o.AddNodeManagerFlags(fs)
-	if err := fs.Parse([]string{"--fencing-margin=1m", "--default-drain-timeout=0s"}); err != nil {
-		t.Fatal(err)
-	}
-	if o.Fencing.Margin != time.Minute {
-		t.Errorf("--fencing-margin parsed to %s", o.Fencing.Margin)
-	}
-	if err := o.ValidateNodeManager(); err == nil || !strings.Contains(err.Error(), "--default-drain-timeout") {
-		t.Errorf("a zero drain timeout passed: %v", err)
 	}
 }
 

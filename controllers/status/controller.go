@@ -31,11 +31,12 @@ type Controller struct {
 
 // New wires the controller to the shared informers: a change of a group,
 // of one of its nodes, of one of its Instances or of its bundle queues the
-// group.
-func New(d *manager.Deps) *Controller {
+// group. components are the optional parts this process runs, which decide
+// which NodeGroup fields take effect.
+func New(d *manager.Deps, components Components) *Controller {
 	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
 	c := &Controller{d: d, metrics: newMetrics(d.Registry), instances: inst.Lister(),
-		components: Components{ClusterAPI: d.Options != nil && d.Options.ClusterAPI}}
+		components: components}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue) // Instances included
 	d.Registry.MustRegister(NewGroupSeries(c.watch.Groups))

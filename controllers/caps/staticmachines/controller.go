@@ -32,7 +32,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -71,21 +70,6 @@ const (
 
 // machinesResource is Cluster API's Machine, in the version v1.14 stores.
 var machinesResource = schema.GroupVersionResource{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"}
-
-// Options are caps-controller-manager's settings of this controller.
-type Options struct {
-	// BootstrapTimeout: an instance Bootstrapping for longer without its
-	// Node joining is cleaned and released (Deckhouse: 20 minutes).
-	BootstrapTimeout time.Duration
-	// CleanupTimeout: an instance Cleaning for longer is released anyway,
-	// with a warning that the host may hold leftovers (Deckhouse: 10 minutes).
-	CleanupTimeout time.Duration
-}
-
-// NewOptions are the defaults.
-func NewOptions() Options {
-	return Options{BootstrapTimeout: 20 * time.Minute, CleanupTimeout: 10 * time.Minute}
-}
 
 // Controller is the StaticMachine infrastructure provider.
 type Controller struct {

@@ -14,7 +14,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/spf13/pflag"
@@ -41,16 +40,6 @@ func command() (*manager.Options, func(*pflag.FlagSet), func() error, manager.Bu
 	opts.Component = deckhousev1.CAPSControllerManagerName
 	opts.ListenAddress = ":9682"
 	caps := staticmachines.NewOptions()
-	addFlags := func(fs *pflag.FlagSet) {
-		fs.DurationVar(&caps.BootstrapTimeout, "bootstrap-timeout", caps.BootstrapTimeout, "a StaticInstance Bootstrapping for longer without its Node joining is cleaned and released (Event StaticInstanceBootstrapTimeoutReached)")
-		fs.DurationVar(&caps.CleanupTimeout, "cleanup-timeout", caps.CleanupTimeout, "a StaticInstance Cleaning for longer is released anyway (Event StaticInstanceCleanupTimeoutReached)")
-	}
-	validate := func() error {
-		if caps.BootstrapTimeout <= 0 || caps.CleanupTimeout <= 0 {
-			return fmt.Errorf("--bootstrap-timeout and --cleanup-timeout must be positive")
-		}
-		return nil
-	}
 	// Each term of leadership builds the controller afresh from the term's
 	// Deps (see manager.Build), so nothing of a lost term is carried over.
 	build := func(d *manager.Deps) []manager.Controller {
@@ -62,5 +51,6 @@ func command() (*manager.Options, func(*pflag.FlagSet), func() error, manager.Bu
 			crdmigration.New(d, crdmigration.CAPSControllerManagerResources),
 		}
 	}
-	return opts, addFlags, validate, build
+	// Validate after parsing: caps.Validate would copy the defaults now.
+	return opts, caps.AddFlags, func() error { return caps.Validate() }, build
 }

@@ -26,6 +26,6 @@ func main() {
 // command is the binary's options, its flags beside the manager's, their
 // check and its controllers.
 func command() (*manager.Options, func(*pflag.FlagSet), func() error, manager.Build) {
-	opts := manager.NewOptions()
-	return opts, opts.AddNodeManagerFlags, opts.ValidateNodeManager, controllers.All
+	opts, ctl := manager.NewOptions(), controllers.NewOptions()
+	return opts, ctl.AddFlags, ctl.Validate, func(d *manager.Deps) []manager.Controller { return controllers.All(d, ctl) }
 }

@@ -74,12 +74,13 @@ func metricInventory(t *testing.T) map[string][]string {
 	t.Helper()
 	reg := &recording{Registry: prometheus.NewRegistry(), labels: map[string][]string{}}
 	// With --cluster-api, so the Cluster API controller's series are listed.
-	opts := manager.NewOptions()
-	opts.ClusterAPI = true
+	opts, ctl := manager.NewOptions(), controllers.NewOptions()
+	ctl.ClusterAPI.Enabled = true
 	deps := manager.NewDepsForClients(kubefake.NewClientset(), nmfake.NewClientset(), opts, clock.RealClock{}, reg)
 	deps.Dynamic = dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
-	controllers.All(deps)
-	manager.New(deps, opts, controllers.All)
+	all := func(d *manager.Deps) []manager.Controller { return controllers.All(d, ctl) }
+	all(deps)
+	manager.New(deps, opts, all)
 	reg.MustRegister(bundles.NewMetrics().Collectors()...)
 	reg.MustRegister(registry.NewMetrics().Collectors()...)
 	agents := &recording{Registry: prometheus.NewRegistry(), labels: map[string][]string{}}
