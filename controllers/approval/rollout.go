@@ -76,11 +76,11 @@ func (c *Controller) keepRollout(ctx context.Context, g *deckhousev1.NodeGroup, 
 	if d.Halted != nil {
 		c.metrics.Halts.WithLabelValues(g.Name).Inc()
 		msg := d.Halted.Describe(g.Name, checksum)
-		klog.InfoS("Rollout halted", "group", g.Name, "node", d.Halted.Node, "reason", d.Halted.Reason, "step", d.Halted.Step)
+		klog.FromContext(ctx).Info("Rollout halted", "group", g.Name, "node", d.Halted.Node, "reason", d.Halted.Reason, "step", d.Halted.Step)
 		c.d.Recorder.Eventf(groupRef(g), nil, corev1.EventTypeWarning, ConditionRolloutHalted, "Update", "%s", msg)
 	}
 	if d.Resumed {
-		klog.InfoS("Rollout resumed by annotation", "group", g.Name)
+		klog.FromContext(ctx).Info("Rollout resumed by annotation", "group", g.Name)
 		c.d.Recorder.Eventf(groupRef(g), nil, corev1.EventTypeNormal, "RolloutResumed", "Update",
 			"the rollout of configuration %.12s goes on: %s was set (and is removed)", checksum, deckhousev1.ResumeRolloutAnnotation)
 	}
@@ -126,7 +126,7 @@ func (c *Controller) lastOutput(ctx context.Context, node string) string {
 		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("regarding.name", node), fields.OneTermEqualSelector("reason", stepFailedReason)).String(),
 	})
 	if err != nil {
-		klog.InfoS("Could not read the failed step's output for the halt; the condition names the step without it", "node", node, "err", err)
+		klog.FromContext(ctx).Info("Could not read the failed step's output for the halt; the condition names the step without it", "node", node, "err", err)
 		return ""
 	}
 	if len(list.Items) == 0 {

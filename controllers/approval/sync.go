@@ -37,7 +37,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	}
 	checksum := c.watch.Checksum(group)
 	if checksum == "" {
-		klog.V(2).InfoS("No bundle for the group yet; nothing to approve", "group", group)
+		klog.FromContext(ctx).V(2).Info("No bundle for the group yet; nothing to approve", "group", group)
 		return nil
 	}
 	in := Input{Group: g, Checksum: checksum, Nodes: ns, Now: c.d.Clock.Now(), ControllerNode: c.opts.NodeName}
@@ -163,7 +163,7 @@ func (c *Controller) patchAll(ctx context.Context, group string, names []string,
 				return
 			}
 			written[name] = true
-			klog.InfoS(msg, "group", group, "node", name, "change", changes[name].String())
+			klog.FromContext(ctx).Info(msg, "group", group, "node", name, "change", changes[name].String())
 		})
 	}
 	wg.Wait()

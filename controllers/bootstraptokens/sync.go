@@ -107,7 +107,7 @@ func (c *Controller) liveTokens(ctx context.Context, group string, now time.Time
 		}
 		t, err := parseToken(s)
 		if err != nil {
-			klog.V(2).InfoS("Ignoring a Secret labelled with a node group that is not a usable bootstrap token",
+			klog.FromContext(ctx).V(2).Info("Ignoring a Secret labelled with a node group that is not a usable bootstrap token",
 				"secret", klog.KObj(s), "group", group, "reason", err.Error())
 			continue
 		}
@@ -119,7 +119,7 @@ func (c *Controller) liveTokens(ctx context.Context, group string, now time.Time
 			errs = append(errs, err)
 			continue
 		}
-		klog.InfoS("Deleted an expired bootstrap token", "group", group, "token", t.ID, "expired", t.Expires)
+		klog.FromContext(ctx).Info("Deleted an expired bootstrap token", "group", group, "token", t.ID, "expired", t.Expires)
 	}
 	return live, errors.Join(errs...)
 }
@@ -149,7 +149,7 @@ func (c *Controller) issue(ctx context.Context, ng *deckhousev1.NodeGroup, now t
 		return Token{}, fmt.Errorf("create a bootstrap token for group %s: %w", ng.Name, err)
 	}
 	expires := t.Expires.Format(time.RFC3339)
-	klog.InfoS("Issued a bootstrap token", "group", ng.Name, "token", t.ID, "expires", expires)
+	klog.FromContext(ctx).Info("Issued a bootstrap token", "group", ng.Name, "token", t.ID, "expires", expires)
 	c.d.Recorder.Eventf(ng, nil, corev1.EventTypeNormal, "BootstrapTokenIssued", "IssueBootstrapToken",
 		"issued bootstrap token %s (Secret kube-system/%s), valid until %s", t.ID, t.Name, expires)
 	return t, nil
@@ -179,7 +179,7 @@ func (c *Controller) cleanup(ctx context.Context, group string) error {
 			errs = append(errs, err)
 			continue
 		}
-		klog.InfoS("Deleted the bootstrap token of a deleted node group", "group", group, "secret", s.Name)
+		klog.FromContext(ctx).Info("Deleted the bootstrap token of a deleted node group", "group", group, "secret", s.Name)
 	}
 	errs = append(errs, c.deleteManual(ctx, group))
 	return errors.Join(errs...)
@@ -193,7 +193,7 @@ func (c *Controller) deleteManual(ctx context.Context, group string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete Secret %s/%s: %w", c.d.Namespace, SecretName(group), err)
 	}
-	klog.InfoS("Deleted a manual-bootstrap Secret", "group", group, "secret", klog.KRef(c.d.Namespace, SecretName(group)))
+	klog.FromContext(ctx).Info("Deleted a manual-bootstrap Secret", "group", group, "secret", klog.KRef(c.d.Namespace, SecretName(group)))
 	return nil
 }
 
@@ -203,7 +203,7 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	ca, endpoints, missing := c.clusterAccess()
 	if missing != "" {
 		// The informers bring the group back once the CA or the endpoints appear.
-		klog.InfoS("Not writing the manual-bootstrap Secret yet", "group", ng.Name, "missing", missing)
+		klog.FromContext(ctx).Info("Not writing the manual-bootstrap Secret yet", "group", ng.Name, "missing", missing)
 		return nil
 	}
 	m := Manual{Namespace: c.d.Namespace, Group: ng.Name, Token: token, CA: ca, Endpoints: endpoints}
@@ -226,7 +226,7 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 			Data:       data,
 		}, metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 		if err == nil {
-			klog.InfoS("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
+			klog.FromContext(ctx).Info("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -250,7 +250,7 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return fmt.Errorf("update Secret %s/%s: %w", c.d.Namespace, name, err)
 	}
-	klog.InfoS("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
+	klog.FromContext(ctx).Info("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 	return nil
 }
 

@@ -164,7 +164,7 @@ func (c *Controller) Name() string { return Name }
 // ends.
 func (c *Controller) Run(ctx context.Context, _ int) {
 	if !c.enabled {
-		klog.InfoS("Certificate management is off (--manage-certificates=false): the serving certificates and caBundles come from elsewhere")
+		klog.FromContext(ctx).Info("Certificate management is off (--manage-certificates=false): the serving certificates and caBundles come from elsewhere")
 		return
 	}
 	c.consumers.Start(ctx.Done())

@@ -50,7 +50,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	}
 
 	plan := Decide(now, c.opts, auth, leaves, consumers)
-	log := klog.FromContext(ctx).WithValues("controller", Name)
+	log := klog.FromContext(ctx)
 	for _, w := range plan.Waiting {
 		log.V(2).Info("Waiting", "reason", w)
 	}
@@ -183,7 +183,7 @@ func (c *Controller) writeAuthority(ctx context.Context, now time.Time, plan Pla
 	for _, t := range trusted {
 		names = append(names, t.Subject.CommonName)
 	}
-	klog.FromContext(ctx).Info("Changed the CA", "controller", Name, "step", plan.CA.String(), "secret", c.d.Namespace+"/"+deckhousev1.CertificateAuthoritySecret,
+	klog.FromContext(ctx).Info("Changed the CA", "step", plan.CA.String(), "secret", c.d.Namespace+"/"+deckhousev1.CertificateAuthoritySecret,
 		"signedBy", from, "signing", signing.Cert.Subject.CommonName, "trusted", names)
 	return nil
 }
@@ -353,6 +353,6 @@ func (c *Controller) writeBundles(ctx context.Context, o consumerObject, trusted
 	if _, err := c.d.Dynamic.Resource(o.resource).Patch(ctx, o.name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("writing the caBundle of %s %s: %w", o.resource.Resource, o.name, err)
 	}
-	klog.FromContext(ctx).Info("Wrote the caBundle", "controller", Name, "resource", o.resource.Resource, "name", o.name, "cas", len(trusted))
+	klog.FromContext(ctx).Info("Wrote the caBundle", "resource", o.resource.Resource, "name", o.name, "cas", len(trusted))
 	return nil
 }

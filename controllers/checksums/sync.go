@@ -32,7 +32,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 		if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating Secret %s/%s: %w", c.d.Namespace, deckhousev1.ConfigurationChecksumsSecret, err)
 		}
-		klog.InfoS("Published configuration checksums", "groups", len(want))
+		klog.FromContext(ctx).Info("Published configuration checksums", "groups", len(want))
 		return nil
 	case err != nil:
 		return err
@@ -45,6 +45,6 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("updating Secret %s/%s: %w", c.d.Namespace, deckhousev1.ConfigurationChecksumsSecret, err)
 	}
-	klog.InfoS("Published configuration checksums", "groups", len(want))
+	klog.FromContext(ctx).Info("Published configuration checksums", "groups", len(want))
 	return nil
 }

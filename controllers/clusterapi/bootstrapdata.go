@@ -88,6 +88,6 @@ func (c *Controller) syncBootstrapDataRole(ctx context.Context) error {
 	if err := c.apply(ctx, rolesResource, want); err != nil {
 		return fmt.Errorf("granting caps-controller-manager its bootstrap-data Secrets %v: %w", secrets, err)
 	}
-	klog.InfoS("Updated the bootstrap-data Secrets caps-controller-manager may read", "role", klog.KObj(want), "secrets", secrets)
+	klog.FromContext(ctx).Info("Updated the bootstrap-data Secrets caps-controller-manager may read", "role", klog.KObj(want), "secrets", secrets)
 	return nil
 }

@@ -162,7 +162,7 @@ func (c *Controller) Name() string { return Name }
 // waits for every cache and works the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	if !c.enabled {
-		klog.InfoS("Cluster API wiring is off (--cluster-api=false): static groups' staticInstances get no MachineDeployment")
+		klog.FromContext(ctx).Info("Cluster API wiring is off (--cluster-api=false): static groups' staticInstances get no MachineDeployment")
 		return
 	}
 	c.capi.Start(ctx.Done())

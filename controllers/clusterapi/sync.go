@@ -105,7 +105,7 @@ func (c *Controller) syncGroup(ctx context.Context, group string) error {
 	if err := c.apply(ctx, machineDeploymentsResource, want); err != nil {
 		return err
 	}
-	klog.InfoS("Applied the group's MachineDeployment", "group", group, "machineDeployment", klog.KRef(ns, group),
+	klog.FromContext(ctx).Info("Applied the group's MachineDeployment", "group", group, "machineDeployment", klog.KRef(ns, group),
 		"replicas", *want.Spec.Replicas)
 	return nil
 }
@@ -122,7 +122,7 @@ func (c *Controller) removeGroup(ctx context.Context, group string) error {
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting MachineDeployment %s/%s of a group without staticInstances: %w", ns, group, err)
 			}
-			klog.InfoS("Deleted the MachineDeployment of a group without staticInstances", "group", group)
+			klog.FromContext(ctx).Info("Deleted the MachineDeployment of a group without staticInstances", "group", group)
 		}
 	}
 	if t, err := c.templates.StaticMachineTemplates(ns).Get(group); err == nil && managed(t.Labels) && t.DeletionTimestamp == nil {
@@ -166,14 +166,14 @@ func (c *Controller) syncInstance(ctx context.Context, name string) error {
 		if err := c.applyStatus(ctx, name, MachineRef(m), BootstrapStatus(m), LastOperation(m)); err != nil {
 			return err
 		}
-		klog.V(2).InfoS("Linked the Instance to its Machine", "instance", name, "machine", klog.KObj(m), "phase", m.Status.Phase)
+		klog.FromContext(ctx).V(2).Info("Linked the Instance to its Machine", "instance", name, "machine", klog.KObj(m), "phase", m.Status.Phase)
 	case DeleteMachine:
 		err := c.d.Dynamic.Resource(machinesResource).Namespace(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &m.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting Machine %s/%s of deleted Instance %s: %w", m.Namespace, m.Name, name, err)
 		}
-		klog.InfoS("Instance deleted: deleting its Machine (Cluster API drains the node, the provider releases the host)",
+		klog.FromContext(ctx).Info("Instance deleted: deleting its Machine (Cluster API drains the node, the provider releases the host)",
 			"instance", name, "machine", klog.KObj(m))
 	case Release:
 		// A refusal reported while the Machine was deleted goes with it.

@@ -134,7 +134,7 @@ func (c *Controller) Name() string { return Name }
 // Run implements manager.Controller: one worker, one CRD at a time.
 func (c *Controller) Run(ctx context.Context, _ int) {
 	if !c.enabled {
-		klog.InfoS("The storage migration of deckhouse.io CRDs is off: no dynamic or metadata client")
+		klog.FromContext(ctx).Info("The storage migration of deckhouse.io CRDs is off: no dynamic or metadata client")
 		return
 	}
 	for _, f := range c.factories {

@@ -58,7 +58,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return fmt.Errorf("CRD %s: setting status.storedVersions to [%s] after rewriting %d objects: %w", name, storage, migrated, err)
 	}
 	c.rememberMigrated(name, crd.ResourceVersion)
-	klog.InfoS("Migrated a CRD's objects to its storage version", "crd", name, "objects", migrated, "from", stale, "to", storage)
+	klog.FromContext(ctx).Info("Migrated a CRD's objects to its storage version", "crd", name, "objects", migrated, "from", stale, "to", storage)
 	return nil
 }
 

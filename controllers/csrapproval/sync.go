@@ -65,7 +65,7 @@ func (c *Controller) createInstance(ctx context.Context, d Decision) (Decision, 
 	inst.Annotations = map[string]string{deckhousev1.ApprovedRequestAnnotation: d.Claim.Encode()}
 	_, err = client.Create(ctx, inst, metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 	if err == nil {
-		klog.InfoS("Created the Instance of a joining node", "instance", d.Node, "group", d.Group, "csr", d.Claim.CSR, "key", d.Claim.Key)
+		klog.FromContext(ctx).Info("Created the Instance of a joining node", "instance", d.Node, "group", d.Group, "csr", d.Claim.CSR, "key", d.Claim.Key)
 		return d, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
@@ -101,7 +101,7 @@ func (c *Controller) recordClaim(ctx context.Context, d Decision) (Decision, err
 	if _, err := client.Patch(ctx, d.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return d, fmt.Errorf("recording the approved request %s on Instance %s (annotation %s): %w", d.Claim.CSR, d.Node, deckhousev1.ApprovedRequestAnnotation, err)
 	}
-	klog.InfoS("Recorded the approved request on the Instance of a joining node", "instance", d.Node, "group", d.Group, "csr", d.Claim.CSR, "key", d.Claim.Key)
+	klog.FromContext(ctx).Info("Recorded the approved request on the Instance of a joining node", "instance", d.Node, "group", d.Group, "csr", d.Claim.CSR, "key", d.Claim.Key)
 	return d, nil
 }
 
@@ -114,7 +114,7 @@ func (c *Controller) conclude(ctx context.Context, csr *certificatesv1.Certifica
 	if _, err := c.d.Kube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return fmt.Errorf("recording %s on CSR %s: %w", typ, csr.Name, err)
 	}
-	klog.InfoS("Decided a kubelet client CSR", "csr", csr.Name, "decision", string(typ), "reason", d.Reason,
+	klog.FromContext(ctx).Info("Decided a kubelet client CSR", "csr", csr.Name, "decision", string(typ), "reason", d.Reason,
 		"node", d.Node, "group", d.Group, "requestor", csr.Spec.Username, "message", d.Message)
 	return nil
 }

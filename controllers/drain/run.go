@@ -41,6 +41,9 @@ func (c *Controller) start(name string) {
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
+	// The drain outlives the sync that started it: its lines say whose
+	// drain they are, as the sync's do.
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("controller", Name, "key", name))
 	r := &run{cancel: cancel}
 	c.running[name] = r
 	c.metrics.Draining.WithLabelValues(name).Set(1)
@@ -61,7 +64,7 @@ func (c *Controller) start(name string) {
 
 // stop cancels a running drain and reports whether there was one; a
 // drain recording its success is left to finish.
-func (c *Controller) stop(name, why string) bool {
+func (c *Controller) stop(ctx context.Context, name, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.running[name]
@@ -69,7 +72,7 @@ func (c *Controller) stop(name, why string) bool {
 		return false
 	}
 	if ok {
-		klog.InfoS("Cancelling drain", "node", name, "reason", why)
+		klog.FromContext(ctx).Info("Cancelling drain", "node", name, "reason", why)
 		r.cancel()
 		delete(c.running, name)
 	}
@@ -124,7 +127,7 @@ func (c *Controller) drain(ctx context.Context, name string) {
 		case errors.Is(err, errCancelled) || ctx.Err() != nil:
 			return
 		}
-		klog.InfoS("Drain attempt failed; retrying", "node", name, "attempt", attempt, "err", err)
+		klog.FromContext(ctx).Info("Drain attempt failed; retrying", "node", name, "attempt", attempt, "err", err)
 		c.metrics.Drains.WithLabelValues("failed").Inc()
 		if n, gerr := c.d.Nodes.Get(name); gerr == nil && nodes.Has(n, deckhousev1.DrainingAnnotation) && ctx.Err() == nil {
 			c.metrics.DrainFailed.WithLabelValues(name).Set(1)
@@ -155,7 +158,7 @@ func (c *Controller) record(ctx context.Context, name string, change func(*corev
 		if _, err = nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, change(n)); err == nil {
 			return true
 		} else if !apierrors.IsConflict(err) {
-			klog.ErrorS(err, "Recording drain state failed", "node", name)
+			klog.FromContext(ctx).Error(err, "Recording drain state failed", "node", name)
 			return false
 		}
 	}
@@ -249,7 +252,7 @@ func (c *Controller) attempt(ctx context.Context, name string) error {
 				}
 				deleted++
 				c.metrics.Deleted.Inc()
-				klog.InfoS("Deleted a pod left at the drain deadline", "node", name, "pod", l.Pod, "budgets", l.Budgets, "err", l.Err)
+				klog.FromContext(ctx).Info("Deleted a pod left at the drain deadline", "node", name, "pod", l.Pod, "budgets", l.Budgets, "err", l.Err)
 				c.d.Recorder.Eventf(n, p, corev1.EventTypeWarning, "PodDeletedAtDrainDeadline", "Drain", "%s", DeletedMessage(del[i], timeout))
 				gone = latest(gone, now.Add(grace(p)+c.opts.EvictionRetry))
 			}
@@ -296,7 +299,7 @@ func (c *Controller) left(ctx context.Context, pods []corev1.Pod, blocked map[ty
 				list, err := c.d.Kube.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
 				if err != nil {
 					// The API's own refusal still names the budget.
-					klog.ErrorS(err, "Listing PodDisruptionBudgets failed; the drain reports the eviction's refusal only", "namespace", p.Namespace)
+					klog.FromContext(ctx).Error(err, "Listing PodDisruptionBudgets failed; the drain reports the eviction's refusal only", "namespace", p.Namespace)
 				} else {
 					budgets[p.Namespace] = list.Items
 				}

@@ -15,7 +15,7 @@ import (
 func (c *Controller) sync(ctx context.Context, name string) error {
 	n, err := c.d.Nodes.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.stop(name, "the node is gone")
+		c.stop(ctx, name, "the node is gone")
 		c.metrics.Draining.DeleteLabelValues(name)
 		c.metrics.DrainFailed.DeleteLabelValues(name)
 		c.metrics.HeldByBudget.DeleteLabelValues(name)
@@ -28,7 +28,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.start(name)
 		return nil
 	}
-	if c.stop(name, "the draining annotation was removed") {
+	if c.stop(ctx, name, "the draining annotation was removed") {
 		c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "DrainCancelled", "Drain",
 			"the drain was cancelled because update.node.deckhouse.io/draining was removed; the node stays cordoned (kubectl uncordon %s to undo)", n.Name)
 		c.metrics.Drains.WithLabelValues("cancelled").Inc()

@@ -36,7 +36,7 @@ func TestEachReasonANodeIsSkippedForIsItsOwnEvent(t *testing.T) {
 
 	reasons := []string{ReasonNoLease, ReasonStaleAPIView, ReasonClusterOutage}
 	for _, r := range reasons {
-		c.report(Decision{Node: "view-0", Group: "view", Reason: r, Message: "node view-0 is not fenced"})
+		c.report(ctx, Decision{Node: "view-0", Group: "view", Reason: r, Message: "node view-0 is not fenced"})
 	}
 	// Each reason is an Event about the Node and one about its group.
 	var got []string

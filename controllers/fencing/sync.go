@@ -57,7 +57,7 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 			}
 			continue
 		}
-		c.report(d)
+		c.report(ctx, d)
 	}
 	c.forgetReports(plan)
 	c.metrics.guard(plan.Guard)
@@ -203,7 +203,7 @@ func (c *Controller) fence(ctx context.Context, d Decision) error {
 		return fmt.Errorf("reading the Lease of node %s before fencing it: %w", d.Node, err)
 	}
 	if lease.Spec.RenewTime == nil || lease.Spec.RenewTime.After(d.LastRenewal) {
-		klog.InfoS("Node renewed its Lease after all; not fencing it", "node", d.Node, "renewTime", lease.Spec.RenewTime)
+		klog.FromContext(ctx).Info("Node renewed its Lease after all; not fencing it", "node", d.Node, "renewTime", lease.Spec.RenewTime)
 		return nil
 	}
 	n, err := c.d.Nodes.Get(d.Node)
@@ -270,11 +270,11 @@ func (c *Controller) fence(ctx context.Context, d Decision) error {
 		}
 		c.d.Nodes.Forget(d.Node)
 	}
-	klog.InfoS("Fenced a dead node", "node", d.Node, "group", d.Group, "podsDeleted", deleted, "nodeKept", d.KeepNode,
+	klog.FromContext(ctx).Info("Fenced a dead node", "node", d.Node, "group", d.Group, "podsDeleted", deleted, "nodeKept", d.KeepNode,
 		"sinceLastRenewal", freed, "evacuationDelay", d.Delay)
 	note := fmt.Sprintf("%s; %d pod(s) deleted %s after the last Lease renewal", d.Message, deleted, freed.Round(time.Millisecond))
 	if len(kept) > 0 {
-		klog.InfoS("Kept the pods of a dead Notify node that use ReadWriteOnce volumes", "node", d.Node, "group", d.Group, "pods", kept)
+		klog.FromContext(ctx).Info("Kept the pods of a dead Notify node that use ReadWriteOnce volumes", "node", d.Node, "group", d.Group, "pods", kept)
 		note += fmt.Sprintf("; %d pod(s) with ReadWriteOnce volumes kept: %s. Nothing resets a node in Notify mode, so they may still run there and "+
 			"freeing them could run them twice; delete them once the node is known to be down, or annotate the group %s=true to free them",
 			len(kept), strings.Join(kept, ", "), deckhousev1.FencingNotifyFreeReadWriteOnceAnnotation)
@@ -323,7 +323,7 @@ func (c *Controller) readWriteOnceClaim(ctx context.Context, p *corev1.Pod) (str
 
 // report records a skipped dead node once per reason: an Event on the
 // Node and on its group, and node_manager_fencing_skipped_total.
-func (c *Controller) report(d Decision) {
+func (c *Controller) report(ctx context.Context, d Decision) {
 	c.mu.Lock()
 	seen := c.reported[d.Node] == d.Group+"/"+d.Reason
 	c.reported[d.Node] = d.Group + "/" + d.Reason
@@ -331,7 +331,7 @@ func (c *Controller) report(d Decision) {
 	if seen {
 		return
 	}
-	klog.InfoS("Not fencing a dead node", "node", d.Node, "group", d.Group, "reason", d.Reason, "sinceLastRenewal", d.Age, "message", d.Message)
+	klog.FromContext(ctx).Info("Not fencing a dead node", "node", d.Node, "group", d.Group, "reason", d.Reason, "sinceLastRenewal", d.Age, "message", d.Message)
 	typ := corev1.EventTypeWarning
 	if d.Reason == ReasonMaintenance {
 		typ = corev1.EventTypeNormal

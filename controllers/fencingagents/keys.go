@@ -41,7 +41,7 @@ func (c *Controller) syncKey(ctx context.Context, group string, fenced bool) err
 		if err := api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting the gossip keyring Secret %s/%s of group %s, which has no spec.fencing: %w", c.d.Namespace, name, group, err)
 		}
-		klog.InfoS("Deleted the gossip keyring of a group without fencing", "group", group, "secret", name)
+		klog.FromContext(ctx).Info("Deleted the gossip keyring of a group without fencing", "group", group, "secret", name)
 		return nil
 	case have == nil:
 		s := &corev1.Secret{
@@ -53,7 +53,7 @@ func (c *Controller) syncKey(ctx context.Context, group string, fenced bool) err
 		if _, err := api.Create(ctx, s, metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating the gossip keyring Secret %s/%s of fenced group %s: %w", c.d.Namespace, name, group, err)
 		}
-		klog.InfoS("Created the gossip keyring of a fenced group", "group", group, "secret", name)
+		klog.FromContext(ctx).Info("Created the gossip keyring of a fenced group", "group", group, "secret", name)
 		return nil
 	case have.Labels[deckhousev1.ManagedByLabel] != deckhousev1.NodeManagerControllerName:
 		return nil // made by a person: not rotated here
@@ -77,7 +77,7 @@ func (c *Controller) syncKey(ctx context.Context, group string, fenced bool) err
 func (c *Controller) rotate(ctx context.Context, group string, s *corev1.Secret) error {
 	keys, err := gossipkey.FromData(s.Data)
 	if err != nil {
-		klog.ErrorS(err, "The gossip keyring Secret of a fenced group is malformed; its agents do not gossip until it is fixed (delete it to have a new key made)",
+		klog.FromContext(ctx).Error(err, "The gossip keyring Secret of a fenced group is malformed; its agents do not gossip until it is fixed (delete it to have a new key made)",
 			"group", group, "secret", s.Name)
 		return nil
 	}
@@ -94,7 +94,7 @@ func (c *Controller) rotate(ctx context.Context, group string, s *corev1.Secret)
 			return err
 		}
 		if len(waiting) > 0 {
-			klog.V(2).InfoS("Gossip key rotation waits for agents to hold the current keyring", "group", group, "keyring", keys.Fingerprint(), "waiting", waiting)
+			klog.FromContext(ctx).V(2).Info("Gossip key rotation waits for agents to hold the current keyring", "group", group, "keyring", keys.Fingerprint(), "waiting", waiting)
 			return nil // a Node's annotation change queues the group
 		}
 		if next := s.Data[deckhousev1.FencingGossipKeyNext]; next != nil {
@@ -124,7 +124,7 @@ func (c *Controller) rotate(ctx context.Context, group string, s *corev1.Secret)
 		return fmt.Errorf("rotating the gossip keyring Secret %s/%s of group %s (%s): %w", c.d.Namespace, s.Name, group, step, err)
 	}
 	next, _ := gossipkey.FromData(upd.Data)
-	klog.InfoS("Gossip key rotation", "group", group, "step", step, "keyring", next.Fingerprint())
+	klog.FromContext(ctx).Info("Gossip key rotation", "group", group, "step", step, "keyring", next.Fingerprint())
 	return nil
 }
 

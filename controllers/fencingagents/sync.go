@@ -48,14 +48,14 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		if err := api.Delete(ctx, have.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting DaemonSet %s/%s of group %s, which has no spec.fencing: %w", c.d.Namespace, have.Name, group, err)
 		}
-		klog.InfoS("Deleted the fencing agents of a group without fencing", "group", group, "daemonSet", have.Name)
+		klog.FromContext(ctx).Info("Deleted the fencing agents of a group without fencing", "group", group, "daemonSet", have.Name)
 	case have == nil:
 		if _, err := api.Create(ctx, want, opts); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating DaemonSet %s/%s for fenced group %s: %w", c.d.Namespace, want.Name, group, err)
 		}
-		klog.InfoS("Created the fencing agents of a fenced group", "group", group, "daemonSet", want.Name, "mode", ng.Spec.Fencing.Mode)
+		klog.FromContext(ctx).Info("Created the fencing agents of a fenced group", "group", group, "daemonSet", want.Name, "mode", ng.Spec.Fencing.Mode)
 	case !UpToDate(have, want):
-		if waiting, err := c.legacyWaits(have, group); err != nil || len(waiting) > 0 {
+		if waiting, err := c.legacyWaits(ctx, have, group); err != nil || len(waiting) > 0 {
 			return err
 		}
 		upd := have.DeepCopy()
@@ -64,7 +64,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 		if _, err := api.Update(ctx, upd, metav1.UpdateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 			return fmt.Errorf("updating DaemonSet %s/%s of fenced group %s: %w", c.d.Namespace, want.Name, group, err)
 		}
-		klog.InfoS("Updated the fencing agents of a fenced group", "group", group, "daemonSet", want.Name, "mode", ng.Spec.Fencing.Mode)
+		klog.FromContext(ctx).Info("Updated the fencing agents of a fenced group", "group", group, "daemonSet", want.Name, "mode", ng.Spec.Fencing.Mode)
 	}
 	return nil
 }
@@ -90,7 +90,7 @@ func legacyNodeSelector(group string) map[string]string {
 // new selector earlier, it would take the agents off those nodes at once,
 // disarming them, until the label came. Each member's label change queues
 // the group again.
-func (c *Controller) legacyWaits(have *appsv1.DaemonSet, group string) ([]string, error) {
+func (c *Controller) legacyWaits(ctx context.Context, have *appsv1.DaemonSet, group string) ([]string, error) {
 	if !equality.Semantic.DeepEqual(have.Spec.Template.Spec.NodeSelector, legacyNodeSelector(group)) {
 		return nil, nil
 	}
@@ -105,7 +105,7 @@ func (c *Controller) legacyWaits(have *appsv1.DaemonSet, group string) ([]string
 		}
 	}
 	if len(waiting) > 0 {
-		klog.InfoS("The fencing agents' DaemonSet still selects nodes by their own group label; it is updated once every node of the group carries the restricted group label, which node-manager-controller's node template controller sets from each node's Instance",
+		klog.FromContext(ctx).Info("The fencing agents' DaemonSet still selects nodes by their own group label; it is updated once every node of the group carries the restricted group label, which node-manager-controller's node template controller sets from each node's Instance",
 			"group", group, "daemonSet", have.Name, "label", deckhousev1.NodeGroupRestrictedLabel, "waiting", waiting)
 	}
 	return waiting, nil

@@ -168,7 +168,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		lease, err := c.d.Kube.CoordinationV1().Leases(c.d.Namespace).Get(ctx, deckhousev1.NodeManagerControllerName, metav1.GetOptions{})
 		if err != nil {
-			klog.ErrorS(err, "Reading the leader Lease to learn which nodes predate node-manager; retrying",
+			klog.FromContext(ctx).Error(err, "Reading the leader Lease to learn which nodes predate node-manager; retrying",
 				"lease", klog.KRef(c.d.Namespace, deckhousev1.NodeManagerControllerName))
 			return false, nil
 		}
@@ -178,6 +178,6 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	if err != nil {
 		return
 	}
-	klog.InfoS("Nodes created before node-manager-controller first ran are adopted from their label; later ones only from their join", "firstRun", c.firstRun)
+	klog.FromContext(ctx).Info("Nodes created before node-manager-controller first ran are adopted from their label; later ones only from their join", "firstRun", c.firstRun)
 	c.queue.Run(ctx, workers)
 }

@@ -80,7 +80,7 @@ func (c *Controller) nodeGone(ctx context.Context, inst *deckhousev1alpha1.Insta
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Instance %s of a node that is gone: %w", inst.Name, err)
 	}
-	klog.InfoS("Deleted the Instance of a node that is gone", "instance", inst.Name, "group", inst.Labels[deckhousev1.NodeGroupLabel],
+	klog.FromContext(ctx).Info("Deleted the Instance of a node that is gone", "instance", inst.Name, "group", inst.Labels[deckhousev1.NodeGroupLabel],
 		"registered", inst.Status.NodeRef != nil)
 	return nil
 }
@@ -120,7 +120,7 @@ func (c *Controller) adopt(ctx context.Context, n *corev1.Node) (*deckhousev1alp
 		return nil, fmt.Errorf("creating Instance %s for node %s: %w", n.Name, n.Name, err)
 	}
 	c.metrics.forget(n.Name)
-	klog.InfoS("Created the Instance of a node that had none", "instance", n.Name, "group", g.Name, "reason", d.Reason)
+	klog.FromContext(ctx).Info("Created the Instance of a node that had none", "instance", n.Name, "group", g.Name, "reason", d.Reason)
 	c.d.Recorder.Eventf(n, nil, corev1.EventTypeNormal, d.Reason, "PinNodeGroup", "%s", d.Message)
 	return created, nil
 }

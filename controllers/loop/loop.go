@@ -86,7 +86,7 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 	for range workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, l.work, time.Second) })
 	}
-	klog.InfoS("Controller started", "controller", l.name, "workers", workers)
+	klog.FromContext(ctx).Info("Controller started", "controller", l.name, "workers", workers)
 	wg.Wait()
 }
 
@@ -104,6 +104,10 @@ func (l *Loop) next(ctx context.Context) bool {
 	if l.metrics != nil {
 		l.metrics.Depth.WithLabelValues(l.name).Set(float64(l.queue.Len()))
 	}
+	// Every line the sync logs through klog.FromContext says which
+	// controller and key wrote it.
+	logger := klog.FromContext(ctx).WithValues("controller", l.name, "key", key)
+	ctx = klog.NewContext(ctx, logger)
 	start := time.Now()
 	err := l.safeSync(ctx, key)
 	if l.metrics != nil {
@@ -124,10 +128,9 @@ func (l *Loop) next(ctx context.Context) bool {
 	case apierrors.IsConflict(err):
 		// Someone else wrote the object since we read it: routine, and the
 		// retry decides again on the new state.
-		klog.V(2).InfoS("Object changed meanwhile; deciding again", "controller", l.name, "key", key, "err", err)
+		logger.V(2).Info("Object changed meanwhile; deciding again", "err", err)
 	default:
-		klog.ErrorS(err, "Reconcile failed; retrying with backoff", "controller", l.name, "key", key,
-			"attempt", l.queue.NumRequeues(key)+1)
+		logger.Error(err, "Reconcile failed; retrying with backoff", "attempt", l.queue.NumRequeues(key)+1)
 	}
 	l.queue.AddRateLimited(key)
 	return true

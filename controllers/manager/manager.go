@@ -282,7 +282,7 @@ func (m *Manager) Handler(gatherer prometheus.Gatherer) http.Handler {
 // returns an error only when ctx ends before the first informers synced.
 func (m *Manager) Run(ctx context.Context) error {
 	if !m.opts.LeaderElect {
-		klog.InfoS("Running the controllers without the Lease (--leader-elect=false)")
+		klog.FromContext(ctx).Info("Running the controllers without the Lease (--leader-elect=false)")
 		return m.term(ctx, m.deps, func(ctx context.Context, lead func(context.Context)) { lead(ctx) })
 	}
 	e := leadership.Election{
@@ -302,7 +302,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		klog.InfoS("Lost the Lease: every controller stopped and its state dropped; standing by with fresh informers", "identity", m.opts.Identity)
+		klog.FromContext(ctx).Info("Lost the Lease: every controller stopped and its state dropped; standing by with fresh informers", "identity", m.opts.Identity)
 	}
 }
 
@@ -330,7 +330,7 @@ func (m *Manager) term(ctx context.Context, d *Deps, elect func(context.Context,
 	m.synced.Store(true)
 	d.StartEvents(ctx)
 	if m.opts.LeaderElect {
-		klog.InfoS("Informers synced; campaigning for the Lease", "lease", d.Namespace+"/"+m.opts.Component, "identity", m.opts.Identity)
+		klog.FromContext(ctx).Info("Informers synced; campaigning for the Lease", "lease", d.Namespace+"/"+m.opts.Component, "identity", m.opts.Identity)
 	}
 	elect(ctx, func(ctx context.Context) { m.lead(ctx, controllers) })
 	return nil
@@ -339,14 +339,14 @@ func (m *Manager) term(ctx context.Context, d *Deps, elect func(context.Context,
 // lead runs every controller until ctx ends and waits for them.
 func (m *Manager) lead(ctx context.Context, controllers []Controller) {
 	if m.opts.LeaderElect {
-		klog.InfoS("Leading; starting controllers", "identity", m.opts.Identity)
+		klog.FromContext(ctx).Info("Leading; starting controllers", "identity", m.opts.Identity)
 		m.leading.Store(true)
 		m.leaderGauge.Set(1)
 		m.terms.Inc()
 		defer func() {
 			m.leading.Store(false)
 			m.leaderGauge.Set(0)
-			klog.InfoS("Term over; every controller has stopped", "identity", m.opts.Identity)
+			klog.FromContext(ctx).Info("Term over; every controller has stopped", "identity", m.opts.Identity)
 		}()
 	}
 	var wg sync.WaitGroup

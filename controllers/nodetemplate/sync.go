@@ -37,7 +37,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		group = inst.Labels[deckhousev1.NodeGroupLabel]
 	}
 	change := &nodes.Change{}
-	ng, err := c.groupOf(n, inst, group)
+	ng, err := c.groupOf(ctx, n, inst, group)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if change.Empty() {
 		return nil
 	}
-	klog.V(2).InfoS("Applying the node template", "controller", Name, "node", name, "nodeGroup", group, "change", change.String())
+	klog.FromContext(ctx).V(2).Info("Applying the node template", "node", name, "nodeGroup", group, "change", change.String())
 	if _, err := nodes.Patch(ctx, c.d.Kube, c.d.Nodes, n, change); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -68,7 +68,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 // group, when the Node is managed (carries a group label of its own) and
 // the group exists; nil otherwise (the node is left alone but for its
 // restricted group label).
-func (c *Controller) groupOf(n *corev1.Node, inst *deckhousev1alpha1.Instance, group string) (*deckhousev1.NodeGroup, error) {
+func (c *Controller) groupOf(ctx context.Context, n *corev1.Node, inst *deckhousev1alpha1.Instance, group string) (*deckhousev1.NodeGroup, error) {
 	if nodes.Label(n) == "" {
 		c.unmanaged.WithLabelValues(n.Name).Set(1)
 		return nil, nil
@@ -76,13 +76,13 @@ func (c *Controller) groupOf(n *corev1.Node, inst *deckhousev1alpha1.Instance, g
 	c.unmanaged.DeleteLabelValues(n.Name)
 	switch {
 	case inst == nil:
-		klog.V(2).InfoS("Node without an Instance left alone until node-manager admits it", "controller", Name, "node", n.Name, "nodeLabel", nodes.Label(n))
+		klog.FromContext(ctx).V(2).Info("Node without an Instance left alone until node-manager admits it", "node", n.Name, "nodeLabel", nodes.Label(n))
 		return nil, nil
 	case group == "":
-		klog.V(2).InfoS("Node whose Instance names no group left alone", "controller", Name, "node", n.Name)
+		klog.FromContext(ctx).V(2).Info("Node whose Instance names no group left alone", "node", n.Name)
 		return nil, nil
 	case group != nodes.Label(n):
-		klog.V(2).InfoS("Node's group label differs from its Instance's; applying the Instance's group", "controller", Name, "node", n.Name, "nodeLabel", nodes.Label(n), "nodeGroup", group)
+		klog.FromContext(ctx).V(2).Info("Node's group label differs from its Instance's; applying the Instance's group", "node", n.Name, "nodeLabel", nodes.Label(n), "nodeGroup", group)
 	}
 	ng, err := c.groups.Get(group)
 	if apierrors.IsNotFound(err) {
@@ -91,7 +91,7 @@ func (c *Controller) groupOf(n *corev1.Node, inst *deckhousev1alpha1.Instance, g
 		c.unknownLogged[group] = true
 		c.mu.Unlock()
 		if !logged {
-			klog.V(2).InfoS("Node of an unknown group left alone", "controller", Name, "node", n.Name, "nodeGroup", group)
+			klog.FromContext(ctx).V(2).Info("Node of an unknown group left alone", "node", n.Name, "nodeGroup", group)
 		}
 		return nil, nil
 	}

@@ -307,7 +307,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	if !manager.HasSynced(ctx, Name, c.synced...) {
 		return
 	}
-	klog.InfoS("Cluster API Provider Static started", "bootstrapTimeout", c.opts.BootstrapTimeout, "cleanupTimeout", c.opts.CleanupTimeout)
+	klog.FromContext(ctx).Info("Cluster API Provider Static started", "bootstrapTimeout", c.opts.BootstrapTimeout, "cleanupTimeout", c.opts.CleanupTimeout)
 	c.queue.Run(ctx, workers)
 }
 

@@ -137,7 +137,7 @@ func (c *Controller) boundInstance(sm *infrav1alpha1.StaticMachine) *deckhousev1
 func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.StaticMachine, now time.Time) (*deckhousev1alpha2.StaticInstance, error) {
 	sel, err := instanceSelector(sm.Spec.LabelSelector)
 	if err != nil {
-		klog.ErrorS(err, "StaticMachine's labelSelector is invalid; it gets no host until its group's staticInstances.labelSelector is fixed", "staticMachine", klog.KObj(sm))
+		klog.FromContext(ctx).Error(err, "StaticMachine's labelSelector is invalid; it gets no host until its group's staticInstances.labelSelector is fixed", "staticMachine", klog.KObj(sm))
 		return nil, nil
 	}
 	all, err := c.instances.List(everything)
@@ -176,7 +176,7 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 		return nil, fmt.Errorf("binding StaticInstance %s to StaticMachine %s/%s: %w", pick.Name, sm.Namespace, sm.Name, err)
 	}
 	c.writes.WithLabelValues("StaticInstance").Inc()
-	klog.InfoS("StaticInstance picked", "staticInstance", inst.Name, "staticMachine", klog.KObj(sm), "address", inst.Spec.Address)
+	klog.FromContext(ctx).Info("StaticInstance picked", "staticInstance", inst.Name, "staticMachine", klog.KObj(sm), "address", inst.Spec.Address)
 	return inst, nil
 }
 
@@ -259,16 +259,16 @@ func (c *Controller) syncFree(ctx context.Context, name string) error {
 	switch {
 	case address.condition == nil:
 	case conflict != nil:
-		klog.InfoS("StaticInstance refused: its address is in use", "staticInstance", inst.Name, "address", inst.Spec.Address, "holder", conflict.holder())
+		klog.FromContext(ctx).Info("StaticInstance refused: its address is in use", "staticInstance", inst.Name, "address", inst.Spec.Address, "holder", conflict.holder())
 	default:
-		klog.InfoS("StaticInstance's address is free again", "staticInstance", inst.Name, "address", inst.Spec.Address)
+		klog.FromContext(ctx).Info("StaticInstance's address is free again", "staticInstance", inst.Name, "address", inst.Spec.Address)
 	}
 	switch {
 	case hostKey.condition == nil:
 	case !trusted:
-		klog.InfoS("StaticInstance refused: its host key is not pinned and trust on first use is not allowed", "staticInstance", inst.Name, "address", inst.Spec.Address)
+		klog.FromContext(ctx).Info("StaticInstance refused: its host key is not pinned and trust on first use is not allowed", "staticInstance", inst.Name, "address", inst.Spec.Address)
 	default:
-		klog.InfoS("StaticInstance's host key is trusted", "staticInstance", inst.Name, "address", inst.Spec.Address)
+		klog.FromContext(ctx).Info("StaticInstance's host key is trusted", "staticInstance", inst.Name, "address", inst.Spec.Address)
 	}
 	for _, e := range []*eventNote{address.event, hostKey.event} {
 		if e == nil {
@@ -345,7 +345,7 @@ func (c *Controller) advance(ctx context.Context, key string, sm *infrav1alpha1.
 	}
 	st := decide(s)
 	c.refusals.set(inst.Name, st.refused)
-	klog.V(4).InfoS("Decided", "staticMachine", klog.KObj(sm), "staticInstance", inst.Name, "phase", phase, "step", describe(st))
+	klog.FromContext(ctx).V(4).Info("Decided", "staticMachine", klog.KObj(sm), "staticInstance", inst.Name, "phase", phase, "step", describe(st))
 	return c.carryOut(ctx, key, sm, inst, node, s, st, hostKey)
 }
 
@@ -416,7 +416,7 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 			// queue tries again (with backoff) until the data is readable.
 			if _, rerr := c.setMachineCondition(ctx, sm, &conditionChange{Type: condMachineReady,
 				Reason: infrav1alpha1.BootstrapDataUnavailableReason, Message: err.Error() + "; trying again"}); rerr != nil {
-				klog.ErrorS(rerr, "Reporting the unreadable bootstrap data", "staticMachine", klog.KObj(sm))
+				klog.FromContext(ctx).Error(rerr, "Reporting the unreadable bootstrap data", "staticMachine", klog.KObj(sm))
 			}
 			return err
 		}
@@ -426,7 +426,7 @@ func (c *Controller) carryOut(ctx context.Context, key string, sm *infrav1alpha1
 	now := metav1.NewTime(s.now)
 	if st.phase != "" && st.phase != s.phase {
 		status.CurrentStatus = &deckhousev1alpha2.StaticInstanceCurrentStatus{Phase: st.phase, LastUpdateTime: &now}
-		klog.InfoS("StaticInstance phase changed", "staticInstance", inst.Name, "from", s.phase, "to", st.phase, "staticMachine", klog.KObj(sm))
+		klog.FromContext(ctx).Info("StaticInstance phase changed", "staticInstance", inst.Name, "from", s.phase, "to", st.phase, "staticMachine", klog.KObj(sm))
 	}
 	if cc := st.condition; cc != nil {
 		cond := metav1.Condition{Type: cc.Type, Status: metav1.ConditionFalse, Reason: cc.Reason, Message: cc.Message, ObservedGeneration: inst.Generation}
@@ -646,11 +646,11 @@ func (c *Controller) startTask(ctx context.Context, kind taskKind, sm *infrav1al
 		// What classify says is safe to log: the stage, the exit code or
 		// the SSH library's reason; never the output or a credential.
 		_, message := classify(kind, res, err)
-		klog.InfoS("SSH operation ended", "operation", kind, "staticInstance", inst.Name, "address", host.Address, "exitCode", res.ExitCode, "problem", message)
+		klog.FromContext(ctx).Info("SSH operation ended", "operation", kind, "staticInstance", inst.Name, "address", host.Address, "exitCode", res.ExitCode, "problem", message)
 		return res, err
 	})
 	if started {
-		klog.InfoS("SSH operation started", "operation", kind, "staticInstance", inst.Name, "address", inst.Spec.Address,
+		klog.FromContext(ctx).Info("SSH operation started", "operation", kind, "staticInstance", inst.Name, "address", inst.Spec.Address,
 			"staticMachine", klog.KObj(sm), "timeout", timeout)
 	}
 	return nil
