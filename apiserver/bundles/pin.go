@@ -101,7 +101,7 @@ func (c *Controller) chooseServed(ctx context.Context, group string, req pinRequ
 			if !apierrors.IsNotFound(err) {
 				return nil, nil, fmt.Errorf("load revision %d of group %s to resume it after the pin was removed: %w", newest, group, err)
 			}
-			klog.InfoS("The newest revision of an unpinned group is gone; it keeps the bundle it was pinned to until it renders", "group", group, "revision", newest)
+			klog.FromContext(ctx).Info("The newest revision of an unpinned group is gone; it keeps the bundle it was pinned to until it renders", "revision", newest)
 		}
 		return prev, nil, nil
 	}
@@ -139,7 +139,7 @@ func (c *Controller) chooseServed(ctx context.Context, group string, req pinRequ
 		}
 		msg += fmt.Sprintf(". Pin a revision rendered under the current settings, remove the pin, or, as a cluster administrator, allow this pin with the annotation %s=%d on the NodeGroup.",
 			deckhousev1.PinAcrossClusterSettingsAnnotation, pin)
-		klog.InfoS("Refused a pin across a change of the cluster settings", "group", group, "revision", pin,
+		klog.FromContext(ctx).Info("Refused a pin across a change of the cluster settings", "revision", pin,
 			"revisionSettings", pinned.ClusterSettingsDigest, "currentSettings", settings)
 		return served, &pinOutcome{status: metav1.ConditionFalse, reason: ReasonClusterSettingsChanged, message: msg}, nil
 	}

@@ -24,7 +24,7 @@ const publishKey = "publish"
 
 // publishWorker runs publishLatest for the publish item until the queue
 // shuts down, retrying with backoff when publishing fails.
-func (c *Controller) publishWorker(context.Context) {
+func (c *Controller) publishWorker(ctx context.Context) {
 	for {
 		key, quit := c.publishQ.Get()
 		if quit {
@@ -33,7 +33,7 @@ func (c *Controller) publishWorker(context.Context) {
 		err := c.publishLatest()
 		c.publishQ.Done(key)
 		if err != nil {
-			klog.ErrorS(err, "Publishing bundles failed; will retry")
+			klog.FromContext(ctx).Error(err, "Publishing bundles failed; will retry")
 			c.publishQ.AddRateLimited(key)
 			continue
 		}
@@ -136,6 +136,8 @@ func (c *Controller) publish(ctx context.Context, in Inputs, results map[string]
 		groups[ng.Name] = ng
 	}
 	for _, group := range sortedGroups(results) {
+		// Every line of the group's publish says which group it is.
+		ctx := klog.NewContext(ctx, klog.FromContext(ctx).WithValues("group", group))
 		big, pin, err := c.publishGroup(ctx, pinOf(groups[group]), results[group])
 		if err != nil {
 			errs = append(errs, err)
@@ -180,13 +182,13 @@ func (c *Controller) publishGroup(ctx context.Context, req pinRequest, r *Result
 		kept, number, err := c.revisions.record(ctx, &fresh, index, pin)
 		switch {
 		case errors.As(err, &big):
-			klog.InfoS("Node group's bundle is too large to publish; it keeps its last good bundle", "group", r.Group,
+			klog.FromContext(ctx).Info("Node group's bundle is too large to publish; it keeps its last good bundle",
 				"encodedBytes", big.Encoded, "limit", big.Limit)
 		case err != nil && kept == nil:
 			return nil, nil, err
 		default:
 			if err != nil {
-				klog.ErrorS(err, "Pruning bundle revisions failed; will retry on the next publish", "group", r.Group)
+				klog.FromContext(ctx).Error(err, "Pruning bundle revisions failed; will retry on the next publish")
 			}
 			index = kept
 			fresh.Revision = number
@@ -202,7 +204,7 @@ func (c *Controller) publishGroup(ctx context.Context, req pinRequest, r *Result
 	wrote, err := c.writeBundle(ctx, &next)
 	if errors.As(err, &big) {
 		// Only the revision list made it too large: keep what is published.
-		klog.InfoS("Node group's bundle is too large to publish with its revision list; it keeps its last good bundle", "group", r.Group,
+		klog.FromContext(ctx).Info("Node group's bundle is too large to publish with its revision list; it keeps its last good bundle",
 			"encodedBytes", big.Encoded, "limit", big.Limit)
 		return big, outcome, nil
 	}
@@ -211,7 +213,7 @@ func (c *Controller) publishGroup(ctx context.Context, req pinRequest, r *Result
 	}
 	c.lastGood.wrote(&next)
 	if wrote && current == nil && pin == 0 {
-		klog.InfoS("Restored a published bundle that was changed or deleted by someone else", "group", r.Group, "checksum", next.Checksum)
+		klog.FromContext(ctx).Info("Restored a published bundle that was changed or deleted by someone else", "checksum", next.Checksum)
 	}
 	return big, outcome, nil
 }
@@ -286,7 +288,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
 	}
-	klog.InfoS("Published bundle", "group", p.Group, "checksum", p.Checksum, "bytes", p.Size())
+	klog.FromContext(ctx).Info("Published bundle", "checksum", p.Checksum, "bytes", p.Size())
 	return true, nil
 }
 

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -141,7 +143,7 @@ func (p *publisher) sync() {
 	}
 	p.resultsMu.Unlock()
 	for g := range groups {
-		if err := p.renderOne(g); err != nil {
+		if err := p.renderOne(context.Background(), g); err != nil {
 			p.t.Fatalf("render %s: %v", g, err)
 		}
 	}
@@ -247,7 +249,7 @@ func TestAPublishInALateRenewalsGapIsRetried(t *testing.T) {
 	t.Cleanup(p.publishQ.ShutDown)
 	p.lead()
 	p.term.validUntil.Store(time.Now().Add(-time.Millisecond).UnixNano()) // the renewal is late
-	if err := p.renderOne("worker"); err != nil {
+	if err := p.renderOne(context.Background(), "worker"); err != nil {
 		t.Fatal(err)
 	}
 	// One turn of the publish worker, while the renewal is late.
@@ -553,7 +555,7 @@ func TestAPublishTakenAtOnceFindsTheRenderSettled(t *testing.T) {
 	t.Cleanup(p.publishQ.ShutDown)
 	p.lead()
 	p.publishQ = &eagerPublishQueue{TypedRateLimitingInterface: p.publishQ, p: p}
-	if err := p.renderOne("worker"); err != nil {
+	if err := p.renderOne(context.Background(), "worker"); err != nil {
 		t.Fatal(err)
 	}
 	ngc, err := p.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(p.ctx, "broken.sh", metav1.GetOptions{})
@@ -563,5 +565,36 @@ func TestAPublishTakenAtOnceFindsTheRenderSettled(t *testing.T) {
 	cond := meta.FindStatusCondition(ngc.Status.Conditions, ConditionRendered)
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "RenderFailed" || !strings.Contains(cond.Message, "the mistake") {
 		t.Errorf("Rendered condition of broken.sh after its render and the publish it queued: %+v, want False, RenderFailed, naming the mistake", cond)
+	}
+}
+
+// TestRenderAndPublishLinesNameTheGroup: the render and publish paths log
+// through klog.FromContext, each line carrying the node group.
+func TestRenderAndPublishLinesNameTheGroup(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	p := newPublisher(t, fakeKube(), fakeNodeManager(group("good"), group("broken"),
+		config("bad.sh", []string{"broken"}, "{{ .nope }}")))
+	t.Cleanup(p.publishQ.ShutDown)
+	p.ctx = klog.NewContext(p.ctx, logger)
+	p.lead()
+	for _, g := range []string{"good", "broken"} {
+		if err := p.renderOne(klog.NewContext(context.Background(), logger), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.publishLatest(); err != nil {
+		t.Fatal(err)
+	}
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	for msg, group := range map[string]string{"Node group failed to render": "broken", "Published bundle": "good"} {
+		line := ""
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, msg) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, `group="`+group+`"`) {
+			t.Errorf("the line %q (%q) does not name group %s; logs:\n%s", msg, line, group, logs)
+		}
 	}
 }

@@ -17,16 +17,16 @@ import (
 // renderWorker renders groups from the render queue until it shuts down.
 // A group changed again while it renders stays dirty (unsettled) and is
 // rendered once more; a failed render is retried with backoff.
-func (c *Controller) renderWorker(context.Context) {
+func (c *Controller) renderWorker(ctx context.Context) {
 	for {
 		group, quit := c.queue.Get()
 		if quit {
 			return
 		}
-		err := c.renderOne(group)
+		err := c.renderOne(ctx, group)
 		c.queue.Done(group)
 		if err != nil {
-			klog.ErrorS(err, "Rendering a node group failed; will retry", "group", group)
+			klog.FromContext(ctx).Error(err, "Rendering a node group failed; will retry", "group", group)
 			c.queue.AddRateLimited(group)
 			continue
 		}
@@ -36,11 +36,13 @@ func (c *Controller) renderWorker(context.Context) {
 
 // renderOne renders group as one turn of a render worker: in flight (and
 // no longer dirty) while it renders, dirty again if it failed.
-func (c *Controller) renderOne(group string) error {
+func (c *Controller) renderOne(ctx context.Context, group string) error {
+	// Every line of the group's render says which group it is.
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("group", group))
 	c.resultsMu.Lock()
 	c.dirty[group], c.inflight[group] = false, true
 	c.resultsMu.Unlock()
-	publish, err := c.renderGroup(group)
+	publish, err := c.renderGroup(ctx, group)
 	c.resultsMu.Lock()
 	delete(c.inflight, group)
 	if err != nil {
@@ -61,7 +63,7 @@ func (c *Controller) renderOne(group string) error {
 
 // renderGroup renders one group and records its result; publish says
 // whether a publish is due (the render worker enqueues it).
-func (c *Controller) renderGroup(group string) (publish bool, err error) {
+func (c *Controller) renderGroup(ctx context.Context, group string) (publish bool, err error) {
 	ng, err := c.nodeGroups.Get(group)
 	if apierrors.IsNotFound(err) {
 		c.resultsMu.Lock()
@@ -87,7 +89,7 @@ func (c *Controller) renderGroup(group string) (publish bool, err error) {
 		c.cfg.Metrics.RenderDuration.WithLabelValues(r.Group).Observe(r.Duration.Seconds())
 		if r.Published == nil {
 			c.cfg.Metrics.RenderErrors.WithLabelValues(r.Group).Inc()
-			klog.InfoS("Node group failed to render; it keeps its last good bundle", "group", r.Group, "failures", failureMessages(r.Failures))
+			klog.FromContext(ctx).Info("Node group failed to render; it keeps its last good bundle", "failures", failureMessages(r.Failures))
 		}
 	}
 	from := make(map[string]configVersion, len(in.Configs))

@@ -119,7 +119,7 @@ func (r *revisions) record(ctx context.Context, current *Published, index []Revi
 	if err != nil {
 		return nil, 0, err
 	}
-	klog.InfoS("Recorded a bundle revision", "group", current.Group, "revision", number, "checksum", current.Checksum, "changedSteps", changed)
+	klog.FromContext(ctx).Info("Recorded a bundle revision", "revision", number, "checksum", current.Checksum, "changedSteps", changed)
 	kept = append(kept, RevisionInfo{Revision: number, Checksum: current.Checksum, Published: created.Rfc3339Copy(), ChangedSteps: changed})
 	return r.prune(ctx, current.Group, kept, pinned)
 }
@@ -225,7 +225,7 @@ func (r *revisions) prune(ctx context.Context, group string, kept []RevisionInfo
 			out = append(out, rev)
 			continue
 		}
-		klog.InfoS("Pruned a bundle revision", "group", group, "revision", rev.Revision, "keep", r.keep)
+		klog.FromContext(ctx).Info("Pruned a bundle revision", "revision", rev.Revision, "keep", r.keep)
 	}
 	return out, newest, errors.Join(errs...)
 }
