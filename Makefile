@@ -16,7 +16,7 @@ K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.36.3 \
 CONTROL_PLANE := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kubectl
 GENERATORS    := $(BIN)/deepcopy-gen $(BIN)/client-gen $(BIN)/lister-gen $(BIN)/informer-gen \
                  $(BIN)/applyconfiguration-gen $(BIN)/openapi-gen $(BIN)/controller-gen
-LINTERS       := $(BIN)/staticcheck
+LINTERS       := $(BIN)/staticcheck $(BIN)/goimports
 # What the rootfs e2e suite's local package mirror serves in place of the
 # upstream downloads: the kubelet and kubectl from hack/tools, containerd
 # from its own module (its dependencies clash with k8s.io/kubernetes).
@@ -137,6 +137,10 @@ $(BIN)/controller-gen: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 $(BIN)/staticcheck: $(TOOLS_MOD)
 	@hack/build-tool.sh $@ honnef.co/go/tools/cmd/staticcheck
+# goimports pins golang.org/x/tools in a module of its own, so that a new
+# version never changes the key of the Kubernetes binaries' cache.
+$(BIN)/goimports: hack/tools/goimports/go.mod hack/tools/goimports/go.sum
+	@TOOLS_MODULE=hack/tools/goimports hack/build-tool.sh $@ golang.org/x/tools/cmd/goimports
 
 # Debian packages the build and the tests need, as command:package (the
 # package is named after the command when ":package" is left out):
@@ -202,11 +206,15 @@ run: $(CONTROL_PLANE) $(BIN)/capi-controller-manager build ## start the local co
 	@$(BIN)/localstack
 
 .PHONY: lint
-lint: $(LINTERS) debian-tools ## gofmt, go vet, staticcheck, shellcheck of hack/, wire names only in well_known.go, agents/ importing nothing under controllers/; the product module must not depend on k8s.io/kubernetes
+lint: $(LINTERS) debian-tools ## gofmt, imports grouped (goimports -local), go vet, staticcheck, shellcheck of hack/, wire names only in well_known.go, agents/ importing nothing under controllers/; the product module must not depend on k8s.io/kubernetes
 	@if go list -m k8s.io/kubernetes >/dev/null 2>&1; then \
 		echo "lint: go.mod depends on k8s.io/kubernetes; only hack/tools may (use the k8s.io/* staging modules)"; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^hack/tools/')); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	@# Imports in three groups: the standard library, other modules, this
+	@# module (code-generator's output aside).
+	@ungrouped=$$($(BIN)/goimports -local $(MODULE) -l $$(git ls-files -co --exclude-standard '*.go' | grep -v -e '^hack/tools/' -e '^generated/' -e 'zz_generated')); \
+	if [[ -n "$$ungrouped" ]]; then echo "imports not grouped as goimports -local $(MODULE) groups them (run it with -w):"; echo "$$ungrouped"; exit 1; fi
 	go vet ./...
 	@# generated/ is code-generator output, which keeps deprecated client-go
 	@# calls for compatibility; it is checked by verify-generated instead.

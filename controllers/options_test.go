@@ -17,7 +17,7 @@ func TestEachControllersFlagsParseAndAreValidated(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatalf("the defaults are invalid: %v", err)
 	}
-	fs := pflag.NewFlagSet("node-manager-controller", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	if err := fs.Parse([]string{"--fencing-margin=1m", "--default-drain-timeout=0s", "--node-name=n1", "--cluster-api", "--fencing-agent-image=registry.example.com/fencing-agent:v1"}); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"slices"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 

@@ -2,11 +2,11 @@ package drain
 
 import (
 	"context"
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/nodes"
 )
 

@@ -1,10 +1,10 @@
 package manager
 
 import (
-	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	bashiblelisters "github.com/node-manager/node-manager/generated/listers/bashible/v1alpha1"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
