@@ -2,6 +2,7 @@ package drain
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -36,8 +37,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 // Validate says what is wrong with them.
 func (o Options) Validate() error {
-	if o.EvictionRetry <= 0 || o.DrainTimeout <= 0 {
-		return errors.New("--eviction-retry-interval and --default-drain-timeout must be positive")
+	var errs []error
+	if o.EvictionRetry <= 0 {
+		errs = append(errs, fmt.Errorf("--eviction-retry-interval=%s: must be positive (default 20s)", o.EvictionRetry))
 	}
-	return nil
+	if o.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--default-drain-timeout=%s: must be positive (default %s); groups set their own with nodeDrainTimeoutSecond", o.DrainTimeout, DefaultDrainTimeout))
+	}
+	return errors.Join(errs...)
 }

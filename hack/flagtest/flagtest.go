@@ -55,3 +55,26 @@ func Golden(t *testing.T, fs *pflag.FlagSet, path string) {
 		}
 	}
 }
+
+// Refused registers a fresh set of flags with addFlags, parses args into
+// it as a command line would, and fails t unless validate then refuses
+// them with an error that contains every want (the flag's name, what to
+// do): an operator reads that message and nothing else.
+func Refused(t *testing.T, addFlags func(*pflag.FlagSet), validate func() error, args []string, want ...string) {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	err := validate()
+	if err == nil {
+		t.Errorf("%v accepted, want it refused", args)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%v refused with %q, which does not say %q", args, err, w)
+		}
+	}
+}
