@@ -15,6 +15,7 @@ func TestRenderLimitsAreValidatedWithTheFlagsName(t *testing.T) {
 		{func(o *Options) { o.Render.Timeout = 100 * time.Millisecond }, "--render-timeout 100ms must be at least 1s"},
 		{func(o *Options) { o.Render.WorkerMemory = "lots" }, `--render-worker-memory "lots"`},
 		{func(o *Options) { o.Render.WorkerMemory = "8Mi" }, "--render-worker-memory 8Mi is below 16Mi"},
+		{func(o *Options) { o.Render.WorkerIdleTimeout = -time.Second }, "--render-worker-idle-timeout -1s must not be negative"},
 	} {
 		o := NewOptions()
 		tc.change(o)

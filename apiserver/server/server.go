@@ -58,6 +58,8 @@ type RenderConfig struct {
 	Workers      int
 	Timeout      time.Duration
 	WorkerMemory int64
+	// WorkerIdleTimeout: 0 keeps idle workers.
+	WorkerIdleTimeout time.Duration
 }
 
 // watchDrainPeriod is the longest a stopping replica takes to end its
@@ -102,7 +104,7 @@ func newConfig(o *Options) (*Config, error) {
 		return nil, err
 	}
 	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, BundlesNamespace: o.BundlesNamespace, Identity: o.Identity,
-		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory}, LeaderElection: o.LeaderElection,
+		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory, WorkerIdleTimeout: o.Render.WorkerIdleTimeout}, LeaderElection: o.LeaderElection,
 		RevisionHistory: o.RevisionHistory}}, nil
 }
 
@@ -168,8 +170,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	// NodeGroupConfigurations are written by users: they render in worker
 	// processes that cannot take the server's CPU or memory with them.
+	idle := c.extra.Render.WorkerIdleTimeout
+	if idle == 0 {
+		idle = -1 // the flag's 0 keeps idle workers
+	}
 	pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: c.extra.Render.Workers,
-		Timeout: c.extra.Render.Timeout, Memory: c.extra.Render.WorkerMemory})
+		Timeout: c.extra.Render.Timeout, Memory: c.extra.Render.WorkerMemory, IdleTimeout: idle})
 	if err != nil {
 		return nil, err
 	}

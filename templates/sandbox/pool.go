@@ -57,7 +57,17 @@ type Config struct {
 	Memory int64
 	// Command starts a worker; nil means this executable with WorkerArg.
 	Command func() *exec.Cmd
+	// IdleTimeout stops a worker left idle for longer (zero means
+	// DefaultIdleTimeout, negative never): a worker is a process of its
+	// own, with its own copy of the executable's pages, and most renders
+	// need none (a NodeGroupConfiguration without template actions never
+	// reaches the sandbox).
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is how long an idle worker is kept for the next
+// render.
+const DefaultIdleTimeout = time.Minute
 
 // Pool renders templates in worker processes. It is safe for concurrent
 // use; Render blocks while every worker is busy.
@@ -65,10 +75,13 @@ type Pool struct {
 	cfg    Config
 	setup  []byte
 	slots  chan struct{}
-	idle   chan *worker
 	closed atomic.Bool
 	mu     sync.Mutex
 	live   map[*worker]struct{}
+	// idle are the workers waiting for a render, the most recently used
+	// last; reaper, while armed, stops those idle past IdleTimeout.
+	idle   []*worker
+	reaper *time.Timer
 	// Started counts worker processes started, for tests and metrics.
 	Started atomic.Int64
 }
@@ -87,6 +100,9 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.Memory <= 0 {
 		cfg.Memory = DefaultMemory
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.Command == nil {
 		exe, err := os.Executable()
 		if err != nil {
@@ -98,8 +114,7 @@ func New(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render sandbox: encode setup: %w", err)
 	}
-	p := &Pool{cfg: cfg, setup: setupFrame, slots: make(chan struct{}, cfg.Workers), idle: make(chan *worker, cfg.Workers),
-		live: map[*worker]struct{}{}}
+	p := &Pool{cfg: cfg, setup: setupFrame, slots: make(chan struct{}, cfg.Workers), live: map[*worker]struct{}{}}
 	return p, nil
 }
 
@@ -120,14 +135,23 @@ func (p *Pool) Close() {
 	for _, w := range live {
 		_ = w.cmd.Process.Kill()
 	}
-	for {
-		select {
-		case w := <-p.idle:
-			p.stop(w)
-		default:
-			return
-		}
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	if p.reaper != nil {
+		p.reaper.Stop()
 	}
+	p.mu.Unlock()
+	for _, w := range idle {
+		p.stop(w)
+	}
+}
+
+// Idle is how many workers wait for a render.
+func (p *Pool) Idle() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
 }
 
 // stop ends a worker and forgets it.
@@ -202,11 +226,14 @@ func (p *Pool) RenderJSON(texts []templates.NamedText, values []byte) ([]string,
 }
 
 func (p *Pool) get() (*worker, error) {
-	select {
-	case w := <-p.idle:
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
 		return w, nil
-	default:
 	}
+	p.mu.Unlock()
 	if p.closed.Load() {
 		return nil, errors.New("the render sandbox is shut down")
 	}
@@ -214,13 +241,42 @@ func (p *Pool) get() (*worker, error) {
 }
 
 func (p *Pool) put(w *worker) {
-	if p.closed.Load() {
+	p.mu.Lock()
+	if p.closed.Load() || len(p.idle) >= p.cfg.Workers {
+		p.mu.Unlock()
 		p.stop(w)
 		return
 	}
-	select {
-	case p.idle <- w:
-	default:
+	w.idleSince = time.Now()
+	p.idle = append(p.idle, w)
+	if p.cfg.IdleTimeout > 0 && p.reaper == nil {
+		p.reaper = time.AfterFunc(p.cfg.IdleTimeout, p.reap)
+	}
+	p.mu.Unlock()
+}
+
+// reap stops the workers idle for IdleTimeout, and is armed again for the
+// next one to reach it while any is left.
+func (p *Pool) reap() {
+	p.mu.Lock()
+	now := time.Now()
+	var stale []*worker
+	kept := p.idle[:0]
+	for _, w := range p.idle {
+		if now.Sub(w.idleSince) >= p.cfg.IdleTimeout {
+			stale = append(stale, w)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.reaper = nil
+	if len(kept) > 0 && !p.closed.Load() {
+		p.reaper = time.AfterFunc(p.cfg.IdleTimeout-now.Sub(kept[0].idleSince), p.reap)
+	}
+	p.mu.Unlock()
+	for _, w := range stale {
 		p.stop(w)
 	}
 }
@@ -233,6 +289,8 @@ type worker struct {
 	stderr *headBuffer
 	// lastValues are the values the worker holds.
 	lastValues []byte
+	// idleSince is when it last went idle (Pool.idle).
+	idleSince  time.Time
 	waitOnce   sync.Once
 	waitErr    error
 	stderrDone chan struct{}

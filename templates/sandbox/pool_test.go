@@ -188,3 +188,46 @@ func TestATemplatePastItsDeadlineInABatchFailsAlone(t *testing.T) {
 		t.Errorf("%d workers started, want 2", n)
 	}
 }
+
+// TestAnIdleWorkerIsStoppedAfterTheIdleTimeout: a worker left idle for
+// IdleTimeout is stopped (its process gone), and the next render starts a
+// new one; with a negative timeout it stays.
+func TestAnIdleWorkerIsStoppedAfterTheIdleTimeout(t *testing.T) {
+	p := newPool(t, Config{Workers: 2, IdleTimeout: 200 * time.Millisecond})
+	if out, err := p.Render("a", "{{ .name }}", map[string]any{"name": "x"}); err != nil || out != "x" {
+		t.Fatalf("render: %q %v", out, err)
+	}
+	p.mu.Lock()
+	var w *worker
+	for live := range p.live {
+		w = live
+	}
+	p.mu.Unlock()
+	if p.Idle() != 1 || w == nil {
+		t.Fatalf("after a render %d workers are idle, want 1", p.Idle())
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- w.wait() }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the idle worker's process still runs 30s after its 200ms idle timeout")
+	}
+	if p.Idle() != 0 {
+		t.Errorf("%d workers idle after the timeout, want 0", p.Idle())
+	}
+	if out, err := p.Render("b", "{{ .name }}", map[string]any{"name": "y"}); err != nil || out != "y" || p.Started.Load() != 2 {
+		t.Errorf("the next render: %q %v, %d workers started in all, want a second", out, err, p.Started.Load())
+	}
+
+	kept := newPool(t, Config{Workers: 1, IdleTimeout: -1})
+	if _, err := kept.Render("a", "ok", nil); err != nil {
+		t.Fatal(err)
+	}
+	kept.mu.Lock()
+	reaper := kept.reaper
+	kept.mu.Unlock()
+	if reaper != nil || kept.Idle() != 1 {
+		t.Errorf("with no idle timeout: reaper armed %v, %d idle; want the worker kept", reaper != nil, kept.Idle())
+	}
+}
