@@ -23,19 +23,9 @@ type Options struct {
 	AgentAPITimeout    time.Duration
 	AgentFeedInterval  time.Duration
 	LeaseRenewInterval time.Duration
-	// Interval, MaxNodes and MaxPercent are the blast-radius cap: at most
-	// MaxNodes, or MaxPercent of a group's nodes if that is more, fenced per
-	// group in any Interval.
-	Interval   time.Duration
-	MaxNodes   int
-	MaxPercent int
-	// OutagePercent and OutageMinNodes are the outage guard: when more than
-	// OutagePercent of the fenced nodes, and at least OutageMinNodes, have
-	// stopped renewing their Leases at once, nobody is fenced. APIViewTimeout: when no node's Lease
-	// renewal has been seen for longer, nobody is fenced either.
-	OutagePercent  int
-	OutageMinNodes int
-	APIViewTimeout time.Duration
+	// Limits are the blast-radius cap and the outage guard, as Decide
+	// takes them.
+	Limits
 }
 
 // NewOptions are the defaults.
@@ -45,12 +35,8 @@ func NewOptions() Options {
 		AgentAPITimeout:    deckhousev1.DefaultFencingAgentAPITimeout,
 		AgentFeedInterval:  deckhousev1.DefaultFencingAgentFeedInterval,
 		LeaseRenewInterval: deckhousev1.KubeletLeaseRenewInterval,
-		Interval:           time.Minute,
-		MaxNodes:           1,
-		MaxPercent:         20,
-		OutagePercent:      50,
-		OutageMinNodes:     2,
-		APIViewTimeout:     3 * deckhousev1.KubeletLeaseRenewInterval,
+		Limits: Limits{Interval: time.Minute, MaxNodes: 1, MaxPercent: 20, OutagePercent: 50, OutageMinNodes: 2,
+			APIViewTimeout: 3 * deckhousev1.KubeletLeaseRenewInterval},
 	}
 }
 

@@ -109,8 +109,7 @@ func (c *Controller) facts() (Facts, []*corev1.Node, error) {
 		Now:    now,
 		Groups: map[string]Group{},
 		Timing: Timing{Margin: o.Margin, AgentAPITimeout: o.AgentAPITimeout, AgentFeedInterval: o.AgentFeedInterval, LeaseRenewInterval: o.LeaseRenewInterval},
-		Limits: Limits{Interval: o.Interval, MaxNodes: o.MaxNodes, MaxPercent: o.MaxPercent,
-			OutagePercent: o.OutagePercent, OutageMinNodes: o.OutageMinNodes, APIViewTimeout: o.APIViewTimeout},
+		Limits: o.Limits,
 	}
 	groups, err := c.groups.List(labels.Everything())
 	if err != nil {
