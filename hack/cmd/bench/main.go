@@ -9,15 +9,29 @@
 //     (_sandboxed) and two at a time with two workers (_sandboxed_2_workers),
 //     sandbox_worker_start (starting one worker process) and
 //     sandbox_worker_rss_anon (an idle worker's own memory);
+//   - local_stack_*: bashible-apiserver's memory serving the local stack's
+//     groups (manifests/examples, the conditions Deckhouse's own server was
+//     measured in) after clients fetched them: _rss, _rss_anon, _rss_file
+//     (from /proc/<pid>/status), _workers and _workers_rss (its render
+//     workers, child processes) and _rss_with_workers;
 //   - get_{direct,aggregated,configmap}_{p50,p99,rps,errors}: GETs of a
 //     cached bundle by 100 concurrent clients (each its own connection),
 //     straight from bashible-apiserver, through kube-apiserver's aggregator,
 //     and, for scale, of a ConfigMap of the same size from kube-apiserver;
-//   - rss_100_groups: bashible-apiserver's resident memory serving 100 groups;
+//     get_{direct,aggregated}_server_cpu_per_1000: bashible-apiserver's CPU
+//     time per 1,000 of those requests;
+//   - serving_100_groups_*: the same memory figures serving 100 groups (and
+//     the local stack's two) after that load, and rss_100_groups, the
+//     server's and its workers' resident memory together;
 //   - apply_200_ngcs_webhook_{off,on,ratio}: one `kubectl create` of a List
 //     of 200 small NodeGroupConfigurations, without and with the preview
 //     webhook (-apply-only runs only this one, on the same cluster), and
 //     delete_200_ngcs_webhook_{off,on}: deleting them until they are gone.
+//
+// The server runs with the GOGC and GOMEMLIMIT of its Deployment
+// (manifests/bashible-apiserver); -server-env tries others, -serve-only
+// skips the render and apply benchmarks, and -profile DIR saves its heap
+// profile, MemStats and smaps at each memory figure.
 package main
 
 import (
@@ -30,6 +44,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +80,9 @@ func main() {
 	renderOnly := flag.Bool("render-only", false, "run only the render benchmarks (no control plane)")
 	applyOnly := flag.Bool("apply-only", false, "run only the kubectl create of 200 NodeGroupConfigurations, webhook off and on")
 	flag.BoolVar(&applyAllGroups, "apply-all-groups", false, "with -apply-only: each NodeGroupConfiguration selects every group (\"*\")")
+	flag.BoolVar(&serveOnly, "serve-only", false, "run only the serving benchmarks and memory figures (no render or apply benchmarks)")
+	flag.Var(&serverEnv, "server-env", "NAME=VALUE set in bashible-apiserver's environment after the Deployment's (repeatable; for trying GOGC or GOMEMLIMIT)")
+	flag.StringVar(&profileDir, "profile", "", "write bashible-apiserver's heap profile and smaps to this directory at each memory figure")
 	flag.Parse()
 	if err := run(*duration, *renderOnly, *applyOnly); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -117,8 +135,10 @@ func run(duration time.Duration, renderOnly, applyOnly bool) error {
 	if applyOnly {
 		return benchServe(duration, true)
 	}
-	if err := benchRender(); err != nil || renderOnly {
-		return err
+	if !serveOnly {
+		if err := benchRender(); err != nil || renderOnly {
+			return err
+		}
 	}
 	return benchServe(duration, false)
 }
@@ -241,6 +261,26 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 	cfg := cp.AdminConfig()
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	nm := versioned.NewForConfigOrDie(cfg)
+	// The server runs with the Deployment's GOGC and GOMEMLIMIT, as it does
+	// in a cluster.
+	if err := useShippedRuntimeSettings(env.Root); err != nil {
+		return err
+	}
+	var server *stack.APIServer
+	if !applyOnly {
+		// First the local stack's groups (manifests/examples), the
+		// conditions Deckhouse's own server was measured in.
+		if err := env.Applier.ApplyFiles(ctx, filepath.Join(env.Root, "manifests/examples")); err != nil {
+			return err
+		}
+		if server, err = env.StartRegistered(ctx, stack.APIServerOptions{}); err != nil {
+			return err
+		}
+		defer server.Stop()
+		if err := serveLocalStack(cp, server); err != nil {
+			return err
+		}
+	}
 	for _, ng := range nodeGroups() {
 		if _, err := nm.DeckhouseV1().NodeGroups().Create(ctx, ng, metav1.CreateOptions{}); err != nil {
 			return err
@@ -252,16 +292,21 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 			return err
 		}
 	}
-	server, err := env.StartRegistered(ctx, stack.APIServerOptions{})
+	if server == nil {
+		if server, err = env.StartRegistered(ctx, stack.APIServerOptions{}); err != nil {
+			return err
+		}
+	}
+	ngs, err := nm.DeckhouseV1().NodeGroups().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := nm.BashibleV1alpha1().NodeGroupBundles().List(ctx, metav1.ListOptions{})
-		return err == nil && len(list.Items) == groups, nil
+		return err == nil && len(list.Items) == len(ngs.Items), nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for %d groups to be served: %w", groups, err)
+		return fmt.Errorf("waiting for %d groups to be served: %w", len(ngs.Items), err)
 	}
 	if applyOnly {
 		return benchApply(ctx, cp, nm, server)
@@ -283,17 +328,32 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 		{"aggregated", cp.APIServerURL + path},
 		{"configmap", cp.APIServerURL + "/api/v1/namespaces/default/configmaps/same-size"},
 	} {
+		cpu0, err := cpuTime(server.PID())
+		if err != nil {
+			return err
+		}
 		res := load(cp, target.url, duration)
+		cpu1, err := cpuTime(server.PID())
+		if err != nil {
+			return err
+		}
+		if target.name != "configmap" && res.requests > 0 {
+			// bashible-apiserver's CPU per 1,000 requests it answered.
+			figure("get_"+target.name+"_server_cpu_per_1000", ms(cpu1-cpu0)*1000/float64(res.requests), "ms")
+		}
 		figure("get_"+target.name+"_p50", ms(res.p50), "ms")
 		figure("get_"+target.name+"_p99", ms(res.p99), "ms")
 		figure("get_"+target.name+"_throughput", res.rps, "req/s")
 		figure("get_"+target.name+"_errors", float64(res.errors), "count")
 	}
-	rss, err := residentMemory(server.PID())
+	rss, err := memoryFigures(cp, server, "serving_100_groups")
 	if err != nil {
 		return err
 	}
 	figure("rss_100_groups", rss/(1<<20), "MiB")
+	if serveOnly {
+		return nil
+	}
 	return benchApply(ctx, cp, nm, server)
 }
 
@@ -331,6 +391,7 @@ func get(c *http.Client, url string) ([]byte, error) {
 type loadResult struct {
 	p50, p99 time.Duration
 	rps      float64
+	requests int
 	errors   int
 }
 
@@ -379,14 +440,15 @@ func load(cp *controlplane.ControlPlane, url string, d time.Duration) loadResult
 		return loadResult{errors: errs}
 	}
 	pct := func(p float64) time.Duration { return latencies[int(float64(len(latencies)-1)*p)] }
-	return loadResult{p50: pct(0.50), p99: pct(0.99), rps: float64(len(latencies)) / elapsed.Seconds(), errors: errs}
+	return loadResult{p50: pct(0.50), p99: pct(0.99), rps: float64(len(latencies)) / elapsed.Seconds(), requests: len(latencies), errors: errs}
 }
 
-func residentMemory(pid int) (float64, error) { return statusField(pid, "VmRSS:") }
-
 // statusField is a memory field of /proc/<pid>/status in bytes.
-func statusField(pid int, field string) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func statusField(pid int, field string) (float64, error) { return procField(pid, "status", field) }
+
+// procField is a field given in kB by /proc/<pid>/<file>, in bytes.
+func procField(pid int, file, field string) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
 		return 0, err
 	}
@@ -396,5 +458,5 @@ func statusField(pid int, field string) (float64, error) {
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("%s not found in /proc/%d/status", field, pid)
+	return 0, fmt.Errorf("%s not found in /proc/%d/%s", field, pid, file)
 }
