@@ -322,7 +322,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, binDir string) error {
 		// A throw-away cluster: durability is not worth the fsync latency.
 		"--unsafe-no-fsync=true",
 		"--log-level=warn",
-	}, cp.dir, ports...)
+	}, nil, cp.dir, ports...)
 	if err != nil {
 		return err
 	}
@@ -387,7 +387,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, binDir string) error
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 		"--v=1",
-	}, cp.dir, ports...)
+	}, nil, cp.dir, ports...)
 	if err != nil {
 		return err
 	}
@@ -429,7 +429,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, binDir strin
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--leader-elect=false",
 		"--v=1",
-	}, cp.dir, ports...)
+	}, nil, cp.dir, ports...)
 	if err != nil {
 		return err
 	}

@@ -30,23 +30,30 @@ type process struct {
 // startProcess starts binary with args, sending stdout and stderr to
 // <logDir>/<name>.log (appended to). The child gets its own process group (so a stop
 // reaches anything it forks) and is killed by the kernel if we die first.
-func startProcess(name, binary string, args []string, logDir string, ports ...int) (*process, error) {
+// Its environment is this process's with env (NAME=VALUE) added.
+func startProcess(name, binary string, args, env []string, logDir string, ports ...int) (*process, error) {
 	if _, err := os.Stat(binary); err != nil {
 		return nil, fmt.Errorf("%s: binary %s not found: %w (run 'make tools' to build it)", name, binary, err)
 	}
 	// A component started again under the same name (a restarted
 	// replica) keeps its earlier life's log above the new one.
 	logPath := filepath.Join(logDir, name+".log")
-	return spawn(name, binary, args, logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, ports)
+	var environ []string // nil: this process's
+	if len(env) > 0 {
+		environ = append(os.Environ(), env...) // the last of a name wins
+	}
+	return spawn(name, binary, args, environ, logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, ports)
 }
 
-// spawn starts the process, opening its log with flags.
-func spawn(name, binary string, args []string, logPath string, flags int, ports []int) (*process, error) {
+// spawn starts the process with environ (nil: this process's environment),
+// opening its log with flags.
+func spawn(name, binary string, args, environ []string, logPath string, flags int, ports []int) (*process, error) {
 	logFile, err := os.OpenFile(logPath, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open log file: %w", name, err)
 	}
 	cmd := exec.Command(binary, args...)
+	cmd.Env = environ
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -66,7 +73,7 @@ func spawn(name, binary string, args []string, logPath string, flags int, ports 
 // again starts the same command on the same ports once more, appending to
 // the same log, as a supervisor restarts a component.
 func (p *process) again() (*process, error) {
-	return spawn(p.name, p.cmd.Path, p.cmd.Args[1:], p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, p.ports)
+	return spawn(p.name, p.cmd.Path, p.cmd.Args[1:], p.cmd.Env, p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, p.ports)
 }
 
 // exited reports whether the process has ended, and how.
@@ -129,7 +136,13 @@ type Process struct{ p *process }
 // StartProcess starts binary with args, logging to <Dir>/<name>.log, and
 // reports it on Failed if it exits before it is stopped.
 func (cp *ControlPlane) StartProcess(name, binary string, args []string, ports ...int) (*Process, error) {
-	p, err := startProcess(name, binary, args, cp.dir, ports...)
+	return cp.StartProcessWithEnv(name, binary, args, nil, ports...)
+}
+
+// StartProcessWithEnv is StartProcess with env (NAME=VALUE) added to the
+// process's environment.
+func (cp *ControlPlane) StartProcessWithEnv(name, binary string, args, env []string, ports ...int) (*Process, error) {
+	p, err := startProcess(name, binary, args, env, cp.dir, ports...)
 	if err != nil {
 		return nil, err
 	}

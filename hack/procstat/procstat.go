@@ -18,20 +18,32 @@ const userHZ = 100
 // by its live children (a render worker's time counts to its server). A
 // child that has exited meanwhile counts nothing.
 func TreeCPU(pid int) time.Duration {
-	total := cpu(strconv.Itoa(pid))
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, task := range tasks {
-		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		for _, child := range strings.Fields(string(children)) {
-			total += cpu(child)
-		}
+	total := CPU(pid)
+	for _, child := range Children(pid) {
+		total += CPU(child)
 	}
 	return total
 }
 
-// cpu is utime+stime of one process, zero when it is gone.
-func cpu(pid string) time.Duration {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
+// Children are the pids of process pid's live child processes.
+func Children(pid int) []int {
+	var out []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, child := range strings.Fields(string(children)) {
+			if c, err := strconv.Atoi(child); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// CPU is the user and system CPU time process pid has used, zero when it
+// is gone.
+func CPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
@@ -50,21 +62,26 @@ func cpu(pid string) time.Duration {
 }
 
 // Resident is process pid's resident memory (VmRSS) in bytes.
-func Resident(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func Resident(pid int) (int64, error) { return Memory(pid, "status", "VmRSS") }
+
+// Memory is a field of /proc/<pid>/<file> that the kernel gives in kB
+// ("status": VmRSS, RssAnon, RssFile; "smaps_rollup": Pss, ...), in bytes.
+func Memory(pid int, file, field string) (int64, error) {
+	path := fmt.Sprintf("/proc/%d/%s", pid, file)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status: VmRSS: %w", pid, err)
+				return 0, fmt.Errorf("%s: %s: %w", path, field, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+	return 0, fmt.Errorf("%s has no %s", path, field)
 }
 
 // Test is the part of testing.TB that MustResident needs.

@@ -13,9 +13,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -100,6 +104,8 @@ type APIServerOptions struct {
 	APIServer string
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
+	// Env (NAME=VALUE) is added to the replica's environment.
+	Env []string
 	// CertDir, when set, holds the tls.crt and tls.key the replica serves
 	// (kept there by the test, as the kubelet keeps a Secret volume)
 	// instead of a certificate of the control plane's CA; the readiness
@@ -185,7 +191,7 @@ func startOnPort(ctx context.Context, cp *controlplane.ControlPlane, opts APISer
 		args = append(args, "--templates-dir="+opts.TemplatesDir)
 	}
 	args = append(args, opts.ExtraArgs...)
-	proc, err := cp.StartProcess("bashible-apiserver-"+opts.Identity, filepath.Join(opts.BinDir, deckhousev1.BashibleAPIServerName), args, port)
+	proc, err := cp.StartProcessWithEnv("bashible-apiserver-"+opts.Identity, filepath.Join(opts.BinDir, deckhousev1.BashibleAPIServerName), args, opts.Env, port)
 	if err != nil {
 		return nil, err
 	}
@@ -421,4 +427,38 @@ func waitAvailable(ctx context.Context, dyn dynamic.Interface) error {
 		return fmt.Errorf("APIService %s did not become Available (%s): %w", bashiblev1alpha1.APIServiceName, last, err)
 	}
 	return nil
+}
+
+// runtimeSettings are the Go runtime's environment variables that
+// bashible-apiserver's Deployment may set.
+var runtimeSettings = []string{"GOGC", "GOMEMLIMIT"}
+
+// ShippedRuntimeEnv is the GOGC and GOMEMLIMIT bashible-apiserver's
+// Deployment (manifests/bashible-apiserver under root) sets, as NAME=VALUE,
+// for a replica whose figures should be those of the shipped server
+// (APIServerOptions.Env).
+func ShippedRuntimeEnv(root string) ([]string, error) {
+	path := filepath.Join(root, "manifests", "bashible-apiserver", "deployment.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
+			continue
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if slices.Contains(runtimeSettings, e.Name) {
+					env = append(env, e.Name+"="+e.Value)
+				}
+			}
+		}
+	}
+	if len(env) == 0 {
+		return nil, fmt.Errorf("%s sets neither %v", path, runtimeSettings)
+	}
+	return env, nil
 }

@@ -62,6 +62,7 @@ import (
 	"github.com/node-manager/node-manager/apiserver/bundles"
 	"github.com/node-manager/node-manager/generated/clientset/versioned"
 	"github.com/node-manager/node-manager/hack/controlplane"
+	"github.com/node-manager/node-manager/hack/procstat"
 	"github.com/node-manager/node-manager/hack/stack"
 	"github.com/node-manager/node-manager/templates"
 	"github.com/node-manager/node-manager/templates/sandbox"
@@ -214,7 +215,7 @@ func benchRenderWith(tree *templates.Tree, parallelism int, suffix string) error
 func benchWorker(tree *templates.Tree) error {
 	const rounds = 5
 	var starts []time.Duration
-	var rssAnon float64
+	var rssAnon int64
 	for range rounds {
 		var cmd *exec.Cmd
 		exe, err := os.Executable()
@@ -232,7 +233,7 @@ func benchWorker(tree *templates.Tree) error {
 		err = pool.Check()
 		starts = append(starts, time.Since(start))
 		if err == nil {
-			rssAnon, err = statusField(cmd.Process.Pid, "RssAnon:")
+			rssAnon, err = procstat.Memory(cmd.Process.Pid, "status", "RssAnon")
 		}
 		pool.Close()
 		if err != nil {
@@ -241,7 +242,7 @@ func benchWorker(tree *templates.Tree) error {
 	}
 	slices.Sort(starts)
 	figure("sandbox_worker_start", ms(starts[rounds/2]), "ms")
-	figure("sandbox_worker_rss_anon", rssAnon/(1<<20), "MiB")
+	figure("sandbox_worker_rss_anon", mib(rssAnon), "MiB")
 	return nil
 }
 
@@ -262,10 +263,12 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	nm := versioned.NewForConfigOrDie(cfg)
 	// The server runs with the Deployment's GOGC and GOMEMLIMIT, as it does
-	// in a cluster.
-	if err := useShippedRuntimeSettings(env.Root); err != nil {
+	// in a cluster, then -server-env.
+	shipped, err := stack.ShippedRuntimeEnv(env.Root)
+	if err != nil {
 		return err
 	}
+	opts := stack.APIServerOptions{Env: append(shipped, serverEnv...)}
 	var server *stack.APIServer
 	if !applyOnly {
 		// First the local stack's groups (manifests/examples), the
@@ -273,7 +276,7 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 		if err := env.Applier.ApplyFiles(ctx, filepath.Join(env.Root, "manifests/examples")); err != nil {
 			return err
 		}
-		if server, err = env.StartRegistered(ctx, stack.APIServerOptions{}); err != nil {
+		if server, err = env.StartRegistered(ctx, opts); err != nil {
 			return err
 		}
 		defer server.Stop()
@@ -293,7 +296,7 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 		}
 	}
 	if server == nil {
-		if server, err = env.StartRegistered(ctx, stack.APIServerOptions{}); err != nil {
+		if server, err = env.StartRegistered(ctx, opts); err != nil {
 			return err
 		}
 	}
@@ -328,18 +331,12 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 		{"aggregated", cp.APIServerURL + path},
 		{"configmap", cp.APIServerURL + "/api/v1/namespaces/default/configmaps/same-size"},
 	} {
-		cpu0, err := cpuTime(server.PID())
-		if err != nil {
-			return err
-		}
+		cpu0 := procstat.TreeCPU(server.PID())
 		res := load(cp, target.url, duration)
-		cpu1, err := cpuTime(server.PID())
-		if err != nil {
-			return err
-		}
+		cpu := procstat.TreeCPU(server.PID()) - cpu0
 		if target.name != "configmap" && res.requests > 0 {
 			// bashible-apiserver's CPU per 1,000 requests it answered.
-			figure("get_"+target.name+"_server_cpu_per_1000", ms(cpu1-cpu0)*1000/float64(res.requests), "ms")
+			figure("get_"+target.name+"_server_cpu_per_1000", ms(cpu)*1000/float64(res.requests), "ms")
 		}
 		figure("get_"+target.name+"_p50", ms(res.p50), "ms")
 		figure("get_"+target.name+"_p99", ms(res.p99), "ms")
@@ -350,7 +347,7 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 	if err != nil {
 		return err
 	}
-	figure("rss_100_groups", rss/(1<<20), "MiB")
+	figure("rss_100_groups", rss, "MiB")
 	if serveOnly {
 		return nil
 	}
@@ -441,22 +438,4 @@ func load(cp *controlplane.ControlPlane, url string, d time.Duration) loadResult
 	}
 	pct := func(p float64) time.Duration { return latencies[int(float64(len(latencies)-1)*p)] }
 	return loadResult{p50: pct(0.50), p99: pct(0.99), rps: float64(len(latencies)) / elapsed.Seconds(), requests: len(latencies), errors: errs}
-}
-
-// statusField is a memory field of /proc/<pid>/status in bytes.
-func statusField(pid int, field string) (float64, error) { return procField(pid, "status", field) }
-
-// procField is a field given in kB by /proc/<pid>/<file>, in bytes.
-func procField(pid int, file, field string) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("%s not found in /proc/%d/%s", field, pid, file)
 }

@@ -166,7 +166,12 @@ func run(c config) error {
 	if err := createGroups(ctx, nm, l); err != nil {
 		return err
 	}
-	server, err := env.StartRegistered(ctx, stack.APIServerOptions{})
+	// bashible-apiserver runs with its Deployment's GOGC and GOMEMLIMIT.
+	shipped, err := stack.ShippedRuntimeEnv(env.Root)
+	if err != nil {
+		return err
+	}
+	server, err := env.StartRegistered(ctx, stack.APIServerOptions{Env: shipped})
 	if err != nil {
 		return err
 	}
