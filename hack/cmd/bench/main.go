@@ -23,6 +23,9 @@
 //   - serving_100_groups_*: the same memory figures serving 100 groups (and
 //     the local stack's two) after that load, and rss_100_groups, the
 //     server's and its workers' resident memory together;
+//   - ngc_change_to_served: from the update of a NodeGroupConfiguration
+//     that selects one group to a watch of that group's nodegroupbundle
+//     delivering the changed step;
 //   - apply_200_ngcs_webhook_{off,on,ratio}: one `kubectl create` of a List
 //     of 200 small NodeGroupConfigurations, without and with the preview
 //     webhook (-apply-only runs only this one, on the same cluster), and
@@ -348,6 +351,9 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 		return err
 	}
 	figure("rss_100_groups", rss, "MiB")
+	if err := benchPropagation(ctx, nm); err != nil {
+		return err
+	}
 	if serveOnly {
 		return nil
 	}
