@@ -26,7 +26,6 @@ import (
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmlisters "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
-	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 )
 
 // Name is the controller's name: its queue, its logs and the controller
@@ -35,12 +34,11 @@ const Name = "csr-approval"
 
 // Controller approves or denies node-manager bootstrappers' kubelet CSRs.
 type Controller struct {
-	d         *manager.Deps
-	csrs      certificateslisters.CertificateSigningRequestLister
-	groups    nmlisters.NodeGroupLister
-	instances nmlistersv1alpha1.InstanceLister
-	synced    []cache.InformerSynced
-	queue     *loop.Loop
+	d      *manager.Deps
+	csrs   certificateslisters.CertificateSigningRequestLister
+	groups nmlisters.NodeGroupLister
+	synced []cache.InformerSynced
+	queue  *loop.Loop
 	// tombstones are the names of nodes deleted recently, and their groups.
 	tombstones *instances.Tombstones
 }
@@ -50,14 +48,13 @@ type Controller struct {
 func New(d *manager.Deps) *Controller {
 	csrs := d.Informers.Cluster.Certificates().V1().CertificateSigningRequests()
 	ng := d.Informers.NodeManager.Deckhouse().V1().NodeGroups()
-	inst := d.Informers.NodeManager.Deckhouse().V1alpha1().Instances()
+	// A CSR's node, its Instance and its tombstone are read from the API
+	// when it is decided (Controller.cluster).
 	c := &Controller{
-		d:         d,
-		csrs:      csrs.Lister(),
-		groups:    ng.Lister(),
-		instances: inst.Lister(),
-		synced: []cache.InformerSynced{csrs.Informer().HasSynced, ng.Informer().HasSynced, inst.Informer().HasSynced,
-			d.Informers.Cluster.Core().V1().Nodes().Informer().HasSynced},
+		d:          d,
+		csrs:       csrs.Lister(),
+		groups:     ng.Lister(),
+		synced:     []cache.InformerSynced{csrs.Informer().HasSynced, ng.Informer().HasSynced},
 		tombstones: &instances.Tombstones{Kube: d.Kube, Namespace: d.Namespace, Clock: d.Clock},
 	}
 	c.queue = loop.New(Name, d.Loops, c.sync)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -142,5 +143,40 @@ func TestASecondRequestForANameIsDeniedNamingTheFirst(t *testing.T) {
 		if c := got.Status.Conditions[0]; want == certificatesv1.CertificateDenied && (c.Reason != ReasonNameClaimed || !strings.Contains(c.Message, "CSR "+first.Name)) {
 			t.Errorf("CSR %s denied %s: %s; want %s naming CSR %s", name, c.Reason, c.Message, ReasonNameClaimed, first.Name)
 		}
+	}
+}
+
+// TestADecisionReadsTheAPINotALaggingInformer: the Instance and Node of a
+// fenced node are gone from the API, but the informers have not seen the
+// deletions yet. A token of another group asking for the name is denied
+// for the tombstone (the name was another group's), not for an Instance
+// that no longer exists: a verdict is final, so it is made on what the API
+// holds.
+func TestADecisionReadsTheAPINotALaggingInformer(t *testing.T) {
+	req := csr(t, "tomb-node", "other")
+	req.Name = "node-csr-tomb"
+	c, _, _ := approverWith(t, []any{req}, ng("tomb"), ng("other"))
+	ctx := context.Background()
+	if err := c.tombstones.Record(ctx, "tomb-node", "tomb"); err != nil {
+		t.Fatal(err)
+	}
+	// What the informers still hold.
+	stale := &deckhousev1alpha1.Instance{ObjectMeta: metav1.ObjectMeta{Name: "tomb-node", Labels: map[string]string{deckhousev1.NodeGroupLabel: "tomb"}}}
+	if err := c.d.Informers.NodeManager.Deckhouse().V1alpha1().Instances().Informer().GetIndexer().Add(stale); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "tomb-node", Labels: map[string]string{deckhousev1.NodeGroupLabel: "tomb"}}}
+	if err := c.d.Informers.Cluster.Core().V1().Nodes().Informer().GetIndexer().Add(node); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, req.Name); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.d.Kube.CertificatesV1().CertificateSigningRequests().Get(ctx, req.Name, metav1.GetOptions{})
+	if len(got.Status.Conditions) != 1 {
+		t.Fatalf("conditions %+v, want one", got.Status.Conditions)
+	}
+	if cond := got.Status.Conditions[0]; cond.Type != certificatesv1.CertificateDenied || cond.Reason != ReasonNameTombstoned {
+		t.Errorf("want Denied %s, got %s %s: %s", ReasonNameTombstoned, cond.Type, cond.Reason, cond.Message)
 	}
 }

@@ -30,7 +30,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	cl, lookupErr := c.cluster(ctx)
 	d := Decide(csr, cl)
 	if *lookupErr != nil {
-		return *lookupErr // never decided on a tombstone that could not be read
+		return *lookupErr // never decided on what could not be read
 	}
 	switch {
 	case d.Verdict == Approve && d.CreateInstance:
@@ -119,27 +119,45 @@ func (c *Controller) conclude(ctx context.Context, csr *certificatesv1.Certifica
 	return nil
 }
 
-// cluster answers the decision's questions from the informers, and the
-// tombstones from the API; the error is a tombstone that could not be read.
+// cluster answers the decision's questions: whether the group exists from
+// the informer, and the node's Instance, Node and tombstone from the API.
+// A verdict is final, and an informer can lag behind a deletion it has not
+// seen yet (the Instance of a fenced node, gone a moment ago): a denial
+// read from it would name the wrong reason, and an approval path would
+// miss a tombstone. A CSR is decided once, so the reads cost little. The
+// error is a read that failed (the sync is retried, never decided on it).
 func (c *Controller) cluster(ctx context.Context) (Cluster, *error) {
 	var lookupErr error
+	failed := func(err error) {
+		if lookupErr == nil {
+			lookupErr = err
+		}
+	}
 	return Cluster{
 		GroupExists: func(g string) bool { _, err := c.groups.Get(g); return err == nil },
 		Instance: func(n string) (string, map[string]string, bool) {
-			inst, err := c.instances.Get(n)
+			inst, err := c.d.NodeManager.DeckhouseV1alpha1().Instances().Get(ctx, n, metav1.GetOptions{})
 			if err != nil {
+				if !apierrors.IsNotFound(err) {
+					failed(fmt.Errorf("reading Instance %s: %w", n, err))
+				}
 				return "", nil, false
 			}
 			return inst.Labels[deckhousev1.NodeGroupLabel], inst.Annotations, true
 		},
 		Tombstone: func(n string) (instances.Tombstone, bool) {
 			ts, ok, err := c.tombstones.Lookup(ctx, n)
-			lookupErr = err
+			if err != nil {
+				failed(err)
+			}
 			return ts, ok
 		},
 		NodeGroup: func(n string) (string, bool) {
-			node, err := c.d.Nodes.Get(n)
+			node, err := c.d.Kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
 			if err != nil {
+				if !apierrors.IsNotFound(err) {
+					failed(fmt.Errorf("reading Node %s: %w", n, err))
+				}
 				return "", false
 			}
 			return nodes.Label(node), true
