@@ -438,7 +438,7 @@ var runtimeSettings = []string{"GOGC", "GOMEMLIMIT"}
 // for a replica whose figures should be those of the shipped server
 // (APIServerOptions.Env).
 func ShippedRuntimeEnv(root string) ([]string, error) {
-	path := filepath.Join(root, "manifests", "bashible-apiserver", "deployment.yaml")
+	path := filepath.Join(root, "manifests", deckhousev1.BashibleAPIServerName, "deployment.yaml")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
