@@ -43,6 +43,12 @@ type Options struct {
 	// /readyz failing, so that the Service stops sending it requests before
 	// it closes its port (a rolling restart then costs clients nothing).
 	ShutdownDelay time.Duration
+	// APIQPS and APIBurst bound the requests of the server's clients of the
+	// cluster (publishing, status reports, leader election); client-go's
+	// own defaults (5 and 10) made a publish at 100 groups wait seconds for
+	// its status writes, and changes wait behind a publish.
+	APIQPS   float32
+	APIBurst int
 }
 
 // LeaderElectionOptions time the Lease: a leader that cannot renew it for
@@ -86,7 +92,8 @@ func NewOptions() *Options {
 	hostname, _ := os.Hostname()
 	return &Options{Generic: generic, BundlesNamespace: deckhousev1.BundlesNamespace, Identity: hostname, RevisionHistory: bundles.DefaultRevisionHistory,
 		Render:         RenderOptions{Workers: sandbox.DefaultWorkers, Timeout: templates.DefaultTimeout, WorkerMemory: "128Mi", WorkerIdleTimeout: sandbox.DefaultIdleTimeout},
-		LeaderElection: LeaderElectionOptions{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}}
+		LeaderElection: LeaderElectionOptions{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
+		APIQPS:         50, APIBurst: 100}
 }
 
 // AddFlags adds every option to fs.
@@ -113,6 +120,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"how long the publishing replica keeps trying to renew its Lease before it stops publishing; must be below --leader-elect-lease-duration")
 	fs.DurationVar(&o.LeaderElection.RetryPeriod, "leader-elect-retry-period", o.LeaderElection.RetryPeriod,
 		"how often replicas try to take or renew the Lease")
+	fs.Float32Var(&o.APIQPS, "kube-api-qps", o.APIQPS, "requests per second to the Kubernetes API (publishing bundles, status reports, the leader Lease)")
+	fs.IntVar(&o.APIBurst, "kube-api-burst", o.APIBurst, "requests to the Kubernetes API allowed at once above --kube-api-qps")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
 		"how long a replica told to stop keeps serving, with /readyz failing, before it closes its port; set it above the time the Service takes to drop a replica that is not ready")
 }
@@ -150,6 +159,9 @@ func (o *Options) Validate() error {
 	if le := o.LeaderElection; le.RetryPeriod <= 0 || le.RenewDeadline <= le.RetryPeriod || le.LeaseDuration <= le.RenewDeadline {
 		errs = append(errs, fmt.Errorf("leader election needs --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s), or two replicas could publish at once",
 			le.RetryPeriod, le.RenewDeadline, le.LeaseDuration))
+	}
+	if o.APIQPS <= 0 || o.APIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps=%g and --kube-api-burst=%d: both must be positive", o.APIQPS, o.APIBurst))
 	}
 	if o.ShutdownDelay < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-delay-duration %s must not be negative", o.ShutdownDelay))

@@ -92,6 +92,7 @@ func newConfig(o *Options) (*Config, error) {
 	if generic.ClientConfig == nil {
 		return nil, errors.New("no client for the cluster: pass --kubeconfig or run in a pod")
 	}
+	generic.ClientConfig.QPS, generic.ClientConfig.Burst = o.APIQPS, o.APIBurst
 	generic.ShutdownDelayDuration = o.ShutdownDelay
 	// Watches (kube-controller-manager's, node-manager-controller's) end
 	// as soon as a stopping replica stops accepting requests, and their
