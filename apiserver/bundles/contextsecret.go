@@ -271,10 +271,11 @@ func (c *Controller) writeContext(ctx context.Context, results map[string]*Resul
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{deckhousev1.ContextSecretKey: doc},
 	}
-	current, err := c.contextSecrets.Secrets(deckhousev1.Namespace).Get(deckhousev1.ContextSecret)
+	shown, err := c.contextSecrets.Secrets(deckhousev1.Namespace).Get(deckhousev1.ContextSecret)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	current := c.own.current(deckhousev1.ContextSecret, shown)
 	if current != nil && contextUpToDate(current, want) {
 		return nil
 	}
@@ -287,22 +288,25 @@ func (c *Controller) writeContext(ctx context.Context, results map[string]*Resul
 		}
 		current = nil
 	}
+	var written *corev1.Secret
 	if current == nil {
-		_, err = secrets.Create(ctx, want, metav1.CreateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
+		written, err = secrets.Create(ctx, want, metav1.CreateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 		if apierrors.IsAlreadyExists(err) {
 			// The informer has not seen it yet.
 			if current, err = secrets.Get(ctx, want.Name, metav1.GetOptions{}); err == nil && contextUpToDate(current, want) {
+				c.own.wrote(want.Name, shown, current)
 				return nil
 			}
 		}
 	}
 	if current != nil && err == nil {
 		want.ResourceVersion = current.ResourceVersion
-		_, err = secrets.Update(ctx, want, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
+		written, err = secrets.Update(ctx, want, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 	}
 	if err != nil {
 		return fmt.Errorf("write the render contexts to Secret %s/%s: %w", deckhousev1.Namespace, want.Name, err)
 	}
+	c.own.wrote(want.Name, shown, written)
 	klog.InfoS("Wrote the render contexts", "secret", klog.KRef(deckhousev1.Namespace, want.Name), "groups", len(contexts)-len(omitted), "bytes", len(doc))
 	if len(omitted) > 0 {
 		klog.InfoS("Render contexts left out of the Secret, which would exceed its size limit", "secret", klog.KRef(deckhousev1.Namespace, want.Name),

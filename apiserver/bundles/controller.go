@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -108,8 +109,12 @@ type Controller struct {
 	lastGood *lastGood
 	// revisions keeps each group's last bundles, for pins.
 	revisions *revisions
-	// contextDoc is the last render context document (writeContext).
+	// contextDoc is the last render context document (writeContext);
+	// encoded, each group's last encoded bundle (writeBundle).
 	contextDoc contextMemo
+	encoded    map[string]*encodedBundle
+	// own are the leader's writes its informers do not show yet.
+	own *ownWrites
 }
 
 // NewController sets up the informers; Run starts them.
@@ -136,6 +141,8 @@ func NewController(cfg ControllerConfig) *Controller {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bashible-bundles-publish"}),
 		results: map[string]*Result{}, renderedFrom: map[string]map[string]configVersion{}, dirty: map[string]bool{}, inflight: map[string]bool{},
 		lastGood:  newLastGood(),
+		encoded:   map[string]*encodedBundle{},
+		own:       newOwnWrites(),
 		revisions: newRevisions(cfg.Kube, cfg.Namespace, cfg.RevisionHistory),
 	}
 	c.term = newTermLock(leadership.LeaseLock(cfg.Kube.CoordinationV1(), cfg.Namespace, deckhousev1.BashibleAPIServerName, cfg.Identity),
@@ -225,18 +232,21 @@ func NewController(cfg ControllerConfig) *Controller {
 	cfg.Store.SetResourceVersionSource(pubInf.Informer().LastSyncResourceVersion)
 	// A change to what is published may need correcting (someone edited or
 	// deleted a Secret): the leader re-publishes.
-	republish := func() { c.publishQ.Add(publishKey) }
-	_, _ = pubInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { republish() },
-		UpdateFunc: func(any, any) { republish() },
-		DeleteFunc: func(any) { republish() },
-	})
-	// Likewise the render context Secret, which the leader keeps current.
-	_, _ = ctxInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { republish() },
-		UpdateFunc: func(any, any) { republish() },
-		DeleteFunc: func(any) { republish() },
-	})
+	// The render context Secret likewise, which the leader keeps current.
+	// What shows the leader's own write ends its wait (ownWrites).
+	republish := func(obj any) {
+		if s, ok := obj.(*corev1.Secret); ok {
+			c.own.observed(s)
+		}
+		c.publishQ.Add(publishKey)
+	}
+	for _, inf := range []cache.SharedIndexInformer{pubInf.Informer(), ctxInf.Informer()} {
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    republish,
+			UpdateFunc: func(_, cur any) { republish(cur) },
+			DeleteFunc: republish,
+		})
+	}
 
 	c.secretsKS, c.staticConfigKS, c.configMapsKS = secInf.Lister(), staticInf.Lister(), cmInf.Lister()
 	c.endpointSlices, c.published, c.contextSecrets = esInf.Lister(), pubInf.Lister(), ctxInf.Lister()

@@ -3,6 +3,8 @@ package bundles
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -233,17 +235,11 @@ func sortedGroups(results map[string]*Result) []string {
 // A bundle too large for a Secret is a *BundleTooLargeError.
 func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error) {
 	name := deckhousev1.PublishedBundleSecretPrefix + p.Group
-	current, err := c.published.Secrets(c.cfg.Namespace).Get(name)
+	shown, err := c.published.Secrets(c.cfg.Namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, err
 	}
-	data, err := encodeSecretData(p)
-	if err != nil {
-		return false, err
-	}
-	if err := checkEncodedSize(p, data[deckhousev1.PublishedBundleKey]); err != nil {
-		return false, err
-	}
+	current := c.own.current(name, shown)
 	digest := c.templatesDigest(p)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -252,12 +248,30 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 			Annotations: map[string]string{bashiblev1alpha1.ChecksumAnnotation: p.Checksum, bashiblev1alpha1.TemplatesDigestAnnotation: digest},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: data,
 	}
+	// Encoding a bundle takes milliseconds (gzip at its best compression),
+	// and every publish passes every group: a bundle encoded before is
+	// compared by the digest of its encoding instead.
+	meta, err := bundleMeta(p)
+	if err != nil {
+		return false, err
+	}
+	if memo := c.encoded[p.Group]; memo != nil && memo.encodes(p, meta) && current != nil && bundleUpToDate(current, secret, memo.digest) {
+		return false, nil
+	}
+	data, err := encodeSecretData(p)
+	if err != nil {
+		return false, err
+	}
+	if err := checkEncodedSize(p, data[deckhousev1.PublishedBundleKey]); err != nil {
+		return false, err
+	}
+	encoded := &encodedBundle{bundle: p, meta: meta, digest: sha256.Sum256(data[deckhousev1.PublishedBundleKey])}
+	c.encoded[p.Group] = encoded
+	secret.Data = data
 	// The encoding is deterministic, so equal bytes mean an equal bundle;
 	// anything else (a new render, or someone's edit) is rewritten.
-	if current != nil && bytes.Equal(current.Data[deckhousev1.PublishedBundleKey], data[deckhousev1.PublishedBundleKey]) && len(current.Data) == 1 &&
-		maps.Equal(current.Annotations, secret.Annotations) && maps.Equal(current.Labels, secret.Labels) {
+	if current != nil && bundleUpToDate(current, secret, encoded.digest) {
 		return false, nil
 	}
 	secrets := c.cfg.Kube.CoreV1().Secrets(c.cfg.Namespace)
@@ -269,8 +283,9 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 		}
 		current = nil
 	}
+	var written *corev1.Secret
 	if current == nil {
-		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
+		written, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 		if apierrors.IsAlreadyExists(err) {
 			// It exists but the informer does not see it (its label was
 			// removed): take it over.
@@ -283,13 +298,52 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	}
 	if current != nil {
 		secret.ResourceVersion = current.ResourceVersion
-		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
+		written, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: deckhousev1.BashibleAPIServerName})
 	}
 	if err != nil {
 		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
 	}
+	c.own.wrote(name, shown, written)
 	klog.FromContext(ctx).Info("Published bundle", "checksum", p.Checksum, "bytes", p.Size())
 	return true, nil
+}
+
+// bundleUpToDate reports whether current holds exactly want's metadata and
+// the encoding whose digest is given.
+func bundleUpToDate(current, want *corev1.Secret, digest [sha256.Size]byte) bool {
+	data, ok := current.Data[deckhousev1.PublishedBundleKey]
+	return ok && len(current.Data) == 1 && maps.Equal(current.Annotations, want.Annotations) && maps.Equal(current.Labels, want.Labels) &&
+		sha256.Sum256(data) == digest
+}
+
+// encodedBundle is the bundle writeBundle last encoded for a group, and
+// the digest of that encoding. Only the publish worker uses it.
+type encodedBundle struct {
+	// bundle is the bundle itself (the one the group's last good bundle
+	// holds too); meta, its encoding without the scripts (bundleMeta).
+	bundle *Published
+	meta   []byte
+	digest [sha256.Size]byte
+}
+
+// encodes reports whether p encodes as e's bundle did: the same scripts
+// (interned, so equal ones are mostly the same string and compare at
+// once) and the same other fields.
+func (e *encodedBundle) encodes(p *Published, meta []byte) bool {
+	return e.bundle.Bashible == p.Bashible && e.bundle.Bootstrap == p.Bootstrap && maps.Equal(e.bundle.Steps, p.Steps) &&
+		bytes.Equal(e.meta, meta)
+}
+
+// bundleMeta is p's encoding without its scripts: every other field, so
+// that a field added to Published is compared without being listed here.
+func bundleMeta(p *Published) ([]byte, error) {
+	m := *p
+	m.Bashible, m.Bootstrap, m.Steps, m.scripts = "", "", nil, nil
+	raw, err := json.Marshal(&m)
+	if err != nil {
+		return nil, fmt.Errorf("encode bundle of %s: %w", p.Group, err)
+	}
+	return raw, nil
 }
 
 // templatesDigest is the template tree p was rendered from.

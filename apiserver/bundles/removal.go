@@ -56,6 +56,8 @@ func (c *Controller) deleteRemoved(ctx context.Context, results map[string]*Resu
 			continue
 		}
 		c.lastGood.forget(group)
+		delete(c.encoded, group)
+		c.own.forget(s.Name)
 		klog.InfoS("Deleted the bundle of a removed node group", "group", group, "secret", klog.KObj(s))
 	}
 	return errs
