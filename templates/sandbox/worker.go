@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/node-manager/node-manager/internal/startuppages"
 	"github.com/node-manager/node-manager/templates"
 )
 
@@ -63,6 +64,13 @@ func serve(stdin io.Reader, stdout io.Writer) int {
 		return exitSetup
 	}
 	engine.Timeout = s.Timeout
+	// Start-up is over: the pages of the executable it mapped (every
+	// package initialiser of the server's binary, which is this one) are
+	// given back, and rendering maps again what it uses. A worker that
+	// cannot release them only keeps them resident.
+	if _, err := startuppages.Release(); err != nil {
+		fmt.Fprintf(os.Stderr, "render worker: %v\n", err)
+	}
 	// Tell the server the worker is up, limits and all: a worker that
 	// cannot start is told apart from a template that kills it.
 	err = writeFrame(out, []byte{tagOutput})

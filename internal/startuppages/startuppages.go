@@ -1,0 +1,115 @@
+// Package startuppages gives back the pages of a process's own executable
+// that only its start-up touched.
+//
+// A Go server's start-up runs the initialisers of every package it links,
+// parses flags and builds its serving stack: code and tables spread over
+// the whole executable. The kernel maps 64 KB around every page touched
+// (fault-around), so bashible-apiserver held about 60 MiB of its binary's
+// pages once started, of which serving goes on to use about 35 (measured by
+// `make bench`, docs/development/benchmarks/bench.md). Those pages are
+// clean copies of the file: under memory pressure the kernel drops them
+// and reads them again when used. But while they are mapped they count in
+// the process's resident memory, and mapped executable pages are the last
+// the kernel reclaims.
+//
+// Release unmaps them once start-up is over, as reclaim would: madvise
+// MADV_DONTNEED on the executable's read-only private mappings. They stay
+// in the page cache (reclaimable, and shared with anything else running
+// the same file); whatever the process runs afterwards is mapped again
+// from there on its first use, at the cost of a minor fault. Only mappings
+// no page of which was ever copied on write are released: for such a
+// page, MADV_DONTNEED would bring back the file's content instead of the
+// process's.
+package startuppages
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Region is one read-only private mapping of the executable.
+type Region struct {
+	Start, End uint64
+	// Resident is what it had resident before release, in bytes.
+	Resident int64
+}
+
+// Released is what Release gave back.
+type Released struct {
+	Regions []Region
+	// Resident is the regions' resident bytes before release.
+	Resident int64
+}
+
+// plan reads smaps (the format of /proc/<pid>/smaps) and returns the
+// read-only, private mappings of the file exe that no copy-on-write ever
+// touched (Anonymous: 0 kB).
+func plan(smaps io.Reader, exe string) ([]Region, error) {
+	var regions []Region
+	var cur *Region
+	// untouched: the mapping's Anonymous field was read and is 0 kB. A
+	// mapping whose field is missing or unreadable is not released.
+	untouched := false
+	flush := func() {
+		if cur != nil && untouched {
+			regions = append(regions, *cur)
+		}
+		cur, untouched = nil, false
+	}
+	sc := bufio.NewScanner(smaps)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if key, ok := strings.CutSuffix(fields[0], ":"); ok {
+			// A field of the mapping above, most in kB.
+			if cur == nil || len(fields) < 2 {
+				continue
+			}
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			switch {
+			case key == "Rss" && err == nil:
+				cur.Resident = kb << 10
+			case key == "Anonymous":
+				untouched = err == nil && kb == 0
+			}
+			continue
+		}
+		// A mapping's first line: range perms offset dev inode [path].
+		flush()
+		if len(fields) < 6 || strings.Join(fields[5:], " ") != exe {
+			continue
+		}
+		perms := fields[1]
+		if len(perms) != 4 || perms[1] == 'w' || perms[3] != 'p' {
+			continue
+		}
+		start, end, ok := strings.Cut(fields[0], "-")
+		if !ok {
+			return nil, fmt.Errorf("smaps: unreadable range %q", fields[0])
+		}
+		s, err1 := strconv.ParseUint(start, 16, 64)
+		e, err2 := strconv.ParseUint(end, 16, 64)
+		if err1 != nil || err2 != nil || e <= s {
+			return nil, fmt.Errorf("smaps: unreadable range %q", fields[0])
+		}
+		cur = &Region{Start: s, End: e}
+	}
+	flush()
+	return regions, sc.Err()
+}
+
+// executable is the path of this process's executable as /proc/self/maps
+// names it.
+func executable() (string, error) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return "", fmt.Errorf("find this process's executable: %w", err)
+	}
+	return exe, nil
+}
