@@ -76,6 +76,6 @@ func (*Bashibles) ConvertToTable(_ context.Context, obj runtime.Object, _ runtim
 func newBashible(p *bundles.Published, name string) *bashiblev1alpha1.Bashible {
 	return &bashiblev1alpha1.Bashible{
 		ObjectMeta: objectMeta(p, name),
-		Data:       map[string]string{bashiblev1alpha1.BashibleScriptKey: p.Bashible},
+		Data:       map[string]string{bashiblev1alpha1.BashibleScriptKey: p.Bashible.String()},
 	}
 }

@@ -14,9 +14,15 @@ import (
 // (JSON, YAML, … — one per encoder), so a bundle is encoded once per
 // version however many nodes fetch it. It is what the apiserver's watch
 // cache does for stored objects (runtime.CacheableObject).
+//
+// It keeps the object's metadata, not the object: a Bashible's script is
+// held by the Store as pieces shared between groups (bundles.Script), and
+// the object holds it whole, so the object is built when it is encoded or
+// asked for (a table, a conversion) and dropped after.
 type cachedObject struct {
-	metav1.Object // metadata accessors of the wrapped object
-	obj           runtime.Object
+	metav1.Object // a copy of the object's metadata
+	kind          metav1.TypeMeta
+	build         func() runtime.Object
 
 	mu        sync.Mutex
 	encodings map[runtime.Identifier]*encoding
@@ -33,13 +39,18 @@ var (
 	_ metav1.Object           = &cachedObject{}
 )
 
-func newCachedObject(obj runtime.Object) *cachedObject {
-	return &cachedObject{Object: obj.(metav1.Object), obj: obj, encodings: map[runtime.Identifier]*encoding{}}
+// newCachedObject caches the object build makes (always the same one).
+func newCachedObject(build func() runtime.Object) *cachedObject {
+	obj := build()
+	c := &cachedObject{Object: obj.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta).DeepCopy(), build: build,
+		encodings: map[runtime.Identifier]*encoding{}}
+	c.kind.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
+	return c
 }
 
-// CacheEncode writes the serialization for encoder id, encoding a copy of
-// the object the first time (encoders set the kind on what they encode,
-// so concurrent requests must not share it).
+// CacheEncode writes the serialization for encoder id, encoding the
+// object the first time (a new one: encoders set the kind on what they
+// encode, so concurrent requests must not share it).
 func (c *cachedObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
 	c.mu.Lock()
 	e, ok := c.encodings[id]
@@ -50,7 +61,7 @@ func (c *cachedObject) CacheEncode(id runtime.Identifier, encode func(runtime.Ob
 	c.mu.Unlock()
 	e.once.Do(func() {
 		var buf bytes.Buffer
-		e.err = encode(c.obj.DeepCopyObject(), &buf)
+		e.err = encode(c.build(), &buf)
 		// Kept as long as the version is served: an exact copy, not the
 		// buffer, whose growth leaves up to twice the bytes allocated.
 		e.data = make([]byte, buf.Len())
@@ -63,14 +74,14 @@ func (c *cachedObject) CacheEncode(id runtime.Identifier, encode func(runtime.Ob
 	return err
 }
 
-// GetObject returns a copy of the wrapped object.
-func (c *cachedObject) GetObject() runtime.Object { return c.obj.DeepCopyObject() }
+// GetObject returns the object, built anew.
+func (c *cachedObject) GetObject() runtime.Object { return c.build() }
 
-// GetObjectKind is the wrapped object's.
-func (c *cachedObject) GetObjectKind() schema.ObjectKind { return c.obj.GetObjectKind() }
+// GetObjectKind is the object's.
+func (c *cachedObject) GetObjectKind() schema.ObjectKind { return &c.kind }
 
-// DeepCopyObject copies the wrapped object.
-func (c *cachedObject) DeepCopyObject() runtime.Object { return c.obj.DeepCopyObject() }
+// DeepCopyObject returns the object, built anew.
+func (c *cachedObject) DeepCopyObject() runtime.Object { return c.build() }
 
 // objectCache keeps the current cachedObject of each group, replaced when
 // the group's bundle changes (a new resourceVersion).
@@ -88,7 +99,7 @@ func (oc *objectCache) get(group, rv string, build func() runtime.Object) *cache
 	if oc.byGroup == nil {
 		oc.byGroup = map[string]*cachedObject{}
 	}
-	c := newCachedObject(build())
+	c := newCachedObject(build)
 	oc.byGroup[group] = c
 	return c
 }

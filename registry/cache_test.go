@@ -30,7 +30,7 @@ func TestCachedObjectEncodesOncePerEncoderAndMatchesDirectEncoding(t *testing.T)
 		t.Fatal(err)
 	}
 
-	cached := newCachedObject(obj)
+	cached := newCachedObject(func() runtime.Object { return obj.DeepCopy() })
 	var calls atomic.Int32
 	encode := func(o runtime.Object, w io.Writer) error {
 		calls.Add(1)

@@ -49,7 +49,7 @@ var published = metav1.NewTime(time.Now().Add(-72*time.Hour - time.Minute))
 func worker() *bundles.Published {
 	return &bundles.Published{
 		Group: "worker", NodeType: "Static", KubernetesVersion: "1.36", CRI: "Containerd", Checksum: sum("ab"),
-		Bashible:  "#!/usr/bin/env bash\necho bashible\n",
+		Bashible:  bundles.NewScript("#!/usr/bin/env bash\necho bashible\n"),
 		Steps:     map[string]string{"000_a.sh": "echo a", "010_b.sh": strings.Repeat("b", 2042)},
 		Bootstrap: "#!/bin/bash\necho bootstrap\n", ResourceVersion: "10", CreationTimestamp: published,
 	}
@@ -58,7 +58,7 @@ func worker() *bundles.Published {
 func master() *bundles.Published {
 	return &bundles.Published{
 		Group: "master", NodeType: "CloudPermanent", KubernetesVersion: "1.35", CRI: "Containerd", Checksum: sum("cd"),
-		Bashible: "#!/usr/bin/env bash\n", Steps: map[string]string{"000_m.sh": "echo m"},
+		Bashible: bundles.NewScript("#!/usr/bin/env bash\n"), Steps: map[string]string{"000_m.sh": "echo m"},
 		Bootstrap: "#!/bin/bash\n", ResourceVersion: "12", CreationTimestamp: published,
 	}
 }
@@ -105,7 +105,7 @@ var resources = []struct {
 
 // wantPayload is what each resource serves of the worker's bundle.
 var wantPayload = map[string]string{
-	"bashibles":        worker().Bashible,
+	"bashibles":        worker().Bashible.String(),
 	"nodegroupbundles": "000_a.sh=echo a;010_b.sh=" + strings.Repeat("b", 2042) + ";",
 	"bootstrap":        worker().Bootstrap,
 }

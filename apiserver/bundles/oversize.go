@@ -56,7 +56,7 @@ func checkEncodedSize(p *Published, encoded []byte) error {
 	if len(encoded) <= MaxEncodedBundleBytes {
 		return nil
 	}
-	parts := []PartSize{{bashiblev1alpha1.BashibleScriptKey, len(p.Bashible)}, {"bootstrap", len(p.Bootstrap)}}
+	parts := []PartSize{{bashiblev1alpha1.BashibleScriptKey, p.Bashible.Len()}, {"bootstrap", len(p.Bootstrap)}}
 	for name, s := range p.Steps {
 		parts = append(parts, PartSize{name, len(s)})
 	}

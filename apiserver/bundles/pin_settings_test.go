@@ -99,7 +99,7 @@ func (p *publisher) servesText(s string) bool {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	return strings.Contains(b.Bashible, s) || strings.Contains(string(raw), s) || strings.Contains(b.Bootstrap, s)
+	return strings.Contains(b.Bashible.String(), s) || strings.Contains(string(raw), s) || strings.Contains(b.Bootstrap, s)
 }
 
 // A pin is a rollback of the group's configuration, not of the cluster's:

@@ -30,7 +30,8 @@ type Published struct {
 	KubernetesVersion string            `json:"kubernetesVersion"`
 	CRI               string            `json:"cri"`
 	Checksum          string            `json:"checksum"`
-	Bashible          string            `json:"bashible"`
+	// Bashible is held as pieces shared between groups (Script).
+	Bashible          Script            `json:"bashible"`
 	Steps             map[string]string `json:"steps"`
 	Bootstrap         string            `json:"bootstrap"`
 	// ClusterSettingsDigest identifies the cluster-level settings the
@@ -59,12 +60,14 @@ type Published struct {
 	scripts []unique.Handle[string]
 }
 
-// intern makes the bundle's scripts canonical copies, shared by every
-// Published that holds the same script: most steps render alike for many
-// groups, and the leader holds each bundle twice, as its renderer's result
-// and as the Store's decoded Secret. Without it a replica kept one copy of
-// every script per group and per form (about 18 MB each at 100 groups of
-// 180 KB). A canonical copy lives while some Published holds its handle.
+// intern makes the bundle's steps and bootstrap script canonical copies,
+// shared by every Published that holds the same script: most steps render
+// alike for many groups, and the leader holds each bundle twice, as its
+// renderer's result and as the Store's decoded Secret. Without it a
+// replica kept one copy of every script per group and per form (about
+// 18 MB each at 100 groups of 180 KB). A canonical copy lives while some
+// Published holds its handle. bashible.sh, which differs between groups
+// in a few lines only, is held as shared pieces (Script).
 func (p *Published) intern() {
 	p.scripts = make([]unique.Handle[string], 0, len(p.Steps)+2)
 	canonical := func(s string) string {
@@ -72,7 +75,6 @@ func (p *Published) intern() {
 		p.scripts = append(p.scripts, h)
 		return h.Value()
 	}
-	p.Bashible = canonical(p.Bashible)
 	p.Bootstrap = canonical(p.Bootstrap)
 	// A new map: the old one may be shared (a render's result).
 	steps := make(map[string]string, len(p.Steps))
@@ -84,7 +86,7 @@ func (p *Published) intern() {
 
 // Size is the number of bytes of script the group's nodes receive.
 func (p *Published) Size() int {
-	n := len(p.Bashible)
+	n := p.Bashible.Len()
 	for _, s := range p.Steps {
 		n += len(s)
 	}
@@ -154,7 +156,7 @@ func decodeBundle(s *corev1.Secret) (*Published, error) {
 	}
 	// Serve only what the checksum describes: an edited Secret is refused
 	// (and the leader rewrites it) rather than served under a false checksum.
-	if sum := templates.Checksum(p.Bashible, p.Steps); sum != p.Checksum {
+	if sum := templates.Checksum(p.Bashible.String(), p.Steps); sum != p.Checksum {
 		return nil, fmt.Errorf("secret %s/%s: its content does not match its checksum %s", s.Namespace, s.Name, p.Checksum)
 	}
 	p.ResourceVersion = s.ResourceVersion

@@ -330,7 +330,7 @@ type encodedBundle struct {
 // (interned, so equal ones are mostly the same string and compare at
 // once) and the same other fields.
 func (e *encodedBundle) encodes(p *Published, meta []byte) bool {
-	return e.bundle.Bashible == p.Bashible && e.bundle.Bootstrap == p.Bootstrap && maps.Equal(e.bundle.Steps, p.Steps) &&
+	return e.bundle.Bashible.Equal(p.Bashible) && e.bundle.Bootstrap == p.Bootstrap && maps.Equal(e.bundle.Steps, p.Steps) &&
 		bytes.Equal(e.meta, meta)
 }
 
@@ -338,7 +338,7 @@ func (e *encodedBundle) encodes(p *Published, meta []byte) bool {
 // that a field added to Published is compared without being listed here.
 func bundleMeta(p *Published) ([]byte, error) {
 	m := *p
-	m.Bashible, m.Bootstrap, m.Steps, m.scripts = "", "", nil, nil
+	m.Bashible, m.Bootstrap, m.Steps, m.scripts = Script{}, "", nil, nil
 	raw, err := json.Marshal(&m)
 	if err != nil {
 		return nil, fmt.Errorf("encode bundle of %s: %w", p.Group, err)

@@ -187,7 +187,7 @@ func (p *publisher) secret(group string) *corev1.Secret {
 func (p *publisher) forge(group string) string {
 	p.t.Helper()
 	steps := map[string]string{"000_forged.sh": "touch /tmp/owned\n"}
-	forged := &Published{Group: group, NodeType: "Static", Bashible: "#!/usr/bin/env bash\n", Steps: steps,
+	forged := &Published{Group: group, NodeType: "Static", Bashible: NewScript("#!/usr/bin/env bash\n"), Steps: steps,
 		Checksum: templates.Checksum("#!/usr/bin/env bash\n", steps)}
 	data, err := encodeSecretData(forged)
 	if err != nil {
@@ -423,7 +423,7 @@ func TestBundleTooLargeForASecretIsReportedAndTheGroupKeepsItsLastGoodBundle(t *
 }
 
 func TestBundleTooLargeErrorNamesTheLargestParts(t *testing.T) {
-	p := &Published{Group: "g", Bashible: "bb", Bootstrap: "b", Steps: map[string]string{"001_a.sh": "aaaa", "002_b.sh": "bbbbbbb", "003_c.sh": "c"}}
+	p := &Published{Group: "g", Bashible: NewScript("bb"), Bootstrap: "b", Steps: map[string]string{"001_a.sh": "aaaa", "002_b.sh": "bbbbbbb", "003_c.sh": "c"}}
 	err := checkEncodedSize(p, make([]byte, MaxEncodedBundleBytes+1))
 	big, ok := err.(*BundleTooLargeError)
 	if !ok {
@@ -484,12 +484,12 @@ func TestAFollowerKeepsTheLastGoodBundleOfAGroupWhoseSecretWasDeleted(t *testing
 // bytes however often and after whatever else it was encoded (the gzip
 // writers are reused), so the leader never rewrites an unchanged bundle.
 func TestEqualBundlesEncodeToEqualBytes(t *testing.T) {
-	p := &Published{Group: "a", Checksum: "x", Bashible: "#!/bin/bash\n", Steps: map[string]string{"000_a.sh": strings.Repeat("echo a\n", 500)}}
+	p := &Published{Group: "a", Checksum: "x", Bashible: NewScript("#!/bin/bash\n"), Steps: map[string]string{"000_a.sh": strings.Repeat("echo a\n", 500)}}
 	first, err := encodeSecretData(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := encodeSecretData(&Published{Group: "b", Checksum: "y", Bashible: strings.Repeat("other\n", 9000)}); err != nil {
+	if _, err := encodeSecretData(&Published{Group: "b", Checksum: "y", Bashible: NewScript(strings.Repeat("other\n", 9000))}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := encodeSecretData(p)

@@ -183,7 +183,7 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 		// good render: render those, take the rest from it
 		// (templates.Tree.Recompose gives what a whole render gives).
 		p := prev.Published
-		bundle, failures, recomposed = r.tree.Recompose(&ctx, &templates.Bundle{Bashible: p.Bashible, Steps: p.Steps, Bootstrap: p.Bootstrap, Checksum: p.Checksum}, prev.custom, custom)
+		bundle, failures, recomposed = r.tree.Recompose(&ctx, &templates.Bundle{Bashible: p.Bashible.String(), Steps: p.Steps, Bootstrap: p.Bootstrap, Checksum: p.Checksum}, prev.custom, custom)
 	}
 	if !recomposed {
 		bundle, failures = r.tree.Render(&ctx, custom)
@@ -193,7 +193,7 @@ func (r *Renderer) Render(ng *deckhousev1.NodeGroup, in Inputs) *Result {
 		res.Published = &Published{
 			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
 			KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
-			Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
+			Checksum: bundle.Checksum, Bashible: NewScript(bundle.Bashible), Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
 			ClusterSettingsDigest: digest,
 		}
 		res.Published.intern()
@@ -259,7 +259,7 @@ func (r *Renderer) compose(ng *deckhousev1.NodeGroup, in Inputs, base *Result, c
 	if !checksum {
 		recompose = r.tree.RecomposeSteps
 	}
-	bundle, failures, ok := recompose(&ctx, &templates.Bundle{Bashible: b.Bashible, Steps: b.Steps, Bootstrap: b.Bootstrap, Checksum: b.Checksum}, baseCustom, custom)
+	bundle, failures, ok := recompose(&ctx, &templates.Bundle{Bashible: b.Bashible.String(), Steps: b.Steps, Bootstrap: b.Bootstrap, Checksum: b.Checksum}, baseCustom, custom)
 	if !ok {
 		return nil, false
 	}
@@ -268,7 +268,7 @@ func (r *Renderer) compose(ng *deckhousev1.NodeGroup, in Inputs, base *Result, c
 		res.Published = &Published{
 			Group: ng.Name, NodeType: string(ng.Spec.NodeType),
 			KubernetesVersion: ctx.KubernetesVersion, CRI: ctx.CRI,
-			Checksum: bundle.Checksum, Bashible: bundle.Bashible, Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
+			Checksum: bundle.Checksum, Bashible: NewScript(bundle.Bashible), Steps: bundle.Steps, Bootstrap: bundle.Bootstrap,
 			ClusterSettingsDigest: digest,
 		}
 	}

@@ -118,7 +118,7 @@ func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 		t.Fatalf("composed %+v, whole %+v", composed.Failures, whole.Failures)
 	}
 	c, w := composed.Published, whole.Published
-	if c.Checksum != w.Checksum || c.Bashible != w.Bashible || c.Bootstrap != w.Bootstrap || c.KubernetesVersion != w.KubernetesVersion ||
+	if c.Checksum != w.Checksum || !c.Bashible.Equal(w.Bashible) || c.Bootstrap != w.Bootstrap || c.KubernetesVersion != w.KubernetesVersion ||
 		c.CRI != w.CRI || c.ClusterSettingsDigest != w.ClusterSettingsDigest || !maps.Equal(c.Steps, w.Steps) || !slices.Equal(composed.Custom, whole.Custom) {
 		t.Fatalf("composed %s with steps %v; the whole render %s with %v", c.Checksum, slices.Sorted(maps.Keys(c.Steps)), w.Checksum, slices.Sorted(maps.Keys(w.Steps)))
 	}
@@ -130,7 +130,7 @@ func TestComposeGivesTheBundleRenderGives(t *testing.T) {
 	}
 	// Without the checksum (ComposeSteps), the same steps.
 	if steps, ok := newRenderer(t).ComposeSteps(group("a"), next, base); !ok || steps.Published == nil || steps.Published.Checksum != "" ||
-		!maps.Equal(steps.Published.Steps, w.Steps) || steps.Published.Bashible != w.Bashible {
+		!maps.Equal(steps.Published.Steps, w.Steps) || !steps.Published.Bashible.Equal(w.Bashible) {
 		t.Errorf("ComposeSteps: %v %+v; want the whole render's steps and no checksum", ok, steps)
 	}
 	// A group with node users composes: they are part of its render

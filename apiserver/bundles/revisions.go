@@ -280,7 +280,7 @@ func (r *revisions) deleteAll(ctx context.Context, group string) error {
 // then "+<n> more".
 func changedSteps(prev, cur *Published) []string {
 	var out []string
-	if prev.Bashible != cur.Bashible {
+	if !prev.Bashible.Equal(cur.Bashible) {
 		out = append(out, bashiblev1alpha1.BashibleScriptKey)
 	}
 	names := slices.Sorted(maps.Keys(cur.Steps))

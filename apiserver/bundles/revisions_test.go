@@ -213,17 +213,17 @@ func TestPinServesTheRevisionAndUnpinResumesTheCurrentOne(t *testing.T) {
 }
 
 func TestChangedStepsNamesAddedChangedAndRemovedSteps(t *testing.T) {
-	prev := &Published{Bashible: "a", Steps: map[string]string{"000_keep.sh": "k", "010_change.sh": "1", "020_gone.sh": "g", "030_empty.sh": ""}}
-	cur := &Published{Bashible: "b", Steps: map[string]string{"000_keep.sh": "k", "010_change.sh": "2", "040_new.sh": "n", "030_empty.sh": ""}}
+	prev := &Published{Bashible: NewScript("a"), Steps: map[string]string{"000_keep.sh": "k", "010_change.sh": "1", "020_gone.sh": "g", "030_empty.sh": ""}}
+	cur := &Published{Bashible: NewScript("b"), Steps: map[string]string{"000_keep.sh": "k", "010_change.sh": "2", "040_new.sh": "n", "030_empty.sh": ""}}
 	want := []string{"bashible.sh", "010_change.sh", "020_gone.sh", "040_new.sh"}
 	if got := changedSteps(prev, cur); !slices.Equal(got, want) {
 		t.Errorf("changed %v, want %v", got, want)
 	}
-	many := &Published{Bashible: "a", Steps: map[string]string{}}
+	many := &Published{Bashible: NewScript("a"), Steps: map[string]string{}}
 	for i := range maxChangedStepsShown + 5 {
 		many.Steps[fmt.Sprintf("%03d_s.sh", i)] = "x"
 	}
-	got := changedSteps(&Published{Bashible: "a"}, many)
+	got := changedSteps(&Published{Bashible: NewScript("a")}, many)
 	if len(got) != maxChangedStepsShown+1 || got[maxChangedStepsShown] != "+5 more" {
 		t.Errorf("changed steps are not bounded: %d entries, last %q", len(got), got[len(got)-1])
 	}

@@ -22,7 +22,7 @@ import (
 func secretFor(t *testing.T, group, version string, rv int) *corev1.Secret {
 	t.Helper()
 	steps := map[string]string{"000_a.sh": "a"}
-	data, err := encodeSecretData(&Published{Group: group, NodeType: "Static", Checksum: templates.Checksum(version, steps), Bashible: version, Steps: steps})
+	data, err := encodeSecretData(&Published{Group: group, NodeType: "Static", Checksum: templates.Checksum(version, steps), Bashible: NewScript(version), Steps: steps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestStoreListWatchAndExpiry(t *testing.T) {
 	defer fromList.Stop()
 	h.OnUpdate(nil, secretFor(t, "a", "sum-a2", 15))
 	h.OnDelete(secretFor(t, "b", "sum-b1", 17))
-	if ev := next(t, fromList); ev.Type != watch.Modified || ev.Published.Bashible != "sum-a2" {
+	if ev := next(t, fromList); ev.Type != watch.Modified || ev.Published.Bashible.String() != "sum-a2" {
 		t.Fatalf("want MODIFIED a, got %s %+v", ev.Type, ev.Published)
 	}
 	if ev := next(t, fromList); ev.Type != watch.Deleted || ev.Published.Group != "b" || ev.Published.ResourceVersion != "17" {
@@ -169,7 +169,7 @@ func TestStoreKeepsServingWhenASecretIsCorrupt(t *testing.T) {
 	bad.Data[deckhousev1.PublishedBundleKey] = []byte("not gzip")
 	h.OnUpdate(nil, bad)
 	// Content that does not match its checksum is refused too.
-	p := &Published{Group: "a", Checksum: "0000", Bashible: "tampered", Steps: map[string]string{}}
+	p := &Published{Group: "a", Checksum: "0000", Bashible: NewScript("tampered"), Steps: map[string]string{}}
 	tampered, err := encodeSecretData(p)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestStoreKeepsServingWhenASecretIsCorrupt(t *testing.T) {
 	forged := secretFor(t, "a", "x", 12)
 	forged.Data = tampered
 	h.OnUpdate(nil, forged)
-	if p, ok := s.Get("a"); !ok || p.Bashible != "sum-a1" {
+	if p, ok := s.Get("a"); !ok || p.Bashible.String() != "sum-a1" {
 		t.Fatalf("a corrupt Secret must not replace the served bundle: %+v", p)
 	}
 }
@@ -217,10 +217,10 @@ func TestEqualScriptsAreHeldOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if unsafe.StringData(a.Steps["000_a.sh"]) != unsafe.StringData(b.Steps["000_a.sh"]) ||
-		unsafe.StringData(a.Bashible) != unsafe.StringData(b.Bashible) {
+		!a.Bashible.Equal(b.Bashible) || a.Bashible.pieces[0] != b.Bashible.pieces[0] {
 		t.Error("two decoded bundles hold separate copies of the same scripts")
 	}
-	rendered := &Published{Bashible: "same", Steps: map[string]string{"000_a.sh": strings.Repeat("a", 1)}}
+	rendered := &Published{Bashible: NewScript("same"), Steps: map[string]string{"000_a.sh": strings.Repeat("a", 1)}}
 	rendered.intern()
 	if unsafe.StringData(rendered.Steps["000_a.sh"]) != unsafe.StringData(a.Steps["000_a.sh"]) {
 		t.Error("a render's result and the decoded Secret hold separate copies of the same step")

@@ -307,7 +307,7 @@ func compare(before, after *bundles.Published, diffs bool) (GroupChange, bool) {
 		_, hadOld := before.Steps[name]
 		_, hasNew := after.Steps[name]
 		if name == bashiblev1alpha1.BashibleScriptKey {
-			old, new, hadOld, hasNew = before.Bashible, after.Bashible, before.Bashible != "", true
+			old, new, hadOld, hasNew = before.Bashible.String(), after.Bashible.String(), before.Bashible.Len() != 0, true
 		}
 		if old == new && hadOld == hasNew {
 			continue

@@ -69,7 +69,7 @@ func forgedBundle(t *testing.T, group string) (data map[string][]byte, sum strin
 	bashible := "#!/usr/bin/env bash\n"
 	steps := map[string]string{"000_forged.sh": "touch /tmp/forged-by-an-attacker\n"}
 	sum = templates.Checksum(bashible, steps)
-	raw, err := json.Marshal(&bundles.Published{Group: group, NodeType: "Static", Checksum: sum, Bashible: bashible, Steps: steps})
+	raw, err := json.Marshal(&bundles.Published{Group: group, NodeType: "Static", Checksum: sum, Bashible: bundles.NewScript(bashible), Steps: steps})
 	if err != nil {
 		t.Fatal(err)
 	}
