@@ -21,7 +21,10 @@
 //  3. On the leader only, publishWorker takes that item and publishes every
 //     group's latest result (publishLatest, publish): writeBundle writes
 //     each bundle as the Secret bashible-bundle-<group> in the bundles
-//     namespace, deleteRemoved deletes the bundles of groups that are gone,
+//     namespace (a bundle it encoded before is compared with its Secret by
+//     the digest of that encoding, so a pass encodes only what changed;
+//     and until the informer shows one of the leader's writes, what the
+//     write replaced counts as the write: ownWrites), deleteRemoved deletes the bundles of groups that are gone,
 //     writeContext writes every group's render context (credentials
 //     redacted) to the Secret Deckhouse's documentation points authors to
 //     (contextsecret.go), and reportConfigs and reportNodeGroups set the

@@ -25,15 +25,15 @@ const (
 
 // Published is one group's bundle as stored and served.
 type Published struct {
-	Group             string            `json:"group"`
-	NodeType          string            `json:"nodeType"`
-	KubernetesVersion string            `json:"kubernetesVersion"`
-	CRI               string            `json:"cri"`
-	Checksum          string            `json:"checksum"`
+	Group             string `json:"group"`
+	NodeType          string `json:"nodeType"`
+	KubernetesVersion string `json:"kubernetesVersion"`
+	CRI               string `json:"cri"`
+	Checksum          string `json:"checksum"`
 	// Bashible is held as pieces shared between groups (Script).
-	Bashible          Script            `json:"bashible"`
-	Steps             map[string]string `json:"steps"`
-	Bootstrap         string            `json:"bootstrap"`
+	Bashible  Script            `json:"bashible"`
+	Steps     map[string]string `json:"steps"`
+	Bootstrap string            `json:"bootstrap"`
 	// ClusterSettingsDigest identifies the cluster-level settings the
 	// bundle was rendered under (SettingsDigest); empty for a bundle
 	// rendered before it was recorded. A pin to a revision rendered under

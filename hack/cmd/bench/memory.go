@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/procstat"
@@ -85,8 +88,14 @@ func memoryFigures(cp *controlplane.ControlPlane, server *stack.APIServer, name 
 
 func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 
+// workerIdleWait bounds the wait for the render workers to stop: the
+// server stops one idle for a minute (--render-worker-idle-timeout).
+const workerIdleWait = 90 * time.Second
+
 // serveLocalStack has clients fetch the local stack's bundles for a while
-// and prints the server's memory serving them (local_stack_*).
+// and prints the server's memory serving them (local_stack_*), then again
+// once its render workers, idle, have stopped (local_stack_idle_*: what
+// the server holds between changes).
 func serveLocalStack(cp *controlplane.ControlPlane, server *stack.APIServer) error {
 	for _, group := range []string{"master", "worker"} {
 		res := load(cp, server.URL()+"/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/"+group, time.Second)
@@ -94,7 +103,17 @@ func serveLocalStack(cp *controlplane.ControlPlane, server *stack.APIServer) err
 			return fmt.Errorf("GET of group %s's bundle failed %d times", group, res.errors)
 		}
 	}
-	_, err := memoryFigures(cp, server, "local_stack")
+	if _, err := memoryFigures(cp, server, "local_stack"); err != nil {
+		return err
+	}
+	// No event tells that a child process exited: /proc is looked at.
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, workerIdleWait, true, func(context.Context) (bool, error) {
+		return len(procstat.Children(server.PID())) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the server's render workers did not stop within %s of idling: %w", workerIdleWait, err)
+	}
+	_, err = memoryFigures(cp, server, "local_stack_idle")
 	return err
 }
 

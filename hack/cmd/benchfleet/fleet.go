@@ -70,11 +70,16 @@ func newFleet(cp *controlplane.ControlPlane, l layout, checksums map[string]stri
 }
 
 // client is what curl in bashible.sh is: a new TLS connection per request,
-// with the node's certificate.
+// with the node's certificate, and no Accept-Encoding (curl asks for a
+// compressed response only with --compressed, which bashible does not
+// pass; Go's client asks for gzip by default, and the servers then
+// compressed every bashibles object, which is above the 128 KB from which
+// k8s.io/apiserver compresses, for every request).
 func (f *fleet) client(n *simNode) *http.Client {
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: f.roots, Certificates: []tls.Certificate{n.cert}, MinVersion: tls.VersionTLS12},
-		DisableKeepAlives: true,
+		TLSClientConfig:    &tls.Config{RootCAs: f.roots, Certificates: []tls.Certificate{n.cert}, MinVersion: tls.VersionTLS12},
+		DisableKeepAlives:  true,
+		DisableCompression: true,
 	}}
 }
 
