@@ -272,7 +272,12 @@ func (c *Controller) writeContext(ctx context.Context, results map[string]*Resul
 		Data: map[string][]byte{deckhousev1.ContextSecretKey: doc},
 	}
 	shown, err := c.contextSecrets.Secrets(deckhousev1.Namespace).Get(deckhousev1.ContextSecret)
-	if err != nil && !apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) {
+		// Not in the informer; the leader may have created it already
+		// (ownWrites), so no later step may take err for a failed write.
+		shown, err = nil, nil
+	}
+	if err != nil {
 		return err
 	}
 	current := c.own.current(deckhousev1.ContextSecret, shown)
@@ -294,7 +299,7 @@ func (c *Controller) writeContext(ctx context.Context, results map[string]*Resul
 		if apierrors.IsAlreadyExists(err) {
 			// The informer has not seen it yet.
 			if current, err = secrets.Get(ctx, want.Name, metav1.GetOptions{}); err == nil && contextUpToDate(current, want) {
-				c.own.wrote(want.Name, shown, current)
+				c.own.wrote(want.Name, shown, current, current)
 				return nil
 			}
 		}
@@ -306,7 +311,7 @@ func (c *Controller) writeContext(ctx context.Context, results map[string]*Resul
 	if err != nil {
 		return fmt.Errorf("write the render contexts to Secret %s/%s: %w", deckhousev1.Namespace, want.Name, err)
 	}
-	c.own.wrote(want.Name, shown, written)
+	c.own.wrote(want.Name, shown, current, written)
 	klog.InfoS("Wrote the render contexts", "secret", klog.KRef(deckhousev1.Namespace, want.Name), "groups", len(contexts)-len(omitted), "bytes", len(doc))
 	if len(omitted) > 0 {
 		klog.InfoS("Render contexts left out of the Secret, which would exceed its size limit", "secret", klog.KRef(deckhousev1.Namespace, want.Name),

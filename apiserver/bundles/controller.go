@@ -142,9 +142,10 @@ func NewController(cfg ControllerConfig) *Controller {
 		results: map[string]*Result{}, renderedFrom: map[string]map[string]configVersion{}, dirty: map[string]bool{}, inflight: map[string]bool{},
 		lastGood:  newLastGood(),
 		encoded:   map[string]*encodedBundle{},
-		own:       newOwnWrites(),
 		revisions: newRevisions(cfg.Kube, cfg.Namespace, cfg.RevisionHistory),
 	}
+	// A wait for the informer to show a write ends with another publish.
+	c.own = newOwnWrites(func(after time.Duration) { c.publishQ.AddAfter(publishKey, after) })
 	c.term = newTermLock(leadership.LeaseLock(cfg.Kube.CoordinationV1(), cfg.Namespace, deckhousev1.BashibleAPIServerName, cfg.Identity),
 		cfg.RenewDeadline, time.Now)
 	cfg.Store.OnChange(func(old, cur *Published) {

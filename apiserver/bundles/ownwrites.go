@@ -17,6 +17,10 @@ import (
 // (a relist can skip the write's own event).
 const ownWriteWait = 30 * time.Second
 
+// maxReplacedStates bounds what one record remembers while an informer
+// trails a stream of writes.
+const maxReplacedStates = 16
+
 // ownWrites remembers the Secrets the leader wrote until its informers
 // show them.
 //
@@ -30,16 +34,24 @@ const ownWriteWait = 30 * time.Second
 // or nothing for a create), the Secret is taken to hold what was written.
 // Anything else the informer shows (the write itself, or a third content)
 // ends the wait: a change by someone else is rewritten as before.
+//
+// While the wait lasts, nothing but the informer would show a change the
+// informer missed (a relist after a watch gap shows no event for a Secret
+// deleted and never seen), so recheck is called to publish again once the
+// wait is over.
 type ownWrites struct {
-	mu     sync.Mutex
-	byName map[string]ownWrite
-	now    func() time.Time
+	mu      sync.Mutex
+	byName  map[string]ownWrite
+	now     func() time.Time
+	recheck func(after time.Duration)
 }
 
 type ownWrite struct {
-	// replaced are the states the informer may still show: what the first
-	// of the writes it has not shown replaced, and what the later ones
-	// replaced; wrote is the object the API returned for the last.
+	// replaced are the states the informer may still show: what it showed
+	// and what the API held (the object an update was made from; nothing
+	// for a create) when each write it has not shown was made, and the
+	// earlier of those writes; wrote is the object the API returned for
+	// the last.
 	replaced []secretState
 	wrote    *corev1.Secret
 	at       time.Time
@@ -53,8 +65,8 @@ type secretState struct {
 	digest          [sha256.Size]byte
 }
 
-func newOwnWrites() *ownWrites {
-	return &ownWrites{byName: map[string]ownWrite{}, now: time.Now}
+func newOwnWrites(recheck func(after time.Duration)) *ownWrites {
+	return &ownWrites{byName: map[string]ownWrite{}, now: time.Now, recheck: recheck}
 }
 
 func stateOf(s *corev1.Secret) secretState {
@@ -82,7 +94,8 @@ func (o *ownWrites) current(name string, shown *corev1.Secret) *corev1.Secret {
 	if !ok {
 		return shown
 	}
-	if o.now().Sub(w.at) < ownWriteWait && slices.Contains(w.replaced, stateOf(shown)) {
+	if waited := o.now().Sub(w.at); waited < ownWriteWait && slices.Contains(w.replaced, stateOf(shown)) {
+		o.recheck(ownWriteWait - waited)
 		return w.wrote // the informer has not caught up yet
 	}
 	delete(o.byName, name)
@@ -90,14 +103,22 @@ func (o *ownWrites) current(name string, shown *corev1.Secret) *corev1.Secret {
 }
 
 // wrote records a write of the Secret name: shown is what its informer
-// showed (nil for nothing), written what the API returned.
-func (o *ownWrites) wrote(name string, shown, written *corev1.Secret) {
+// showed, base what the write was made from (the object an update carried
+// the resourceVersion of; nil for a create, after a delete too), written
+// what the API returned.
+func (o *ownWrites) wrote(name string, shown, base, written *corev1.Secret) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	replaced := []secretState{stateOf(shown)}
-	if w, ok := o.byName[name]; ok && o.now().Sub(w.at) < ownWriteWait {
-		// The informer has not shown the previous write yet either.
-		replaced = append(w.replaced, stateOf(w.wrote))
+	replaced := []secretState{stateOf(shown), stateOf(base)}
+	if w, ok := o.byName[name]; ok {
+		// The informer may not have shown the previous write either
+		// (waited out or not: it only gives more states to recognise),
+		// nor what that one replaced, the oldest last.
+		replaced = append(append([]secretState{stateOf(w.wrote)}, replaced...), w.replaced...)
+	}
+	replaced = slices.Compact(replaced)
+	if len(replaced) > maxReplacedStates {
+		replaced = replaced[:maxReplacedStates]
 	}
 	o.byName[name] = ownWrite{replaced: replaced, wrote: written, at: o.now()}
 }

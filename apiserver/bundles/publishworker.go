@@ -236,7 +236,10 @@ func sortedGroups(results map[string]*Result) []string {
 func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error) {
 	name := deckhousev1.PublishedBundleSecretPrefix + p.Group
 	shown, err := c.published.Secrets(c.cfg.Namespace).Get(name)
-	if err != nil && !apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) {
+		shown, err = nil, nil
+	}
+	if err != nil {
 		return false, err
 	}
 	current := c.own.current(name, shown)
@@ -303,7 +306,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
 	}
-	c.own.wrote(name, shown, written)
+	c.own.wrote(name, shown, current, written)
 	klog.FromContext(ctx).Info("Published bundle", "checksum", p.Checksum, "bytes", p.Size())
 	return true, nil
 }

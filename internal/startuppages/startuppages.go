@@ -17,9 +17,10 @@
 // in the page cache (reclaimable, and shared with anything else running
 // the same file); whatever the process runs afterwards is mapped again
 // from there on its first use, at the cost of a minor fault. Only mappings
-// no page of which was ever copied on write are released: for such a
-// page, MADV_DONTNEED would bring back the file's content instead of the
-// process's.
+// no page of which was ever copied on write are released (smaps counts
+// no anonymous page in them, resident or swapped out): for such a page,
+// MADV_DONTNEED would bring back the file's content instead of the
+// process's (a read-only mapping of a binary relocated at load, RELRO).
 package startuppages
 
 import (
@@ -47,18 +48,18 @@ type Released struct {
 
 // plan reads smaps (the format of /proc/<pid>/smaps) and returns the
 // read-only, private mappings of the file exe that no copy-on-write ever
-// touched (Anonymous: 0 kB).
+// touched (Anonymous: 0 kB and Swap: 0 kB).
 func plan(smaps io.Reader, exe string) ([]Region, error) {
 	var regions []Region
 	var cur *Region
-	// untouched: the mapping's Anonymous field was read and is 0 kB. A
-	// mapping whose field is missing or unreadable is not released.
-	untouched := false
+	// zero are the fields that must read 0 kB for the mapping to be
+	// released: a mapping whose field is missing or unreadable is kept.
+	zero := map[string]bool{}
 	flush := func() {
-		if cur != nil && untouched {
+		if cur != nil && zero["Anonymous"] && zero["Swap"] {
 			regions = append(regions, *cur)
 		}
-		cur, untouched = nil, false
+		cur, zero = nil, map[string]bool{}
 	}
 	sc := bufio.NewScanner(smaps)
 	for sc.Scan() {
@@ -75,8 +76,8 @@ func plan(smaps io.Reader, exe string) ([]Region, error) {
 			switch {
 			case key == "Rss" && err == nil:
 				cur.Resident = kb << 10
-			case key == "Anonymous":
-				untouched = err == nil && kb == 0
+			case key == "Anonymous" || key == "Swap":
+				zero[key] = err == nil && kb == 0
 			}
 			continue
 		}

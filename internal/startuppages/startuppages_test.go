@@ -11,28 +11,39 @@ const smapsSample = `00400000-025f5000 r-xp 00000000 fe:00 9994553              
 Size:              35796 kB
 Rss:               27220 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 VmFlags: rd ex mr mw me sd
 025f5000-04ea5000 r--p 021f5000 fe:00 9994553                            /bin/server
 Size:              41664 kB
 Rss:               35264 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 04ea5000-04f80000 rw-p 04aa5000 fe:00 9994553                            /bin/server
 Rss:                 876 kB
 Anonymous:           268 kB
+Swap:                  0 kB
 05000000-05001000 r--p 04b00000 fe:00 9994553                            /bin/server
 Rss:                   4 kB
 Anonymous:             4 kB
+Swap:                  0 kB
 05001000-05002000 r--p 04b01000 fe:00 9994553                            /bin/server
 Rss:                   4 kB
 06000000-06001000 r--s 00000000 fe:00 9994553                            /bin/server
 Rss:                   4 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 7f0000000000-7f0000001000 r-xp 00000000 fe:00 1234                       /lib/libc.so.6
 Rss:                   4 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 7f0000002000-7f0000003000 r-xp 00000000 fe:00 9994553                    /bin/server (deleted)
 Rss:                   4 kB
 Anonymous:             0 kB
+Swap:                  0 kB
+07000000-07001000 r--p 04c00000 fe:00 9994553                            /bin/server
+Rss:                   0 kB
+Anonymous:             0 kB
+Swap:                  4 kB
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
 Rss:                  12 kB
 Anonymous:            12 kB
@@ -40,8 +51,9 @@ Anonymous:            12 kB
 
 // TestOnlyTheExecutablesUntouchedReadOnlyPrivateMappingsAreReleased: the
 // text and read-only data are; not the writable data, not a read-only
-// mapping with a page copied on write (relocations) or with no Anonymous
-// field to tell, not a shared mapping, not another file.
+// mapping with a page copied on write (relocations), resident or swapped
+// out, or with no Anonymous field to tell, not a shared mapping, not
+// another file.
 func TestOnlyTheExecutablesUntouchedReadOnlyPrivateMappingsAreReleased(t *testing.T) {
 	regions, err := plan(strings.NewReader(smapsSample), "/bin/server")
 	if err != nil {

@@ -67,10 +67,10 @@ func serve(stdin io.Reader, stdout io.Writer) int {
 	// Start-up is over: the pages of the executable it mapped (every
 	// package initialiser of the server's binary, which is this one) are
 	// given back, and rendering maps again what it uses. A worker that
-	// cannot release them only keeps them resident.
-	if _, err := startuppages.Release(); err != nil {
-		fmt.Fprintf(os.Stderr, "render worker: %v\n", err)
-	}
+	// cannot release them only keeps them resident; it says nothing, since
+	// the first line of its stderr is what the server reports should the
+	// worker die later.
+	_, _ = startuppages.Release()
 	// Tell the server the worker is up, limits and all: a worker that
 	// cannot start is told apart from a template that kills it.
 	err = writeFrame(out, []byte{tagOutput})
