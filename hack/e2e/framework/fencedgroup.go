@@ -158,20 +158,27 @@ func (f *Framework) StartFencedGroup(t *testing.T, name string, opts FencedGroup
 func (f *Framework) WaitArmed(t *testing.T, g *FencedGroup, i int) {
 	t.Helper()
 	a := g.Agents[i]
+	// What was still missing at the last look, for the failure message.
+	missing := "nothing looked at yet"
 	Poll(t, "agent on "+a.Node+" armed, labelled and feeding", func(ctx context.Context) (bool, error) {
 		if a.Exited() {
 			return false, a.Failure(fmt.Errorf("exited"))
 		}
 		code, _, err := a.Readyz(ctx)
 		if err != nil || code != 200 {
+			missing = fmt.Sprintf("readyz answered %d (%v)", code, err)
 			return false, nil
 		}
-		w := a.Device.Writes()
-		if g.Mode == deckhousev1.FencingModeNotify {
-			return f.Labelled(ctx, g, i), nil
+		if !f.Labelled(ctx, g, i) {
+			missing = "ready, but its Node has no " + deckhousev1.FencingEnabledLabel + " label"
+			return false, nil
 		}
-		return f.Labelled(ctx, g, i) && w.Feeds > 0 && w.Last != 'V', nil
-	})
+		if w := a.Device.Writes(); g.Mode != deckhousev1.FencingModeNotify && (w.Feeds == 0 || w.Last == 'V') {
+			missing = fmt.Sprintf("ready and labelled, but the watchdog device has %d feeds, the last %q", w.Feeds, w.Last)
+			return false, nil
+		}
+		return true, nil
+	}, func() string { return missing })
 }
 
 // Labelled reports whether node i of g carries the fencing-enabled label.
