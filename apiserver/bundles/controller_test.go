@@ -52,6 +52,7 @@ func runController(t *testing.T, timeout time.Duration, groups []string, configs
 	// Reactors are added before the controller runs: the fake clientset
 	// does not lock its reactor chain against a concurrent change.
 	writes := recordSecretWrites(kube)
+	stampResourceVersions(kube)
 	statusWritesKeepTheSpec(nm)
 	ctx, cancel := context.WithCancel(context.Background())
 	renderer, sandboxed := timedSandboxedRenderer(t, timeout, 64<<20)

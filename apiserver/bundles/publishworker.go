@@ -296,7 +296,7 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 			if getErr != nil {
 				return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, getErr)
 			}
-			current = existing
+			current = digestData(existing)
 		}
 	}
 	if current != nil {
@@ -306,17 +306,18 @@ func (c *Controller) writeBundle(ctx context.Context, p *Published) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("publish bundle of group %s: %w", p.Group, err)
 	}
-	c.own.wrote(name, shown, current, written)
+	c.own.wrote(name, shown, current, digestData(written))
 	klog.FromContext(ctx).Info("Published bundle", "checksum", p.Checksum, "bytes", p.Size())
 	return true, nil
 }
 
-// bundleUpToDate reports whether current holds exactly want's metadata and
-// the encoding whose digest is given.
+// bundleUpToDate reports whether current, as the informer keeps it (its
+// data digested, digestData), holds exactly want's metadata and the
+// encoding whose digest is given.
 func bundleUpToDate(current, want *corev1.Secret, digest [sha256.Size]byte) bool {
 	data, ok := current.Data[deckhousev1.PublishedBundleKey]
 	return ok && len(current.Data) == 1 && maps.Equal(current.Annotations, want.Annotations) && maps.Equal(current.Labels, want.Labels) &&
-		sha256.Sum256(data) == digest
+		bytes.Equal(data, digest[:])
 }
 
 // encodedBundle is the bundle writeBundle last encoded for a group, and

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -87,6 +88,13 @@ var lastResourceVersion atomic.Int64
 // Secret a new resourceVersion (the store orders changes by it).
 func fakeKube(objs ...runtime.Object) *kubefake.Clientset {
 	kube := kubefake.NewClientset(objs...)
+	stampResourceVersions(kube)
+	return kube
+}
+
+// stampResourceVersions makes kube give every Secret it creates or updates
+// a new resourceVersion; added last, it runs before the other reactors.
+func stampResourceVersions(kube *kubefake.Clientset) {
 	stamp := func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if obj, ok := action.(k8stesting.CreateAction); ok {
 			if s, ok := obj.GetObject().(*corev1.Secret); ok {
@@ -97,7 +105,6 @@ func fakeKube(objs ...runtime.Object) *kubefake.Clientset {
 	}
 	kube.PrependReactor("create", "secrets", stamp)
 	kube.PrependReactor("update", "secrets", stamp)
-	return kube
 }
 
 func newPublisher(t *testing.T, kube *kubefake.Clientset, nm *nmfake.Clientset) *publisher {
@@ -596,5 +603,62 @@ func TestRenderAndPublishLinesNameTheGroup(t *testing.T) {
 		if !strings.Contains(line, `group="`+group+`"`) {
 			t.Errorf("the line %q (%q) does not name group %s; logs:\n%s", msg, line, group, logs)
 		}
+	}
+}
+
+// TestTheLeaderComparesBundlesByTheDigestsItsInformerKeeps runs the
+// published-Secret informer with the Store's transform: the informer keeps
+// the SHA-256 of a bundle, the Store serves the bundle, and the publish
+// passes that a change of another group brings find the unchanged group's
+// Secret up to date by its digest.
+func TestTheLeaderComparesBundlesByTheDigestsItsInformerKeeps(t *testing.T) {
+	r := runController(t, 10*time.Second, []string{"a", "b"}, config("step.sh", []string{"a"}, "echo one"))
+	ctx := context.Background()
+	waitPublished(t, r.kube, "a", time.Minute, func(sum string) bool { return sum != "" })
+	waitPublished(t, r.kube, "b", time.Minute, func(sum string) bool { return sum != "" })
+	name := deckhousev1.PublishedBundleSecretPrefix + "b"
+	inAPI, err := r.kube.CoreV1().Secrets(testNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		p, ok := r.c.cfg.Store.Get("b")
+		return ok && p.ResourceVersion == inAPI.ResourceVersion, nil
+	})
+	if err != nil {
+		t.Fatalf("the Store does not serve group b's Secret at resourceVersion %s", inAPI.ResourceVersion)
+	}
+	cached, err := r.c.published.Secrets(testNamespace).Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(inAPI.Data[deckhousev1.PublishedBundleKey])
+	if got := cached.Data[deckhousev1.PublishedBundleKey]; !bytes.Equal(got, want[:]) {
+		t.Fatalf("the informer keeps %d bytes of group b's bundle, want its SHA-256", len(got))
+	}
+
+	// Two changes of group a, each published after a pass over both groups.
+	for _, content := range []string{"echo two", "echo three"} {
+		before := publishedChecksum(ctx, r.kube, "a")
+		ngc, err := r.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Get(ctx, "step.sh", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ngc.Spec.Content = content
+		if _, err := r.nm.DeckhouseV1alpha1().NodeGroupConfigurations().Update(ctx, ngc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPublished(t, r.kube, "a", time.Minute, func(sum string) bool { return sum != "" && sum != before })
+	}
+	writes := 0
+	for _, a := range r.kube.Actions() {
+		if w, ok := a.(k8stesting.CreateAction); ok && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+			if s, ok := w.GetObject().(*corev1.Secret); ok && s.Name == name {
+				writes++
+			}
+		}
+	}
+	if writes != 1 {
+		t.Fatalf("group b's unchanged bundle was written %d times, want once", writes)
 	}
 }

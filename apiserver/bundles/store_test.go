@@ -1,6 +1,8 @@
 package bundles
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"strconv"
 	"strings"
 	"testing"
@@ -224,5 +226,77 @@ func TestEqualScriptsAreHeldOnce(t *testing.T) {
 	rendered.intern()
 	if unsafe.StringData(rendered.Steps["000_a.sh"]) != unsafe.StringData(a.Steps["000_a.sh"]) {
 		t.Error("a render's result and the decoded Secret hold separate copies of the same step")
+	}
+}
+
+// TestTheInformerKeepsDigestsAndTheStoreTheBundles feeds the Store as its
+// informer does: each object through Transform first, then the handler,
+// in order per name, with several versions transformed before the handler
+// receives the first.
+func TestTheInformerKeepsDigestsAndTheStoreTheBundles(t *testing.T) {
+	s := NewStore(nil)
+	h := s.Handler()
+	transform := func(secret *corev1.Secret) *corev1.Secret {
+		t.Helper()
+		raw := secret.Data[deckhousev1.PublishedBundleKey]
+		out, err := s.Transform(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := out.(*corev1.Secret)
+		if want := sha256.Sum256(raw); len(kept.Data) != 1 || !bytes.Equal(kept.Data[deckhousev1.PublishedBundleKey], want[:]) {
+			t.Fatalf("the informer keeps %d keys, %d bytes of %s; want its SHA-256 alone", len(kept.Data), len(kept.Data[deckhousev1.PublishedBundleKey]), deckhousev1.PublishedBundleKey)
+		}
+		return kept
+	}
+	served := func(want string) {
+		t.Helper()
+		p, ok := s.Get("a")
+		if !ok || p.Bashible.String() != want {
+			t.Fatalf("serves %v (%t), want %s", p, ok, want)
+		}
+	}
+
+	h.OnAdd(transform(secretFor(t, "a", "v1", 10)), true)
+	served("v1")
+	s.MarkSynced()
+
+	// Two versions received before the handler gets the first: the first
+	// is superseded, the second served.
+	v2, v3 := transform(secretFor(t, "a", "v2", 11)), transform(secretFor(t, "a", "v3", 12))
+	h.OnUpdate(nil, v2)
+	served("v1")
+	h.OnUpdate(v2, v3)
+	served("v3")
+	if len(s.pending) != 0 {
+		t.Fatalf("%d decoded bundles left waiting after the handler received them", len(s.pending))
+	}
+
+	// A relist brings the served version again: it is not decoded again
+	// (a version of that resourceVersion whose content could not be
+	// decoded changes nothing) and nothing happens.
+	again := secretFor(t, "a", "v3", 12)
+	again.Data[deckhousev1.PublishedBundleKey] = []byte("not gzip")
+	h.OnUpdate(v3, transform(again))
+	served("v3")
+
+	// An unreadable version keeps the one served.
+	corrupt := secretFor(t, "a", "v4", 13)
+	corrupt.Data[deckhousev1.PublishedBundleKey] = []byte("not gzip")
+	h.OnUpdate(v3, transform(corrupt))
+	served("v3")
+
+	// A deletion forgets what was decoded of it.
+	gone := transform(secretFor(t, "a", "v5", 14))
+	h.OnDelete(gone)
+	if _, ok := s.Get("a"); ok || len(s.pending) != 0 {
+		t.Fatalf("after the deletion: served %t, %d decoded bundles waiting", ok, len(s.pending))
+	}
+
+	// Something else in the namespace is digested and left to others.
+	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other", ResourceVersion: "15"}, Data: map[string][]byte{"k": []byte("v")}}
+	out, _ := s.Transform(other)
+	if d := out.(*corev1.Secret).Data["k"]; len(d) != sha256.Size || len(s.pending) != 0 || string(other.Data["k"]) != "v" {
+		t.Fatalf("another Secret: kept %q, %d pending, the received object changed to %q", d, len(s.pending), other.Data["k"])
 	}
 }
