@@ -10,7 +10,7 @@ import (
 // Release unmaps the pages of this process's executable that are mapped
 // now (see the package documentation). Call it once, when start-up is
 // over; the process goes on as before.
-func Release() (Released, error) {
+func Release(opts Options) (Released, error) {
 	exe, err := executable()
 	if err != nil {
 		return Released{}, err
@@ -28,12 +28,35 @@ func Release() (Released, error) {
 	for _, region := range regions {
 		// The range is a whole mapping of the file, page-aligned; the
 		// syscall takes addresses, not a Go slice, so no Go pointer is made
-		// of memory the runtime does not own.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(region.Start), uintptr(region.End-region.Start), unix.MADV_DONTNEED); errno != 0 {
-			return r, fmt.Errorf("release the pages of %s at %#x-%#x: %w", exe, region.Start, region.End, errno)
+		// of memory the runtime does not own. Random access first: a later
+		// fault reads no window around the page from the file.
+		for _, advice := range []int{unix.MADV_RANDOM, unix.MADV_DONTNEED} {
+			if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(region.Start), uintptr(region.End-region.Start), uintptr(advice)); errno != 0 {
+				return r, fmt.Errorf("release the pages of %s at %#x-%#x (madvise %d): %w", exe, region.Start, region.End, advice, errno)
+			}
 		}
 		r.Regions = append(r.Regions, region)
 		r.Resident += region.Resident
 	}
+	if opts.DropCache && len(regions) > 0 {
+		if err := dropCache(exe); err != nil {
+			return r, err
+		}
+		r.DroppedCache = true
+	}
 	return r, nil
+}
+
+// dropCache asks the kernel to drop the pages of the file at path that no
+// process maps from the page cache.
+func dropCache(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open %s to drop its unmapped pages from the page cache: %w", path, err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("drop the unmapped pages of %s from the page cache: %w", path, err)
+	}
+	return nil
 }

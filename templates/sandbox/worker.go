@@ -66,11 +66,13 @@ func serve(stdin io.Reader, stdout io.Writer) int {
 	engine.Timeout = s.Timeout
 	// Start-up is over: the pages of the executable it mapped (every
 	// package initialiser of the server's binary, which is this one) are
-	// given back, and rendering maps again what it uses. A worker that
+	// given back, and rendering maps again what it uses. The page cache
+	// keeps them: workers start on demand, and the next one reads them
+	// from there rather than from the disk. A worker that
 	// cannot release them only keeps them resident; it says nothing, since
 	// the first line of its stderr is what the server reports should the
 	// worker die later.
-	_, _ = startuppages.Release()
+	_, _ = startuppages.Release(startuppages.Options{})
 	// Tell the server the worker is up, limits and all: a worker that
 	// cannot start is told apart from a template that kills it.
 	err = writeFrame(out, []byte{tagOutput})
