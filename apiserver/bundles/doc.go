@@ -30,7 +30,10 @@
 //     (contextsecret.go), and reportConfigs and reportNodeGroups set the
 //     Rendered condition of each NodeGroupConfiguration and NodeGroup.
 //  4. On every replica, an informer on the bundles namespace hands each
-//     Secret to the [Store], which decodes and verifies it once per change.
+//     Secret to the [Store], which decodes and verifies it once per change,
+//     as the informer receives it ([Store.Transform]); the informer's cache
+//     keeps only the SHA-256 of each Secret's data, which is what
+//     writeBundle compares.
 //  5. The registry package serves what the Store holds: gets, lists and
 //     watches read it and never wait for a render.
 //

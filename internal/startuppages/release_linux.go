@@ -55,6 +55,10 @@ func dropCache(path string) error {
 		return fmt.Errorf("open %s to drop its unmapped pages from the page cache: %w", path, err)
 	}
 	defer f.Close()
+	// The page cache keeps pages not yet written back (a binary built
+	// moments ago); a file already written back costs nothing here, and
+	// one that cannot be synced (a read-only filesystem) has none.
+	_ = f.Sync()
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 		return fmt.Errorf("drop the unmapped pages of %s from the page cache: %w", path, err)
 	}

@@ -54,10 +54,10 @@ type Region struct {
 type Options struct {
 	// DropCache also drops the executable's pages that no process maps
 	// from the page cache, so that what the process runs afterwards maps
-	// only the pages in use (see the package documentation). Another
-	// process started from the file then reads what it uses from the
-	// disk again: the server, started once, drops them; its render
-	// workers, started on demand from the same file, do not.
+	// only the pages in use (see the package documentation). A process
+	// started from the file later reads what it uses from the disk again.
+	// Every process of the file has to: the pages one leaves in the page
+	// cache are mapped by the others' faults around theirs.
 	DropCache bool
 }
 

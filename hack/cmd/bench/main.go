@@ -27,6 +27,9 @@
 //   - ngc_change_to_served: from the update of a NodeGroupConfiguration
 //     that selects one group to a watch of that group's nodegroupbundle
 //     delivering the changed step;
+//   - serving_100_groups_idle_* and rss_100_groups_idle: the 100 groups'
+//     memory figures again once the render workers, idle, have stopped
+//     (what the server holds between changes);
 //   - apply_200_ngcs_webhook_{off,on,ratio}: one `kubectl create` of a List
 //     of 200 small NodeGroupConfigurations, without and with the preview
 //     webhook (-apply-only runs only this one, on the same cluster), and
@@ -355,6 +358,11 @@ func benchServe(duration time.Duration, applyOnly bool) error {
 	if err := benchPropagation(ctx, nm); err != nil {
 		return err
 	}
+	rss, err = idleMemoryFigures(cp, server, "serving_100_groups_idle")
+	if err != nil {
+		return err
+	}
+	figure("rss_100_groups_idle", rss, "MiB")
 	if serveOnly {
 		return nil
 	}

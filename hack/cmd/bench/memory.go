@@ -106,15 +106,21 @@ func serveLocalStack(cp *controlplane.ControlPlane, server *stack.APIServer) err
 	if _, err := memoryFigures(cp, server, "local_stack"); err != nil {
 		return err
 	}
+	_, err := idleMemoryFigures(cp, server, "local_stack_idle")
+	return err
+}
+
+// idleMemoryFigures waits for the server's render workers, idle, to stop,
+// then prints memoryFigures as name.
+func idleMemoryFigures(cp *controlplane.ControlPlane, server *stack.APIServer, name string) (float64, error) {
 	// No event tells that a child process exited: /proc is looked at.
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, workerIdleWait, true, func(context.Context) (bool, error) {
 		return len(procstat.Children(server.PID())) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the server's render workers did not stop within %s of idling: %w", workerIdleWait, err)
+		return 0, fmt.Errorf("the server's render workers did not stop within %s of idling: %w", workerIdleWait, err)
 	}
-	_, err = memoryFigures(cp, server, "local_stack_idle")
-	return err
+	return memoryFigures(cp, server, name)
 }
 
 // saveProfile writes the server's heap profile (after a collection), its
