@@ -1,11 +1,21 @@
 package server
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/client-go/tools/cache"
+
+	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
 )
 
 func TestRenderLimitsAreValidatedWithTheFlagsName(t *testing.T) {
@@ -89,5 +99,62 @@ current-context: c
 	}
 	if got := cfg.Generic.ClientConfig; got.QPS != 7 || got.Burst != 9 {
 		t.Errorf("the clients' rate: QPS %g, burst %d; want 7 and 9", got.QPS, got.Burst)
+	}
+}
+
+// TestResponsesAreCompressedOnlyWithTheFlag serializes an object above
+// k8s.io/apiserver's 128 KB compression threshold for a client that asks
+// for gzip, as kube-apiserver's aggregator does for every request it
+// proxies.
+func TestResponsesAreCompressedOnlyWithTheFlag(t *testing.T) {
+	t.Cleanup(func() {
+		if err := NewOptions().applyFeatureGates(); err != nil {
+			t.Error(err)
+		}
+	})
+	big := &bashiblev1alpha1.NodeGroupBundle{ObjectMeta: metav1.ObjectMeta{Name: "worker"}, Data: map[string]string{"step.sh": strings.Repeat("echo step\n", 20<<10)}}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, ""}, {[]string{"--response-compression"}, "gzip"}, {[]string{"--response-compression=false"}, ""}} {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.applyFeatureGates(); err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodGet, "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/worker", nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		rec := httptest.NewRecorder()
+		responsewriters.SerializeObject("application/json", Codecs.LegacyCodec(bashiblev1alpha1.SchemeGroupVersion), rec, req, http.StatusOK, big)
+		if got := rec.Result().Header.Get("Content-Encoding"); got != tc.want {
+			t.Errorf("flags %q: Content-Encoding %q, want %q", tc.args, got, tc.want)
+		}
+		if tc.want == "" && rec.Body.Len() < 200<<10 {
+			t.Errorf("flags %q: %d bytes, want the object uncompressed", tc.args, rec.Body.Len())
+		}
+	}
+}
+
+func TestTheNodeInformerKeepsLabelsOnly(t *testing.T) {
+	node := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}, ObjectMeta: metav1.ObjectMeta{
+		Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"node.deckhouse.io/group": "worker"},
+		Annotations:   map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}},
+	}}
+	got, err := nodeLabelsOnly(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &metav1.PartialObjectMetadata{TypeMeta: node.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: node.Labels}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %+v, want %+v", got, want)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "n1", Obj: want}
+	if got, _ := nodeLabelsOnly(tomb); !reflect.DeepEqual(got, tomb) {
+		t.Errorf("a tombstone became %+v", got)
 	}
 }

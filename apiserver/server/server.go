@@ -78,6 +78,9 @@ type CompletedConfig struct {
 }
 
 func newConfig(o *Options) (*Config, error) {
+	if err := o.applyFeatureGates(); err != nil {
+		return nil, err
+	}
 	generic := genericapiserver.NewRecommendedConfig(Codecs)
 	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	generic.FeatureGate = o.Generic.FeatureGate
@@ -219,6 +222,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	nodeMeta := metadatainformer.NewSharedInformerFactory(metaClient, 0)
 	nodeInformer := nodeMeta.ForResource(corev1.SchemeGroupVersion.WithResource("nodes"))
+	if err := nodeInformer.Informer().SetTransform(nodeLabelsOnly); err != nil {
+		return nil, err
+	}
 	groupNodes := admission.InstanceGroupNodes{Instances: narrower.Instances(),
 		Nodes: func(name string) (map[string]string, bool, error) {
 			obj, err := nodeInformer.Lister().Get(name)
@@ -259,6 +265,18 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// nodeLabelsOnly is the Node metadata informer's transform: the rules read
+// a Node's labels, and its managed fields and annotations were most of
+// what the informer held (8 MB of managed fields alone with 5,000 nodes).
+func nodeLabelsOnly(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil // a tombstone: its object was transformed before
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels}}, nil
 }
 
 // Run serves until ctx ends.
