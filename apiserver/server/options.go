@@ -124,7 +124,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Render.WorkerMemory, "render-worker-memory", o.Render.WorkerMemory,
 		"memory one render worker process may use (a quantity such as 128Mi); a template that needs more is stopped")
 	fs.DurationVar(&o.Render.WorkerIdleTimeout, "render-worker-idle-timeout", o.Render.WorkerIdleTimeout,
-		"a render worker process idle for longer is stopped, and its memory returned (the next render starts one, in about 40ms); 0 keeps idle workers")
+		"a render worker process idle for longer is stopped, and its memory returned (the next render starts one, in about 0.13s); 0 keeps idle workers")
 	fs.DurationVar(&o.LeaderElection.LeaseDuration, "leader-elect-lease-duration", o.LeaderElection.LeaseDuration,
 		"how long after the publishing replica's last renewal another replica may take its Lease")
 	fs.DurationVar(&o.LeaderElection.RenewDeadline, "leader-elect-renew-deadline", o.LeaderElection.RenewDeadline,
