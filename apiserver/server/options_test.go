@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	bashiblev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/bashible/v1alpha1"
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
 func TestRenderLimitsAreValidatedWithTheFlagsName(t *testing.T) {
@@ -141,7 +142,7 @@ func TestResponsesAreCompressedOnlyWithTheFlag(t *testing.T) {
 
 func TestTheNodeInformerKeepsLabelsOnly(t *testing.T) {
 	node := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}, ObjectMeta: metav1.ObjectMeta{
-		Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"node.deckhouse.io/group": "worker"},
+		Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{deckhousev1.NodeGroupLabel: "worker"},
 		Annotations:   map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}},
 	}}
