@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -106,7 +107,9 @@ func (s *Store) OnChange(f func(old, cur *Published)) {
 // The informer delivers every object it transformed, in order per name.
 func (s *Store) Transform(obj any) (any, error) {
 	secret, ok := obj.(*corev1.Secret)
-	if !ok {
+	if !ok || digested(secret) {
+		// client-go transforms an object again when a watch-list's initial
+		// objects, transformed as they streamed, replace the cache.
 		return obj, nil
 	}
 	if group, ok := strings.CutPrefix(secret.Name, deckhousev1.PublishedBundleSecretPrefix); ok {
@@ -153,14 +156,27 @@ func (s *Store) forgetDecoded(secret *corev1.Secret) {
 	}
 }
 
+// digestedManager marks a Secret digestData made: its only managed-fields
+// entry, one the API never writes (an entry there always has an
+// operation), so a Secret from the API is never taken for one.
+const digestedManager = deckhousev1.BashibleAPIServerName + " data digests"
+
+// digested reports whether s was made by digestData.
+func digested(s *corev1.Secret) bool {
+	return len(s.ManagedFields) == 1 && s.ManagedFields[0].Manager == digestedManager && s.ManagedFields[0].Operation == ""
+}
+
 // digestData returns s with each data value replaced by its SHA-256: what
 // the published-Secret informer keeps (Store.Transform), and what the
-// publisher compares (bundleUpToDate, ownWrites).
+// publisher compares (bundleUpToDate, ownWrites). Its managed fields, which
+// nothing reads, are replaced by the mark of a digested Secret; a digested
+// Secret is returned as it is.
 func digestData(s *corev1.Secret) *corev1.Secret {
-	if s == nil {
-		return nil
+	if s == nil || digested(s) {
+		return s
 	}
 	out := *s
+	out.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: digestedManager}}
 	out.Data = make(map[string][]byte, len(s.Data))
 	for k, v := range s.Data {
 		d := sha256.Sum256(v)

@@ -257,7 +257,14 @@ func TestTheInformerKeepsDigestsAndTheStoreTheBundles(t *testing.T) {
 		}
 	}
 
-	h.OnAdd(transform(secretFor(t, "a", "v1", 10)), true)
+	// A watch-list's objects are transformed as they stream and again
+	// when they replace the cache: the second leaves them as they are.
+	first := transform(secretFor(t, "a", "v1", 10))
+	twice, err := s.Transform(first)
+	if err != nil || twice != first {
+		t.Fatalf("transforming a transformed Secret: %v, %v", twice, err)
+	}
+	h.OnAdd(twice.(*corev1.Secret), true)
 	served("v1")
 	s.MarkSynced()
 
