@@ -30,10 +30,10 @@
 //     (contextsecret.go), and reportConfigs and reportNodeGroups set the
 //     Rendered condition of each NodeGroupConfiguration and NodeGroup.
 //  4. On every replica, an informer on the bundles namespace hands each
-//     Secret to the [Store], which decodes and verifies it once per change,
-//     as the informer receives it ([Store.Transform]); the informer's cache
-//     keeps only the SHA-256 of each Secret's data, which is what
-//     writeBundle compares.
+//     Secret to the [Store], which decodes and verifies it once per change;
+//     the informer's cache keeps only the SHA-256 of each Secret's data
+//     ([Store.Transform]), which is what writeBundle compares, and the
+//     Store the Secret as received until its handler takes it.
 //  5. The registry package serves what the Store holds: gets, lists and
 //     watches read it and never wait for a render.
 //

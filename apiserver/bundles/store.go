@@ -43,7 +43,8 @@ type Store struct {
 	// rv is the list resourceVersion: the newest resourceVersion among the
 	// served objects and the deletions seen since start. It derives from
 	// the published Secrets alone, so replicas that have seen the same
-	// changes list identically.
+	// changes list identically; only a relist's changes that come out of
+	// order are stamped past it (apply).
 	rv       uint64
 	floor    uint64 // watches from below this resourceVersion get 410
 	history  []Event
@@ -55,21 +56,26 @@ type Store struct {
 	// a deletion the informer noticed only on a relist.
 	rvSource func() string
 
-	// pending are the bundles Transform decoded that the handler has not
-	// received yet, by Secret name: the newest only, since the informer
-	// delivers a name's versions in order and an older one is superseded.
+	// pending are the published Secrets Transform received that the
+	// handler has not received yet, by Secret name in the order received
+	// (the informer delivers a name's versions in that order). The handler
+	// decodes the version it receives, outside the informer's queue lock.
 	pendingMu sync.Mutex
-	pending   map[string]decodedSecret
+	pending   map[string][]pendingSecret
 }
 
-// decodedSecret is what Transform made of one version of a published
-// Secret: its bundle, why it is unreadable, or neither (unchanged: the
-// Store already serves that version).
-type decodedSecret struct {
-	resourceVersion string
-	bundle          *Published
-	err             error
+// pendingSecret is a published Secret as Transform received it, with its
+// data, and its resourceVersion as a number.
+type pendingSecret struct {
+	rv     uint64
+	secret *corev1.Secret
 }
+
+// maxPendingPerSecret bounds the versions of one Secret kept for the
+// handler. The handler follows its informer closely, so only a stalled
+// handler reaches it; the oldest is dropped, and the handler, finding that
+// version without its data, waits for the next.
+const maxPendingPerSecret = 16
 
 // SetResourceVersionSource sets where tombstone deletions get their
 // resourceVersion from (the informer's LastSyncResourceVersion).
@@ -82,7 +88,7 @@ func (s *Store) SetResourceVersionSource(f func() string) {
 // NewStore returns an empty store. onChange, if set, is called for every
 // change (for metrics).
 func NewStore(onChange func(old, cur *Published)) *Store {
-	s := &Store{groups: map[string]*Published{}, watchers: map[*storeWatcher]struct{}{}, pending: map[string]decodedSecret{}}
+	s := &Store{groups: map[string]*Published{}, watchers: map[*storeWatcher]struct{}{}, pending: map[string][]pendingSecret{}}
 	if onChange != nil {
 		s.onChange = append(s.onChange, onChange)
 	}
@@ -98,13 +104,14 @@ func (s *Store) OnChange(f func(old, cur *Published)) {
 	s.onChange = append(s.onChange, f)
 }
 
-// Transform is the published-Secret informer's transform. It decodes a
-// group's bundle as the informer receives its Secret, for the handler, and
-// leaves in the informer's cache each data value's SHA-256 instead of the
-// value (digestData), which is all the publisher compares: the compressed
-// bundles were otherwise kept twice by every replica, by the informer and
-// decoded by the Store (about 10 MB of a 30 MB live heap at 100 groups).
-// The informer delivers every object it transformed, in order per name.
+// Transform is the published-Secret informer's transform. It leaves in the
+// informer's cache each data value's SHA-256 instead of the value
+// (digestData), which is all the publisher compares, and keeps the Secret
+// as received for the handler, which decodes it: the compressed bundles
+// were otherwise kept twice by every replica, by the informer and decoded
+// by the Store (about 10 MB of a 30 MB live heap at 100 groups). The
+// informer delivers every object it transformed, in order per name, so the
+// handler must be registered before the informer starts.
 func (s *Store) Transform(obj any) (any, error) {
 	secret, ok := obj.(*corev1.Secret)
 	if !ok || digested(secret) {
@@ -113,47 +120,46 @@ func (s *Store) Transform(obj any) (any, error) {
 		return obj, nil
 	}
 	if group, ok := strings.CutPrefix(secret.Name, deckhousev1.PublishedBundleSecretPrefix); ok {
-		d := decodedSecret{resourceVersion: secret.ResourceVersion}
-		// A relist brings every Secret again: one already served is not
-		// decoded again.
+		// A relist brings every Secret again; the handler is not given
+		// the version already served.
 		if cur, ok := s.Get(group); !ok || cur.ResourceVersion != secret.ResourceVersion {
-			d.bundle, d.err = decodeSecret(secret)
+			rv, _ := strconv.ParseUint(secret.ResourceVersion, 10, 64)
+			s.pendingMu.Lock()
+			list := append(s.pending[secret.Name], pendingSecret{rv: rv, secret: secret})
+			if len(list) > maxPendingPerSecret {
+				list = slices.Delete(list, 0, len(list)-maxPendingPerSecret)
+			}
+			s.pending[secret.Name] = list
+			s.pendingMu.Unlock()
 		}
-		s.pendingMu.Lock()
-		s.pending[secret.Name] = d
-		s.pendingMu.Unlock()
 	}
 	return digestData(secret), nil
 }
 
-// decoded returns what Transform decoded of secret, or decodes it when
-// Transform did not see it (a handler fed without the transform).
-// superseded says that a newer version of the Secret follows.
-func (s *Store) decoded(secret *corev1.Secret) (d decodedSecret, superseded bool) {
-	s.pendingMu.Lock()
-	d, ok := s.pending[secret.Name]
-	switch {
-	case ok && d.resourceVersion == secret.ResourceVersion:
-		delete(s.pending, secret.Name)
-	case ok:
-		s.pendingMu.Unlock()
-		return d, true
-	}
-	s.pendingMu.Unlock()
-	if !ok {
-		d = decodedSecret{resourceVersion: secret.ResourceVersion}
-		d.bundle, d.err = decodeSecret(secret)
-	}
-	return d, false
-}
-
-// forgetDecoded drops what Transform decoded of a deleted Secret.
-func (s *Store) forgetDecoded(secret *corev1.Secret) {
+// received returns the Secret Transform received as name at
+// resourceVersion rv, if it kept it, and forgets it and every older
+// version of name: the handler receives a name's versions in order, so an
+// older one left (a relist's copy of a version not yet delivered, the
+// object of a deletion) will not be asked for.
+func (s *Store) received(name string, rv uint64) *corev1.Secret {
 	s.pendingMu.Lock()
 	defer s.pendingMu.Unlock()
-	if d, ok := s.pending[secret.Name]; ok && d.resourceVersion == secret.ResourceVersion {
-		delete(s.pending, secret.Name)
+	var found *corev1.Secret
+	keep := s.pending[name][:0]
+	for _, p := range s.pending[name] {
+		switch {
+		case p.rv == rv:
+			found = p.secret
+		case p.rv > rv:
+			keep = append(keep, p)
+		}
 	}
+	if len(keep) == 0 {
+		delete(s.pending, name)
+	} else {
+		s.pending[name] = keep
+	}
+	return found
 }
 
 // digestedManager marks a Secret digestData made: its only managed-fields
@@ -228,33 +234,37 @@ func (s *Store) apply(obj any, deleted bool) {
 	rv, _ := strconv.ParseUint(secret.ResourceVersion, 10, 64)
 
 	var cur *Published
-	if deleted {
-		s.forgetDecoded(secret)
-	} else {
-		d, superseded := s.decoded(secret)
-		if superseded {
-			return // the newer version that follows is the one to serve
+	raw := s.received(secret.Name, rv)
+	if !deleted {
+		if old, ok := s.Get(group); ok && old.ResourceVersion == secret.ResourceVersion {
+			return // a relist replays unchanged objects; nothing happened
 		}
-		if d.err != nil {
-			// Keep serving what we had: a corrupt Secret must not take the
-			// group away. The leader rewrites it on its next publish.
-			klog.ErrorS(d.err, "Ignoring an unreadable published bundle", "secret", klog.KObj(secret))
+		if raw == nil && digested(secret) {
+			// Only a handler that missed Transform's copy gets here (one
+			// registered after the informer started, or a stalled one).
+			klog.ErrorS(nil, "A published bundle reached the Store without its data; the group's previous bundle is served until its Secret changes again",
+				"secret", klog.KObj(secret), "resourceVersion", secret.ResourceVersion)
 			return
 		}
-		cur = d.bundle
+		if raw == nil {
+			raw = secret // fed without the transform (tests)
+		}
+		var err error
+		if cur, err = decodeSecret(raw); err != nil {
+			// Keep serving what we had: a corrupt Secret must not take the
+			// group away. The leader rewrites it on its next publish.
+			klog.ErrorS(err, "Ignoring an unreadable published bundle", "secret", klog.KObj(secret))
+			return
+		}
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.groups[group]
-	if !deleted && old != nil && old.ResourceVersion == secret.ResourceVersion {
-		return // a relist replays unchanged objects; nothing happened
-	}
-	if !deleted && cur == nil {
-		// Transform found this version served, and it no longer is: only
-		// a relist brings it back.
-		klog.ErrorS(nil, "A published bundle was not decoded; it is read again on the informer's next relist", "secret", klog.KObj(secret))
-		return
+	if !deleted && old != nil {
+		if served, _ := strconv.ParseUint(old.ResourceVersion, 10, 64); rv <= served {
+			return // a replay of this group's past; one watch never sends it, a relist may
+		}
 	}
 	if tombstone && s.rvSource != nil {
 		// The object carries its last resourceVersion, not the deletion's;
@@ -263,20 +273,21 @@ func (s *Store) apply(obj any, deleted bool) {
 			rv = max(rv, listed)
 		}
 	}
-	switch {
-	case deleted && rv <= s.rv:
-		rv = s.rv // best effort: never move the list backwards
-	case s.synced && rv <= s.rv:
-		// After the initial list, one watch delivers changes in etcd order,
-		// so an older resourceVersion is a stale replay. (The initial list
-		// itself arrives in any order.)
+	if deleted && old == nil {
+		s.rv = max(s.rv, rv)
 		return
+	}
+	if s.synced && rv <= s.rv {
+		// A relist delivers its changes in any order, and a deletion it
+		// revealed is stamped with the list's resourceVersion: a newer
+		// version of another group may come after it with a smaller one.
+		// Its event is stamped past the list's, so that watches resumed
+		// from there get it; the object keeps its own.
+		rv = s.rv + 1
 	}
 	s.rv = max(s.rv, rv)
 	var ev Event
 	switch {
-	case deleted && old == nil:
-		return
 	case deleted:
 		delete(s.groups, group)
 		gone := *old

@@ -104,27 +104,71 @@ func TestStoreListWatchAndExpiry(t *testing.T) {
 		t.Fatalf("want the initial-events bookmark at 17, got %s %q", ev.Type, ev.RV)
 	}
 
-	// A tombstone with an old resourceVersion does not move the list back.
+	// A tombstone with an old resourceVersion (and no relist's to stamp it
+	// with) does not move the list back: its event comes after the list.
 	h.OnAdd(secretFor(t, "c", "sum-c", 20), false)
 	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + deckhousev1.PublishedBundleSecretPrefix + "c", Obj: secretFor(t, "c", "sum-c", 20)})
-	if _, rv := s.List(); rv != "20" {
-		t.Errorf("rv after a tombstone = %s, want 20", rv)
+	if _, rv := s.List(); rv != "21" {
+		t.Errorf("rv after a tombstone = %s, want 21", rv)
 	}
 	if changes != 6 {
 		t.Errorf("onChange called %d times, want 6", changes)
 	}
 
 	// A relist replays unchanged objects and, after sync, nothing older
-	// than what is served: neither is an event.
-	replay, err := s.Watch("20", false)
+	// than what is served of the group: neither is an event.
+	replay, err := s.Watch("21", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer replay.Stop()
 	h.OnUpdate(nil, secretFor(t, "a", "sum-a2", 15))
-	h.OnAdd(secretFor(t, "d", "sum-d", 21), false)
-	if ev := next(t, replay); ev.Published.Group != "d" {
-		t.Fatalf("want only the new group d, got %s %s", ev.Type, ev.Published.Group)
+	h.OnUpdate(nil, secretFor(t, "a", "sum-a1", 10))
+	h.OnAdd(secretFor(t, "d", "sum-d", 22), false)
+	if ev := next(t, replay); ev.Published.Group != "d" || ev.rv != 22 {
+		t.Fatalf("want only the new group d at 22, got %s %s at %d", ev.Type, ev.Published.Group, ev.rv)
+	}
+	if p, _ := s.Get("a"); p.Bashible.String() != "sum-a2" {
+		t.Fatalf("a replay of group a's past replaced it: serves %s", p.Bashible)
+	}
+}
+
+// TestARelistsChangesComeInAnyOrder: a relist reveals a deletion (stamped
+// with the list's resourceVersion) and a newer version of another group
+// (with a smaller one), in that order. The newer version is served, and a
+// watch resumed from the deletion gets it.
+func TestARelistsChangesComeInAnyOrder(t *testing.T) {
+	s := NewStore(nil)
+	s.SetResourceVersionSource(func() string { return "100" })
+	h := s.Handler()
+	h.OnAdd(secretFor(t, "a", "a1", 30), true)
+	h.OnAdd(secretFor(t, "b", "b1", 31), true)
+	s.MarkSynced()
+	w, err := s.Watch("31", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/" + deckhousev1.PublishedBundleSecretPrefix + "b", Obj: secretFor(t, "b", "b1", 31)})
+	if ev := next(t, w); ev.Type != watch.Deleted || ev.rv != 100 {
+		t.Fatalf("want DELETED b at the relist's 100, got %s at %d", ev.Type, ev.rv)
+	}
+	resumed, err := s.Watch("100", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Stop()
+	h.OnUpdate(nil, secretFor(t, "a", "a2", 95))
+	if p, _ := s.Get("a"); p.Bashible.String() != "a2" || p.ResourceVersion != "95" {
+		t.Fatalf("after the relist: serves %s at %s, want a2 at 95", p.Bashible, p.ResourceVersion)
+	}
+	for _, sub := range []Subscription{w, resumed} {
+		if ev := next(t, sub); ev.Type != watch.Modified || ev.Published.Bashible.String() != "a2" || ev.rv != 101 {
+			t.Fatalf("want MODIFIED a2 stamped past the list, at 101; got %s %s at %d", ev.Type, ev.Published.Bashible, ev.rv)
+		}
+	}
+	if _, rv := s.List(); rv != "101" {
+		t.Fatalf("list at %s, want 101", rv)
 	}
 }
 
@@ -256,6 +300,19 @@ func TestTheInformerKeepsDigestsAndTheStoreTheBundles(t *testing.T) {
 			t.Fatalf("serves %v (%t), want %s", p, ok, want)
 		}
 	}
+	nothingWaits := func(after string) {
+		t.Helper()
+		s.pendingMu.Lock()
+		defer s.pendingMu.Unlock()
+		if len(s.pending) != 0 {
+			t.Fatalf("%s: Secrets of %d names still kept for the handler", after, len(s.pending))
+		}
+	}
+	unreadable := func(rv int) *corev1.Secret {
+		bad := secretFor(t, "a", "bad", rv)
+		bad.Data[deckhousev1.PublishedBundleKey] = []byte("not gzip")
+		return bad
+	}
 
 	// A watch-list's objects are transformed as they stream and again
 	// when they replace the cache: the second leaves them as they are.
@@ -268,42 +325,66 @@ func TestTheInformerKeepsDigestsAndTheStoreTheBundles(t *testing.T) {
 	served("v1")
 	s.MarkSynced()
 
-	// Two versions received before the handler gets the first: the first
-	// is superseded, the second served.
+	// Two versions received before the handler gets the first: each is
+	// served in turn.
 	v2, v3 := transform(secretFor(t, "a", "v2", 11)), transform(secretFor(t, "a", "v3", 12))
 	h.OnUpdate(nil, v2)
-	served("v1")
+	served("v2")
 	h.OnUpdate(v2, v3)
 	served("v3")
-	if len(s.pending) != 0 {
-		t.Fatalf("%d decoded bundles left waiting after the handler received them", len(s.pending))
-	}
+	nothingWaits("the handler received both")
 
-	// A relist brings the served version again: it is not decoded again
-	// (a version of that resourceVersion whose content could not be
-	// decoded changes nothing) and nothing happens.
-	again := secretFor(t, "a", "v3", 12)
-	again.Data[deckhousev1.PublishedBundleKey] = []byte("not gzip")
-	h.OnUpdate(v3, transform(again))
-	served("v3")
+	// A readable version, then an unreadable one, both received before
+	// the handler gets the first: the readable one is served, and stays.
+	v4, v5 := transform(secretFor(t, "a", "v4", 13)), transform(unreadable(14))
+	h.OnUpdate(v3, v4)
+	served("v4")
+	h.OnUpdate(v4, v5)
+	served("v4")
+	nothingWaits("an unreadable version")
 
-	// An unreadable version keeps the one served.
-	corrupt := secretFor(t, "a", "v4", 13)
-	corrupt.Data[deckhousev1.PublishedBundleKey] = []byte("not gzip")
-	h.OnUpdate(v3, transform(corrupt))
-	served("v3")
+	// A relist brings the served version again: it is not kept for the
+	// handler (which is not given it: client-go delivers no update of an
+	// unchanged resourceVersion), and nothing happens if it is.
+	again := secretFor(t, "a", "v4", 13)
+	h.OnUpdate(v5, transform(again))
+	served("v4")
+	nothingWaits("a relist's copy of the served version")
 
-	// A deletion forgets what was decoded of it.
-	gone := transform(secretFor(t, "a", "v5", 14))
+	// A relist's copy of a version not yet delivered (a watch broke after
+	// receiving it) is delivered once; the copy left behind goes with it.
+	v6 := transform(secretFor(t, "a", "v6", 16))
+	transform(secretFor(t, "a", "v6", 16))
+	h.OnUpdate(v5, v6)
+	served("v6")
+	nothingWaits("a version received twice")
+
+	// A version whose Secret reaches the handler without its data (a
+	// handler that missed the transform) keeps the one served.
+	h.OnUpdate(v6, digestData(secretFor(t, "a", "v7", 17)))
+	served("v6")
+
+	// A deletion, transformed as the watch received it, forgets its copy;
+	// the group is no longer served.
+	gone := transform(secretFor(t, "a", "v6", 18))
 	h.OnDelete(gone)
-	if _, ok := s.Get("a"); ok || len(s.pending) != 0 {
-		t.Fatalf("after the deletion: served %t, %d decoded bundles waiting", ok, len(s.pending))
+	if _, ok := s.Get("a"); ok {
+		t.Fatal("served after its deletion")
+	}
+	nothingWaits("the deletion")
+
+	// A stalled handler: the oldest versions are dropped past the bound.
+	for rv := 20; rv < 20+2*maxPendingPerSecret; rv++ {
+		transform(secretFor(t, "a", "v"+strconv.Itoa(rv), rv))
+	}
+	if n := len(s.pending[deckhousev1.PublishedBundleSecretPrefix+"a"]); n != maxPendingPerSecret {
+		t.Fatalf("%d versions kept for a stalled handler, want %d", n, maxPendingPerSecret)
 	}
 
 	// Something else in the namespace is digested and left to others.
 	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other", ResourceVersion: "15"}, Data: map[string][]byte{"k": []byte("v")}}
 	out, _ := s.Transform(other)
-	if d := out.(*corev1.Secret).Data["k"]; len(d) != sha256.Size || len(s.pending) != 0 || string(other.Data["k"]) != "v" {
-		t.Fatalf("another Secret: kept %q, %d pending, the received object changed to %q", d, len(s.pending), other.Data["k"])
+	if d := out.(*corev1.Secret).Data["k"]; len(d) != sha256.Size || len(s.pending) != 1 || string(other.Data["k"]) != "v" {
+		t.Fatalf("another Secret: kept %q, %d names pending, the received object changed to %q", d, len(s.pending), other.Data["k"])
 	}
 }

@@ -19,12 +19,12 @@
 // Unmapping alone gives back less than it seems: the pages stay in the page
 // cache, and fault-around maps, with each page faulted, the neighbours of
 // its 64 KB window that the page cache holds, so serving brought back
-// 34-47 MiB of the 60. With Options.DropCache, Release also drops the
-// file's pages no process maps from the page cache (posix_fadvise
-// POSIX_FADV_DONTNEED), and every mapping gets MADV_RANDOM first, so a
-// later fault of read-only data reads that page alone from the file
-// rather than a readahead window (the kernel still reads a window around
-// a fault of code): the process then maps what it uses, 23-32 MiB, and
+// 34-47 MiB of the 60. Every released mapping gets MADV_RANDOM first, so a
+// later fault of read-only data reads that page alone rather than a
+// readahead window (the kernel still reads a window around a fault of
+// code). With Options.DropCache, Release also drops the file's pages no
+// process maps from the page cache (posix_fadvise POSIX_FADV_DONTNEED):
+// the process then maps what it uses, 23-32 MiB, and
 // the memory the dropped pages held is free, not merely out of the
 // process's count. The cost is a read from the disk for code and data
 // first used after start-up. Only mappings
