@@ -242,11 +242,16 @@ func TestANodeRelabelledIntoAFencedGroupGetsNeitherItsAgentNorAVote(t *testing.T
 			return metricValue(ctx, a, "fencing_agent_gossip_rejected_total", `reason="member"`) > 0 ||
 				metricValue(ctx, a, "fencing_agent_gossip_members") > 3 || metricValue(ctx, a, "fencing_agent_members_expected") > 3, nil
 		})
-		listed, expected := metricValue(ctx, a, "fencing_agent_gossip_members"), metricValue(ctx, a, "fencing_agent_members_expected")
-		if listed != 3 || expected != 3 {
-			t.Errorf("%s: its gossip lists %v members alive and its quorum expects %v; want 3 and 3, the members of %s, never the relabelled %s",
-				a.Node, listed, expected, group, rogue)
-		}
+		// Never more than the group's three; on a loaded machine a member
+		// may be suspected for a moment, so fewer is waited out.
+		framework.Poll(t, a.Node+"'s gossip lists and its quorum expects the 3 members", func(ctx context.Context) (bool, error) {
+			listed, expected := metricValue(ctx, a, "fencing_agent_gossip_members"), metricValue(ctx, a, "fencing_agent_members_expected")
+			if listed > 3 || expected > 3 {
+				return false, fmt.Errorf("%s: its gossip lists %v members alive and its quorum expects %v; want 3 and 3, the members of %s, never the relabelled %s",
+					a.Node, listed, expected, group, rogue)
+			}
+			return listed == 3 && expected == 3, nil
+		})
 		_, body, _ := a.Readyz(ctx)
 		t.Logf("%s: %s", a.Node, body)
 	}
