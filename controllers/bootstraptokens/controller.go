@@ -21,8 +21,11 @@
 // CloudEphemeral also gets d8-cloud-instance-manager/manual-bootstrap-for-<group>
 // with bootstrap.sh (writes the CA and the current token, then fetches and
 // runs bootstrap/<group>; it states the token's expiry and refuses to run
-// after it), cloud-config and apiserverEndpoints; it is rewritten only
-// when its content changes: a new token, CA or endpoints.
+// after it), cloud-config and apiserverEndpoints. A CloudEphemeral group
+// gets d8-cloud-instance-manager/bootstrap-data-for-<group> instead, the
+// same script as cloud-init user data in Cluster API's form (value and
+// format), which its Machines name as their bootstrap data. Either is
+// rewritten only when its content changes: a new token, CA or endpoints.
 //
 // All time comes from the injected clock, which also wakes a group when its
 // next rotation or expiry is due. All state is in the API.
@@ -110,8 +113,10 @@ func New(d *manager.Deps) *Controller {
 	}))
 	_, _ = manual.Informer().AddEventHandler(handler(func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {
-			if group, found := strings.CutPrefix(s.Name, deckhousev1.ManualBootstrapSecretPrefix); found && group != "" {
-				c.queue.Add(group)
+			for _, prefix := range []string{deckhousev1.ManualBootstrapSecretPrefix, deckhousev1.BootstrapDataSecretPrefix} {
+				if group, found := strings.CutPrefix(s.Name, prefix); found && group != "" {
+					c.queue.Add(group)
+				}
 			}
 		}
 	}))

@@ -85,19 +85,8 @@ func TestFirstTokenAndManualSecret(t *testing.T) {
 	if err := yaml.UnmarshalStrict(m.Data[deckhousev1.ManualBootstrapEndpointsKey], &endpoints); err != nil || !slices.Equal(endpoints, []string{"10.0.0.1:6443", "10.0.0.2:6443"}) {
 		t.Errorf("apiserverEndpoints %q (%v)", m.Data[deckhousev1.ManualBootstrapEndpointsKey], err)
 	}
-	cc := string(m.Data[deckhousev1.ManualBootstrapCloudConfigKey])
-	if !strings.HasPrefix(cc, "#cloud-config\n") {
-		t.Errorf("cloud-config does not start with #cloud-config: %q", cc)
-	}
-	var doc cloudConfig
-	if err := yaml.UnmarshalStrict([]byte(cc), &doc); err != nil {
-		t.Fatalf("cloud-config: %v", err)
-	}
-	if len(doc.WriteFiles) != 1 || len(doc.RunCmd) != 1 || !slices.Equal(doc.RunCmd[0], []string{"bash", doc.WriteFiles[0].Path}) {
-		t.Fatalf("cloud-config does not write one script and run it: %+v", doc)
-	}
-	if got, err := base64.StdEncoding.DecodeString(doc.WriteFiles[0].Content); err != nil || string(got) != sh {
-		t.Errorf("cloud-config's script is not bootstrap.sh (%v)", err)
+	if got := decodedCloudConfigScript(t, string(m.Data[deckhousev1.ManualBootstrapCloudConfigKey])); got != sh {
+		t.Error("cloud-config's script is not bootstrap.sh")
 	}
 
 	// The group is looked at again when the token reaches its rotation point.
@@ -243,33 +232,91 @@ func TestDeletedGroupIsCleanedUp(t *testing.T) {
 	}
 }
 
-func TestCloudEphemeralHasTokenButNoManualSecret(t *testing.T) {
+// A CloudEphemeral group has a token and, instead of a manual-bootstrap
+// Secret, a bootstrap-data Secret in Cluster API's form (format and value,
+// the cloud-init user data that runs the manual-bootstrap script), which
+// follows the token's rotation; a group that changes type swaps one for
+// the other.
+func TestCloudEphemeralHasBootstrapDataInsteadOfAManualSecret(t *testing.T) {
 	h := newHarness(t, t0, group("cloud", deckhousev1.NodeTypeCloudEphemeral), group("static", deckhousev1.NodeTypeStatic))
 	h.sync("cloud")
-	if len(h.tokens("cloud")) != 1 {
-		t.Error("a CloudEphemeral group has no token")
+	toks := h.tokens("cloud")
+	if len(toks) != 1 {
+		t.Fatalf("a CloudEphemeral group has %d tokens, want 1", len(toks))
 	}
 	if h.manualSecret("cloud") != nil {
 		t.Error("a CloudEphemeral group got a manual-bootstrap Secret")
 	}
+	data := h.secret(BootstrapDataSecretName("cloud"))
+	if data == nil {
+		t.Fatalf("no Secret %s for a CloudEphemeral group", BootstrapDataSecretName("cloud"))
+	}
+	if f := string(data.Data[deckhousev1.BootstrapDataFormatKey]); f != deckhousev1.BootstrapDataFormatCloudConfig || len(data.Data) != 2 {
+		t.Errorf("bootstrap data: format %q and %d keys, want %s and 2 (value, format)", f, len(data.Data), deckhousev1.BootstrapDataFormatCloudConfig)
+	}
+	script := decodedCloudConfigScript(t, string(data.Data[deckhousev1.BootstrapDataValueKey]))
+	if !strings.Contains(script, toks[0].String()) || data.Annotations[deckhousev1.TokenIDAnnotation] != toks[0].ID {
+		t.Errorf("the bootstrap data does not carry the group's token %s (annotation %s)", toks[0].ID, data.Annotations[deckhousev1.TokenIDAnnotation])
+	}
 
-	// A group that becomes CloudEphemeral loses its Secret.
+	// Rotation: the bootstrap data follows the new token.
+	h.clock.Step(TokenTTL - MinValidity)
+	h.sync("cloud")
+	toks = h.tokens("cloud")
+	fresh := toks[len(toks)-1]
+	if script := decodedCloudConfigScript(t, string(h.secret(BootstrapDataSecretName("cloud")).Data[deckhousev1.BootstrapDataValueKey])); len(toks) != 2 ||
+		!strings.Contains(script, fresh.String()) || strings.Contains(script, toks[0].String()) {
+		t.Errorf("the bootstrap data did not follow the rotation to token %s", fresh.ID)
+	}
+
+	// A group that becomes CloudEphemeral swaps its manual-bootstrap
+	// Secret for bootstrap data, and back.
 	h.sync("static")
 	if h.manualSecret("static") == nil {
 		t.Fatal("no manual-bootstrap Secret for a Static group")
 	}
-	ng, err := h.nm.DeckhouseV1().NodeGroups().Get(h.ctx, "static", metav1.GetOptions{})
+	setType := func(nodeType deckhousev1.NodeType) {
+		t.Helper()
+		ng, err := h.nm.DeckhouseV1().NodeGroups().Get(h.ctx, "static", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ng.Spec.NodeType = nodeType
+		if _, err := h.nm.DeckhouseV1().NodeGroups().Update(h.ctx, ng, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		h.sync("static")
+	}
+	setType(deckhousev1.NodeTypeCloudEphemeral)
+	if h.manualSecret("static") != nil || h.secret(BootstrapDataSecretName("static")) == nil {
+		t.Error("a group that became CloudEphemeral: want its manual-bootstrap Secret gone and bootstrap data in its place")
+	}
+	setType(deckhousev1.NodeTypeStatic)
+	if h.manualSecret("static") == nil || h.secret(BootstrapDataSecretName("static")) != nil {
+		t.Error("a group that became Static again: want its manual-bootstrap Secret back and its bootstrap data gone")
+	}
+}
+
+// decodedCloudConfigScript is the script a cloud-config document made by
+// CloudConfig writes, failing unless the document writes one script and
+// runs it.
+func decodedCloudConfigScript(t *testing.T, doc string) string {
+	t.Helper()
+	if !strings.HasPrefix(doc, "#cloud-config\n") {
+		t.Fatalf("cloud-config does not start with #cloud-config: %q", doc)
+	}
+	var cc cloudConfig
+	if err := yaml.UnmarshalStrict([]byte(doc), &cc); err != nil {
+		t.Fatalf("cloud-config: %v", err)
+	}
+	if len(cc.WriteFiles) != 1 || len(cc.RunCmd) != 1 || !slices.Equal(cc.RunCmd[0], []string{"bash", cc.WriteFiles[0].Path}) {
+		t.Fatalf("cloud-config does not write one script and run it: %+v", cc)
+	}
+	b, err := base64.StdEncoding.DecodeString(cc.WriteFiles[0].Content)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ng.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
-	if _, err := h.nm.DeckhouseV1().NodeGroups().Update(h.ctx, ng, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	h.sync("static")
-	if h.manualSecret("static") != nil {
-		t.Error("the Secret stayed after the group became CloudEphemeral")
-	}
+	return string(b)
 }
 
 func TestSecretRewrittenOnlyWhenContentChanges(t *testing.T) {

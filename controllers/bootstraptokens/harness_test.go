@@ -215,7 +215,13 @@ func (h *harness) tokens(group string) []Token {
 // manualSecret is the group's manual-bootstrap Secret, nil if there is none.
 func (h *harness) manualSecret(group string) *corev1.Secret {
 	h.t.Helper()
-	s, err := h.kube.CoreV1().Secrets(deckhousev1.Namespace).Get(h.ctx, SecretName(group), metav1.GetOptions{})
+	return h.secret(SecretName(group))
+}
+
+// secret is Secret name of node-manager's namespace, or nil.
+func (h *harness) secret(name string) *corev1.Secret {
+	h.t.Helper()
+	s, err := h.kube.CoreV1().Secrets(deckhousev1.Namespace).Get(h.ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

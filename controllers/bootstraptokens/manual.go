@@ -64,6 +64,12 @@ func ValidEndpoints(endpoints []string) []string {
 // SecretName is the manual-bootstrap Secret of group.
 func SecretName(group string) string { return deckhousev1.ManualBootstrapSecretPrefix + group }
 
+// BootstrapDataSecretName is the bootstrap-data Secret of a CloudEphemeral
+// group, which its Machines name as their spec.bootstrap.dataSecretName.
+func BootstrapDataSecretName(group string) string {
+	return deckhousev1.BootstrapDataSecretPrefix + group
+}
+
 // FreshScriptCommand is the command that prints group's current script.
 func FreshScriptCommand(namespace, group string) string {
 	return fmt.Sprintf(`kubectl -n %s get secret %s -o json | jq -r '.data["%s"]' | base64 -d`, namespace, SecretName(group), deckhousev1.ManualBootstrapScriptKey)
@@ -147,6 +153,24 @@ func (m Manual) Data() (map[string][]byte, error) {
 		deckhousev1.ManualBootstrapScriptKey:      []byte(sh),
 		deckhousev1.ManualBootstrapCloudConfigKey: []byte(cc),
 		deckhousev1.ManualBootstrapEndpointsKey:   endpoints,
+	}, nil
+}
+
+// BootstrapData renders a bootstrap-data Secret's keys, as Cluster API's
+// infrastructure providers read them: the manual-bootstrap script as
+// cloud-init user data, and its format.
+func (m Manual) BootstrapData() (map[string][]byte, error) {
+	sh, err := m.Script()
+	if err != nil {
+		return nil, err
+	}
+	cc, err := CloudConfig(sh)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{
+		deckhousev1.BootstrapDataValueKey:  []byte(cc),
+		deckhousev1.BootstrapDataFormatKey: []byte(deckhousev1.BootstrapDataFormatCloudConfig),
 	}, nil
 }
 

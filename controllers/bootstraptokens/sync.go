@@ -37,11 +37,12 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	}
 	c.schedule(group, next)
 	if ng.Spec.NodeType == deckhousev1.NodeTypeCloudEphemeral {
-		// Machines of such groups are ordered with cloud-init by a machine
-		// controller; nobody bootstraps them by hand.
-		return c.deleteManual(ctx, group)
+		// Machines of such groups are ordered through Cluster API, whose
+		// infrastructure provider gives each its bootstrap data as
+		// cloud-init user data; nobody bootstraps them by hand.
+		return errors.Join(c.deleteSecret(ctx, group, SecretName(group)), c.syncSecret(ctx, ng, current, bootstrapData))
 	}
-	return c.syncManual(ctx, ng, current)
+	return errors.Join(c.deleteSecret(ctx, group, BootstrapDataSecretName(group)), c.syncSecret(ctx, ng, current, manualBootstrap))
 }
 
 // groupTokens lists the group's token Secrets from the cache.
@@ -181,33 +182,47 @@ func (c *Controller) cleanup(ctx context.Context, group string) error {
 		}
 		klog.FromContext(ctx).Info("Deleted the bootstrap token of a deleted node group", "group", group, "secret", s.Name)
 	}
-	errs = append(errs, c.deleteManual(ctx, group))
+	errs = append(errs, c.deleteSecret(ctx, group, SecretName(group)), c.deleteSecret(ctx, group, BootstrapDataSecretName(group)))
 	return errors.Join(errs...)
 }
 
-func (c *Controller) deleteManual(ctx context.Context, group string) error {
-	if _, err := c.manual.Secrets(c.d.Namespace).Get(SecretName(group)); apierrors.IsNotFound(err) {
+// deleteSecret deletes a group's manual-bootstrap or bootstrap-data Secret
+// name if there is one.
+func (c *Controller) deleteSecret(ctx context.Context, group, name string) error {
+	if _, err := c.manual.Secrets(c.d.Namespace).Get(name); apierrors.IsNotFound(err) {
 		return nil
 	}
-	err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Delete(ctx, SecretName(group), metav1.DeleteOptions{})
+	err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete Secret %s/%s: %w", c.d.Namespace, SecretName(group), err)
+		return fmt.Errorf("delete Secret %s/%s: %w", c.d.Namespace, name, err)
 	}
-	klog.FromContext(ctx).Info("Deleted a manual-bootstrap Secret", "group", group, "secret", klog.KRef(c.d.Namespace, SecretName(group)))
+	klog.FromContext(ctx).Info("Deleted a bootstrap Secret the group no longer has", "group", group, "secret", klog.KRef(c.d.Namespace, name))
 	return nil
 }
 
-// syncManual writes the group's manual-bootstrap Secret when its content
-// differs from what the token, the CA and the endpoints make.
-func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, token Token) error {
+// secretKind is one of the two Secrets a group's token goes into: its
+// name, what it is called in logs, and its data.
+type secretKind struct {
+	name func(group string) string
+	what string
+	data func(Manual) (map[string][]byte, error)
+}
+
+var (
+	manualBootstrap = secretKind{name: SecretName, what: "manual-bootstrap Secret", data: Manual.Data}
+	bootstrapData   = secretKind{name: BootstrapDataSecretName, what: "bootstrap-data Secret", data: Manual.BootstrapData}
+)
+
+// syncSecret writes the group's Secret of kind when its content changed.
+func (c *Controller) syncSecret(ctx context.Context, ng *deckhousev1.NodeGroup, token Token, kind secretKind) error {
 	ca, endpoints, missing := c.clusterAccess()
 	if missing != "" {
 		// The informers bring the group back once the CA or the endpoints appear.
-		klog.FromContext(ctx).Info("Not writing the manual-bootstrap Secret yet", "group", ng.Name, "missing", missing)
+		klog.FromContext(ctx).Info("Not writing the group's "+kind.what+" yet", "group", ng.Name, "missing", missing)
 		return nil
 	}
 	m := Manual{Namespace: c.d.Namespace, Group: ng.Name, Token: token, CA: ca, Endpoints: endpoints}
-	data, err := m.Data()
+	data, err := kind.data(m)
 	if err != nil {
 		return err
 	}
@@ -217,7 +232,7 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	}
 	ownLabels := map[string]string{deckhousev1.TokenNodeGroupLabel: ng.Name, deckhousev1.HeritageLabel: deckhousev1.HeritageNodeManager}
 
-	name := SecretName(ng.Name)
+	name := kind.name(ng.Name)
 	existing, err := c.manual.Secrets(c.d.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		_, err = c.d.Kube.CoreV1().Secrets(c.d.Namespace).Create(ctx, &corev1.Secret{
@@ -226,7 +241,7 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 			Data:       data,
 		}, metav1.CreateOptions{FieldManager: deckhousev1.NodeManagerControllerName})
 		if err == nil {
-			klog.FromContext(ctx).Info("Created the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
+			klog.FromContext(ctx).Info("Created the group's "+kind.what, "secret", klog.KRef(c.d.Namespace, name), "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -250,7 +265,7 @@ func (c *Controller) syncManual(ctx context.Context, ng *deckhousev1.NodeGroup, 
 	if _, err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: deckhousev1.NodeManagerControllerName}); err != nil {
 		return fmt.Errorf("update Secret %s/%s: %w", c.d.Namespace, name, err)
 	}
-	klog.FromContext(ctx).Info("Updated the manual-bootstrap Secret", "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
+	klog.FromContext(ctx).Info("Updated the group's "+kind.what, "secret", klog.KRef(c.d.Namespace, name), "group", ng.Name, "token", token.ID, "expires", annotations[deckhousev1.TokenExpiresAtAnnotation])
 	return nil
 }
 

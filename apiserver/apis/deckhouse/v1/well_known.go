@@ -379,6 +379,18 @@ const (
 	ManualBootstrapCloudConfigKey = "cloud-config"
 	// ManualBootstrapEndpointsKey lists the API servers (YAML) the script tries.
 	ManualBootstrapEndpointsKey = "apiserverEndpoints"
+	// BootstrapDataSecretPrefix + <group> is a CloudEphemeral group's
+	// bootstrap data, in the form Cluster API's infrastructure providers
+	// read (a Machine's spec.bootstrap.dataSecretName): the manual-bootstrap
+	// script as cloud-init user data under BootstrapDataValueKey, its format
+	// under BootstrapDataFormatKey. Rewritten with each new token.
+	BootstrapDataSecretPrefix = "bootstrap-data-for-"
+	// BootstrapDataValueKey and BootstrapDataFormatKey are Cluster API's
+	// keys of a bootstrap-data Secret; BootstrapDataFormatCloudConfig is
+	// the format node-manager writes.
+	BootstrapDataValueKey          = "value"
+	BootstrapDataFormatKey         = "format"
+	BootstrapDataFormatCloudConfig = "cloud-config"
 	// TokenExpiresAtAnnotation is the expiry (RFC 3339) of the bootstrap
 	// token inside the manual-bootstrap Secret, readable without decoding
 	// the script.
