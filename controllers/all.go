@@ -49,7 +49,7 @@ import (
 func All(d *manager.Deps, o *Options) []manager.Controller {
 	return []manager.Controller{
 		// NodeGroup status and the node-state metrics (group).
-		status.New(d, status.Components{ClusterAPI: o.ClusterAPI.Enabled}),
+		status.New(d, status.Components{ClusterAPI: o.ClusterAPI.Enabled, CloudMachines: o.ClusterAPI.Enabled && o.ClusterAPI.CloudCluster != ""}),
 		// Update and disruption approval, the update protocol (group).
 		approval.New(d, o.Approval),
 		// Cordons and drains nodes annotated draining (node).

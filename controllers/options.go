@@ -50,7 +50,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks every controller's options; the certificates' only when
 // the certificates controller runs.
 func (o *Options) Validate() error {
-	errs := []error{o.Drain.Validate(), o.Fencing.Validate(), o.FencingAgents.Validate()}
+	errs := []error{o.Drain.Validate(), o.Fencing.Validate(), o.FencingAgents.Validate(), o.ClusterAPI.Validate()}
 	if o.Certificates.Manage {
 		errs = append(errs, o.Certificates.Validate())
 	}

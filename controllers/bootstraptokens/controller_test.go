@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 )
 
 func sortTokens(ts []Token) {
@@ -251,10 +252,10 @@ func TestCloudEphemeralHasBootstrapDataInsteadOfAManualSecret(t *testing.T) {
 	if data == nil {
 		t.Fatalf("no Secret %s for a CloudEphemeral group", BootstrapDataSecretName("cloud"))
 	}
-	if f := string(data.Data[deckhousev1.BootstrapDataFormatKey]); f != deckhousev1.BootstrapDataFormatCloudConfig || len(data.Data) != 2 {
-		t.Errorf("bootstrap data: format %q and %d keys, want %s and 2 (value, format)", f, len(data.Data), deckhousev1.BootstrapDataFormatCloudConfig)
+	if f := string(data.Data[infrav1alpha1.BootstrapDataFormatKey]); f != deckhousev1.ManualBootstrapCloudConfigKey || len(data.Data) != 2 {
+		t.Errorf("bootstrap data: format %q and %d keys, want %s and 2 (value, format)", f, len(data.Data), deckhousev1.ManualBootstrapCloudConfigKey)
 	}
-	script := decodedCloudConfigScript(t, string(data.Data[deckhousev1.BootstrapDataValueKey]))
+	script := decodedCloudConfigScript(t, string(data.Data[infrav1alpha1.ClusterSecretValueKey]))
 	if !strings.Contains(script, toks[0].String()) || data.Annotations[deckhousev1.TokenIDAnnotation] != toks[0].ID {
 		t.Errorf("the bootstrap data does not carry the group's token %s (annotation %s)", toks[0].ID, data.Annotations[deckhousev1.TokenIDAnnotation])
 	}
@@ -264,7 +265,7 @@ func TestCloudEphemeralHasBootstrapDataInsteadOfAManualSecret(t *testing.T) {
 	h.sync("cloud")
 	toks = h.tokens("cloud")
 	fresh := toks[len(toks)-1]
-	if script := decodedCloudConfigScript(t, string(h.secret(BootstrapDataSecretName("cloud")).Data[deckhousev1.BootstrapDataValueKey])); len(toks) != 2 ||
+	if script := decodedCloudConfigScript(t, string(h.secret(BootstrapDataSecretName("cloud")).Data[infrav1alpha1.ClusterSecretValueKey])); len(toks) != 2 ||
 		!strings.Contains(script, fresh.String()) || strings.Contains(script, toks[0].String()) {
 		t.Errorf("the bootstrap data did not follow the rotation to token %s", fresh.ID)
 	}

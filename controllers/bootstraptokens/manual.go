@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 )
 
 // scriptTemplate is the manual-bootstrap script, an administrator's
@@ -169,8 +170,8 @@ func (m Manual) BootstrapData() (map[string][]byte, error) {
 		return nil, err
 	}
 	return map[string][]byte{
-		deckhousev1.BootstrapDataValueKey:  []byte(cc),
-		deckhousev1.BootstrapDataFormatKey: []byte(deckhousev1.BootstrapDataFormatCloudConfig),
+		infrav1alpha1.ClusterSecretValueKey:  []byte(cc),
+		infrav1alpha1.BootstrapDataFormatKey: []byte(deckhousev1.ManualBootstrapCloudConfigKey),
 	}, nil
 }
 

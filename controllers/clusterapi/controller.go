@@ -39,15 +39,18 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
@@ -89,8 +92,12 @@ type Controller struct {
 	clusters  cache.GenericLister
 	mds       cache.GenericLister
 	machines  cache.GenericLister
-	synced    []cache.InformerSynced
-	queue     *loop.Loop
+	// classes are the cloud provider's machine templates (nil without
+	// --cloud-cluster): the instance classes and node-manager's copies.
+	classes  cache.GenericLister
+	classGVR schema.GroupVersionResource
+	synced   []cache.InformerSynced
+	queue    *loop.Loop
 	// roleMu serializes the writes of the bootstrap-data Role.
 	roleMu sync.Mutex
 }
@@ -118,14 +125,88 @@ func New(d *manager.Deps, opts Options) *Controller {
 
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(func(any) string { return roleKey }))
-	_, _ = mds.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
-	_, _ = templates.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
+	_, _ = mds.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, groupOf)))
+	_, _ = templates.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, groupOf)))
 	_, _ = instances.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, loop.ByName)))
 	_, _ = machines.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, machineNode)))
 	_, _ = clusters.Informer().AddEventHandler(c.queue.Handler(clusterSet))
 	_, _ = secrets.Informer().AddEventHandler(c.queue.Handler(clusterSet))
+	if opts.CloudCluster != "" {
+		c.classGVR, _ = opts.templateResource() // checked by Options.Validate
+		classes := c.capi.ForResource(c.classGVR)
+		c.classes = classes.Lister()
+		c.synced = append(c.synced, classes.Informer().HasSynced)
+		// A class queues the groups that name it; a copy, its group.
+		_, _ = classes.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, managedGroup)))
+		_, _ = classes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.addGroupsOfClass,
+			UpdateFunc: func(_, obj any) { c.addGroupsOfClass(obj) },
+			DeleteFunc: c.addGroupsOfClass,
+		})
+		// The cloud Cluster's UID names the machines (without --cluster-uuid).
+		_, _ = clusters.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.addCloudGroups,
+			UpdateFunc: func(_, obj any) { c.addCloudGroups(obj) },
+		})
+	}
 	d.Registry.MustRegister(newSeries(c))
 	return c
+}
+
+// groupOf keys an object node-manager made for a group by the group's
+// label, and anything else by its name (a static group's
+// MachineDeployment is named after its group).
+func groupOf(obj any) string {
+	if g := managedGroup(obj); g != "" {
+		return g
+	}
+	return loop.ByName(obj)
+}
+
+// managedGroup is the group of an object node-manager made for one, or "".
+func managedGroup(obj any) string {
+	o, err := meta.Accessor(obj)
+	if err != nil || !managed(o.GetLabels()) {
+		return ""
+	}
+	return o.GetLabels()[deckhousev1.NodeGroupLabel]
+}
+
+// addGroupsOfClass queues the CloudEphemeral groups whose class obj is.
+func (c *Controller) addGroupsOfClass(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	o, err := meta.Accessor(obj)
+	if err != nil || managed(o.GetLabels()) {
+		return
+	}
+	groups, err := c.groups.List(everything)
+	if err != nil {
+		return
+	}
+	for _, ng := range groups {
+		if CloudWanted(ng) && ng.Spec.CloudInstances.ClassReference.Name == o.GetName() {
+			c.queue.Add(groupPrefix + ng.Name)
+		}
+	}
+}
+
+// addCloudGroups queues every CloudEphemeral group when obj is the cloud
+// provider's Cluster.
+func (c *Controller) addCloudGroups(obj any) {
+	if o, err := meta.Accessor(obj); err != nil || o.GetName() != c.opts.CloudCluster {
+		return
+	}
+	groups, err := c.groups.List(everything)
+	if err != nil {
+		return
+	}
+	for _, ng := range groups {
+		if CloudWanted(ng) {
+			c.queue.Add(groupPrefix + ng.Name)
+		}
+	}
 }
 
 // prefixed puts prefix before the key keyer names ("" stays "").

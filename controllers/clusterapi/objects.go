@@ -179,14 +179,14 @@ func KubeconfigSecret(namespace string, kubeconfig []byte) *corev1.Secret {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: infrav1alpha1.StaticKubeconfigSecret, Namespace: namespace, Labels: labels},
 		Type:       infrav1alpha1.ClusterSecretType,
-		Data:       map[string][]byte{infrav1alpha1.ClusterKubeconfigKey: kubeconfig},
+		Data:       map[string][]byte{infrav1alpha1.ClusterSecretValueKey: kubeconfig},
 	}
 }
 
 // KubeconfigSecretCurrent reports whether have holds what want does.
 func KubeconfigSecretCurrent(have, want *corev1.Secret) bool {
 	return have.DeletionTimestamp == nil && have.Type == want.Type && containsLabels(have.Labels, want.Labels) &&
-		string(have.Data[infrav1alpha1.ClusterKubeconfigKey]) == string(want.Data[infrav1alpha1.ClusterKubeconfigKey])
+		string(have.Data[infrav1alpha1.ClusterSecretValueKey]) == string(want.Data[infrav1alpha1.ClusterSecretValueKey])
 }
 
 // In-cluster paths of a pod's ServiceAccount credentials.

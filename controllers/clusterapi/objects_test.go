@@ -142,7 +142,7 @@ func TestClusterObjects(t *testing.T) {
 	}
 	s := KubeconfigSecret(ns, []byte("kubeconfig"))
 	if s.Name != infrav1alpha1.StaticKubeconfigSecret || s.Type != infrav1alpha1.ClusterSecretType ||
-		s.Labels[infrav1alpha1.ClusterNameLabel] != infrav1alpha1.StaticClusterName || string(s.Data[infrav1alpha1.ClusterKubeconfigKey]) != "kubeconfig" {
+		s.Labels[infrav1alpha1.ClusterNameLabel] != infrav1alpha1.StaticClusterName || string(s.Data[infrav1alpha1.ClusterSecretValueKey]) != "kubeconfig" {
 		t.Errorf("kubeconfig Secret %+v", s)
 	}
 	if KubeconfigSecretCurrent(s, KubeconfigSecret(ns, []byte("other"))) {

@@ -79,6 +79,12 @@ func (c *Controller) syncGroup(ctx context.Context, group string) error {
 	} else if err != nil {
 		return err
 	}
+	if c.classes != nil && CloudWanted(ng) {
+		return c.syncCloudGroup(ctx, ng)
+	}
+	if err := c.removeCloud(ctx, group, nil); err != nil {
+		return err
+	}
 	if !Wanted(ng) {
 		return c.removeGroup(ctx, group)
 	}
@@ -125,7 +131,8 @@ func (c *Controller) removeGroup(ctx context.Context, group string) error {
 			klog.FromContext(ctx).Info("Deleted the MachineDeployment of a group without staticInstances", "group", group)
 		}
 	}
-	if t, err := c.templates.StaticMachineTemplates(ns).Get(group); err == nil && managed(t.Labels) && t.DeletionTimestamp == nil {
+	if t, err := c.templates.StaticMachineTemplates(ns).Get(group); err == nil && managed(t.Labels) && t.DeletionTimestamp == nil &&
+		t.Labels[deckhousev1.NodeGroupLabel] == group && t.Annotations[deckhousev1.CloudZoneAnnotation] == "" {
 		err := c.d.NodeManager.InfrastructureV1alpha1().StaticMachineTemplates(ns).Delete(ctx, group, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &t.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {

@@ -42,6 +42,11 @@ type Components struct {
 	// Cluster API's core and Cluster API Provider Static (as the release
 	// installs them), so staticInstances are bootstrapped.
 	ClusterAPI bool
+	// CloudMachines: node-manager-controller also runs with --cloud-cluster,
+	// so CloudEphemeral groups get their machines through Cluster API
+	// (classReference, zones and the per-zone sizes and rollout limits are
+	// acted on).
+	CloudMachines bool
 }
 
 // InertFields lists, in a fixed order, the fields of a NodeGroup's spec
@@ -53,7 +58,9 @@ type Components struct {
 // the fencing controller and agents (fencing), this controller
 // (disruptions, update, nodeDrainTimeoutSecond, cloudInstances.minPerZone,
 // maxPerZone and zones) or, with c.ClusterAPI, Cluster API and its static
-// provider (staticInstances). A field left at the value the API defaults
+// provider (staticInstances), and with c.CloudMachines Cluster API and the
+// cloud's provider (cloudInstances.classReference, maxSurgePerZone and
+// maxUnavailablePerZone). A field left at the value the API defaults
 // it to is not listed: the user did not ask for it.
 func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 	var out []InertField
@@ -79,12 +86,14 @@ func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 			"with the manual-bootstrap-for-<group> Secret")
 	}
 	if ci := spec.CloudInstances; ci != nil {
-		add("cloudInstances.classReference", noMachineController+"; templates may read it as .nodeGroup.cloudInstances.classReference")
-		if ci.MaxSurgePerZone != nil && *ci.MaxSurgePerZone != 1 {
-			add("cloudInstances.maxSurgePerZone", noMachineController)
-		}
-		if ci.MaxUnavailablePerZone != nil && *ci.MaxUnavailablePerZone != 0 {
-			add("cloudInstances.maxUnavailablePerZone", noMachineController)
+		if !c.CloudMachines {
+			add("cloudInstances.classReference", noMachineController+"; templates may read it as .nodeGroup.cloudInstances.classReference")
+			if ci.MaxSurgePerZone != nil && *ci.MaxSurgePerZone != 1 {
+				add("cloudInstances.maxSurgePerZone", noMachineController)
+			}
+			if ci.MaxUnavailablePerZone != nil && *ci.MaxUnavailablePerZone != 0 {
+				add("cloudInstances.maxUnavailablePerZone", noMachineController)
+			}
 		}
 		if ci.Standby != nil {
 			add("cloudInstances.standby", noMachineController)

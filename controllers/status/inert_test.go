@@ -83,14 +83,19 @@ var inertCases = []struct {
 
 // TestInertFieldsNameTheFieldsNothingActsOn: each case's fields without
 // Cluster API; with it (--cluster-api, as the release runs) staticInstances
-// is acted on and never listed.
+// is acted on and never listed, and with a cloud's provider too
+// (--cloud-cluster) cloudInstances' class and rollout limits.
 func TestInertFieldsNameTheFieldsNothingActsOn(t *testing.T) {
+	cloud := []string{"spec.cloudInstances.classReference", "spec.cloudInstances.maxSurgePerZone", "spec.cloudInstances.maxUnavailablePerZone"}
 	for _, tc := range inertCases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, c := range []Components{{}, {ClusterAPI: true}} {
+			for _, c := range []Components{{}, {ClusterAPI: true}, {ClusterAPI: true, CloudMachines: true}} {
 				want := tc.want
 				if c.ClusterAPI {
 					want = slices.DeleteFunc(slices.Clone(want), func(p string) bool { return p == "spec.staticInstances" })
+				}
+				if c.CloudMachines {
+					want = slices.DeleteFunc(slices.Clone(want), func(p string) bool { return slices.Contains(cloud, p) })
 				}
 				var got []string
 				for _, f := range InertFields(&tc.spec, c) {

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -97,9 +98,12 @@ func testCredentials(t *testing.T, name string, spec deckhousev1alpha2.SSHCreden
 // testInstance creates the StaticInstance of h for the test, with the
 // annotations given; nil annotations pin the host's key, as an admin would
 // (CAPS contacts no host whose key is neither pinned nor left to trust on
-// first use). Its deletion at the end waits for nothing: the policies
-// allow deleting a Pending or Error instance only, so the test's group
-// goes first (its cleanup runs before this one).
+// first use). Its deletion at the end waits until the instance is gone:
+// the policies allow deleting a Pending or Error instance only, so the
+// test's group goes first (its cleanup runs before this one) and CAPS
+// cleans the host, with the test's SSHCredentials still there (theirs runs
+// after this one); an instance left behind would hold its address against
+// the next test's host there.
 func testInstance(t *testing.T, h host, credentials string, labels, annotations map[string]string) {
 	t.Helper()
 	if annotations == nil {
@@ -114,7 +118,19 @@ func testInstance(t *testing.T, h host, credentials string, labels, annotations 
 	if _, err := instances.Create(framework.Context(t), inst, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create StaticInstance %s: %v", h.instance, err)
 	}
-	t.Cleanup(func() { _ = instances.Delete(context.Background(), h.instance, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := instances.Delete(ctx, h.instance, metav1.DeleteOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			var at deckhousev1alpha2.StaticInstancePhase
+			if inst, err := instance(context.Background(), h.instance); err == nil {
+				at = phase(inst)
+			}
+			t.Errorf("StaticInstance %s not deleted at the end of the test (phase %q): %v", h.instance, at, err)
+		}
+	})
 }
 
 func instance(ctx context.Context, name string) (*deckhousev1alpha2.StaticInstance, error) {

@@ -16,7 +16,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -45,7 +47,12 @@ func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 func setUp(ctx context.Context) (func(), error) {
 	var err error
 	if controller, err = f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
-		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig}}); err != nil {
+		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig,
+		// The cloud of CloudEphemeral groups is played by CAPS's own API
+		// (the test plays its controller): any provider's templates would do.
+		"--cloud-cluster=" + infrav1alpha1.StaticClusterName,
+		"--cloud-machine-template=staticmachinetemplates." + infrav1alpha1.SchemeGroupVersion.Version + "." + infrav1alpha1.GroupName,
+		"--cloud-zones=" + strings.Join(cloudZones, ",")}}); err != nil {
 		return nil, fmt.Errorf("start node-manager-controller: %w", err)
 	}
 	if dyn, err = dynamic.NewForConfig(f.CP.AdminConfig()); err != nil {
@@ -91,7 +98,7 @@ func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
 	for _, m := range machines {
 		provision(t, m.Spec.InfrastructureRef.Name)
 	}
-	waitBothRunning(t)
+	waitRunning(t, group, 2)
 	// Deckhouse's series of the group's MachineDeployment; both nodes are
 	// Machines', so no node is reported unmanaged.
 	framework.Poll(t, "d8_caps_md_* of MachineDeployment "+group, func(ctx context.Context) (bool, error) {
@@ -144,7 +151,7 @@ func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
 		return false, nil
 	})
 	provision(t, replacement.Spec.InfrastructureRef.Name)
-	waitBothRunning(t)
+	waitRunning(t, group, 2)
 	for _, m := range listMachines(framework.Context(t), t) {
 		if m.Name == b.Name && m.UID != b.UID {
 			t.Errorf("Machine %s was replaced; want it untouched by another node's Instance", b.Name)
@@ -186,13 +193,17 @@ func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
 	})
 }
 
-// waitBothRunning waits for two Running Machines whose Nodes Cluster API
-// found by providerID, each with its Instance linked to it.
-func waitBothRunning(t *testing.T) {
+// waitRunning waits for n Running Machines of group
+// whose Nodes Cluster API found by providerID, each with its Instance
+// linked to it.
+func waitRunning(t *testing.T, group string, n int) {
 	t.Helper()
-	framework.Poll(t, "both Machines Running with the Node Cluster API found by providerID, their Instances linked", func(ctx context.Context) (bool, error) {
+	framework.Poll(t, fmt.Sprintf("%d Machines Running with the Node Cluster API found by providerID, their Instances linked", n), func(ctx context.Context) (bool, error) {
 		running := 0
 		for _, m := range listMachines(ctx, t) {
+			if m.Labels[deckhousev1.NodeGroupLabel] != group {
+				continue
+			}
 			if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || m.Status.NodeRef.Name == "" {
 				continue
 			}
@@ -202,7 +213,7 @@ func waitBothRunning(t *testing.T) {
 			}
 			running++
 		}
-		return running == 2, nil
+		return running == n, nil
 	})
 }
 
@@ -265,6 +276,30 @@ func provision(t *testing.T, name string) {
 		t.Fatalf("registering Node %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = f.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	// Ready, and kept so by its Lease, as its kubelet would: Cluster API
+	// counts a Machine available, and a rolling update goes on, only once
+	// its Node is.
+	// (Its health is the kubelet's pressure conditions, all False.)
+	now := metav1.Now()
+	conditions := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+	for _, c := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+		conditions = append(conditions, corev1.NodeCondition{Type: c, Status: corev1.ConditionFalse, Reason: "KubeletHas" + "No" + string(c)})
+	}
+	for i := range conditions {
+		conditions[i].LastHeartbeatTime, conditions[i].LastTransitionTime = now, now
+	}
+	ready, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conditions}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Kube.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, ready, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("reporting Node %s Ready: %v", name, err)
+	}
+	hb, err := framework.StartHeartbeat(framework.Context(t), f.CP, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hb.Stop)
 	if _, err := f.NM.DeckhouseV1alpha1().Instances().Create(ctx, framework.NewInstance(name, group), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating Instance %s: %v", name, err)
 	}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
 )
@@ -31,8 +32,8 @@ func TestACloudEphemeralGroupGetsBootstrapDataNotAManualSecret(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return string(s.Data[deckhousev1.BootstrapDataFormatKey]) == deckhousev1.BootstrapDataFormatCloudConfig &&
-			strings.HasPrefix(string(s.Data[deckhousev1.BootstrapDataValueKey]), "#cloud-config\n") &&
+		return string(s.Data[infrav1alpha1.BootstrapDataFormatKey]) == deckhousev1.ManualBootstrapCloudConfigKey &&
+			strings.HasPrefix(string(s.Data[infrav1alpha1.ClusterSecretValueKey]), "#cloud-config\n") &&
 			s.Annotations[deckhousev1.TokenIDAnnotation] != "", nil
 	})
 	if _, err := secrets.Get(framework.Context(t), bootstraptokens.SecretName(group), metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -375,22 +375,25 @@ const (
 	ManualBootstrapSecretPrefix = "manual-bootstrap-for-"
 	// ManualBootstrapScriptKey is the script to run on the machine.
 	ManualBootstrapScriptKey = "bootstrap.sh"
-	// ManualBootstrapCloudConfigKey is the same script as cloud-init user data.
+	// ManualBootstrapCloudConfigKey is the same script as cloud-init user
+	// data, under the name of its format (which a bootstrap-data Secret
+	// gives as its infrastructurev1alpha1.BootstrapDataFormatKey).
 	ManualBootstrapCloudConfigKey = "cloud-config"
 	// ManualBootstrapEndpointsKey lists the API servers (YAML) the script tries.
 	ManualBootstrapEndpointsKey = "apiserverEndpoints"
 	// BootstrapDataSecretPrefix + <group> is a CloudEphemeral group's
 	// bootstrap data, in the form Cluster API's infrastructure providers
 	// read (a Machine's spec.bootstrap.dataSecretName): the manual-bootstrap
-	// script as cloud-init user data under BootstrapDataValueKey, its format
-	// under BootstrapDataFormatKey. Rewritten with each new token.
+	// script as cloud-init user data and its format, cloud-config, under
+	// the keys of the infrastructure API's ClusterSecretValueKey and
+	// BootstrapDataFormatKey. Rewritten with each new token.
 	BootstrapDataSecretPrefix = "bootstrap-data-for-"
-	// BootstrapDataValueKey and BootstrapDataFormatKey are Cluster API's
-	// keys of a bootstrap-data Secret; BootstrapDataFormatCloudConfig is
-	// the format node-manager writes.
-	BootstrapDataValueKey          = "value"
-	BootstrapDataFormatKey         = "format"
-	BootstrapDataFormatCloudConfig = "cloud-config"
+	// CloudZoneAnnotation and InstanceClassChecksumAnnotation are on a
+	// CloudEphemeral group's MachineDeployments and copies of its class,
+	// as Deckhouse writes them: the zone, and the checksum of the class's
+	// content the copy was made from.
+	CloudZoneAnnotation             = "zone"
+	InstanceClassChecksumAnnotation = "checksum/instance-class"
 	// TokenExpiresAtAnnotation is the expiry (RFC 3339) of the bootstrap
 	// token inside the manual-bootstrap Secret, readable without decoding
 	// the script.

@@ -23,8 +23,14 @@ const (
 	// (<cluster>-kubeconfig, Cluster API's convention): how Cluster API
 	// reaches the cluster's Nodes to find, drain and delete a Machine's Node.
 	StaticKubeconfigSecret = "static-kubeconfig"
-	// ClusterKubeconfigKey is the key of the kubeconfig in that Secret.
-	ClusterKubeconfigKey = "value"
+	// ClusterSecretValueKey is the key of a Cluster API Secret's content:
+	// the kubeconfig in that Secret, a Machine's bootstrap data in its
+	// bootstrap-data Secret.
+	ClusterSecretValueKey = "value"
+	// BootstrapDataFormatKey is the key of a bootstrap-data Secret's
+	// format (node-manager writes cloud-config,
+	// deckhousev1.ManualBootstrapCloudConfigKey, named after it).
+	BootstrapDataFormatKey = "format"
 	// ClusterSecretType is the type Cluster API gives the Secrets it reads.
 	ClusterSecretType = "cluster.x-k8s.io/secret"
 

@@ -1,0 +1,166 @@
+package clusterapi
+
+import (
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+)
+
+var testCloud = Cloud{Cluster: "cloud", TemplateAPIVersion: "infrastructure.cluster.x-k8s.io/v1beta2", Zones: []string{"z2", "z1"}, UUID: "uuid-1"}
+
+func cloudGroup(name string, minPerZone, maxPerZone int32, zones ...string) *deckhousev1.NodeGroup {
+	ng := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	ng.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
+	ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
+		ClassReference: deckhousev1.ClassReference{Kind: "AWSMachineTemplate", Name: "small"},
+		Zones:          zones, MinPerZone: minPerZone, MaxPerZone: maxPerZone,
+	}
+	return ng
+}
+
+func class(spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta2")
+	u.SetKind("AWSMachineTemplate")
+	u.SetName("small")
+	u.SetNamespace(ns)
+	u.SetResourceVersion("7")
+	return u
+}
+
+func TestCloudWantedAndZones(t *testing.T) {
+	static := staticGroup("s", 1, nil)
+	deleting := cloudGroup("d", 1, 1)
+	deleting.DeletionTimestamp = &metav1.Time{}
+	bare := cloudGroup("b", 1, 1)
+	bare.Spec.CloudInstances = nil
+	if CloudWanted(static) || CloudWanted(deleting) || CloudWanted(bare) || CloudWanted(nil) || !CloudWanted(cloudGroup("c", 0, 1)) {
+		t.Error("want machines for a CloudEphemeral group with cloudInstances alone, not being deleted")
+	}
+	if got := testCloud.ZonesOf(cloudGroup("c", 1, 1, "b", "a", "b")); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("a group's own zones: %v, want a, b", got)
+	}
+	if got := testCloud.ZonesOf(cloudGroup("c", 1, 1)); !slices.Equal(got, []string{"z1", "z2"}) {
+		t.Errorf("a group without zones: %v, want the provider's z1, z2", got)
+	}
+}
+
+// The names follow Deckhouse's: <group>-<8 hex digits of the SHA-256 of the
+// cluster's UUID and the zone (and the class's checksum, for templates)>.
+func TestCloudNames(t *testing.T) {
+	// printf 'uuid-1z1' | sha256sum | cut -c1-8, as Deckhouse's template does.
+	if got, want := testCloud.MachineDeploymentName("g", "z1"), "g-911da502"; got != want {
+		t.Errorf("MachineDeployment name %q, want %q", got, want)
+	}
+	other := testCloud
+	other.UUID = "uuid-2"
+	names := map[string]bool{
+		testCloud.MachineDeploymentName("g", "z1"): true, testCloud.MachineDeploymentName("g", "z2"): true,
+		other.MachineDeploymentName("g", "z1"):  true,
+		testCloud.TemplateName("g", "z1", "c1"): true, testCloud.TemplateName("g", "z1", "c2"): true,
+	}
+	if len(names) != 5 {
+		t.Errorf("names collide across zones, clusters or class contents: %v", names)
+	}
+}
+
+func TestClassChecksumFollowsTheSpecOnly(t *testing.T) {
+	a, err := ClassChecksum(class(map[string]any{"template": map[string]any{"spec": map[string]any{"instanceType": "m5.large", "ami": "x"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := class(map[string]any{"template": map[string]any{"spec": map[string]any{"ami": "x", "instanceType": "m5.large"}}})
+	moved.SetResourceVersion("8")
+	moved.SetLabels(map[string]string{"x": "y"})
+	b, _ := ClassChecksum(moved)
+	c, _ := ClassChecksum(class(map[string]any{"template": map[string]any{"spec": map[string]any{"instanceType": "m5.xlarge", "ami": "x"}}}))
+	if a != b || a == c {
+		t.Errorf("checksums: same spec %s / %s, another instance type %s; want equal, then different", a, b, c)
+	}
+}
+
+func TestClassTemplateCopiesTheSpec(t *testing.T) {
+	src := class(map[string]any{"template": map[string]any{"spec": map[string]any{"instanceType": "m5.large"}}})
+	sum, _ := ClassChecksum(src)
+	cp := testCloud.ClassTemplate(cloudGroup("g", 1, 1), src, "z1", sum, ns)
+	if cp.GetName() != testCloud.TemplateName("g", "z1", sum) || cp.GetKind() != "AWSMachineTemplate" || cp.GetResourceVersion() != "" ||
+		cp.GetLabels()[deckhousev1.NodeGroupLabel] != "g" || !managed(cp.GetLabels()) || cp.GetAnnotations()[deckhousev1.CloudZoneAnnotation] != "z1" {
+		t.Fatalf("copy: %+v", cp.Object)
+	}
+	it, _, _ := unstructured.NestedString(cp.Object, "spec", "template", "spec", "instanceType")
+	unstructured.SetNestedField(src.Object, "changed", "spec", "template", "spec", "instanceType")
+	if it != "m5.large" {
+		t.Errorf("the copy's instanceType %q, want m5.large", it)
+	}
+	if again, _, _ := unstructured.NestedString(cp.Object, "spec", "template", "spec", "instanceType"); again != "m5.large" {
+		t.Error("the copy shares the class's spec")
+	}
+}
+
+func TestReplicasStayWithinTheSizes(t *testing.T) {
+	fixed, ranged := cloudGroup("f", 2, 2).Spec.CloudInstances, cloudGroup("r", 1, 4).Spec.CloudInstances
+	for _, tc := range []struct {
+		ci      *deckhousev1.CloudInstancesSpec
+		current *int32
+		want    int32
+	}{
+		{fixed, nil, 2}, {fixed, new(int32(5)), 2}, {fixed, new(int32(0)), 2},
+		{ranged, nil, 1}, {ranged, new(int32(3)), 3}, {ranged, new(int32(9)), 4}, {ranged, new(int32(0)), 1},
+	} {
+		if got := Replicas(tc.ci, tc.current); got != tc.want {
+			t.Errorf("min %d max %d, current %v: %d, want %d", tc.ci.MinPerZone, tc.ci.MaxPerZone, tc.current, got, tc.want)
+		}
+	}
+}
+
+func TestCloudMachineDeployment(t *testing.T) {
+	ng := cloudGroup("g", 1, 3, "z1")
+	md := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 2)
+	s := md.Spec
+	if md.Name != testCloud.MachineDeploymentName("g", "z1") || s.ClusterName != "cloud" || *s.Replicas != 2 ||
+		md.Annotations[clusterv1.AutoscalerMinSizeAnnotation] != "1" || md.Annotations[clusterv1.AutoscalerMaxSizeAnnotation] != "3" ||
+		md.Annotations[deckhousev1.CloudZoneAnnotation] != "z1" || md.Annotations[deckhousev1.InstanceClassChecksumAnnotation] != "sum" {
+		t.Fatalf("MachineDeployment: %+v", md.ObjectMeta)
+	}
+	ts := s.Template.Spec
+	if ts.FailureDomain != "z1" || *ts.Bootstrap.DataSecretName != deckhousev1.BootstrapDataSecretPrefix+"g" ||
+		ts.InfrastructureRef != (clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "AWSMachineTemplate", Name: "g-tpl"}) ||
+		*ts.Deletion.NodeDrainTimeoutSeconds != 600 {
+		t.Errorf("machine template: %+v", ts)
+	}
+	if ru := s.Rollout.Strategy.RollingUpdate; s.Rollout.Strategy.Type != clusterv1.RollingUpdateMachineDeploymentStrategyType ||
+		*ru.MaxSurge != intstr.FromInt32(1) || *ru.MaxUnavailable != intstr.FromInt32(0) {
+		t.Errorf("rollout by default: %+v, want surge 1, unavailable 0", s.Rollout)
+	}
+	ng.Spec.CloudInstances.MaxSurgePerZone, ng.Spec.CloudInstances.MaxUnavailablePerZone = new(int32(2)), new(int32(1))
+	ng.Spec.NodeDrainTimeoutSecond = new(int32(30))
+	tuned := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 2)
+	if ru := tuned.Spec.Rollout.Strategy.RollingUpdate; *ru.MaxSurge != intstr.FromInt32(2) || *ru.MaxUnavailable != intstr.FromInt32(1) ||
+		*tuned.Spec.Template.Spec.Deletion.NodeDrainTimeoutSeconds != 30 {
+		t.Errorf("the group's surge, unavailability and drain timeout: %+v, %v", ru, *tuned.Spec.Template.Spec.Deletion.NodeDrainTimeoutSeconds)
+	}
+
+	if !CloudMachineDeploymentCurrent(md, md) {
+		t.Error("a MachineDeployment is not current against itself")
+	}
+	for what, change := range map[string]func(*clusterv1.MachineDeployment){
+		"the class copy": func(m *clusterv1.MachineDeployment) { m.Spec.Template.Spec.InfrastructureRef.Name = "g-new" },
+		"the max size":   func(m *clusterv1.MachineDeployment) { m.Annotations[clusterv1.AutoscalerMaxSizeAnnotation] = "5" },
+		"the surge": func(m *clusterv1.MachineDeployment) {
+			m.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = new(intstr.FromInt32(3))
+		},
+		"the failure domain": func(m *clusterv1.MachineDeployment) { m.Spec.Template.Spec.FailureDomain = "z9" },
+	} {
+		want := testCloud.CloudMachineDeployment(cloudGroup("g", 1, 3, "z1"), "z1", "g-tpl", "sum", ns, 2)
+		change(want)
+		if CloudMachineDeploymentCurrent(md, want) {
+			t.Errorf("a change of %s is not seen", what)
+		}
+	}
+}

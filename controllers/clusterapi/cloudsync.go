@@ -1,0 +1,155 @@
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+)
+
+// cloud is the installation's cloud settings, with the cluster's UUID
+// (--cluster-uuid, or the UID of the provider's Cluster).
+func (c *Controller) cloud() (Cloud, error) {
+	cl := Cloud{Cluster: c.opts.CloudCluster, TemplateAPIVersion: c.classGVR.GroupVersion().String(), Zones: c.opts.CloudZones, UUID: c.opts.ClusterUUID}
+	if cl.UUID != "" {
+		return cl, nil
+	}
+	obj, err := c.clusters.ByNamespace(c.d.Namespace).Get(c.opts.CloudCluster)
+	if err != nil {
+		return cl, fmt.Errorf("reading the cloud provider's Cluster %s/%s (--cloud-cluster), whose UID names the machines: %w; "+
+			"the provider's installation makes it, or set --cluster-uuid", c.d.Namespace, c.opts.CloudCluster, err)
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GetUID() == "" {
+		return cl, fmt.Errorf("the cloud provider's Cluster %s/%s has no UID", c.d.Namespace, c.opts.CloudCluster)
+	}
+	cl.UUID = string(u.GetUID())
+	return cl, nil
+}
+
+// syncCloudGroup keeps a CloudEphemeral group's copy of its class and
+// MachineDeployment in each of its zones, and removes those of zones it no
+// longer has.
+func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGroup) error {
+	ns := c.d.Namespace
+	cloud, err := c.cloud()
+	if err != nil {
+		return err
+	}
+	zones := cloud.ZonesOf(ng)
+	if len(zones) == 0 {
+		return fmt.Errorf("CloudEphemeral group %s names no zone (cloudInstances.zones) and the installation none (--cloud-zones): "+
+			"it gets no machines until one of them does", ng.Name)
+	}
+	ref := ng.Spec.CloudInstances.ClassReference
+	obj, err := c.classes.ByNamespace(ns).Get(ref.Name)
+	if err != nil {
+		return fmt.Errorf("CloudEphemeral group %s: reading its class %s %s/%s (a %s of the cloud provider, cloudInstances.classReference): %w",
+			ng.Name, ref.Kind, ns, ref.Name, c.classGVR.Resource, err)
+	}
+	class, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return fmt.Errorf("unexpected object %T for class %s", obj, ref.Name)
+	}
+	if class.GetKind() != ref.Kind {
+		return fmt.Errorf("CloudEphemeral group %s: cloudInstances.classReference.kind is %s, but %s/%s is a %s (the provider's machine templates, --cloud-machine-template)",
+			ng.Name, ref.Kind, ns, ref.Name, class.GetKind())
+	}
+	checksum, err := ClassChecksum(class)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, zone := range zones {
+		tpl := cloud.ClassTemplate(ng, class, zone, checksum, ns)
+		keep[tpl.GetName()] = true
+		if _, err := c.classes.ByNamespace(ns).Get(tpl.GetName()); apierrors.IsNotFound(err) {
+			// The template first: the MachineSets clone it as soon as the
+			// MachineDeployment refers to it. Copies are never changed: a
+			// new content is a new name.
+			if _, err := c.d.Dynamic.Resource(c.classGVR).Namespace(ns).Apply(ctx, tpl.GetName(), tpl,
+				metav1.ApplyOptions{FieldManager: infrav1alpha1.ClusterAPIFieldManager, Force: true}); err != nil {
+				return fmt.Errorf("applying %s %s/%s, group %s's copy of its class for zone %s: %w", c.classGVR.Resource, ns, tpl.GetName(), ng.Name, zone, err)
+			}
+		} else if err != nil {
+			return err
+		}
+		name := cloud.MachineDeploymentName(ng.Name, zone)
+		keep[name] = true
+		var current *int32
+		have := &clusterv1.MachineDeployment{}
+		obj, err := c.mds.ByNamespace(ns).Get(name)
+		if err == nil {
+			if err := fromUnstructured(obj, have); err != nil {
+				return err
+			}
+			current = have.Spec.Replicas
+		}
+		want := cloud.CloudMachineDeployment(ng, zone, tpl.GetName(), checksum, ns, Replicas(ng.Spec.CloudInstances, current))
+		if err == nil && CloudMachineDeploymentCurrent(have, want) {
+			continue
+		}
+		if err := c.apply(ctx, machineDeploymentsResource, want); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("Applied the group's MachineDeployment for a zone", "group", ng.Name, "zone", zone,
+			"machineDeployment", klog.KRef(ns, name), "replicas", *want.Spec.Replicas, "template", tpl.GetName())
+	}
+	return c.removeCloud(ctx, ng.Name, keep)
+}
+
+// removeCloud deletes the group's MachineDeployments and class copies this
+// controller made for a cloud group, but those in keep (a static group's
+// MachineDeployment, named after the group, is not one of them). Cluster
+// API then drains and deletes their Machines, and the provider the
+// machines.
+func (c *Controller) removeCloud(ctx context.Context, group string, keep map[string]bool) error {
+	ns := c.d.Namespace
+	selector := labels.SelectorFromSet(groupLabels(group))
+	mds, err := c.mds.ByNamespace(ns).List(selector)
+	if err != nil {
+		return err
+	}
+	for _, obj := range mds {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || u.GetName() == group || keep[u.GetName()] || u.GetDeletionTimestamp() != nil || u.GetAnnotations()[deckhousev1.CloudZoneAnnotation] == "" {
+			continue
+		}
+		err := c.d.Dynamic.Resource(machineDeploymentsResource).Namespace(ns).Delete(ctx, u.GetName(), metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: ptrUID(u.GetUID())}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting MachineDeployment %s/%s of group %s: %w", ns, u.GetName(), group, err)
+		}
+		klog.FromContext(ctx).Info("Deleted a MachineDeployment of a zone the group no longer has", "group", group,
+			"machineDeployment", klog.KRef(ns, u.GetName()), "zone", u.GetAnnotations()[deckhousev1.CloudZoneAnnotation])
+	}
+	if c.classes == nil || keep != nil {
+		// A zone's superseded copies stay while the group has machines
+		// through Cluster API: an old MachineSet may still refer to one.
+		return nil
+	}
+	copies, err := c.classes.ByNamespace(ns).List(selector)
+	if err != nil {
+		return err
+	}
+	for _, obj := range copies {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || u.GetDeletionTimestamp() != nil || u.GetAnnotations()[deckhousev1.CloudZoneAnnotation] == "" {
+			continue // a static group's StaticMachineTemplate, when the provider is CAPS itself
+		}
+		err := c.d.Dynamic.Resource(c.classGVR).Namespace(ns).Delete(ctx, u.GetName(), metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: ptrUID(u.GetUID())}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s/%s, a copy of group %s's class: %w", c.classGVR.Resource, ns, u.GetName(), group, err)
+		}
+	}
+	return nil
+}

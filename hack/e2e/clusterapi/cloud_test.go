@@ -1,0 +1,269 @@
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
+	"github.com/node-manager/node-manager/controllers/bootstraptokens"
+	"github.com/node-manager/node-manager/hack/e2e/framework"
+)
+
+// cloudZones are the installation's zones (--cloud-zones).
+var cloudZones = []string{"z1", "z2"}
+
+// groupMDs lists group's MachineDeployments by zone.
+func groupMDs(ctx context.Context, t *testing.T, group string) map[string]clusterv1.MachineDeployment {
+	l, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: group}).String()})
+	if err != nil {
+		return nil
+	}
+	out := map[string]clusterv1.MachineDeployment{}
+	for _, u := range l.Items {
+		var md clusterv1.MachineDeployment
+		if err := fromUnstructured(u, &md); err != nil {
+			t.Errorf("reading MachineDeployment %s: %v", u.GetName(), err)
+			continue
+		}
+		if md.DeletionTimestamp == nil {
+			out[md.Annotations[deckhousev1.CloudZoneAnnotation]] = md
+		}
+	}
+	return out
+}
+
+// groupMachines lists group's Machines.
+func groupMachines(ctx context.Context, t *testing.T, group string) []clusterv1.Machine {
+	return slices.DeleteFunc(listMachines(ctx, t), func(m clusterv1.Machine) bool { return m.Labels[deckhousev1.NodeGroupLabel] != group })
+}
+
+// TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI: a
+// CloudEphemeral group of two zones, minPerZone = maxPerZone = 1, whose
+// class is a machine template of the provider (CAPS's StaticMachineTemplate
+// here, the test playing its controller), gets a MachineDeployment per zone
+// with the autoscaler's sizes, a copy of its class, its bootstrap data and
+// the zone as failure domain; Cluster API makes one Machine per zone, each
+// joined and linked to its Instance. A change of the class rolls each
+// zone's machine, one new before the old goes (maxSurgePerZone 1,
+// maxUnavailablePerZone 0). With maxPerZone 3, a scale by the autoscaler
+// within the sizes stays and one beyond them is brought back to the max;
+// without the group, its MachineDeployments and copies go.
+func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
+	const group, className = "capi-cloud", "capi-cloud-small"
+	ctx := framework.Context(t)
+	templates := f.NM.InfrastructureV1alpha1().StaticMachineTemplates(ns)
+	class := &infrav1alpha1.StaticMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: infrav1alpha1.StaticMachineTemplateSpec{Template: infrav1alpha1.StaticMachineTemplateResource{
+			Spec: infrav1alpha1.StaticMachineTemplateResourceSpec{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"size": "small"}}}}}}
+	if _, err := templates.Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = templates.Delete(context.Background(), className, metav1.DeleteOptions{}) })
+	f.TestGroup(t, framework.NewGroup(group, func(ng *deckhousev1.NodeGroup) {
+		ng.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
+		ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
+			ClassReference: deckhousev1.ClassReference{Kind: "StaticMachineTemplate", Name: className}, MinPerZone: 1, MaxPerZone: 1}
+	}))
+	playProviderCluster(t)
+
+	// A MachineDeployment per zone, shaped for the autoscaler.
+	var copies []string
+	framework.Poll(t, "a MachineDeployment of 1 per zone, from a copy of the class, with the group's bootstrap data", func(ctx context.Context) (bool, error) {
+		mds := groupMDs(ctx, t, group)
+		if len(mds) != len(cloudZones) {
+			return false, nil
+		}
+		copies = nil
+		for _, zone := range cloudZones {
+			md, ok := mds[zone]
+			if !ok {
+				return false, nil
+			}
+			s := md.Spec.Template.Spec
+			if *md.Spec.Replicas != 1 || md.Annotations[clusterv1.AutoscalerMinSizeAnnotation] != "1" || md.Annotations[clusterv1.AutoscalerMaxSizeAnnotation] != "1" ||
+				s.FailureDomain != zone || *s.Bootstrap.DataSecretName != bootstraptokens.BootstrapDataSecretName(group) || s.InfrastructureRef.Kind != "StaticMachineTemplate" {
+				return false, fmt.Errorf("MachineDeployment %s of zone %s: replicas %d, annotations %v, machine spec %+v", md.Name, zone, *md.Spec.Replicas, md.Annotations, s)
+			}
+			tpl, err := templates.Get(ctx, s.InfrastructureRef.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			if tpl.Spec.Template.Spec.LabelSelector.MatchLabels["size"] != "small" || tpl.Labels[deckhousev1.NodeGroupLabel] != group {
+				return false, fmt.Errorf("the copy %s of the class: %+v", tpl.Name, tpl)
+			}
+			copies = append(copies, tpl.Name)
+		}
+		return true, nil
+	})
+
+	// One Machine per zone, each joined (the test plays the provider and
+	// the kubelet) and linked to its Instance.
+	provisionNew := func(ctx context.Context, seen map[string]bool) (int, error) {
+		n := 0
+		for _, m := range groupMachines(ctx, t, group) {
+			if seen[string(m.UID)] || m.Spec.InfrastructureRef.Name == "" {
+				continue
+			}
+			if _, err := f.NM.InfrastructureV1alpha1().StaticMachines(ns).Get(ctx, m.Spec.InfrastructureRef.Name, metav1.GetOptions{}); err != nil {
+				continue
+			}
+			seen[string(m.UID)] = true
+			provision(t, m.Spec.InfrastructureRef.Name)
+			n++
+		}
+		return n, nil
+	}
+	seen := map[string]bool{}
+	framework.Poll(t, "a Machine in each zone, provisioned", func(ctx context.Context) (bool, error) {
+		_, err := provisionNew(ctx, seen)
+		return len(seen) == len(cloudZones), err
+	})
+	waitRunning(t, group, len(cloudZones))
+	zonesOf := func(ms []clusterv1.Machine) []string {
+		var zones []string
+		for _, m := range ms {
+			zones = append(zones, m.Spec.FailureDomain)
+		}
+		slices.Sort(zones)
+		return zones
+	}
+	if got := zonesOf(groupMachines(ctx, t, group)); !slices.Equal(got, cloudZones) {
+		t.Errorf("the Machines' failure domains: %v, want one in each of %v", got, cloudZones)
+	}
+
+	// A change of the class rolls each zone: the MachineDeployments move to
+	// new copies, Cluster API makes the new Machine first (surge 1,
+	// unavailable 0) and removes the old one once the new one runs.
+	old := map[string]bool{}
+	for _, m := range groupMachines(ctx, t, group) {
+		old[m.Name] = true
+	}
+	if _, err := templates.Patch(ctx, className, types.MergePatchType,
+		[]byte(`{"spec":{"template":{"spec":{"labelSelector":{"matchLabels":{"size":"large"}}}}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Poll(t, "the class's change rolled: a new Machine per zone running, the old ones gone, never more than 2 per zone", func(ctx context.Context) (bool, error) {
+		ms := groupMachines(ctx, t, group)
+		perZone := map[string]int{}
+		for _, m := range ms {
+			perZone[m.Spec.FailureDomain]++
+			if perZone[m.Spec.FailureDomain] > 2 {
+				return false, fmt.Errorf("zone %s has %d Machines during the roll; maxSurgePerZone 1 allows 2", m.Spec.FailureDomain, perZone[m.Spec.FailureDomain])
+			}
+		}
+		if _, err := provisionNew(ctx, seen); err != nil {
+			return false, err
+		}
+		for _, m := range ms {
+			if old[m.Name] || m.Status.Phase != string(clusterv1.MachinePhaseRunning) {
+				return false, nil
+			}
+		}
+		return len(ms) == len(cloudZones), nil
+	}, func() string { return describeMachines(t, group) })
+	for zone, md := range groupMDs(ctx, t, group) {
+		if slices.Contains(copies, md.Spec.Template.Spec.InfrastructureRef.Name) {
+			t.Errorf("zone %s's MachineDeployment still clones %s after the class changed", zone, md.Spec.Template.Spec.InfrastructureRef.Name)
+		}
+	}
+
+	// Sizes: the autoscaler scales within [min, max] through the scale
+	// subresource; a scale beyond max is brought back to it.
+	patchGroup(t, group, `{"spec":{"cloudInstances":{"maxPerZone":3}}}`)
+	framework.Poll(t, "the MachineDeployments' max size 3", func(ctx context.Context) (bool, error) {
+		mds := groupMDs(ctx, t, group)
+		for _, md := range mds {
+			if md.Annotations[clusterv1.AutoscalerMaxSizeAnnotation] != "3" {
+				return false, nil
+			}
+		}
+		return len(mds) == len(cloudZones), nil
+	})
+	scale := func(name string, replicas int) {
+		t.Helper()
+		if _, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Patch(ctx, name, types.MergePatchType,
+			fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{FieldManager: "cluster-autoscaler"}, "scale"); err != nil {
+			t.Fatalf("scaling MachineDeployment %s to %d as the autoscaler: %v", name, replicas, err)
+		}
+	}
+	z1 := groupMDs(ctx, t, group)["z1"].Name
+	// Each scale is a change of the MachineDeployment, which node-manager
+	// looks at again.
+	scale(z1, 2)
+	framework.Poll(t, "a Machine added in zone z1 by the autoscaler's scale to 2, kept", func(ctx context.Context) (bool, error) {
+		if _, err := provisionNew(ctx, seen); err != nil {
+			return false, err
+		}
+		n := 0
+		for _, m := range groupMachines(ctx, t, group) {
+			if m.Spec.FailureDomain == "z1" {
+				n++
+			}
+		}
+		return n == 2 && *ptrReplicas(groupMDs(ctx, t, group)["z1"]) == 2, nil
+	})
+	scale(z1, 5)
+	framework.Poll(t, "a scale beyond maxPerZone brought back to 3", func(ctx context.Context) (bool, error) {
+		return *ptrReplicas(groupMDs(ctx, t, group)["z1"]) == 3, nil
+	})
+
+	// Without the group, its MachineDeployments and copies go.
+	if err := f.NM.DeckhouseV1().NodeGroups().Delete(ctx, group, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Poll(t, "the group's MachineDeployments and copies of its class deleted with it", func(ctx context.Context) (bool, error) {
+		if len(groupMDs(ctx, t, group)) != 0 {
+			return false, nil
+		}
+		tpls, err := templates.List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
+		if err != nil {
+			return false, err
+		}
+		for _, tpl := range tpls.Items {
+			if tpl.DeletionTimestamp == nil {
+				return false, nil
+			}
+		}
+		_, err = templates.Get(ctx, className, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("the class %s itself was deleted", className)
+		}
+		return true, nil
+	})
+}
+
+func ptrReplicas(md clusterv1.MachineDeployment) *int32 {
+	if md.Spec.Replicas == nil {
+		return new(int32(-1))
+	}
+	return md.Spec.Replicas
+}
+
+// describeMachines says what a failed wait saw of group's Machines and
+// MachineDeployments.
+func describeMachines(t *testing.T, group string) string {
+	ctx := context.Background()
+	var b strings.Builder
+	for _, m := range groupMachines(ctx, t, group) {
+		fmt.Fprintf(&b, "Machine %s (zone %s, %s, node %q, deleting %t): ", m.Name, m.Spec.FailureDomain, m.Status.Phase, m.Status.NodeRef.Name, m.DeletionTimestamp != nil)
+		for _, c := range m.Status.Conditions {
+			fmt.Fprintf(&b, "%s=%s(%s) ", c.Type, c.Status, c.Reason)
+		}
+		b.WriteString("; ")
+	}
+	for zone, md := range groupMDs(ctx, t, group) {
+		fmt.Fprintf(&b, "MachineDeployment %s (zone %s): replicas %v, status %+v; ", md.Name, zone, ptrReplicas(md), md.Status)
+	}
+	return b.String()
+}
