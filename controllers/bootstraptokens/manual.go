@@ -138,11 +138,7 @@ func CloudConfig(script string) (string, error) {
 // Data renders the Secret's keys: bootstrap.sh, cloud-config and
 // apiserverEndpoints (a YAML list).
 func (m Manual) Data() (map[string][]byte, error) {
-	sh, err := m.Script()
-	if err != nil {
-		return nil, err
-	}
-	cc, err := CloudConfig(sh)
+	sh, cc, err := m.scripts()
 	if err != nil {
 		return nil, err
 	}
@@ -161,11 +157,7 @@ func (m Manual) Data() (map[string][]byte, error) {
 // infrastructure providers read them: the manual-bootstrap script as
 // cloud-init user data, and its format.
 func (m Manual) BootstrapData() (map[string][]byte, error) {
-	sh, err := m.Script()
-	if err != nil {
-		return nil, err
-	}
-	cc, err := CloudConfig(sh)
+	_, cc, err := m.scripts()
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +165,17 @@ func (m Manual) BootstrapData() (map[string][]byte, error) {
 		infrav1alpha1.ClusterSecretValueKey:  []byte(cc),
 		infrav1alpha1.BootstrapDataFormatKey: []byte(deckhousev1.ManualBootstrapCloudConfigKey),
 	}, nil
+}
+
+// scripts renders the script and the cloud-config document that runs it.
+func (m Manual) scripts() (script, cloudConfig string, err error) {
+	if script, err = m.Script(); err != nil {
+		return "", "", err
+	}
+	if cloudConfig, err = CloudConfig(script); err != nil {
+		return "", "", err
+	}
+	return script, cloudConfig, nil
 }
 
 // checkCA accepts a PEM bundle of at least one certificate that cannot end
