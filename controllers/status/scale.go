@@ -65,9 +65,10 @@ func sameCount(a, b *int32) bool {
 }
 
 // Engine is what makes g's machines (status.engine): Cluster API where
-// node-manager wires the group to it, nothing otherwise.
+// node-manager wires the group to it (a static group's staticInstances, or
+// a CloudEphemeral group with a cloud configured), nothing otherwise.
 func Engine(g *deckhousev1.NodeGroup, c Components) deckhousev1.NodeGroupEngine {
-	if c.ClusterAPI && clusterapi.Wanted(g) {
+	if c.ClusterAPI && clusterapi.Wanted(g) || c.CloudMachines && clusterapi.CloudWanted(g) {
 		return deckhousev1.NodeGroupEngineCAPI
 	}
 	return deckhousev1.NodeGroupEngineNone

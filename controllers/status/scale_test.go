@@ -69,7 +69,8 @@ func TestAGroupWithoutInstancesShowsZeroInstances(t *testing.T) {
 
 // TestEngineIsCAPIOnlyWhereClusterAPIMakesTheMachines: status.engine is
 // CAPI for a Static or CloudStatic group with staticInstances while
-// node-manager runs Cluster API, None everywhere else.
+// node-manager runs Cluster API, and for a CloudEphemeral group with a cloud
+// configured; None everywhere else.
 func TestEngineIsCAPIOnlyWhereClusterAPIMakesTheMachines(t *testing.T) {
 	static := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 1}}}
 	byHand := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
@@ -88,6 +89,14 @@ func TestEngineIsCAPIOnlyWhereClusterAPIMakesTheMachines(t *testing.T) {
 		if got := Engine(c.g, Components{ClusterAPI: c.capi}); got != c.want {
 			t.Errorf("%s: engine %q, want %q", c.name, got, c.want)
 		}
+	}
+	ephemeral := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeCloudEphemeral,
+		CloudInstances: &deckhousev1.CloudInstancesSpec{ClassReference: deckhousev1.ClassReference{Kind: "AWSMachineTemplate", Name: "small"}, MaxPerZone: 1}}}
+	if got := Engine(ephemeral, Components{ClusterAPI: true}); got != deckhousev1.NodeGroupEngineNone {
+		t.Errorf("CloudEphemeral without a cloud: engine %q, want None", got)
+	}
+	if got := Engine(ephemeral, Components{ClusterAPI: true, CloudMachines: true}); got != deckhousev1.NodeGroupEngineCAPI {
+		t.Errorf("CloudEphemeral with a cloud (--cloud-cluster): engine %q, want CAPI", got)
 	}
 }
 
