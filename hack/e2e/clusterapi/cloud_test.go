@@ -58,7 +58,7 @@ func groupMachines(ctx context.Context, t *testing.T, group string) []clusterv1.
 // zone's machine, one new before the old goes (maxSurgePerZone 1,
 // maxUnavailablePerZone 0). With maxPerZone 3, a scale by the autoscaler
 // within the sizes stays and one beyond them is brought back to the max;
-// without the group, its MachineDeployments and copies go.
+// without the group, its MachineDeployments, copies and bootstrap data go.
 func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 	const group, className = "capi-cloud", "capi-cloud-small"
 	ctx := framework.Context(t)
@@ -106,6 +106,23 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		}
 		return true, nil
 	})
+
+	// The bootstrap data the Machines name, in Cluster API's form, written
+	// by the controller as its ServiceAccount under the Secrets policy.
+	framework.Poll(t, "Secret "+bootstraptokens.BootstrapDataSecretName(group)+" in Cluster API's form", func(ctx context.Context) (bool, error) {
+		s, err := f.Kube.CoreV1().Secrets(ns).Get(ctx, bootstraptokens.BootstrapDataSecretName(group), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return string(s.Data[infrav1alpha1.BootstrapDataFormatKey]) == deckhousev1.ManualBootstrapCloudConfigKey &&
+			strings.HasPrefix(string(s.Data[infrav1alpha1.ClusterSecretValueKey]), "#cloud-config\n"), nil
+	})
+	if _, err := f.Kube.CoreV1().Secrets(ns).Get(ctx, bootstraptokens.SecretName(group), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("CloudEphemeral group %s: want no manual-bootstrap Secret, got %v", group, err)
+	}
 
 	// One Machine per zone, each joined (the test plays the provider and
 	// the kubelet) and linked to its Instance.
@@ -239,7 +256,8 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("the class %s itself was deleted", className)
 		}
-		return true, nil
+		_, err = f.Kube.CoreV1().Secrets(ns).Get(ctx, bootstraptokens.BootstrapDataSecretName(group), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
 	})
 }
 

@@ -58,6 +58,11 @@ func setUp(ctx context.Context) (func(), error) {
 	if dyn, err = dynamic.NewForConfig(f.CP.AdminConfig()); err != nil {
 		return nil, err
 	}
+	// The API endpoints the groups' bootstrap scripts name (no
+	// bashible-apiserver runs here, so no bundle changes with them).
+	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10"); err != nil {
+		return nil, err
+	}
 	return nil, nil
 }
 
