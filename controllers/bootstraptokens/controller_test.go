@@ -298,6 +298,21 @@ func TestCloudEphemeralHasBootstrapDataInsteadOfAManualSecret(t *testing.T) {
 	}
 }
 
+// A Secret of the bootstrap-data name that this controller did not write
+// for the group (no labels of its own) is not deleted with a Static group's
+// sync.
+func TestAForeignSecretOfTheOtherNameIsLeftAlone(t *testing.T) {
+	h := newHarness(t, t0, group("static", deckhousev1.NodeTypeStatic))
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: BootstrapDataSecretName("static"), Namespace: deckhousev1.Namespace}}
+	if _, err := h.kube.CoreV1().Secrets(deckhousev1.Namespace).Create(h.ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.sync("static")
+	if h.manualSecret("static") == nil || h.secret(BootstrapDataSecretName("static")) == nil {
+		t.Error("want the group's manual-bootstrap Secret written and the foreign Secret left alone")
+	}
+}
+
 // decodedCloudConfigScript is the script a cloud-config document made by
 // CloudConfig writes, failing unless the document writes one script and
 // runs it.

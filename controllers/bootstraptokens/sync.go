@@ -189,10 +189,16 @@ func (c *Controller) cleanup(ctx context.Context, group string) error {
 // deleteSecret deletes a group's manual-bootstrap or bootstrap-data Secret
 // name if there is one.
 func (c *Controller) deleteSecret(ctx context.Context, group, name string) error {
-	if _, err := c.manual.Secrets(c.d.Namespace).Get(name); apierrors.IsNotFound(err) {
+	s, err := c.manual.Secrets(c.d.Namespace).Get(name)
+	if apierrors.IsNotFound(err) {
 		return nil
+	} else if err != nil {
+		return err
 	}
-	err := c.d.Kube.CoreV1().Secrets(c.d.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if s.Labels[deckhousev1.TokenNodeGroupLabel] != group || s.Labels[deckhousev1.HeritageLabel] != deckhousev1.HeritageNodeManager {
+		return nil // not one this controller wrote for the group
+	}
+	err = c.d.Kube.CoreV1().Secrets(c.d.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete Secret %s/%s: %w", c.d.Namespace, name, err)
 	}

@@ -2,14 +2,17 @@ package clusterapi
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/cache"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/manager"
 )
 
 var testCloud = Cloud{Cluster: "cloud", TemplateAPIVersion: "infrastructure.cluster.x-k8s.io/v1beta2", Zones: []string{"z2", "z1"}, UUID: "uuid-1"}
@@ -162,5 +165,35 @@ func TestCloudMachineDeployment(t *testing.T) {
 		if CloudMachineDeploymentCurrent(md, want) {
 			t.Errorf("a change of %s is not seen", what)
 		}
+	}
+}
+
+// TestARenamedMachineDeploymentStopsTheSync: when the cluster's UUID
+// changes, every zone's MachineDeployment would get another name; the
+// sync refuses rather than replace them all (draining every machine at
+// once), and names what to do.
+func TestARenamedMachineDeploymentStopsTheSync(t *testing.T) {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	c := &Controller{d: &manager.Deps{Namespace: ns}, opts: Options{CloudCluster: "cloud"},
+		mds: cache.NewGenericLister(indexer, clusterv1.GroupVersion.WithResource("machinedeployments").GroupResource())}
+	old := testCloud
+	old.UUID = "uuid-0"
+	md := &unstructured.Unstructured{}
+	md.SetName(old.MachineDeploymentName("g", "z1"))
+	md.SetNamespace(ns)
+	md.SetLabels(groupLabels("g"))
+	md.SetAnnotations(map[string]string{deckhousev1.CloudZoneAnnotation: "z1"})
+	if err := indexer.Add(md); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.checkNames("g", old, []string{"z1", "z2"}); err != nil {
+		t.Errorf("the same UUID: %v", err)
+	}
+	if err := c.checkNames("g", testCloud, []string{"z2"}); err != nil {
+		t.Errorf("a zone the group no longer has goes as usual: %v", err)
+	}
+	err := c.checkNames("g", testCloud, []string{"z1", "z2"})
+	if err == nil || !strings.Contains(err.Error(), "--cluster-uuid") || !strings.Contains(err.Error(), md.GetName()) {
+		t.Errorf("another UUID: %v, want a refusal naming %s and --cluster-uuid", err, md.GetName())
 	}
 }

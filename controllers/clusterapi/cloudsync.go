@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,11 +68,21 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 	if err != nil {
 		return err
 	}
+	if err := c.checkNames(ng.Name, cloud, zones); err != nil {
+		return err
+	}
 	keep := map[string]bool{}
 	for _, zone := range zones {
 		tpl := cloud.ClassTemplate(ng, class, zone, checksum, ns)
 		keep[tpl.GetName()] = true
-		if _, err := c.classes.ByNamespace(ns).Get(tpl.GetName()); apierrors.IsNotFound(err) {
+		if obj, err := c.classes.ByNamespace(ns).Get(tpl.GetName()); err == nil {
+			// Never adopt an object of that name that is not this copy.
+			if u, ok := obj.(*unstructured.Unstructured); !ok || !managed(u.GetLabels()) || u.GetLabels()[deckhousev1.NodeGroupLabel] != ng.Name ||
+				u.GetAnnotations()[deckhousev1.CloudZoneAnnotation] != zone {
+				return fmt.Errorf("CloudEphemeral group %s: %s %s/%s, the name of its copy of the class for zone %s, is taken by an object node-manager did not make for it; rename or delete that object",
+					ng.Name, c.classGVR.Resource, ns, tpl.GetName(), zone)
+			}
+		} else if apierrors.IsNotFound(err) {
 			// The template first: the MachineSets clone it as soon as the
 			// MachineDeployment refers to it. Copies are never changed: a
 			// new content is a new name.
@@ -104,6 +115,32 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 			"machineDeployment", klog.KRef(ns, name), "replicas", *want.Spec.Replicas, "template", tpl.GetName())
 	}
 	return c.removeCloud(ctx, ng.Name, keep)
+}
+
+// checkNames refuses to go on when a wanted zone of the group already has
+// a MachineDeployment under another name: the cluster's UUID changed
+// (--cluster-uuid, or the cloud Cluster's UID), which renames every
+// MachineDeployment; replacing them would drain every machine of the
+// group at once.
+func (c *Controller) checkNames(group string, cloud Cloud, zones []string) error {
+	mds, err := c.mds.ByNamespace(c.d.Namespace).List(labels.SelectorFromSet(groupLabels(group)))
+	if err != nil {
+		return err
+	}
+	for _, obj := range mds {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || u.GetDeletionTimestamp() != nil {
+			continue
+		}
+		zone := u.GetAnnotations()[deckhousev1.CloudZoneAnnotation]
+		if want := cloud.MachineDeploymentName(group, zone); zone != "" && slices.Contains(zones, zone) && u.GetName() != want {
+			return fmt.Errorf("CloudEphemeral group %s: zone %s has MachineDeployment %s/%s, and would now have %s: the cluster's UUID changed "+
+				"(--cluster-uuid, or the UID of Cluster %s). Nothing is changed, since replacing them would drain every machine of the group at once: "+
+				"set --cluster-uuid to the UUID the machines were named with, or delete the old MachineDeployments to replace the machines",
+				group, zone, c.d.Namespace, u.GetName(), want, c.opts.CloudCluster)
+		}
+	}
+	return nil
 }
 
 // removeCloud deletes the group's MachineDeployments and class copies this

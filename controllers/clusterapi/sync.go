@@ -79,11 +79,21 @@ func (c *Controller) syncGroup(ctx context.Context, group string) error {
 	} else if err != nil {
 		return err
 	}
-	if c.classes != nil && CloudWanted(ng) {
-		return c.syncCloudGroup(ctx, ng)
-	}
-	if err := c.removeCloud(ctx, group, nil); err != nil {
-		return err
+	if c.classes != nil {
+		// Without a cloud configured (--cloud-cluster), cloud groups' objects
+		// are left as they are: a controller started without the flag must
+		// not take every cloud machine away.
+		if CloudWanted(ng) {
+			// A group of the same name that was static before leaves its
+			// MachineDeployment and template; they go first.
+			if err := c.removeGroup(ctx, group); err != nil {
+				return err
+			}
+			return c.syncCloudGroup(ctx, ng)
+		}
+		if err := c.removeCloud(ctx, group, nil); err != nil {
+			return err
+		}
 	}
 	if !Wanted(ng) {
 		return c.removeGroup(ctx, group)
