@@ -181,29 +181,25 @@ func (c *Controller) addGroupsOfClass(obj any) {
 	if err != nil || managed(o.GetLabels()) {
 		return
 	}
-	groups, err := c.groups.List(everything)
-	if err != nil {
-		return
-	}
-	for _, ng := range groups {
-		if CloudWanted(ng) && ng.Spec.CloudInstances.ClassReference.Name == o.GetName() {
-			c.queue.Add(groupPrefix + ng.Name)
-		}
-	}
+	c.addCloudGroupsWhere(func(ng *deckhousev1.NodeGroup) bool { return ng.Spec.CloudInstances.ClassReference.Name == o.GetName() })
 }
 
 // addCloudGroups queues every CloudEphemeral group when obj is the cloud
 // provider's Cluster.
 func (c *Controller) addCloudGroups(obj any) {
-	if o, err := meta.Accessor(obj); err != nil || o.GetName() != c.opts.CloudCluster {
-		return
+	if o, err := meta.Accessor(obj); err == nil && o.GetName() == c.opts.CloudCluster {
+		c.addCloudGroupsWhere(func(*deckhousev1.NodeGroup) bool { return true })
 	}
+}
+
+// addCloudGroupsWhere queues the CloudEphemeral groups for which pick says so.
+func (c *Controller) addCloudGroupsWhere(pick func(*deckhousev1.NodeGroup) bool) {
 	groups, err := c.groups.List(everything)
 	if err != nil {
 		return
 	}
 	for _, ng := range groups {
-		if CloudWanted(ng) {
+		if CloudWanted(ng) && pick(ng) {
 			c.queue.Add(groupPrefix + ng.Name)
 		}
 	}
