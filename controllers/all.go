@@ -47,9 +47,11 @@ import (
 // shared informers of d, each with its options from o; build them before
 // the manager starts the informers. A new controller is added here, and nowhere else.
 func All(d *manager.Deps, o *Options) []manager.Controller {
+	capi := clusterapi.New(d, o.ClusterAPI)
 	return []manager.Controller{
 		// NodeGroup status and the node-state metrics (group).
-		status.New(d, status.Components{ClusterAPI: o.ClusterAPI.Enabled, CloudMachines: o.ClusterAPI.Enabled && o.ClusterAPI.CloudCluster != ""}),
+		status.New(d, status.Components{ClusterAPI: o.ClusterAPI.Enabled, CloudMachines: o.ClusterAPI.Enabled && o.ClusterAPI.CloudCluster != "",
+			CloudSizes: capi.CloudSizes()}),
 		// Update and disruption approval, the update protocol (group).
 		approval.New(d, o.Approval),
 		// Cordons and drains nodes annotated draining (node).
@@ -72,7 +74,7 @@ func All(d *manager.Deps, o *Options) []manager.Controller {
 		fencingagents.New(d, o.FencingAgents),
 		// Cluster API objects of static groups, Instances' Machines
 		// (group, Instance; only with --cluster-api).
-		clusterapi.New(d, o.ClusterAPI),
+		capi,
 		// The CA, the serving certificates and the caBundles (one key;
 		// only with --manage-certificates).
 		certificates.New(d, o.Certificates),

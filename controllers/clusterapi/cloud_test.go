@@ -1,6 +1,7 @@
 package clusterapi
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -195,5 +196,57 @@ func TestARenamedMachineDeploymentStopsTheSync(t *testing.T) {
 	err := c.checkNames("g", testCloud, []string{"z1", "z2"})
 	if err == nil || !strings.Contains(err.Error(), "--cluster-uuid") || !strings.Contains(err.Error(), md.GetName()) {
 		t.Errorf("another UUID: %v, want a refusal naming %s and --cluster-uuid", err, md.GetName())
+	}
+}
+
+// TestCloudSizesAreDeckhouses: min and max are the per-zone sizes times the
+// zones (the provider's for a group that names none), desired the sum of
+// the group's zone MachineDeployments' replicas, never below min; a
+// MachineDeployment being deleted, another group's and a static group's do
+// not count; a group without machines here has no sizes.
+func TestCloudSizesAreDeckhouses(t *testing.T) {
+	mdOf := func(name, group, zone string, replicas int64, deleting bool) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"replicas": replicas}}}
+		u.SetName(name)
+		u.SetNamespace(ns)
+		u.SetLabels(groupLabels(group))
+		if zone != "" {
+			u.SetAnnotations(map[string]string{deckhousev1.CloudZoneAnnotation: zone})
+		}
+		if deleting {
+			now := metav1.Now()
+			u.SetDeletionTimestamp(&now)
+		}
+		return u
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, md := range []*unstructured.Unstructured{
+		mdOf("g-1", "g", "z1", 3, false), mdOf("g-2", "g", "z2", 2, false), mdOf("g-old", "g", "z3", 4, true),
+		mdOf("g", "g", "", 7, false), mdOf("h-1", "h", "z1", 1, false),
+	} {
+		if err := idx.Add(md); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &CloudSizes{zones: []string{"z1", "z2"}, namespace: ns,
+		mds: cache.NewGenericLister(idx, clusterv1.GroupVersion.WithResource("machinedeployments").GroupResource())}
+	show := func(ng *deckhousev1.NodeGroup) string {
+		d, lo, hi, ok := s.Of(ng)
+		return fmt.Sprintf("%d %d %d %v", d, lo, hi, ok)
+	}
+	for _, c := range []struct {
+		ng   *deckhousev1.NodeGroup
+		want string
+	}{
+		{cloudGroup("g", 1, 4), "5 2 8 true"},                    // the provider's two zones
+		{cloudGroup("g", 3, 4, "z1", "z2", "z3"), "9 9 12 true"}, // 5 replicas, below min 9
+		{cloudGroup("h", 0, 2, "z1"), "1 0 2 true"},
+		{cloudGroup("none", 2, 2), "4 4 4 true"}, // no MachineDeployment yet
+		{cloudGroup("g", 2, 1), "5 4 4 true"},    // maxPerZone below min counts as min
+		{staticGroup("g", 1, nil), "0 0 0 false"},
+	} {
+		if got := show(c.ng); got != c.want {
+			t.Errorf("%s %v: desired min max ok = %s, want %s", c.ng.Name, c.ng.Spec.CloudInstances, got, c.want)
+		}
 	}
 }

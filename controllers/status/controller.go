@@ -6,6 +6,9 @@ import (
 	"context"
 	"sync"
 
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/node-manager/node-manager/controllers/clusterapi"
 	"github.com/node-manager/node-manager/controllers/loop"
 	"github.com/node-manager/node-manager/controllers/manager"
 	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
@@ -25,6 +28,10 @@ type Controller struct {
 	instances nmlistersv1alpha1.InstanceLister
 	// components decide which fields are inert (InertFields).
 	components Components
+	// cloud reads the CloudEphemeral groups' sizes (nil without a cloud);
+	// cloudSynced is its informer's.
+	cloud       CloudSizer
+	cloudSynced []cache.InformerSynced
 
 	mu sync.Mutex // serializes export
 }
@@ -39,6 +46,12 @@ func New(d *manager.Deps, components Components) *Controller {
 		components: components}
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue) // Instances included
+	if cs := components.CloudSizes; cs != nil {
+		// A group's MachineDeployment changes its desired size.
+		c.cloud = cs
+		_, _ = cs.Informer().AddEventHandler(c.queue.Handler(clusterapi.GroupOf))
+		c.cloudSynced = append(c.cloudSynced, cs.Informer().HasSynced)
+	}
 	d.Registry.MustRegister(NewGroupSeries(c.watch.Groups))
 	return c
 }
@@ -50,7 +63,7 @@ func (c *Controller) Name() string { return Name }
 // bundles among them, so it waits while bashible-apiserver is
 // unavailable), then works the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	if !manager.HasSynced(ctx, Name, c.watch.Synced...) {
+	if !manager.HasSynced(ctx, Name, append(c.watch.Synced, c.cloudSynced...)...) {
 		return
 	}
 	c.queue.Run(ctx, workers)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	"github.com/node-manager/node-manager/controllers/clusterapi"
 )
 
 // ConditionInertFields is True while the group sets fields that nothing in
@@ -47,6 +48,9 @@ type Components struct {
 	// (classReference, zones and the per-zone sizes and rollout limits are
 	// acted on).
 	CloudMachines bool
+	// CloudSizes reads the CloudEphemeral groups' MachineDeployments for
+	// their desired size (nil unless CloudMachines).
+	CloudSizes *clusterapi.CloudSizes
 }
 
 // InertFields lists, in a fixed order, the fields of a NodeGroup's spec

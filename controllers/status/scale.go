@@ -23,14 +23,21 @@ type Scale struct {
 	Desired, Min, Max, Instances *int32
 }
 
+// CloudSizer reports the sizes of a CloudEphemeral group whose machines
+// node-manager orders (clusterapi.CloudSizes); ok is false for any other.
+type CloudSizer interface {
+	Of(g *deckhousev1.NodeGroup) (desired, min, max int32, ok bool)
+}
+
 // ComputeScale derives a group's Scale from its spec and the number of
 // Instances pinned to it, following Deckhouse's definitions per node type:
-//   - CloudEphemeral: min and max are minPerZone and maxPerZone times the
-//     number of zones the group lists. With no zones listed, Deckhouse
-//     multiplies by the cloud provider's zone count, which node-manager
-//     does not read, so both stay unknown. desired is the sum of the
-//     machine controller's MachineDeployment replicas, which node-manager
-//     does not see: unknown.
+//   - CloudEphemeral whose machines node-manager orders (cloud says ok):
+//     min and max are minPerZone and maxPerZone times its zones (the
+//     provider's when it names none), desired the sum of its
+//     MachineDeployments' replicas, never below min.
+//   - Any other CloudEphemeral group: min and max as above when it lists
+//     its zones (the provider's zone count is unknown otherwise); desired,
+//     its machine controller's replicas, is unknown.
 //   - Static and CloudStatic with staticInstances: desired is
 //     staticInstances.count (it becomes the Cluster API MachineDeployment's
 //     replicas); min and max do not apply.
@@ -41,11 +48,17 @@ type Scale struct {
 // instances is known for every group: node-manager keeps an Instance for
 // every node it admitted (a joining node's before its certificate is
 // approved), so it counts machines of every type, where Deckhouse counts
-// only the Machines of CloudEphemeral groups.
-func ComputeScale(g *deckhousev1.NodeGroup, instances int32) Scale {
+// only the Machines of CloudEphemeral groups. cloud may be nil.
+func ComputeScale(g *deckhousev1.NodeGroup, instances int32, cloud CloudSizer) Scale {
 	s := Scale{Instances: ptr.To(instances)}
 	switch g.Spec.NodeType {
 	case deckhousev1.NodeTypeCloudEphemeral:
+		if cloud != nil {
+			if desired, lo, hi, ok := cloud.Of(g); ok {
+				s.Desired, s.Min, s.Max = ptr.To(desired), ptr.To(lo), ptr.To(hi)
+				return s
+			}
+		}
 		if ci := g.Spec.CloudInstances; ci != nil && len(ci.Zones) > 0 {
 			zones := int32(len(ci.Zones))
 			s.Min = ptr.To(ci.MinPerZone * zones)

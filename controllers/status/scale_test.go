@@ -52,7 +52,7 @@ func TestScaleFollowsDeckhousePerNodeTypeAndLeavesTheUnknownOut(t *testing.T) {
 			[4]string{"-", "-", "-", "4"}},
 	}
 	for _, c := range cases {
-		s := ComputeScale(&deckhousev1.NodeGroup{Spec: c.spec}, 4)
+		s := ComputeScale(&deckhousev1.NodeGroup{Spec: c.spec}, 4, nil)
 		got := [4]string{show(s.Desired), show(s.Min), show(s.Max), show(s.Instances)}
 		if got != c.want {
 			t.Errorf("%s: desired/min/max/instances %v, want %v", c.name, got, c.want)
@@ -60,8 +60,38 @@ func TestScaleFollowsDeckhousePerNodeTypeAndLeavesTheUnknownOut(t *testing.T) {
 	}
 }
 
+// sizer plays clusterapi.CloudSizes: it knows the sizes of the groups it
+// holds.
+type sizer map[string][3]int32
+
+func (s sizer) Of(g *deckhousev1.NodeGroup) (int32, int32, int32, bool) {
+	v, ok := s[g.Name]
+	return v[0], v[1], v[2], ok
+}
+
+// TestACloudGroupWhoseMachinesNodeManagerOrdersShowsItsSizes: desired, min
+// and max come from the MachineDeployments (through the sizer) where
+// node-manager orders the machines, and the Scaling condition follows.
+func TestACloudGroupWhoseMachinesNodeManagerOrdersShowsItsSizes(t *testing.T) {
+	cloudSizes := sizer{"ordered": {5, 2, 8}}
+	ordered := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "ordered"}, Spec: deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeCloudEphemeral, CloudInstances: &deckhousev1.CloudInstancesSpec{MinPerZone: 1, MaxPerZone: 4}}}
+	s := ComputeScale(ordered, 3, cloudSizes)
+	if got := [4]string{show(s.Desired), show(s.Min), show(s.Max), show(s.Instances)}; got != [4]string{"5", "2", "8", "3"} {
+		t.Errorf("desired/min/max/instances %v, want 5 2 8 3", got)
+	}
+	if sc := scaling(ordered, s, metav1.Now()); sc == nil || sc.Status != metav1.ConditionTrue || sc.Reason != "ScalingUp" {
+		t.Errorf("Scaling %+v, want True ScalingUp (3 of 5)", sc)
+	}
+	other := ordered.DeepCopy()
+	other.Name = "elsewhere"
+	if s := ComputeScale(other, 3, cloudSizes); s.Desired != nil || s.Min != nil {
+		t.Errorf("a group the sizer does not know: desired %s min %s, want both unknown", show(s.Desired), show(s.Min))
+	}
+}
+
 func TestAGroupWithoutInstancesShowsZeroInstances(t *testing.T) {
-	s := ComputeScale(&deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}, 0)
+	s := ComputeScale(&deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}, 0, nil)
 	if s.Instances == nil || *s.Instances != 0 {
 		t.Errorf("instances %s, want 0: node-manager always knows its own Instances", show(s.Instances))
 	}
@@ -111,20 +141,20 @@ func TestScalingConditionFollowsInstancesAgainstDesired(t *testing.T) {
 		instances      int32
 		status, reason string
 	}{{1, "True", "ScalingUp"}, {5, "True", "ScalingDown"}, {3, "False", "DesiredReached"}} {
-		sc := scaling(g, ComputeScale(g, c.instances), t0)
+		sc := scaling(g, ComputeScale(g, c.instances, nil), t0)
 		if sc == nil || string(sc.Status) != c.status || sc.Reason != c.reason {
 			t.Errorf("%d of 3 instances: %+v, want %s %s", c.instances, sc, c.status, c.reason)
 		}
 	}
-	g.Status.Conditions = []metav1.Condition{*scaling(g, ComputeScale(g, 1), t0)}
-	if sc := scaling(g, ComputeScale(g, 2), t1); !sc.LastTransitionTime.Equal(&t0) {
+	g.Status.Conditions = []metav1.Condition{*scaling(g, ComputeScale(g, 1, nil), t0)}
+	if sc := scaling(g, ComputeScale(g, 2, nil), t1); !sc.LastTransitionTime.Equal(&t0) {
 		t.Errorf("still scaling up: transition time %v, want the first one %v", sc.LastTransitionTime, t0)
 	}
-	if sc := scaling(g, ComputeScale(g, 3), t1); !sc.LastTransitionTime.Equal(&t1) {
+	if sc := scaling(g, ComputeScale(g, 3, nil), t1); !sc.LastTransitionTime.Equal(&t1) {
 		t.Errorf("scaled: transition time %v, want now %v", sc.LastTransitionTime, t1)
 	}
 	byHand := &deckhousev1.NodeGroup{Spec: deckhousev1.NodeGroupSpec{NodeType: deckhousev1.NodeTypeStatic}}
-	if sc := scaling(byHand, ComputeScale(byHand, 2), t0); sc != nil {
+	if sc := scaling(byHand, ComputeScale(byHand, 2, nil), t0); sc != nil {
 		t.Errorf("a group joined by hand has no desired size, but Scaling %+v", sc)
 	}
 }

@@ -36,7 +36,7 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	checksum := c.watch.Checksum(group)
 	now := metav1.NewTime(c.d.Clock.Now())
 	s := Compute(g, checksum, ns, c.components, now)
-	scale := ComputeScale(g, int32(len(insts)))
+	scale := ComputeScale(g, int32(len(insts)), c.cloud)
 	if sc := scaling(g, scale, now); sc != nil {
 		s.Conditions = append(s.Conditions, *sc)
 	}

@@ -2,15 +2,18 @@ package clusterapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -57,7 +60,8 @@ func groupMachines(ctx context.Context, t *testing.T, group string) []clusterv1.
 // joined and linked to its Instance. A change of the class rolls each
 // zone's machine, one new before the old goes (maxSurgePerZone 1,
 // maxUnavailablePerZone 0). With maxPerZone 3, a scale by the autoscaler
-// within the sizes stays and one beyond them is brought back to the max;
+// within the sizes stays, shows in the group's status, and one beyond them
+// is refused at the API;
 // without the group, its MachineDeployments, copies and bootstrap data go.
 func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 	const group, className = "capi-cloud", "capi-cloud-small"
@@ -207,33 +211,70 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		}
 		return len(mds) == len(cloudZones), nil
 	})
-	scale := func(name string, replicas int) {
-		t.Helper()
-		if _, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Patch(ctx, name, types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{FieldManager: "cluster-autoscaler"}, "scale"); err != nil {
-			t.Fatalf("scaling MachineDeployment %s to %d as the autoscaler: %v", name, replicas, err)
-		}
+	scale := func(name string, replicas int) error {
+		_, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Patch(ctx, name, types.MergePatchType,
+			fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{FieldManager: "cluster-autoscaler"}, "scale")
+		return err
 	}
 	z1 := groupMDs(ctx, t, group)["z1"].Name
 	// Each scale is a change of the MachineDeployment, which node-manager
 	// looks at again.
-	scale(z1, 2)
+	if err := scale(z1, 2); err != nil {
+		t.Fatalf("scaling MachineDeployment %s to 2 as the autoscaler: %v", z1, err)
+	}
 	framework.Poll(t, "a Machine added in zone z1 by the autoscaler's scale to 2, kept", func(ctx context.Context) (bool, error) {
 		if _, err := provisionNew(ctx, seen); err != nil {
 			return false, err
 		}
 		n := 0
 		for _, m := range groupMachines(ctx, t, group) {
-			if m.Spec.FailureDomain == "z1" {
+			if m.Spec.FailureDomain == "z1" && m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
 				n++
 			}
 		}
 		return n == 2 && *ptrReplicas(groupMDs(ctx, t, group)["z1"]) == 2, nil
+	}, func() string { return describeMachines(t, group) })
+	// The group's status counts the MachineDeployments' replicas, its sizes
+	// the installation's two zones (the group names none).
+	framework.Poll(t, "status desired 3, min 2, max 6, Scaling False", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		st := ng.Status
+		sc := meta.FindStatusCondition(st.Conditions, "Scaling")
+		return ptr.Deref(st.Desired, -1) == 3 && ptr.Deref(st.Min, -1) == 2 && ptr.Deref(st.Max, -1) == 6 &&
+			st.Engine == deckhousev1.NodeGroupEngineCAPI && sc != nil && sc.Status == metav1.ConditionFalse, nil
+	}, func() string {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(context.Background(), group, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		b, _ := json.Marshal(ng.Status)
+		insts, _ := f.NM.DeckhouseV1alpha1().Instances().List(context.Background(), metav1.ListOptions{})
+		for _, i := range insts.Items {
+			_, err := f.Kube.CoreV1().Nodes().Get(context.Background(), i.Name, metav1.GetOptions{})
+			b = fmt.Appendf(b, "; Instance %s labels %v nodeRef %v deleting %v finalizers %v node: %v", i.Name, i.Labels, i.Status.NodeRef, i.DeletionTimestamp, i.Finalizers, err)
+		}
+		return string(b) + "; " + describeMachines(t, group)
 	})
-	scale(z1, 5)
-	framework.Poll(t, "a scale beyond maxPerZone brought back to 3", func(ctx context.Context) (bool, error) {
-		return *ptrReplicas(groupMDs(ctx, t, group)["z1"]) == 3, nil
-	})
+	// Beyond the sizes, the scale is refused at the API (the policy
+	// reads them from the MachineDeployment), through the scale
+	// subresource as through an edit of the MachineDeployment.
+	for _, replicas := range []int{4, 0} {
+		err := scale(z1, replicas)
+		if err == nil || !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "PerZone") {
+			t.Errorf("a scale of %s to %d, outside minPerZone 1 and maxPerZone 3: %v, want a refusal naming the group's size", z1, replicas, err)
+		}
+	}
+	_, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Patch(ctx, z1, types.MergePatchType,
+		[]byte(`{"spec":{"replicas":7}}`), metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "maxPerZone") {
+		t.Errorf("an edit of MachineDeployment %s to 7 replicas: %v, want a refusal", z1, err)
+	}
+	if got := *ptrReplicas(groupMDs(ctx, t, group)["z1"]); got != 2 {
+		t.Errorf("after the refused scales, zone z1's MachineDeployment has %d replicas, want 2", got)
+	}
 
 	// Without the group, its MachineDeployments and copies go.
 	if err := f.NM.DeckhouseV1().NodeGroups().Delete(ctx, group, metav1.DeleteOptions{}); err != nil {

@@ -46,6 +46,11 @@ func TestMain(m *testing.M) { os.Exit(f.Run(m, setUp)) }
 
 func setUp(ctx context.Context) (func(), error) {
 	var err error
+	// bashible-apiserver: the groups' bundles, which the status controller
+	// waits for before it writes the groups' status.
+	if _, err := f.Env.StartRegistered(ctx, stack.APIServerOptions{}); err != nil {
+		return nil, fmt.Errorf("start bashible-apiserver: %w", err)
+	}
 	if controller, err = f.Env.StartController(ctx, stack.ControllerOptions{ExtraArgs: []string{
 		"--cluster-api", "--cluster-api-kubeconfig=" + f.CAPI.Kubeconfig,
 		// The cloud of CloudEphemeral groups is played by CAPS's own API
@@ -58,8 +63,7 @@ func setUp(ctx context.Context) (func(), error) {
 	if dyn, err = dynamic.NewForConfig(f.CP.AdminConfig()); err != nil {
 		return nil, err
 	}
-	// The API endpoints the groups' bootstrap scripts name (no
-	// bashible-apiserver runs here, so no bundle changes with them).
+	// The API endpoints the groups' bootstrap scripts name.
 	if err := stack.PublishAPIEndpoints(ctx, f.Kube, "192.0.2.10"); err != nil {
 		return nil, err
 	}
@@ -305,7 +309,11 @@ func provision(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(hb.Stop)
-	if _, err := f.NM.DeckhouseV1alpha1().Instances().Create(ctx, framework.NewInstance(name, group), metav1.CreateOptions{}); err != nil {
+	// The Instance node-manager makes when it approves a joining node's
+	// certificate: its own, so it also deletes it once the Node is gone.
+	inst := framework.NewInstance(name, group)
+	inst.Labels[deckhousev1.ManagedByLabel] = deckhousev1.NodeManagerControllerName
+	if _, err := f.NM.DeckhouseV1alpha1().Instances().Create(ctx, inst, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating Instance %s: %v", name, err)
 	}
 	t.Cleanup(func() {

@@ -856,18 +856,20 @@ type NodeGroupStatus struct {
 	// +optional
 	UpToDate int32 `json:"upToDate,omitempty"`
 	// Desired is how many nodes the group wants: staticInstances.count for a
-	// Static or CloudStatic group that has staticInstances. Absent where
-	// node-manager cannot know it: a CloudEphemeral or CloudPermanent group
-	// (its machine controller's or installer's replicas are not visible to
-	// node-manager) and a group whose nodes are joined by hand.
+	// Static or CloudStatic group that has staticInstances; for a
+	// CloudEphemeral group whose machines node-manager orders through
+	// Cluster API, the sum of its MachineDeployments' replicas, never below
+	// min. Absent where node-manager cannot know it: another CloudEphemeral
+	// group, a CloudPermanent group (its installer's replicas are not
+	// visible to node-manager) and a group whose nodes are joined by hand.
 	// +optional
 	Desired *int32 `json:"desired,omitempty"`
 	// Min is minPerZone times the number of zones (CloudEphemeral groups
-	// that list their zones); absent otherwise.
+	// that list their zones, or whose machines node-manager orders, with
+	// the provider's zones); absent otherwise.
 	// +optional
 	Min *int32 `json:"min,omitempty"`
-	// Max is maxPerZone times the number of zones (CloudEphemeral groups
-	// that list their zones); absent otherwise.
+	// Max is maxPerZone times the number of zones, as Min; absent otherwise.
 	// +optional
 	Max *int32 `json:"max,omitempty"`
 	// Instances is how many Instances node-manager keeps for the group: one
@@ -880,7 +882,8 @@ type NodeGroupStatus struct {
 	Standby int32 `json:"standby,omitempty"`
 	// Engine is what makes the group's machines, as Deckhouse reports it:
 	// CAPI where node-manager runs Cluster API for the group (a Static or
-	// CloudStatic group with staticInstances, with --cluster-api), None
+	// CloudStatic group with staticInstances, with --cluster-api; a
+	// CloudEphemeral group, with --cloud-cluster too), None
 	// where nothing makes machines (they are joined by hand or by the
 	// installer). MCM (Deckhouse's machine-controller-manager) is never
 	// written here, only accepted.
