@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -138,8 +139,9 @@ func Replicas(ci *deckhousev1.CloudInstancesSpec, current *int32) int32 {
 }
 
 // CloudMachineDeployment is the group's MachineDeployment in zone with
-// replicas, cloning its infrastructure from template.
-func (c Cloud) CloudMachineDeployment(ng *deckhousev1.NodeGroup, zone, template, checksum, namespace string, replicas int32) *clusterv1.MachineDeployment {
+// replicas, cloning its infrastructure from template, annotated also with
+// capacity (CapacityAnnotations).
+func (c Cloud) CloudMachineDeployment(ng *deckhousev1.NodeGroup, zone, template, checksum, namespace string, replicas int32, capacity map[string]string) *clusterv1.MachineDeployment {
 	ci := ng.Spec.CloudInstances
 	secret := deckhousev1.BootstrapDataSecretPrefix + ng.Name
 	surge := intstr.FromInt32(derefOr(ci.MaxSurgePerZone, 1))
@@ -147,15 +149,17 @@ func (c Cloud) CloudMachineDeployment(ng *deckhousev1.NodeGroup, zone, template,
 	drain := derefOr(ng.Spec.NodeDrainTimeoutSecond, 600)
 	gv, _ := schema.ParseGroupVersion(c.TemplateAPIVersion) // checked by Options.Validate
 	name := c.MachineDeploymentName(ng.Name, zone)
+	annotations := maps.Clone(capacity)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[deckhousev1.CloudZoneAnnotation] = zone
+	annotations[deckhousev1.InstanceClassChecksumAnnotation] = checksum
+	annotations[clusterv1.AutoscalerMinSizeAnnotation] = strconv.Itoa(int(ci.MinPerZone))
+	annotations[clusterv1.AutoscalerMaxSizeAnnotation] = strconv.Itoa(int(max(ci.MaxPerZone, ci.MinPerZone)))
 	return &clusterv1.MachineDeployment{
-		TypeMeta: metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: groupLabels(ng.Name),
-			Annotations: map[string]string{
-				deckhousev1.CloudZoneAnnotation:             zone,
-				deckhousev1.InstanceClassChecksumAnnotation: checksum,
-				clusterv1.AutoscalerMinSizeAnnotation:       strconv.Itoa(int(ci.MinPerZone)),
-				clusterv1.AutoscalerMaxSizeAnnotation:       strconv.Itoa(int(max(ci.MaxPerZone, ci.MinPerZone))),
-			}},
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: groupLabels(ng.Name), Annotations: annotations},
 		Spec: clusterv1.MachineDeploymentSpec{
 			ClusterName: c.Cluster,
 			Replicas:    &replicas,
@@ -183,6 +187,7 @@ func (c Cloud) CloudMachineDeployment(ng *deckhousev1.NodeGroup, zone, template,
 func CloudMachineDeploymentCurrent(have, want *clusterv1.MachineDeployment) bool {
 	hs, ws := have.Spec, want.Spec
 	return MachineDeploymentCurrent(have, want) && containsLabels(have.Annotations, want.Annotations) &&
+		capacityCurrent(have.Annotations, want.Annotations) &&
 		hs.Template.Spec.FailureDomain == ws.Template.Spec.FailureDomain &&
 		apiequality.Semantic.DeepEqual(hs.Template.Spec.Deletion.NodeDrainTimeoutSeconds, ws.Template.Spec.Deletion.NodeDrainTimeoutSeconds) &&
 		hs.Rollout.Strategy.Type == ws.Rollout.Strategy.Type &&

@@ -2,6 +2,8 @@ package clusterapi
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/manager"
@@ -125,7 +128,7 @@ func TestReplicasStayWithinTheSizes(t *testing.T) {
 
 func TestCloudMachineDeployment(t *testing.T) {
 	ng := cloudGroup("g", 1, 3, "z1")
-	md := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 2)
+	md := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 2, nil)
 	s := md.Spec
 	if md.Name != testCloud.MachineDeploymentName("g", "z1") || s.ClusterName != "cloud" || *s.Replicas != 2 ||
 		md.Annotations[clusterv1.AutoscalerMinSizeAnnotation] != "1" || md.Annotations[clusterv1.AutoscalerMaxSizeAnnotation] != "3" ||
@@ -144,7 +147,7 @@ func TestCloudMachineDeployment(t *testing.T) {
 	}
 	ng.Spec.CloudInstances.MaxSurgePerZone, ng.Spec.CloudInstances.MaxUnavailablePerZone = new(int32(2)), new(int32(1))
 	ng.Spec.NodeDrainTimeoutSecond = new(int32(30))
-	tuned := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 2)
+	tuned := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 2, nil)
 	if ru := tuned.Spec.Rollout.Strategy.RollingUpdate; *ru.MaxSurge != intstr.FromInt32(2) || *ru.MaxUnavailable != intstr.FromInt32(1) ||
 		*tuned.Spec.Template.Spec.Deletion.NodeDrainTimeoutSeconds != 30 {
 		t.Errorf("the group's surge, unavailability and drain timeout: %+v, %v", ru, *tuned.Spec.Template.Spec.Deletion.NodeDrainTimeoutSeconds)
@@ -160,11 +163,78 @@ func TestCloudMachineDeployment(t *testing.T) {
 			m.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = new(intstr.FromInt32(3))
 		},
 		"the failure domain": func(m *clusterv1.MachineDeployment) { m.Spec.Template.Spec.FailureDomain = "z9" },
+		"a capacity annotation": func(m *clusterv1.MachineDeployment) {
+			m.Annotations[deckhousev1.AutoscalerCapacityPrefix+"cpu"] = "4"
+		},
 	} {
-		want := testCloud.CloudMachineDeployment(cloudGroup("g", 1, 3, "z1"), "z1", "g-tpl", "sum", ns, 2)
+		want := testCloud.CloudMachineDeployment(cloudGroup("g", 1, 3, "z1"), "z1", "g-tpl", "sum", ns, 2, nil)
 		change(want)
 		if CloudMachineDeploymentCurrent(md, want) {
 			t.Errorf("a change of %s is not seen", what)
+		}
+	}
+}
+
+// TestCapacityAnnotationsTellTheAutoscalerWhatANodeWillBe: the labels
+// and taints of the group's node template with those node-manager adds,
+// in the autoscaler's formats; maxPods when the group sets it; the class's
+// own capacity annotations but its labels and taints; and a capacity
+// annotation the group no longer has makes the MachineDeployment stale.
+func TestCapacityAnnotationsTellTheAutoscalerWhatANodeWillBe(t *testing.T) {
+	ng := cloudGroup("g", 0, 3)
+	ng.Spec.NodeTemplate = &deckhousev1.NodeTemplate{Labels: map[string]string{"tier": "web"},
+		Taints: []deckhousev1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}, {Key: "spot", Effect: "NoExecute"}}}
+	ng.Spec.Kubelet = &deckhousev1.KubeletSpec{MaxPods: new(int32(64))}
+	cl := class(map[string]any{})
+	cl.SetAnnotations(map[string]string{deckhousev1.AutoscalerCapacityPrefix + "cpu": "4", deckhousev1.AutoscalerCapacityPrefix + "memory": "8Gi",
+		deckhousev1.AutoscalerCapacityPrefix + "labels": "from=class", "unrelated": "x"})
+	got := CapacityAnnotations(ng, cl)
+	want := map[string]string{
+		deckhousev1.AutoscalerCapacityPrefix + "cpu":     "4",
+		deckhousev1.AutoscalerCapacityPrefix + "memory":  "8Gi",
+		deckhousev1.AutoscalerCapacityPrefix + "labels":  deckhousev1.NodeRoleLabelPrefix + "g=," + deckhousev1.NodeGroupLabel + "=g," + deckhousev1.NodeTypeLabel + "=CloudEphemeral,tier=web",
+		deckhousev1.AutoscalerCapacityPrefix + "taints":  "dedicated=web:NoSchedule,spot:NoExecute",
+		deckhousev1.AutoscalerCapacityPrefix + "maxPods": "64",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("capacity annotations:\n got %v\nwant %v", got, want)
+	}
+	md := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 1, got)
+	ng.Spec.NodeTemplate.Taints = nil
+	fewer := testCloud.CloudMachineDeployment(ng, "z1", "g-tpl", "sum", ns, 1, CapacityAnnotations(ng, cl))
+	if CloudMachineDeploymentCurrent(md, fewer) {
+		t.Error("a MachineDeployment with the taints the group dropped is taken for current")
+	}
+}
+
+// TestPrioritiesListEveryGroupForTheExpander: the expander's configuration
+// lists each group's MachineDeployments under its priority (0 when unset),
+// highest first, as expressions matching the autoscaler's names of them
+// and nothing else.
+func TestPrioritiesListEveryGroupForTheExpander(t *testing.T) {
+	a, b, c := cloudGroup("a.b", 0, 1), cloudGroup("b", 0, 1), cloudGroup("c", 0, 1)
+	a.Spec.CloudInstances.Priority, c.Spec.CloudInstances.Priority = new(int32(10)), new(int32(-1))
+	got := Priorities(ns, []*deckhousev1.NodeGroup{c, b, a})
+	want := "10:\n  - '^MachineDeployment/d8-cloud-instance-manager/a\\.b-[0-9a-f]{8}$'\n" +
+		"0:\n  - '^MachineDeployment/d8-cloud-instance-manager/b-[0-9a-f]{8}$'\n" +
+		"-1:\n  - '^MachineDeployment/d8-cloud-instance-manager/c-[0-9a-f]{8}$'\n"
+	if got != want {
+		t.Fatalf("priorities:\n%s\nwant\n%s", got, want)
+	}
+	var parsed map[int][]string
+	if err := yaml.Unmarshal([]byte(got), &parsed); err != nil || len(parsed) != 3 {
+		t.Fatalf("the configuration is not the expander's YAML map of int to expressions: %v %v", parsed, err)
+	}
+	re := regexp.MustCompile(parsed[10][0])
+	for name, match := range map[string]bool{
+		"MachineDeployment/" + ns + "/" + testCloud.MachineDeploymentName("a.b", "z1"): true,
+		"MachineDeployment/" + ns + "/a.b":                                             false,
+		"MachineDeployment/" + ns + "/axb-01234567":                                    false,
+		"MachineDeployment/other/" + testCloud.MachineDeploymentName("a.b", "z1"):      false,
+		"MachineSet/" + ns + "/" + testCloud.MachineDeploymentName("a.b", "z1"):        false,
+	} {
+		if re.MatchString(name) != match {
+			t.Errorf("%s matches %s: %v, want %v", parsed[10][0], name, !match, match)
 		}
 	}
 }

@@ -71,6 +71,7 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 	if err := c.checkNames(ng.Name, cloud, zones); err != nil {
 		return err
 	}
+	capacity := CapacityAnnotations(ng, class)
 	keep := map[string]bool{}
 	for _, zone := range zones {
 		tpl := cloud.ClassTemplate(ng, class, zone, checksum, ns)
@@ -104,7 +105,7 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 			}
 			current = have.Spec.Replicas
 		}
-		want := cloud.CloudMachineDeployment(ng, zone, tpl.GetName(), checksum, ns, Replicas(ng.Spec.CloudInstances, current))
+		want := cloud.CloudMachineDeployment(ng, zone, tpl.GetName(), checksum, ns, Replicas(ng.Spec.CloudInstances, current), capacity)
 		if err == nil && CloudMachineDeploymentCurrent(have, want) {
 			continue
 		}

@@ -70,11 +70,12 @@ var (
 	machinesResource           = clusterv1.GroupVersion.WithResource("machines")
 )
 
-// Keys of the queue: the Cluster object set, CAPS's bootstrap-data Role, a
-// group, or an Instance.
+// Keys of the queue: the Cluster object set, CAPS's bootstrap-data Role, the
+// autoscaler's priority expander ConfigMap, a group, or an Instance.
 const (
 	clusterKey     = "cluster"
 	roleKey        = "bootstrap-data-role"
+	prioritiesKey  = "priority-expander"
 	groupPrefix    = "group/"
 	instancePrefix = "instance/"
 )
@@ -125,6 +126,7 @@ func New(d *manager.Deps, opts Options) *Controller {
 
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(func(any) string { return roleKey }))
+	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(func(any) string { return prioritiesKey }))
 	_, _ = mds.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, groupOf)))
 	_, _ = templates.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, groupOf)))
 	_, _ = instances.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, loop.ByName)))
@@ -248,6 +250,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	c.queue.Add(clusterKey)
 	c.queue.Add(roleKey)
+	c.queue.Add(prioritiesKey)
 	c.queue.Run(ctx, workers)
 }
 
@@ -258,6 +261,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return c.syncCluster(ctx)
 	case key == roleKey:
 		return c.syncBootstrapDataRole(ctx)
+	case key == prioritiesKey:
+		return c.syncPriorityExpander(ctx)
 	case strings.HasPrefix(key, groupPrefix):
 		return c.syncGroup(ctx, strings.TrimPrefix(key, groupPrefix))
 	case strings.HasPrefix(key, instancePrefix):

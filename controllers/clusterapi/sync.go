@@ -26,6 +26,7 @@ var (
 	staticMachineTemplatesResource = infrav1alpha1.SchemeGroupVersion.WithResource("staticmachinetemplates")
 	secretsResource                = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	rolesResource                  = rbacv1.SchemeGroupVersion.WithResource("roles")
+	configMapsResource             = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 )
 
 // syncCluster keeps the Cluster, its StaticCluster, StaticControlPlane and

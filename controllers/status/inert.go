@@ -64,7 +64,8 @@ type Components struct {
 // maxPerZone and zones) or, with c.ClusterAPI, Cluster API and its static
 // provider (staticInstances), and with c.CloudMachines Cluster API and the
 // cloud's provider (cloudInstances.classReference, maxSurgePerZone and
-// maxUnavailablePerZone). A field left at the value the API defaults
+// maxUnavailablePerZone) and the autoscaler's priority expander
+// (cloudInstances.priority). A field left at the value the API defaults
 // it to is not listed: the user did not ask for it.
 func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 	var out []InertField
@@ -108,7 +109,7 @@ func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 		if ci.StandbyHolder != nil && ci.StandbyHolder.NotHeldResources != nil {
 			add("cloudInstances.standbyHolder.notHeldResources", noNotHeldResources)
 		}
-		if ci.Priority != nil {
+		if ci.Priority != nil && !c.CloudMachines {
 			add("cloudInstances.priority", noAutoscaler)
 		}
 		if ci.QuickShutdown != nil {

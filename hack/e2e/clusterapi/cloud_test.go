@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/yaml"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
@@ -67,7 +69,10 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 	const group, className = "capi-cloud", "capi-cloud-small"
 	ctx := framework.Context(t)
 	templates := f.NM.InfrastructureV1alpha1().StaticMachineTemplates(ns)
-	class := &infrav1alpha1.StaticMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: className},
+	// The class says what its machines have, for the autoscaler to scale a
+	// zone from zero.
+	class := &infrav1alpha1.StaticMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: className, Annotations: map[string]string{
+		deckhousev1.AutoscalerCapacityPrefix + "cpu": "2", deckhousev1.AutoscalerCapacityPrefix + "memory": "4Gi"}},
 		Spec: infrav1alpha1.StaticMachineTemplateSpec{Template: infrav1alpha1.StaticMachineTemplateResource{
 			Spec: infrav1alpha1.StaticMachineTemplateResourceSpec{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"size": "small"}}}}}}
 	if _, err := templates.Create(ctx, class, metav1.CreateOptions{}); err != nil {
@@ -77,7 +82,10 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 	f.TestGroup(t, framework.NewGroup(group, func(ng *deckhousev1.NodeGroup) {
 		ng.Spec.NodeType = deckhousev1.NodeTypeCloudEphemeral
 		ng.Spec.CloudInstances = &deckhousev1.CloudInstancesSpec{
-			ClassReference: deckhousev1.ClassReference{Kind: "StaticMachineTemplate", Name: className}, MinPerZone: 1, MaxPerZone: 1}
+			ClassReference: deckhousev1.ClassReference{Kind: "StaticMachineTemplate", Name: className}, MinPerZone: 1, MaxPerZone: 1,
+			Priority: new(int32(5))}
+		ng.Spec.NodeTemplate = &deckhousev1.NodeTemplate{Labels: map[string]string{"tier": "web"},
+			Taints: []deckhousev1.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}}}
 	}))
 	playProviderCluster(t)
 
@@ -99,6 +107,14 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 				s.FailureDomain != zone || *s.Bootstrap.DataSecretName != bootstraptokens.BootstrapDataSecretName(group) || s.InfrastructureRef.Kind != "StaticMachineTemplate" {
 				return false, fmt.Errorf("MachineDeployment %s of zone %s: replicas %d, annotations %v, machine spec %+v", md.Name, zone, *md.Spec.Replicas, md.Annotations, s)
 			}
+			// What a node of the zone will be, in the autoscaler's formats.
+			capacity := map[string]string{"cpu": "2", "memory": "4Gi", "taints": "dedicated=web:NoSchedule",
+				"labels": deckhousev1.NodeRoleLabelPrefix + group + "=," + deckhousev1.NodeGroupLabel + "=" + group + "," + deckhousev1.NodeTypeLabel + "=CloudEphemeral,tier=web"}
+			for k, v := range capacity {
+				if got := md.Annotations[deckhousev1.AutoscalerCapacityPrefix+k]; got != v {
+					return false, fmt.Errorf("MachineDeployment %s: annotation %s%s is %q, want %q", md.Name, deckhousev1.AutoscalerCapacityPrefix, k, got, v)
+				}
+			}
 			tpl, err := templates.Get(ctx, s.InfrastructureRef.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
@@ -107,6 +123,32 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 				return false, fmt.Errorf("the copy %s of the class: %+v", tpl.Name, tpl)
 			}
 			copies = append(copies, tpl.Name)
+		}
+		return true, nil
+	})
+
+	// The priority expander's configuration lists the group's
+	// MachineDeployments, as the autoscaler names them, at its priority.
+	framework.Poll(t, "the priority expander's ConfigMap with the group at priority 5", func(ctx context.Context) (bool, error) {
+		cm, err := f.Kube.CoreV1().ConfigMaps(ns).Get(ctx, deckhousev1.AutoscalerPriorityExpanderConfigMap, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		var priorities map[int][]string
+		if err := yaml.Unmarshal([]byte(cm.Data[deckhousev1.AutoscalerPrioritiesKey]), &priorities); err != nil || len(priorities[5]) != 1 {
+			return false, fmt.Errorf("priorities %q: %v", cm.Data[deckhousev1.AutoscalerPrioritiesKey], err)
+		}
+		re, err := regexp.Compile(priorities[5][0])
+		if err != nil {
+			return false, err
+		}
+		for _, md := range groupMDs(ctx, t, group) {
+			if !re.MatchString("MachineDeployment/" + ns + "/" + md.Name) {
+				return false, fmt.Errorf("priority 5's %s does not match MachineDeployment %s", priorities[5][0], md.Name)
+			}
 		}
 		return true, nil
 	})
@@ -276,7 +318,8 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		t.Errorf("after the refused scales, zone z1's MachineDeployment has %d replicas, want 2", got)
 	}
 
-	// Without the group, its MachineDeployments and copies go.
+	// Without the group, its MachineDeployments and copies go, and with the
+	// last cloud group the priority expander's ConfigMap.
 	if err := f.NM.DeckhouseV1().NodeGroups().Delete(ctx, group, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +341,10 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 			return false, fmt.Errorf("the class %s itself was deleted", className)
 		}
 		_, err = f.Kube.CoreV1().Secrets(ns).Get(ctx, bootstraptokens.BootstrapDataSecretName(group), metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		_, err = f.Kube.CoreV1().ConfigMaps(ns).Get(ctx, deckhousev1.AutoscalerPriorityExpanderConfigMap, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 }

@@ -265,6 +265,23 @@ const (
 	// CloudEphemeral groups, and update approval leaves their replacement
 	// (RollingUpdateAnnotation) to that controller.
 	MachineAnnotation = "cluster.x-k8s.io/machine"
+	// AutoscalerCapacityPrefix starts the cluster-autoscaler's Cluster API
+	// provider's annotations of what a node of a MachineDeployment will
+	// have, read to scale it from zero (kubernetes/autoscaler,
+	// cluster-autoscaler/cloudprovider/clusterapi/clusterapi_utils.go):
+	// <prefix>cpu, memory, ephemeral-disk, gpu-type, gpu-count, maxPods,
+	// labels ("k1=v1,k2=v2") and taints ("k1=v1:NoSchedule,k2:NoExecute").
+	// A class's own annotations under it are copied to the group's
+	// MachineDeployments; labels, taints and maxPods are the group's.
+	AutoscalerCapacityPrefix = "capacity.cluster-autoscaler.kubernetes.io/"
+	// AutoscalerPriorityExpanderConfigMap is the ConfigMap the autoscaler's
+	// priority expander reads (--expander=priority), in its own namespace;
+	// node-manager writes it from the CloudEphemeral groups' priority
+	// into the namespace of its MachineDeployments, where the release runs
+	// the autoscaler. Its key AutoscalerPrioritiesKey holds a YAML map of
+	// priority to the regular expressions of node group names.
+	AutoscalerPriorityExpanderConfigMap = "cluster-autoscaler-priority-expander"
+	AutoscalerPrioritiesKey             = "priorities"
 )
 
 // Taints.
