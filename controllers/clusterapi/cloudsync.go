@@ -146,9 +146,9 @@ func (c *Controller) checkNames(group string, cloud Cloud, zones []string) error
 
 // removeCloud deletes the group's MachineDeployments and class copies this
 // controller made for a cloud group, but those in keep (a static group's
-// MachineDeployment, named after the group, is not one of them). Cluster
-// API then drains and deletes their Machines, and the provider the
-// machines.
+// MachineDeployment, named after the group, is not one of them) and the
+// copies a MachineSet still clones from. Cluster API then drains and
+// deletes their Machines, and the provider the machines.
 func (c *Controller) removeCloud(ctx context.Context, group string, keep map[string]bool) error {
 	ns := c.d.Namespace
 	selector := labels.SelectorFromSet(groupLabels(group))
@@ -169,12 +169,14 @@ func (c *Controller) removeCloud(ctx context.Context, group string, keep map[str
 		klog.FromContext(ctx).Info("Deleted a MachineDeployment of a zone the group no longer has", "group", group,
 			"machineDeployment", klog.KRef(ns, u.GetName()), "zone", u.GetAnnotations()[deckhousev1.CloudZoneAnnotation])
 	}
-	if c.classes == nil || keep != nil {
-		// A zone's superseded copies stay while the group has machines
-		// through Cluster API: an old MachineSet may still refer to one.
+	if c.classes == nil {
 		return nil
 	}
 	copies, err := c.classes.ByNamespace(ns).List(selector)
+	if err != nil {
+		return err
+	}
+	inUse, err := c.clonedTemplates()
 	if err != nil {
 		return err
 	}
@@ -183,6 +185,11 @@ func (c *Controller) removeCloud(ctx context.Context, group string, keep map[str
 		if !ok || u.GetDeletionTimestamp() != nil || u.GetAnnotations()[deckhousev1.CloudZoneAnnotation] == "" {
 			continue // a static group's StaticMachineTemplate, when the provider is CAPS itself
 		}
+		if keep[u.GetName()] || inUse[u.GetName()] {
+			// Still wanted, or a MachineSet still clones machines from it
+			// (the old one of a roll, until Cluster API removes it).
+			continue
+		}
 		err := c.d.Dynamic.Resource(c.classGVR).Namespace(ns).Delete(ctx, u.GetName(), metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: ptrUID(u.GetUID())}})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -190,4 +197,24 @@ func (c *Controller) removeCloud(ctx context.Context, group string, keep map[str
 		}
 	}
 	return nil
+}
+
+// clonedTemplates are the names of the provider templates some MachineSet
+// of the namespace clones its machines from.
+func (c *Controller) clonedTemplates() (map[string]bool, error) {
+	sets, err := c.machineSets.ByNamespace(c.d.Namespace).List(everything)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, obj := range sets {
+		ms := &clusterv1.MachineSet{}
+		if err := fromUnstructured(obj, ms); err != nil {
+			return nil, err
+		}
+		if name := ms.Spec.Template.Spec.InfrastructureRef.Name; name != "" {
+			out[name] = true
+		}
+	}
+	return out, nil
 }

@@ -68,6 +68,7 @@ var (
 	clustersResource           = clusterv1.GroupVersion.WithResource("clusters")
 	machineDeploymentsResource = clusterv1.GroupVersion.WithResource("machinedeployments")
 	machinesResource           = clusterv1.GroupVersion.WithResource("machines")
+	machineSetsResource        = clusterv1.GroupVersion.WithResource("machinesets")
 )
 
 // Keys of the queue: the Cluster object set, CAPS's bootstrap-data Role, the
@@ -97,6 +98,9 @@ type Controller struct {
 	// --cloud-cluster): the instance classes and node-manager's copies.
 	classes  cache.GenericLister
 	classGVR schema.GroupVersionResource
+	// machineSets say which copies of a class are still cloned from (nil
+	// without --cloud-cluster).
+	machineSets cache.GenericLister
 	synced   []cache.InformerSynced
 	queue    *loop.Loop
 	// roleMu serializes the writes of the bootstrap-data Role.
@@ -137,7 +141,18 @@ func New(d *manager.Deps, opts Options) *Controller {
 		c.classGVR, _ = opts.templateResource() // checked by Options.Validate
 		classes := c.capi.ForResource(c.classGVR)
 		c.classes = classes.Lister()
-		c.synced = append(c.synced, classes.Informer().HasSynced)
+		sets := c.capi.ForResource(machineSetsResource)
+		c.machineSets = sets.Lister()
+		c.synced = append(c.synced, classes.Informer().HasSynced, sets.Informer().HasSynced)
+		// A MachineSet gone may free a superseded copy of its group's class.
+		_, _ = sets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, err := meta.Accessor(obj); err == nil && o.GetLabels()[deckhousev1.NodeGroupLabel] != "" {
+				c.queue.Add(groupPrefix + o.GetLabels()[deckhousev1.NodeGroupLabel])
+			}
+		}})
 		// A class queues the groups that name it; a copy, its group.
 		_, _ = classes.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, managedGroup)))
 		_, _ = classes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

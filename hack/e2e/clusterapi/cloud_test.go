@@ -240,6 +240,15 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 			t.Errorf("zone %s's MachineDeployment still clones %s after the class changed", zone, md.Spec.Template.Spec.InfrastructureRef.Name)
 		}
 	}
+	// The superseded copies go once no MachineSet clones from them.
+	framework.Poll(t, "the superseded copies of the class deleted", func(ctx context.Context) (bool, error) {
+		for _, name := range copies {
+			if _, err := templates.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 
 	// Sizes: the autoscaler scales within [min, max] through the scale
 	// subresource; a scale beyond max is brought back to it.
