@@ -129,7 +129,7 @@ func ngFillerWith(seed int64, nilChance float64) *randfill.Filler {
 			}), func(a, b deckhousev1.Taint) bool { return a.Key == b.Key && a.Effect == b.Effect })
 		},
 		func(v *deckhousev1.ChaosSpec, c randfill.Continue) {
-			v.Mode = pick(c.Rand, "", "Disabled", "DrainAndDelete")
+			v.Mode = pick(c.Rand, "", "Disabled", deckhousev1.ChaosModeDrainAndDelete)
 			v.Period = pick(c.Rand, "", "6h", "30m", "2h30m")
 		},
 		func(v *deckhousev1.DisruptionWindow, c randfill.Continue) {

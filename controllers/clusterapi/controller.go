@@ -39,6 +39,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -72,12 +73,14 @@ var (
 )
 
 // Keys of the queue: the Cluster object set, CAPS's bootstrap-data Role, the
-// autoscaler's priority expander ConfigMap, a group, or an Instance.
+// autoscaler's priority expander ConfigMap, a group, a group's chaos, or an
+// Instance.
 const (
 	clusterKey     = "cluster"
 	roleKey        = "bootstrap-data-role"
 	prioritiesKey  = "priority-expander"
 	groupPrefix    = "group/"
+	chaosPrefix    = "chaos/"
 	instancePrefix = "instance/"
 )
 
@@ -101,10 +104,14 @@ type Controller struct {
 	// machineSets say which copies of a class are still cloned from (nil
 	// without --cloud-cluster).
 	machineSets cache.GenericLister
-	synced   []cache.InformerSynced
-	queue    *loop.Loop
+	synced      []cache.InformerSynced
+	queue       *loop.Loop
 	// roleMu serializes the writes of the bootstrap-data Role.
 	roleMu sync.Mutex
+	// chaosVictims counts the machines chaos deleted, per group;
+	// chaosHeld is why chaos last held back, per group.
+	chaosVictims *prometheus.CounterVec
+	chaosHeld    heldReasons
 }
 
 // New wires the controller: a group, its MachineDeployment or template
@@ -129,12 +136,20 @@ func New(d *manager.Deps, opts Options) *Controller {
 		secrets.Informer().HasSynced, clusters.Informer().HasSynced, mds.Informer().HasSynced, machines.Informer().HasSynced}
 
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, loop.ByName)))
+	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(func(obj any) string {
+		if ng, ok := obj.(*deckhousev1.NodeGroup); ok && c.chaosWanted(ng) {
+			return chaosPrefix + ng.Name
+		}
+		return ""
+	}))
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(func(any) string { return roleKey }))
 	_, _ = groups.Informer().AddEventHandler(c.queue.Handler(func(any) string { return prioritiesKey }))
 	_, _ = mds.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, groupOf)))
 	_, _ = templates.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, groupOf)))
 	_, _ = instances.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, loop.ByName)))
 	_, _ = machines.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, machineNode)))
+	_, _ = machines.Informer().AddEventHandler(c.queue.Handler(c.chaosKey))
+	_, _ = d.Informers.Cluster.Core().V1().Nodes().Informer().AddEventHandler(c.queue.Handler(c.chaosKey))
 	_, _ = clusters.Informer().AddEventHandler(c.queue.Handler(clusterSet))
 	_, _ = secrets.Informer().AddEventHandler(c.queue.Handler(clusterSet))
 	if opts.CloudCluster != "" {
@@ -167,6 +182,9 @@ func New(d *manager.Deps, opts Options) *Controller {
 		})
 	}
 	d.Registry.MustRegister(newSeries(c))
+	c.chaosVictims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "node_manager_chaos_deleted_machines_total",
+		Help: "Machines chaos (spec.chaos.mode DrainAndDelete) deleted, per group, since the controller started."}, []string{"node_group"})
+	d.Registry.MustRegister(c.chaosVictims)
 	return c
 }
 
@@ -278,6 +296,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return c.syncBootstrapDataRole(ctx)
 	case key == prioritiesKey:
 		return c.syncPriorityExpander(ctx)
+	case strings.HasPrefix(key, chaosPrefix):
+		return c.syncChaos(ctx, strings.TrimPrefix(key, chaosPrefix))
 	case strings.HasPrefix(key, groupPrefix):
 		return c.syncGroup(ctx, strings.TrimPrefix(key, groupPrefix))
 	case strings.HasPrefix(key, instancePrefix):

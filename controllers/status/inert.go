@@ -71,8 +71,11 @@ func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 	var out []InertField
 	add := func(path, why string) { out = append(out, InertField{Path: "spec." + path, Why: why}) }
 
-	if c := spec.Chaos; c != nil && c.Mode == "DrainAndDelete" {
-		add("chaos.mode", "node-manager has no chaos monkey (Deckhouse's deletes machine-controller Machines, which this deployment does not run)")
+	capiMachines := spec.StaticInstances != nil && c.ClusterAPI ||
+		spec.NodeType == deckhousev1.NodeTypeCloudEphemeral && spec.CloudInstances != nil && c.CloudMachines
+	if ch := spec.Chaos; ch != nil && ch.Mode == deckhousev1.ChaosModeDrainAndDelete && !capiMachines {
+		add("chaos.mode", "chaos deletes only machines Cluster API makes for the group (staticInstances with --cluster-api, "+
+			"or a CloudEphemeral group with --cloud-cluster); this group has none")
 	}
 	if o := spec.OperatingSystem; o != nil && o.ManageKernel != nil {
 		add("operatingSystem.manageKernel", "it is deprecated and has no effect, as in Deckhouse")

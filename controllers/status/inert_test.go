@@ -42,11 +42,15 @@ var inertCases = []struct {
 	}, nil},
 	{"chaos, manageKernel and staticInstances on a Static group; fencing is acted on", deckhousev1.NodeGroupSpec{
 		NodeType:        deckhousev1.NodeTypeStatic,
-		Chaos:           &deckhousev1.ChaosSpec{Mode: "DrainAndDelete", Period: "6h"},
+		Chaos:           &deckhousev1.ChaosSpec{Mode: deckhousev1.ChaosModeDrainAndDelete, Period: "6h"},
 		OperatingSystem: &deckhousev1.OperatingSystemSpec{ManageKernel: ptr.To(false)},
 		StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 2},
 		Fencing:         &deckhousev1.FencingSpec{Mode: "Watchdog", Watchdog: &deckhousev1.WatchdogSpec{Timeout: "60s"}},
 	}, []string{"spec.chaos.mode", "spec.operatingSystem.manageKernel", "spec.staticInstances"}},
+	{"chaos on a group joined by hand", deckhousev1.NodeGroupSpec{
+		NodeType: deckhousev1.NodeTypeStatic,
+		Chaos:    &deckhousev1.ChaosSpec{Mode: deckhousev1.ChaosModeDrainAndDelete, Period: "1h"},
+	}, []string{"spec.chaos.mode"}},
 	{"Deckhouse's GPU sharing on a Static group", deckhousev1.NodeGroupSpec{
 		NodeType: deckhousev1.NodeTypeStatic,
 		GPU:      &deckhousev1.GPUSpec{Sharing: deckhousev1.GPUSharingTimeSlicing, TimeSlicing: &deckhousev1.GPUTimeSlicing{PartitionCount: ptr.To[int32](4)}},
@@ -93,7 +97,10 @@ func TestInertFieldsNameTheFieldsNothingActsOn(t *testing.T) {
 			for _, c := range []Components{{}, {ClusterAPI: true}, {ClusterAPI: true, CloudMachines: true}} {
 				want := tc.want
 				if c.ClusterAPI {
-					want = slices.DeleteFunc(slices.Clone(want), func(p string) bool { return p == "spec.staticInstances" })
+					// Cluster API makes the group's machines: chaos acts on them.
+					want = slices.DeleteFunc(slices.Clone(want), func(p string) bool {
+						return p == "spec.staticInstances" || p == "spec.chaos.mode" && tc.spec.StaticInstances != nil
+					})
 				}
 				if c.CloudMachines {
 					want = slices.DeleteFunc(slices.Clone(want), func(p string) bool { return slices.Contains(cloud, p) })
@@ -115,21 +122,29 @@ func TestInertFieldsNameTheFieldsNothingActsOn(t *testing.T) {
 
 func TestInertFieldsConditionListsEachFieldAndWhy(t *testing.T) {
 	g := &deckhousev1.NodeGroup{ObjectMeta: metav1.ObjectMeta{Name: "w", Generation: 3}, Spec: deckhousev1.NodeGroupSpec{
-		NodeType: deckhousev1.NodeTypeStatic, Chaos: &deckhousev1.ChaosSpec{Mode: "DrainAndDelete"}, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 1},
+		NodeType: deckhousev1.NodeTypeStatic, Chaos: &deckhousev1.ChaosSpec{Mode: deckhousev1.ChaosModeDrainAndDelete}, StaticInstances: &deckhousev1.StaticInstancesSpec{Count: 1},
 	}}
 	c := meta.FindStatusCondition(Compute(g, "", nil, Components{}, t0).Conditions, ConditionInertFields)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "FieldsHaveNoEffect" || c.ObservedGeneration != 3 {
 		t.Fatalf("InertFields condition = %+v, want True, FieldsHaveNoEffect, generation 3", c)
 	}
-	for _, want := range []string{"spec.chaos.mode (node-manager has no chaos monkey", "spec.staticInstances (node-manager-controller runs without --cluster-api"} {
+	for _, want := range []string{"spec.chaos.mode (chaos deletes only machines Cluster API makes", "spec.staticInstances (node-manager-controller runs without --cluster-api"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q should contain %q", c.Message, want)
 		}
 	}
-	// With Cluster API (the release) staticInstances is acted on.
+	// With Cluster API (the release) staticInstances is acted on, and chaos
+	// with it.
 	c = meta.FindStatusCondition(Compute(g, "", nil, Components{ClusterAPI: true}, t0).Conditions, ConditionInertFields)
-	if c == nil || c.Status != metav1.ConditionTrue || strings.Contains(c.Message, "staticInstances") {
-		t.Fatalf("with --cluster-api the InertFields condition = %+v, want True for chaos.mode only", c)
+	if c == nil || c.Status != metav1.ConditionFalse {
+		t.Fatalf("with --cluster-api the InertFields condition = %+v, want False", c)
+	}
+	// Without staticInstances, chaos has no machine to delete.
+	byHand := g.DeepCopy()
+	byHand.Spec.StaticInstances = nil
+	c = meta.FindStatusCondition(Compute(byHand, "", nil, Components{ClusterAPI: true}, t0).Conditions, ConditionInertFields)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "spec.chaos.mode") {
+		t.Fatalf("a group joined by hand with chaos: the InertFields condition = %+v, want True for chaos.mode", c)
 	}
 
 	g.Spec.Chaos, g.Spec.StaticInstances = nil, nil

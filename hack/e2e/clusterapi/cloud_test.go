@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -325,6 +326,61 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 	}
 	if got := *ptrReplicas(groupMDs(ctx, t, group)["z1"]); got != 2 {
 		t.Errorf("after the refused scales, zone z1's MachineDeployment has %d replicas, want 2", got)
+	}
+
+	// Chaos: due (the last victim recorded two periods ago) while a node is
+	// not Ready, it holds back and says why; once the node is Ready again,
+	// one machine goes, and no second one within the period although the
+	// group is whole again with its replacement.
+	ms := groupMachines(ctx, t, group)
+	if len(ms) != 3 {
+		t.Fatalf("before chaos: %d Machines of the group, want 3; %s", len(ms), describeMachines(t, group))
+	}
+	sick := ms[0].Status.NodeRef.Name
+	setNodeReady(t, sick, false)
+	before := map[string]bool{}
+	for _, m := range ms {
+		before[m.Name] = true
+	}
+	patchGroup(t, group, fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"chaos":{"mode":"DrainAndDelete","period":"1m"}}}`,
+		deckhousev1.ChaosLastVictimAnnotation, time.Now().Add(-2*time.Minute).UTC().Format(time.RFC3339)))
+	f.WaitEventNote(t, group, "ChaosMonkeyHeld", "the node of machine "+ms[0].Name+" is not Ready")
+	if n := len(groupMachines(ctx, t, group)); n != 3 || slices.ContainsFunc(groupMachines(ctx, t, group), func(m clusterv1.Machine) bool { return m.DeletionTimestamp != nil }) {
+		t.Fatalf("chaos deleted a machine of a group with a node not Ready: %s", describeMachines(t, group))
+	}
+	setNodeReady(t, sick, true)
+	note := f.WaitEventNote(t, group, "ChaosMonkeyVictim", "")
+	chaosCount := func(ctx context.Context) string {
+		_, body, err := controller.Get(ctx, "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, `node_manager_chaos_deleted_machines_total{node_group="`+group+`"}`) {
+				return strings.Fields(line)[1]
+			}
+		}
+		return "none"
+	}
+	framework.Poll(t, "a replacement for chaos's victim ("+note+"), Running", func(ctx context.Context) (bool, error) {
+		if _, err := provisionNew(ctx, seen); err != nil {
+			return false, err
+		}
+		ms := groupMachines(ctx, t, group)
+		fresh := 0
+		for _, m := range ms {
+			if !before[m.Name] && m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
+				fresh++
+			}
+		}
+		return len(ms) == 3 && fresh == 1, nil
+	}, func() string { return describeMachines(t, group) })
+	waitRunning(t, group, 3)
+	if got := chaosCount(ctx); got != "1" {
+		t.Errorf("node_manager_chaos_deleted_machines_total of %s: %s right after the replacement, want 1 (one victim per 1m period)", group, got)
+	}
+	if n := len(f.EventNotes(t, group, "ChaosMonkeyVictim")); n != 1 {
+		t.Errorf("%d ChaosMonkeyVictim Events within the period, want 1", n)
 	}
 
 	// Without the group, its MachineDeployments and copies go, and with the

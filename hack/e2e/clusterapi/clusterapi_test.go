@@ -321,6 +321,24 @@ func provision(t *testing.T, name string) {
 	})
 }
 
+// setNodeReady reports the Node Ready or not, as its kubelet would.
+func setNodeReady(t *testing.T, name string, ready bool) {
+	t.Helper()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: status, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Kube.CoreV1().Nodes().Patch(framework.Context(t), name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("reporting Node %s Ready=%s: %v", name, status, err)
+	}
+}
+
 func patchGroup(t *testing.T, group, patch string) {
 	t.Helper()
 	if _, err := f.NM.DeckhouseV1().NodeGroups().Patch(framework.Context(t), group, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {

@@ -405,6 +405,14 @@ const (
 	// the keys of the infrastructure API's ClusterSecretValueKey and
 	// BootstrapDataFormatKey. Rewritten with each new token.
 	BootstrapDataSecretPrefix = "bootstrap-data-for-"
+	// ChaosLastVictimAnnotation is on a NodeGroup with chaos.mode
+	// DrainAndDelete: when (RFC 3339) node-manager last deleted one of its
+	// machines, or started counting the period; the next victim is due a
+	// period later. Written by node-manager-controller; deleting it starts
+	// the period again.
+	ChaosLastVictimAnnotation = "node-manager.deckhouse.io/chaos-last-victim"
+	// ChaosModeDrainAndDelete is chaos.mode's value that turns chaos on.
+	ChaosModeDrainAndDelete = "DrainAndDelete"
 	// CloudZoneAnnotation and InstanceClassChecksumAnnotation are on a
 	// CloudEphemeral group's MachineDeployments and copies of its class,
 	// as Deckhouse writes them: the zone, and the checksum of the class's
