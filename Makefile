@@ -199,7 +199,8 @@ endif
 .PHONY: release
 release: images $(BIN)/kubectl ## the release .local/release/node-manager.yaml (REGISTRY=<registry>/<path>), applied with kubectl apply --server-side -f
 	go run ./hack/cmd/release -registry "$(REGISTRY)" -digests "$(IMAGES_DIGESTS)" -kubectl $(BIN)/kubectl \
-		-out $(RELEASE_DIR)/node-manager.yaml -monitoring-out $(RELEASE_DIR)/node-manager-monitoring.yaml
+		-out $(RELEASE_DIR)/node-manager.yaml -monitoring-out $(RELEASE_DIR)/node-manager-monitoring.yaml \
+		-cluster-autoscaler-out $(RELEASE_DIR)/node-manager-cluster-autoscaler.yaml
 
 .PHONY: run
 run: $(CONTROL_PLANE) $(BIN)/capi-controller-manager build ## start the local control plane and the stack; Ctrl-C stops it

@@ -22,7 +22,8 @@
 // the release.
 //
 // Monitoring (manifests/monitoring) needs the Prometheus operator's CRDs and
-// is a second, optional artefact (BuildMonitoring).
+// is a second, optional artefact (BuildMonitoring); the cluster-autoscaler
+// (manifests/cluster-autoscaler) a third (BuildClusterAutoscaler).
 package release
 
 import (
@@ -189,7 +190,19 @@ func Build(ctx context.Context, o Options) ([]*unstructured.Unstructured, error)
 // manifests/monitoring (PrometheusRules, ServiceMonitors, PodMonitors, the
 // dashboard), which needs the Prometheus operator's CRDs.
 func BuildMonitoring(ctx context.Context, o Options) ([]*unstructured.Unstructured, error) {
-	objs, err := kustomize(ctx, o.Kubectl, filepath.Join(o.Root, "manifests", "monitoring"))
+	return buildOptional(ctx, o, "monitoring")
+}
+
+// BuildClusterAutoscaler generates the optional cluster-autoscaler artefact
+// from manifests/cluster-autoscaler: upstream's autoscaler, pinned by
+// digest in the manifest, scaling CloudEphemeral groups.
+func BuildClusterAutoscaler(ctx context.Context, o Options) ([]*unstructured.Unstructured, error) {
+	return buildOptional(ctx, o, "cluster-autoscaler")
+}
+
+// buildOptional builds the optional component below manifests/dir.
+func buildOptional(ctx context.Context, o Options, dir string) ([]*unstructured.Unstructured, error) {
+	objs, err := kustomize(ctx, o.Kubectl, filepath.Join(o.Root, "manifests", dir))
 	if err != nil {
 		return nil, err
 	}

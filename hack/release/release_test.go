@@ -369,6 +369,73 @@ func TestReleaseRunsClusterAPI(t *testing.T) {
 	if !slices.ContainsFunc(mon, func(o *unstructured.Unstructured) bool { return o.GetKind() == "PrometheusRule" }) {
 		t.Error("the monitoring artefact has no PrometheusRule")
 	}
+
+}
+
+// TestClusterAutoscalerIsAnOptionalArtefact: the cluster-autoscaler is
+// not in the release but a third artefact: upstream's image pinned by
+// digest, finding node-manager's MachineDeployments and the priority
+// expander's ConfigMap where node-manager-controller writes them, allowed
+// to scale them there only and to touch no Cluster API object elsewhere.
+func TestClusterAutoscalerIsAnOptionalArtefact(t *testing.T) {
+	o := testOptions(t)
+	if r := buildRelease(t, o); r.find("Deployment", deckhousev1.Namespace, "cluster-autoscaler") != nil {
+		t.Error("the release holds the cluster-autoscaler; it is the optional artefact")
+	}
+	ca, err := BuildClusterAutoscaler(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	var scales bool
+	for _, obj := range ca {
+		switch obj.GetKind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			if !pinnedRE.MatchString(c.Image) || !strings.HasPrefix(c.Image, "registry.k8s.io/autoscaling/cluster-autoscaler:") {
+				t.Errorf("the cluster-autoscaler's image %s is not upstream's pinned by digest", c.Image)
+			}
+			args = append(c.Command, c.Args...)
+		case "Role":
+			var r rbacv1.Role
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &r); err != nil {
+				t.Fatal(err)
+			}
+			for _, rule := range r.Rules {
+				if r.Namespace == deckhousev1.Namespace && slices.Contains(rule.Resources, "machinedeployments/scale") && slices.Contains(rule.Verbs, "patch") {
+					scales = true
+				}
+			}
+		case "ClusterRole":
+			for _, rule := range mustRules(t, obj) {
+				if slices.ContainsFunc(rule.APIGroups, func(g string) bool { return strings.HasSuffix(g, "cluster.x-k8s.io") }) {
+					t.Errorf("ClusterRole %s grants Cluster API rights cluster-wide: %+v", obj.GetName(), rule)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"--cloud-provider=clusterapi", "--node-group-auto-discovery=clusterapi:namespace=" + deckhousev1.Namespace,
+		"--namespace=" + deckhousev1.Namespace, "--expander=priority,least-waste"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the cluster-autoscaler's arguments %v lack %s", args, want)
+		}
+	}
+	if !scales {
+		t.Errorf("the cluster-autoscaler may not patch machinedeployments/scale in %s", deckhousev1.Namespace)
+	}
+}
+
+func mustRules(t *testing.T, obj *unstructured.Unstructured) []rbacv1.PolicyRule {
+	t.Helper()
+	var r rbacv1.ClusterRole
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Rules
 }
 
 // servicePort is a webhook's Service port, 443 when unset (the API's default).
