@@ -115,7 +115,10 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 		klog.FromContext(ctx).Info("Applied the group's MachineDeployment for a zone", "group", ng.Name, "zone", zone,
 			"machineDeployment", klog.KRef(ns, name), "replicas", *want.Spec.Replicas, "template", tpl.GetName())
 	}
-	return c.removeCloud(ctx, ng.Name, keep)
+	if err := c.removeCloud(ctx, ng.Name, keep); err != nil {
+		return err
+	}
+	return c.syncStandby(ctx, ng, class, len(zones))
 }
 
 // checkNames refuses to go on when a wanted zone of the group already has
@@ -171,6 +174,11 @@ func (c *Controller) removeCloud(ctx context.Context, group string, keep map[str
 	}
 	if c.classes == nil {
 		return nil
+	}
+	if keep == nil {
+		if err := c.removeStandby(ctx, group); err != nil {
+			return err
+		}
 	}
 	copies, err := c.classes.ByNamespace(ns).List(selector)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +29,7 @@ var (
 	secretsResource                = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	rolesResource                  = rbacv1.SchemeGroupVersion.WithResource("roles")
 	configMapsResource             = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	deploymentsResource            = appsv1.SchemeGroupVersion.WithResource("deployments")
 )
 
 // syncCluster keeps the Cluster, its StaticCluster, StaticControlPlane and

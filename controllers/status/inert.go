@@ -64,8 +64,8 @@ type Components struct {
 // maxPerZone and zones) or, with c.ClusterAPI, Cluster API and its static
 // provider (staticInstances), and with c.CloudMachines Cluster API and the
 // cloud's provider (cloudInstances.classReference, maxSurgePerZone and
-// maxUnavailablePerZone) and the autoscaler's priority expander
-// (cloudInstances.priority). A field left at the value the API defaults
+// maxUnavailablePerZone), the autoscaler's priority expander
+// (cloudInstances.priority) and the standby holders (standby, standbyHolder). A field left at the value the API defaults
 // it to is not listed: the user did not ask for it.
 func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 	var out []InertField
@@ -103,10 +103,10 @@ func InertFields(spec *deckhousev1.NodeGroupSpec, c Components) []InertField {
 				add("cloudInstances.maxUnavailablePerZone", noMachineController)
 			}
 		}
-		if ci.Standby != nil {
+		if ci.Standby != nil && !c.CloudMachines {
 			add("cloudInstances.standby", noMachineController)
 		}
-		if ci.StandbyHolder != nil {
+		if ci.StandbyHolder != nil && !c.CloudMachines {
 			add("cloudInstances.standbyHolder", noMachineController)
 		}
 		if ci.StandbyHolder != nil && ci.StandbyHolder.NotHeldResources != nil {

@@ -88,10 +88,11 @@ var inertCases = []struct {
 // TestInertFieldsNameTheFieldsNothingActsOn: each case's fields without
 // Cluster API; with it (--cluster-api, as the release runs) staticInstances
 // is acted on and never listed, and with a cloud's provider too
-// (--cloud-cluster) cloudInstances' class, rollout limits and priority.
+// (--cloud-cluster) cloudInstances' class, rollout limits, priority and
+// standby.
 func TestInertFieldsNameTheFieldsNothingActsOn(t *testing.T) {
 	cloud := []string{"spec.cloudInstances.classReference", "spec.cloudInstances.maxSurgePerZone", "spec.cloudInstances.maxUnavailablePerZone",
-		"spec.cloudInstances.priority"}
+		"spec.cloudInstances.priority", "spec.cloudInstances.standby", "spec.cloudInstances.standbyHolder"}
 	for _, tc := range inertCases {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, c := range []Components{{}, {ClusterAPI: true}, {ClusterAPI: true, CloudMachines: true}} {

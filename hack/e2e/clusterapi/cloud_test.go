@@ -10,11 +10,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/yaml"
@@ -310,6 +314,53 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		}
 		return string(b) + "; " + describeMachines(t, group)
 	})
+	// Standby: one spare node (of max 6), held by a pod asking half a
+	// node of the class (2 CPUs, 4Gi), written by the controller as its
+	// ServiceAccount under the Deployments policy.
+	patchGroup(t, group, `{"spec":{"cloudInstances":{"standby":1,"standbyHolder":{"overprovisioningRate":50}}}}`)
+	holder := deckhousev1.StandbyHolderPrefix + group
+	framework.Poll(t, "the standby holder "+holder+": 1 pod of 1 CPU and 2Gi at the standby priority", func(ctx context.Context) (bool, error) {
+		d, err := f.Kube.AppsV1().Deployments(ns).Get(ctx, holder, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		p := d.Spec.Template.Spec
+		req := p.Containers[0].Resources.Requests
+		return ptr.Deref(d.Spec.Replicas, 0) == 1 && req.Cpu().String() == "1" && req.Memory().String() == "2Gi" &&
+			p.PriorityClassName == deckhousev1.StandbyPriorityClass && p.NodeSelector[deckhousev1.NodeGroupLabel] == group, nil
+	})
+	// The controller's token writes no other Deployment.
+	tok, err := f.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, deckhousev1.NodeManagerControllerName, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asController := kubernetes.NewForConfigOrDie(&rest.Config{Host: f.CP.APIServerURL, BearerToken: tok.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: f.CP.CACertPEM()}})
+	forged, err := f.Kube.AppsV1().Deployments(ns).Get(ctx, holder, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, c := range map[string]struct {
+		change func(*appsv1.Deployment)
+		want   string
+	}{
+		"another image": {func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "busybox" }, "pinned pause image"},
+		"a token":       {func(d *appsv1.Deployment) { d.Spec.Template.Spec.AutomountServiceAccountToken = ptr.To(true) }, "no ServiceAccount token"},
+		"another name":  {func(d *appsv1.Deployment) { d.Name = "evil" }, "only the standby holders"},
+	} {
+		d := forged.DeepCopy()
+		d.ResourceVersion, d.UID = "", ""
+		d.Name += "-forged"
+		c.change(d)
+		_, err := asController.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("node-manager-controller's token creating a Deployment with %s: %v, want a refusal saying %q", what, err, c.want)
+		}
+	}
+
 	// Beyond the sizes, the scale is refused at the API (the policy
 	// reads them from the MachineDeployment), through the scale
 	// subresource as through an edit of the MachineDeployment.
@@ -319,7 +370,7 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 			t.Errorf("a scale of %s to %d, outside minPerZone 1 and maxPerZone 3: %v, want a refusal naming the group's size", z1, replicas, err)
 		}
 	}
-	_, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Patch(ctx, z1, types.MergePatchType,
+	_, err = dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Patch(ctx, z1, types.MergePatchType,
 		[]byte(`{"spec":{"replicas":7}}`), metav1.PatchOptions{})
 	if err == nil || !strings.Contains(err.Error(), "maxPerZone") {
 		t.Errorf("an edit of MachineDeployment %s to 7 replicas: %v, want a refusal", z1, err)
@@ -407,6 +458,9 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		}
 		_, err = f.Kube.CoreV1().Secrets(ns).Get(ctx, bootstraptokens.BootstrapDataSecretName(group), metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if _, err = f.Kube.AppsV1().Deployments(ns).Get(ctx, holder, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return false, nil
 		}
 		_, err = f.Kube.CoreV1().ConfigMaps(ns).Get(ctx, deckhousev1.AutoscalerPriorityExpanderConfigMap, metav1.GetOptions{})

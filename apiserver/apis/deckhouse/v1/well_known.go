@@ -411,6 +411,17 @@ const (
 	// period later. Written by node-manager-controller; deleting it starts
 	// the period again.
 	ChaosLastVictimAnnotation = "node-manager.deckhouse.io/chaos-last-victim"
+	// StandbyHolderPrefix names the Deployment standby-holder-<group> that
+	// keeps a CloudEphemeral group's standby capacity (cloudInstances.standby):
+	// pods of StandbyPriorityClass, each holding overprovisioningRate
+	// percent of a node, that the cluster-autoscaler adds nodes for and
+	// that any real pod preempts. StandbyHolderContainer is its one
+	// container, running StandbyHolderImage (upstream's pause, pinned; the
+	// Deployments admission policy admits this image only).
+	StandbyHolderPrefix    = "standby-holder-"
+	StandbyHolderContainer = "standby-holder"
+	StandbyHolderImage     = "registry.k8s.io/pause:3.10@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a"
+	StandbyPriorityClass   = "d8-node-manager-standby"
 	// ChaosModeDrainAndDelete is chaos.mode's value that turns chaos on.
 	ChaosModeDrainAndDelete = "DrainAndDelete"
 	// CloudZoneAnnotation and InstanceClassChecksumAnnotation are on a
