@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -218,19 +219,9 @@ func (c *Controller) markChaos(ctx context.Context, ng *deckhousev1.NodeGroup, a
 // groupMachines are the group's Machines (labelled with it by its
 // MachineDeployments' templates).
 func (c *Controller) groupMachines(group string) ([]*clusterv1.Machine, error) {
-	objs, err := c.machines.ByNamespace(c.d.Namespace).List(everything)
+	machines, err := c.listMachines()
 	if err != nil {
 		return nil, err
 	}
-	var out []*clusterv1.Machine
-	for _, obj := range objs {
-		m, err := toMachine(obj)
-		if err != nil {
-			return nil, err
-		}
-		if m.Labels[deckhousev1.NodeGroupLabel] == group {
-			out = append(out, m)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(machines, func(m *clusterv1.Machine) bool { return m.Labels[deckhousev1.NodeGroupLabel] != group }), nil
 }

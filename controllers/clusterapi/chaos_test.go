@@ -82,3 +82,30 @@ func TestChaosTakesAVictimOnlyFromAWholeReadyGroupAboveItsMinimum(t *testing.T) 
 		}
 	}
 }
+
+// TestARollCoversTheMachinesMadeBeforeIt: a MachineDeployment rolls again
+// only for a waiting machine made at or after its last roll.
+func TestARollCoversTheMachinesMadeBeforeIt(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC))
+	made := func(at metav1.Time) *clusterv1.Machine {
+		m := machine("m", "n", "Running")
+		m.CreationTimestamp = at
+		return m
+	}
+	before, after := metav1.NewTime(t0.Add(-time.Minute)), metav1.NewTime(t0.Add(time.Minute))
+	for _, c := range []struct {
+		after   metav1.Time
+		waiting []*clusterv1.Machine
+		want    bool
+	}{
+		{metav1.Time{}, nil, false},
+		{metav1.Time{}, []*clusterv1.Machine{made(before)}, true},
+		{t0, []*clusterv1.Machine{made(before)}, false},
+		{t0, []*clusterv1.Machine{made(before), made(after)}, true},
+		{t0, []*clusterv1.Machine{made(t0)}, true},
+	} {
+		if got := RolloutNeeded(c.after, c.waiting); got != c.want {
+			t.Errorf("rolled after %v, %d waiting: %v, want %v", c.after, len(c.waiting), got, c.want)
+		}
+	}
+}

@@ -73,14 +73,15 @@ var (
 )
 
 // Keys of the queue: the Cluster object set, CAPS's bootstrap-data Role, the
-// autoscaler's priority expander ConfigMap, a group, a group's chaos, or an
-// Instance.
+// autoscaler's priority expander ConfigMap, a group, a group's chaos, a
+// MachineDeployment to roll for replacements, or an Instance.
 const (
 	clusterKey     = "cluster"
 	roleKey        = "bootstrap-data-role"
 	prioritiesKey  = "priority-expander"
 	groupPrefix    = "group/"
 	chaosPrefix    = "chaos/"
+	rolloutPrefix  = "rollout/"
 	instancePrefix = "instance/"
 )
 
@@ -150,6 +151,7 @@ func New(d *manager.Deps, opts Options) *Controller {
 	_, _ = machines.Informer().AddEventHandler(c.queue.Handler(prefixed(instancePrefix, machineNode)))
 	_, _ = machines.Informer().AddEventHandler(c.queue.Handler(c.chaosKey))
 	_, _ = d.Informers.Cluster.Core().V1().Nodes().Informer().AddEventHandler(c.queue.Handler(c.chaosKey))
+	_, _ = d.Informers.Cluster.Core().V1().Nodes().Informer().AddEventHandler(c.queue.Handler(c.rolloutKey))
 	_, _ = clusters.Informer().AddEventHandler(c.queue.Handler(clusterSet))
 	_, _ = secrets.Informer().AddEventHandler(c.queue.Handler(clusterSet))
 	if opts.CloudCluster != "" {
@@ -296,6 +298,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return c.syncBootstrapDataRole(ctx)
 	case key == prioritiesKey:
 		return c.syncPriorityExpander(ctx)
+	case strings.HasPrefix(key, rolloutPrefix):
+		return c.syncRollout(ctx, strings.TrimPrefix(key, rolloutPrefix))
 	case strings.HasPrefix(key, chaosPrefix):
 		return c.syncChaos(ctx, strings.TrimPrefix(key, chaosPrefix))
 	case strings.HasPrefix(key, groupPrefix):

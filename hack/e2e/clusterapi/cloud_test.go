@@ -434,6 +434,54 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		t.Errorf("%d ChaosMonkeyVictim Events within the period, want 1", n)
 	}
 
+	// approvalMode RollingUpdate: a node asking for a disruptive update (as
+	// bashible asks) is approved by update approval, which marks it for
+	// replacement; its zone's MachineDeployment rolls: a new machine first,
+	// and the old one drained and deleted only once the new one runs.
+	patchGroup(t, group, `{"spec":{"chaos":{"mode":"Disabled"},"disruptions":{"approvalMode":"RollingUpdate"}}}`)
+	var replaced clusterv1.Machine
+	for _, m := range groupMachines(ctx, t, group) {
+		if m.Spec.FailureDomain == "z2" {
+			replaced = m
+		}
+	}
+	oldNode := replaced.Status.NodeRef.Name
+	if _, err := f.Kube.CoreV1().Nodes().Patch(ctx, oldNode, types.MergePatchType, fmt.Appendf(nil,
+		`{"metadata":{"annotations":{%q:"",%q:""}}}`, deckhousev1.WaitingForApprovalAnnotation, deckhousev1.DisruptionRequiredAnnotation), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitEventNote(t, oldNode, "ReplacementStarted", "")
+	framework.Poll(t, "a new Machine in zone z2 while "+replaced.Name+" still runs, then Running", func(ctx context.Context) (bool, error) {
+		ms := groupMachines(ctx, t, group)
+		var fresh *clusterv1.Machine
+		var was *clusterv1.Machine
+		for i, m := range ms {
+			switch {
+			case m.UID == replaced.UID:
+				was = &ms[i]
+			case m.Spec.FailureDomain == "z2" && m.DeletionTimestamp == nil:
+				fresh = &ms[i]
+			}
+		}
+		freshRunning := fresh != nil && fresh.Status.Phase == string(clusterv1.MachinePhaseRunning)
+		if !freshRunning && (was == nil || was.DeletionTimestamp != nil) {
+			return false, fmt.Errorf("Machine %s is being deleted (or gone) before its successor runs", replaced.Name)
+		}
+		if _, err := provisionNew(ctx, seen); err != nil {
+			return false, err
+		}
+		return freshRunning, nil
+	}, func() string { return describeMachines(t, group) })
+	framework.Poll(t, "the replaced Machine "+replaced.Name+" and its Node "+oldNode+" gone", func(ctx context.Context) (bool, error) {
+		for _, m := range groupMachines(ctx, t, group) {
+			if m.UID == replaced.UID {
+				return false, nil
+			}
+		}
+		_, err := f.Kube.CoreV1().Nodes().Get(ctx, oldNode, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}, func() string { return describeMachines(t, group) })
+
 	// Without the group, its MachineDeployments and copies go, and with the
 	// last cloud group the priority expander's ConfigMap.
 	if err := f.NM.DeckhouseV1().NodeGroups().Delete(ctx, group, metav1.DeleteOptions{}); err != nil {
