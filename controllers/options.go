@@ -34,6 +34,7 @@ func NewOptions() *Options {
 		Fencing:       fencing.NewOptions(),
 		FencingAgents: fencingagents.NewOptions(),
 		Certificates:  certificates.NewOptions(),
+		ClusterAPI:    clusterapi.NewOptions(),
 	}
 }
 

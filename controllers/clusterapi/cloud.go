@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -199,4 +200,28 @@ func derefOr(p *int32, def int32) int32 {
 		return def
 	}
 	return *p
+}
+
+// CloudMachineHealthCheck is the group's MachineHealthCheck: Cluster API
+// replaces a machine of the group whose node has been lost (Ready Unknown:
+// its kubelet stopped reporting) for unhealthyAfter, or that has not
+// become a node within startupTimeout, while no more than 40% of the
+// group's machines are unhealthy (a wider outage is the network's, not the
+// machines'; replacing them would not help).
+func (c Cloud) CloudMachineHealthCheck(ng *deckhousev1.NodeGroup, namespace string, unhealthyAfter, startupTimeout int32) *clusterv1.MachineHealthCheck {
+	limit := intstr.FromString("40%")
+	return &clusterv1.MachineHealthCheck{
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineHealthCheck"},
+		ObjectMeta: metav1.ObjectMeta{Name: ng.Name, Namespace: namespace, Labels: groupLabels(ng.Name)},
+		Spec: clusterv1.MachineHealthCheckSpec{
+			ClusterName: c.Cluster,
+			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{deckhousev1.NodeGroupLabel: ng.Name}},
+			Checks: clusterv1.MachineHealthCheckChecks{
+				NodeStartupTimeoutSeconds: &startupTimeout,
+				UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{
+					{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: &unhealthyAfter}},
+			},
+			Remediation: clusterv1.MachineHealthCheckRemediation{TriggerIf: clusterv1.MachineHealthCheckRemediationTriggerIf{UnhealthyLessThanOrEqualTo: &limit}},
+		},
+	}
 }

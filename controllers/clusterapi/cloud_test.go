@@ -320,3 +320,17 @@ func TestCloudSizesAreDeckhouses(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudMachineHealthCheckReplacesLostMachinesOfTheGroup: the group's
+// machines, lost for the given time or not joined in time, replaced while
+// at most 40% are unhealthy.
+func TestCloudMachineHealthCheckReplacesLostMachinesOfTheGroup(t *testing.T) {
+	mhc := testCloud.CloudMachineHealthCheck(cloudGroup("g", 1, 1), ns, 600, 1200)
+	s := mhc.Spec
+	if mhc.Name != "g" || s.ClusterName != "cloud" || s.Selector.MatchLabels[deckhousev1.NodeGroupLabel] != "g" || len(s.Selector.MatchLabels) != 1 ||
+		*s.Checks.NodeStartupTimeoutSeconds != 1200 || len(s.Checks.UnhealthyNodeConditions) != 1 ||
+		s.Checks.UnhealthyNodeConditions[0].Status != "Unknown" || *s.Checks.UnhealthyNodeConditions[0].TimeoutSeconds != 600 ||
+		s.Remediation.TriggerIf.UnhealthyLessThanOrEqualTo.String() != "40%" || !managed(mhc.Labels) {
+		t.Errorf("MachineHealthCheck: %+v", mhc)
+	}
+}

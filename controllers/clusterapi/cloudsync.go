@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -118,7 +119,35 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 	if err := c.removeCloud(ctx, ng.Name, keep); err != nil {
 		return err
 	}
+	if err := c.syncHealthCheck(ctx, ng, cloud); err != nil {
+		return err
+	}
 	return c.syncStandby(ctx, ng, class, len(zones))
+}
+
+// syncHealthCheck keeps the group's MachineHealthCheck.
+func (c *Controller) syncHealthCheck(ctx context.Context, ng *deckhousev1.NodeGroup, cloud Cloud) error {
+	ns := c.d.Namespace
+	want := cloud.CloudMachineHealthCheck(ng, ns, int32(c.opts.MachineLostAfter.Seconds()), int32(c.opts.MachineStartupTimeout.Seconds()))
+	obj, err := c.d.Dynamic.Resource(machineHealthChecksResource).Namespace(ns).Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case err == nil && (!managed(obj.GetLabels()) || obj.GetLabels()[deckhousev1.NodeGroupLabel] != ng.Name):
+		return fmt.Errorf("CloudEphemeral group %s: MachineHealthCheck %s/%s is not node-manager's; rename or delete it", ng.Name, ns, want.Name)
+	case err == nil:
+		have := &clusterv1.MachineHealthCheck{}
+		if err := fromUnstructured(obj, have); err != nil {
+			return err
+		}
+		// The fields node-manager sets (Cluster API's webhook defaults others).
+		h, w := have.Spec, want.Spec
+		if h.ClusterName == w.ClusterName && apiequality.Semantic.DeepEqual(h.Selector, w.Selector) &&
+			apiequality.Semantic.DeepEqual(h.Checks, w.Checks) && apiequality.Semantic.DeepEqual(h.Remediation.TriggerIf, w.Remediation.TriggerIf) {
+			return nil
+		}
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading MachineHealthCheck %s/%s of group %s: %w", ns, want.Name, ng.Name, err)
+	}
+	return c.apply(ctx, machineHealthChecksResource, want)
 }
 
 // checkNames refuses to go on when a wanted zone of the group already has
@@ -179,6 +208,9 @@ func (c *Controller) removeCloud(ctx context.Context, group string, keep map[str
 		if err := c.removeStandby(ctx, group); err != nil {
 			return err
 		}
+		if err := c.removeHealthCheck(ctx, group); err != nil {
+			return err
+		}
 	}
 	copies, err := c.classes.ByNamespace(ns).List(selector)
 	if err != nil {
@@ -225,4 +257,26 @@ func (c *Controller) clonedTemplates() (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// removeHealthCheck deletes the group's MachineHealthCheck, if
+// node-manager made it.
+func (c *Controller) removeHealthCheck(ctx context.Context, group string) error {
+	ns := c.d.Namespace
+	obj, err := c.d.Dynamic.Resource(machineHealthChecksResource).Namespace(ns).Get(ctx, group, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading MachineHealthCheck %s/%s of group %s: %w", ns, group, group, err)
+	}
+	if !managed(obj.GetLabels()) || obj.GetLabels()[deckhousev1.NodeGroupLabel] != group {
+		return nil
+	}
+	err = c.d.Dynamic.Resource(machineHealthChecksResource).Namespace(ns).Delete(ctx, group, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: ptrUID(obj.GetUID())}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting MachineHealthCheck %s/%s of group %s: %w", ns, group, group, err)
+	}
+	return nil
 }

@@ -66,10 +66,11 @@ const Name = "clusterapi"
 
 // Cluster API's resources, in the version v1.14 stores.
 var (
-	clustersResource           = clusterv1.GroupVersion.WithResource("clusters")
-	machineDeploymentsResource = clusterv1.GroupVersion.WithResource("machinedeployments")
-	machinesResource           = clusterv1.GroupVersion.WithResource("machines")
-	machineSetsResource        = clusterv1.GroupVersion.WithResource("machinesets")
+	clustersResource            = clusterv1.GroupVersion.WithResource("clusters")
+	machineDeploymentsResource  = clusterv1.GroupVersion.WithResource("machinedeployments")
+	machinesResource            = clusterv1.GroupVersion.WithResource("machines")
+	machineSetsResource         = clusterv1.GroupVersion.WithResource("machinesets")
+	machineHealthChecksResource = clusterv1.GroupVersion.WithResource("machinehealthchecks")
 )
 
 // Keys of the queue: the Cluster object set, CAPS's bootstrap-data Role, the

@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,6 +37,18 @@ type Options struct {
 	// ClusterUUID names this cluster's machines apart from other clusters'
 	// in one cloud account; empty: the UID of the Cluster CloudCluster.
 	ClusterUUID string
+	// MachineLostAfter is how long a CloudEphemeral machine's node may be
+	// lost (Ready Unknown) before Cluster API replaces the machine;
+	// MachineStartupTimeout how long a new machine may take to become a
+	// node.
+	MachineLostAfter      time.Duration
+	MachineStartupTimeout time.Duration
+}
+
+// NewOptions are the defaults: Cluster API off; a lost CloudEphemeral
+// machine replaced after 10 minutes, one that does not join after 20.
+func NewOptions() Options {
+	return Options{MachineLostAfter: 10 * time.Minute, MachineStartupTimeout: 20 * time.Minute}
 }
 
 // AddFlags registers the options.
@@ -45,6 +58,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CloudCluster, "cloud-cluster", o.CloudCluster, "with --cluster-api: the Cluster API Cluster of the cloud provider's installation (in node-manager's namespace) that CloudEphemeral groups' machines belong to; empty means CloudEphemeral groups get no machines")
 	fs.StringVar(&o.CloudMachineTemplate, "cloud-machine-template", o.CloudMachineTemplate, "with --cloud-cluster: the provider's InfrastructureMachineTemplate resource as resource.version.group (for example awsmachinetemplates.v1beta2.infrastructure.cluster.x-k8s.io); a CloudEphemeral group's cloudInstances.classReference names one of them")
 	fs.StringSliceVar(&o.CloudZones, "cloud-zones", o.CloudZones, "with --cloud-cluster: the provider's zones (failure domains), for CloudEphemeral groups whose cloudInstances.zones is empty")
+	fs.DurationVar(&o.MachineLostAfter, "cloud-machine-lost-after", o.MachineLostAfter, "with --cloud-cluster: how long a CloudEphemeral machine's node may be lost (Ready Unknown) before Cluster API replaces the machine (the group's MachineHealthCheck)")
+	fs.DurationVar(&o.MachineStartupTimeout, "cloud-machine-startup-timeout", o.MachineStartupTimeout, "with --cloud-cluster: how long a new CloudEphemeral machine may take to become a node before Cluster API replaces it")
 	fs.StringVar(&o.ClusterUUID, "cluster-uuid", o.ClusterUUID, "with --cloud-cluster: what makes the names of this cluster's machines unique in the cloud account (Deckhouse's d8-cluster-uuid, to keep a Deckhouse cluster's names); empty means the UID of the --cloud-cluster Cluster")
 }
 
@@ -61,6 +76,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.templateResource(); err != nil {
 		return err
+	}
+	if o.MachineLostAfter < time.Second || o.MachineStartupTimeout < time.Second {
+		return fmt.Errorf("--cloud-machine-lost-after (%s) and --cloud-machine-startup-timeout (%s) must be at least 1s", o.MachineLostAfter, o.MachineStartupTimeout)
 	}
 	return nil
 }

@@ -7,17 +7,25 @@ import (
 
 func TestCloudOptionsAreChecked(t *testing.T) {
 	const template = "awsmachinetemplates.v1beta2.infrastructure.cluster.x-k8s.io"
+	with := func(f func(*Options)) Options {
+		o := NewOptions()
+		o.Enabled = true
+		f(&o)
+		return o
+	}
+	cloud := func(o *Options) { o.CloudCluster, o.CloudMachineTemplate, o.CloudZones = "aws", template, []string{"a"} }
 	for _, tc := range []struct {
 		name string
 		o    Options
 		want string // "" for valid
 	}{
-		{"no cloud", Options{Enabled: true}, ""},
-		{"a cloud", Options{Enabled: true, CloudCluster: "aws", CloudMachineTemplate: template, CloudZones: []string{"a"}}, ""},
-		{"a cloud without Cluster API", Options{CloudCluster: "aws", CloudMachineTemplate: template}, "--cloud-cluster needs --cluster-api"},
-		{"zones without a cloud", Options{Enabled: true, CloudZones: []string{"a"}}, "need --cloud-cluster"},
-		{"no template", Options{Enabled: true, CloudCluster: "aws"}, "resource.version.group"},
-		{"a template without its version", Options{Enabled: true, CloudCluster: "aws", CloudMachineTemplate: "awsmachinetemplates"}, "resource.version.group"},
+		{"no cloud", with(func(*Options) {}), ""},
+		{"a cloud", with(cloud), ""},
+		{"a cloud without Cluster API", with(func(o *Options) { cloud(o); o.Enabled = false }), "--cloud-cluster needs --cluster-api"},
+		{"zones without a cloud", with(func(o *Options) { o.CloudZones = []string{"a"} }), "need --cloud-cluster"},
+		{"no template", with(func(o *Options) { o.CloudCluster = "aws" }), "resource.version.group"},
+		{"a template without its version", with(func(o *Options) { o.CloudCluster, o.CloudMachineTemplate = "aws", "awsmachinetemplates" }), "resource.version.group"},
+		{"a lost machine replaced at once", with(func(o *Options) { cloud(o); o.MachineLostAfter = 0 }), "at least 1s"},
 	} {
 		err := tc.o.Validate()
 		switch {

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -480,6 +481,39 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		}
 		_, err := f.Kube.CoreV1().Nodes().Get(ctx, oldNode, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
+	}, func() string { return describeMachines(t, group) })
+
+	// A lost machine (its node's Ready Unknown: the kubelet stopped
+	// reporting) is replaced by the group's MachineHealthCheck.
+	var lost clusterv1.Machine
+	for _, m := range groupMachines(ctx, t, group) {
+		if m.Spec.FailureDomain == "z1" {
+			lost = m
+		}
+	}
+	now := metav1.Now()
+	unknown, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", LastHeartbeatTime: now, LastTransitionTime: now}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Kube.CoreV1().Nodes().Patch(ctx, lost.Status.NodeRef.Name, types.StrategicMergePatchType, unknown, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	framework.Poll(t, "the lost Machine "+lost.Name+" replaced: gone, and 3 Machines Running", func(ctx context.Context) (bool, error) {
+		if _, err := provisionNew(ctx, seen); err != nil {
+			return false, err
+		}
+		running := 0
+		for _, m := range groupMachines(ctx, t, group) {
+			if m.UID == lost.UID {
+				return false, nil
+			}
+			if m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
+				running++
+			}
+		}
+		return running == 3, nil
 	}, func() string { return describeMachines(t, group) })
 
 	// Without the group, its MachineDeployments and copies go, and with the

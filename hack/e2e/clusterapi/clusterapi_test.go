@@ -57,7 +57,9 @@ func setUp(ctx context.Context) (func(), error) {
 		// (the test plays its controller): any provider's templates would do.
 		"--cloud-cluster=" + infrav1alpha1.StaticClusterName,
 		"--cloud-machine-template=staticmachinetemplates." + infrav1alpha1.SchemeGroupVersion.Version + "." + infrav1alpha1.GroupName,
-		"--cloud-zones=" + strings.Join(cloudZones, ",")}}); err != nil {
+		"--cloud-zones=" + strings.Join(cloudZones, ","),
+		// A lost machine is replaced after seconds, not minutes.
+		"--cloud-machine-lost-after=2s"}}); err != nil {
 		return nil, fmt.Errorf("start node-manager-controller: %w", err)
 	}
 	if dyn, err = dynamic.NewForConfig(f.CP.AdminConfig()); err != nil {
