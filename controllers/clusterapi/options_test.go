@@ -13,7 +13,9 @@ func TestCloudOptionsAreChecked(t *testing.T) {
 		f(&o)
 		return o
 	}
-	cloud := func(o *Options) { o.CloudCluster, o.CloudMachineTemplate, o.CloudZones = "aws", template, []string{"a"} }
+	cloud := func(o *Options) {
+		o.CloudCluster, o.CloudMachineTemplate, o.CloudZones = "aws", template, []string{"a"}
+	}
 	for _, tc := range []struct {
 		name string
 		o    Options
