@@ -2,8 +2,11 @@ package clusterapi
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,6 +31,7 @@ import (
 	infrav1alpha1 "github.com/node-manager/node-manager/apiserver/apis/infrastructure/v1alpha1"
 	"github.com/node-manager/node-manager/controllers/bootstraptokens"
 	"github.com/node-manager/node-manager/hack/e2e/framework"
+	"github.com/node-manager/node-manager/hack/shelltest"
 )
 
 // cloudZones are the installation's zones (--cloud-zones).
@@ -175,6 +179,7 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 	if _, err := f.Kube.CoreV1().Secrets(ns).Get(ctx, bootstraptokens.SecretName(group), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("CloudEphemeral group %s: want no manual-bootstrap Secret, got %v", group, err)
 	}
+	runBootstrapData(t, group)
 
 	// One Machine per zone, each joined (the test plays the provider and
 	// the kubelet) and linked to its Instance.
@@ -573,4 +578,62 @@ func describeMachines(t *testing.T, group string) string {
 		fmt.Fprintf(&b, "MachineDeployment %s (zone %s): replicas %v, status %+v; ", md.Name, zone, ptrReplicas(md), md.Status)
 	}
 	return b.String()
+}
+
+// runBootstrapData runs the group's bootstrap data as cloud-init runs it on
+// a new machine (it writes write_files, then runs runcmd), in a temporary
+// root, against this control plane: the served bootstrap script fetches
+// bashible.sh with the group's token and starts it, as a joining machine
+// does (bashible then stops: the temporary root has no /etc/os-release to
+// pick a bundle by).
+func runBootstrapData(t *testing.T, group string) {
+	t.Helper()
+	ctx := framework.Context(t)
+	secret, err := f.Kube.CoreV1().Secrets(ns).Get(ctx, bootstraptokens.BootstrapDataSecretName(group), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cc struct {
+		WriteFiles []struct {
+			Path, Encoding, Content string
+		} `json:"write_files"`
+		RunCmd [][]string `json:"runcmd"`
+	}
+	value := string(secret.Data[infrav1alpha1.ClusterSecretValueKey])
+	if err := yaml.Unmarshal([]byte(strings.TrimPrefix(value, "#cloud-config\n")), &cc); err != nil {
+		t.Fatalf("the bootstrap data is not a cloud-config: %v\n%s", err, value)
+	}
+	if len(cc.WriteFiles) != 1 || cc.WriteFiles[0].Encoding != "b64" || len(cc.RunCmd) != 1 ||
+		!slices.Equal(cc.RunCmd[0], []string{"bash", cc.WriteFiles[0].Path}) {
+		t.Fatalf("the bootstrap data writes %+v and runs %v; want one script written and run", cc.WriteFiles, cc.RunCmd)
+	}
+	script, err := base64.StdEncoding.DecodeString(cc.WriteFiles[0].Content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	local := strings.TrimPrefix(f.CP.APIServerURL, "https://")
+	out, code := shelltest.Run(t, filepath.Base(cc.WriteFiles[0].Path), string(script), "BASHIBLE_ROOT="+root, "BASHIBLE_API_ENDPOINTS="+local)
+	t.Logf("the bootstrap data's script exited %d:\n%s", code, out)
+	if !strings.Contains(out, "running the bootstrap script of group "+group+" served by "+local) {
+		t.Errorf("the bootstrap data did not run the served bootstrap script of group %s", group)
+	}
+	dir := filepath.Join(root, "var/lib/bashible")
+	served, err := f.NM.BashibleV1alpha1().Bootstraps().Get(ctx, group, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := framework.ReadFile(t, filepath.Join(dir, "bootstrap.sh")); got != served.Bootstrap {
+		t.Errorf("var/lib/bashible/bootstrap.sh is not the served bootstrap/%s", group)
+	}
+	agent, err := f.NM.BashibleV1alpha1().Bashibles().Get(ctx, group, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := framework.ReadFile(t, filepath.Join(dir, "bashible.sh")); got != agent.Data["bashible.sh"] {
+		t.Errorf("var/lib/bashible/bashible.sh is not the served bashibles/%s", group)
+	}
+	if _, err := os.Stat(filepath.Join(root, "var/lock/bashible")); err != nil {
+		t.Errorf("bashible.sh did not start (no lock file): %v", err)
+	}
 }
