@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -332,5 +333,30 @@ func TestCloudMachineHealthCheckReplacesLostMachinesOfTheGroup(t *testing.T) {
 		s.Checks.UnhealthyNodeConditions[0].Status != "Unknown" || *s.Checks.UnhealthyNodeConditions[0].TimeoutSeconds != 600 ||
 		s.Remediation.TriggerIf.UnhealthyLessThanOrEqualTo.String() != "40%" || !managed(mhc.Labels) {
 		t.Errorf("MachineHealthCheck: %+v", mhc)
+	}
+}
+
+// TestAMachineTheHealthCheckFailedIsAFailure: a Machine whose
+// HealthCheckSucceeded is False is listed in Deckhouse's shape, with its
+// MachineSet as owner; a healthy one or one not checked yet is not.
+func TestAMachineTheHealthCheckFailedIsAFailure(t *testing.T) {
+	m := machine("g-abc-1", "n", "Running")
+	m.Spec.ProviderID = "aws:///i-1"
+	m.OwnerReferences = []metav1.OwnerReference{{Kind: "MachineSet", Name: "g-abc"}}
+	if f := MachineFailureOf(m); f != nil {
+		t.Errorf("a Machine not checked yet: %+v", f)
+	}
+	at := metav1.NewTime(time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC))
+	m.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineHealthCheckSucceededCondition, Status: metav1.ConditionFalse,
+		Reason: "UnhealthyNode", Message: "Condition Ready on Node n is Unknown for more than 10m", LastTransitionTime: at}}
+	f := MachineFailureOf(m)
+	if f == nil || f.Name != "g-abc-1" || f.ProviderID != "aws:///i-1" || f.OwnerRef != "g-abc" || f.LastOperation == nil ||
+		f.LastOperation.State != "Failed" || f.LastOperation.Type != "HealthCheck" || f.LastOperation.LastUpdateTime != "2026-11-29T01:00:00Z" ||
+		!strings.HasPrefix(f.LastOperation.Description, "UnhealthyNode: Condition Ready") {
+		t.Errorf("failure %+v", f)
+	}
+	m.Status.Conditions[0].Status = metav1.ConditionTrue
+	if f := MachineFailureOf(m); f != nil {
+		t.Errorf("a healthy Machine: %+v", f)
 	}
 }

@@ -1,11 +1,19 @@
 package clusterapi
 
 import (
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
+	deckhousev1alpha1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1alpha1"
 )
 
 // CloudSizes is what NodeGroup status reports of a CloudEphemeral group's
@@ -16,6 +24,9 @@ type CloudSizes struct {
 	namespace string
 	mds       cache.GenericLister
 	informer  cache.SharedIndexInformer
+	// machines are read for the groups' failed machines.
+	machines         cache.GenericLister
+	machinesInformer cache.SharedIndexInformer
 }
 
 // CloudSizes is nil unless CloudEphemeral groups get machines here
@@ -25,15 +36,71 @@ func (c *Controller) CloudSizes() *CloudSizes {
 		return nil
 	}
 	return &CloudSizes{zones: c.opts.CloudZones, namespace: c.d.Namespace, mds: c.mds,
-		informer: c.capi.ForResource(machineDeploymentsResource).Informer()}
+		informer: c.capi.ForResource(machineDeploymentsResource).Informer(),
+		machines: c.machines, machinesInformer: c.capi.ForResource(machinesResource).Informer()}
 }
 
-// Informer is the MachineDeployments' informer: a change of one of a
-// group's MachineDeployments changes its sizes (key objects with GroupOf).
-func (s *CloudSizes) Informer() cache.SharedIndexInformer { return s.informer }
+// Informers are the MachineDeployments' and the Machines' informers: a
+// change of one of a group's MachineDeployments changes its sizes, of one
+// of its Machines its failures (key objects with GroupOf).
+func (s *CloudSizes) Informers() []cache.SharedIndexInformer {
+	return []cache.SharedIndexInformer{s.informer, s.machinesInformer}
+}
 
-// GroupOf is the group an object node-manager made belongs to, or "".
-func GroupOf(obj any) string { return managedGroup(obj) }
+// GroupOf is the group of a MachineDeployment or a Machine (its
+// MachineDeployment's template labels it), or "".
+func GroupOf(obj any) string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.GetLabels()[deckhousev1.NodeGroupLabel]
+	}
+	return ""
+}
+
+// Failures are the group's Machines its MachineHealthCheck found
+// unhealthy (HealthCheckSucceeded False), by name, in Deckhouse's shape.
+func (s *CloudSizes) Failures(ng *deckhousev1.NodeGroup) []deckhousev1.MachineFailure {
+	if !CloudWanted(ng) {
+		return nil
+	}
+	objs, err := s.machines.ByNamespace(s.namespace).List(labels.SelectorFromSet(labels.Set{deckhousev1.NodeGroupLabel: ng.Name}))
+	if err != nil {
+		return nil
+	}
+	var out []deckhousev1.MachineFailure
+	for _, obj := range objs {
+		m, err := toMachine(obj)
+		if err != nil {
+			continue
+		}
+		if f := MachineFailureOf(m); f != nil {
+			out = append(out, *f)
+		}
+	}
+	slices.SortFunc(out, func(a, b deckhousev1.MachineFailure) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// MachineFailureOf is m as a failed machine, or nil when its health check
+// did not fail.
+func MachineFailureOf(m *clusterv1.Machine) *deckhousev1.MachineFailure {
+	c := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
+	if c == nil || c.Status != metav1.ConditionFalse {
+		return nil
+	}
+	var owner string
+	for _, o := range m.OwnerReferences {
+		if o.Kind == "MachineSet" {
+			owner = o.Name
+		}
+	}
+	return &deckhousev1.MachineFailure{Name: m.Name, ProviderID: m.Spec.ProviderID, OwnerRef: owner,
+		LastOperation: &deckhousev1.MachineLastOperation{Type: "HealthCheck", State: "Failed",
+			Description:    truncate(c.Reason+": "+c.Message, deckhousev1alpha1.MaxInstanceDescription),
+			LastUpdateTime: c.LastTransitionTime.UTC().Format(time.RFC3339)}}
+}
 
 // Of reports a group's sizes as Deckhouse does: min and max are minPerZone
 // and maxPerZone times its zones (the provider's when the group names

@@ -47,10 +47,13 @@ func New(d *manager.Deps, components Components) *Controller {
 	c.queue = loop.New(Name, d.Loops, c.sync)
 	c.watch = manager.WatchGroups(d, c.queue) // Instances included
 	if cs := components.CloudSizes; cs != nil {
-		// A group's MachineDeployment changes its desired size.
+		// A group's MachineDeployment changes its desired size; a
+		// Machine, its failures.
 		c.cloud = cs
-		_, _ = cs.Informer().AddEventHandler(c.queue.Handler(clusterapi.GroupOf))
-		c.cloudSynced = append(c.cloudSynced, cs.Informer().HasSynced)
+		for _, inf := range cs.Informers() {
+			_, _ = inf.AddEventHandler(c.queue.Handler(clusterapi.GroupOf))
+			c.cloudSynced = append(c.cloudSynced, inf.HasSynced)
+		}
 	}
 	d.Registry.MustRegister(NewGroupSeries(c.watch.Groups))
 	return c

@@ -21,12 +21,17 @@ const ConditionScaling = "Scaling"
 // rather than shown as 0.
 type Scale struct {
 	Desired, Min, Max, Instances *int32
+	// Failures are the failed machines of a group whose machines
+	// node-manager orders (status.lastMachineFailures).
+	Failures []deckhousev1.MachineFailure
 }
 
 // CloudSizer reports the sizes of a CloudEphemeral group whose machines
 // node-manager orders (clusterapi.CloudSizes); ok is false for any other.
 type CloudSizer interface {
 	Of(g *deckhousev1.NodeGroup) (desired, min, max int32, ok bool)
+	// Failures are the group's failed machines (status.lastMachineFailures).
+	Failures(g *deckhousev1.NodeGroup) []deckhousev1.MachineFailure
 }
 
 // ComputeScale derives a group's Scale from its spec and the number of
@@ -56,6 +61,7 @@ func ComputeScale(g *deckhousev1.NodeGroup, instances int32, cloud CloudSizer) S
 		if cloud != nil {
 			if desired, lo, hi, ok := cloud.Of(g); ok {
 				s.Desired, s.Min, s.Max = ptr.To(desired), ptr.To(lo), ptr.To(hi)
+				s.Failures = cloud.Failures(g)
 				return s
 			}
 		}

@@ -69,6 +69,13 @@ func (s sizer) Of(g *deckhousev1.NodeGroup) (int32, int32, int32, bool) {
 	return v[0], v[1], v[2], ok
 }
 
+func (s sizer) Failures(g *deckhousev1.NodeGroup) []deckhousev1.MachineFailure {
+	if _, ok := s[g.Name]; !ok {
+		return nil
+	}
+	return []deckhousev1.MachineFailure{{Name: g.Name + "-m"}}
+}
+
 // TestACloudGroupWhoseMachinesNodeManagerOrdersShowsItsSizes: desired, min
 // and max come from the MachineDeployments (through the sizer) where
 // node-manager orders the machines, and the Scaling condition follows.
@@ -79,6 +86,9 @@ func TestACloudGroupWhoseMachinesNodeManagerOrdersShowsItsSizes(t *testing.T) {
 	s := ComputeScale(ordered, 3, cloudSizes)
 	if got := [4]string{show(s.Desired), show(s.Min), show(s.Max), show(s.Instances)}; got != [4]string{"5", "2", "8", "3"} {
 		t.Errorf("desired/min/max/instances %v, want 5 2 8 3", got)
+	}
+	if len(s.Failures) != 1 || s.Failures[0].Name != "ordered-m" {
+		t.Errorf("failures %+v, want the sizer's", s.Failures)
 	}
 	if sc := scaling(ordered, s, metav1.Now()); sc == nil || sc.Status != metav1.ConditionTrue || sc.Reason != "ScalingUp" {
 		t.Errorf("Scaling %+v, want True ScalingUp (3 of 5)", sc)

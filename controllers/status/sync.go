@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,14 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	if scale.Instances != nil {
 		st.WithInstances(*scale.Instances)
 	}
+	for _, mf := range scale.Failures {
+		ac := applyv1.MachineFailure().WithName(mf.Name).WithProviderID(mf.ProviderID).WithOwnerRef(mf.OwnerRef)
+		if op := mf.LastOperation; op != nil {
+			ac.WithLastOperation(applyv1.MachineLastOperation().WithDescription(op.Description).WithLastUpdateTime(op.LastUpdateTime).
+				WithState(op.State).WithType(op.Type))
+		}
+		st.WithLastMachineFailures(ac)
+	}
 	ac := applyv1.NodeGroup(group).WithStatus(st.
 		WithKubernetesVersion(s.KubernetesVersion).
 		WithConditionSummary(applyv1.ConditionSummary().WithReady(s.SummaryReady).WithStatusMessage(s.SummaryMessage)).
@@ -96,7 +105,8 @@ func hasStaleScaling(g *deckhousev1.NodeGroup, scale Scale) bool {
 func scaleUnchanged(g *deckhousev1.NodeGroup, scale Scale) bool {
 	st := g.Status
 	return sameCount(st.Desired, scale.Desired) && sameCount(st.Min, scale.Min) &&
-		sameCount(st.Max, scale.Max) && sameCount(st.Instances, scale.Instances)
+		sameCount(st.Max, scale.Max) && sameCount(st.Instances, scale.Instances) &&
+		apiequality.Semantic.DeepEqual(st.LastMachineFailures, scale.Failures)
 }
 
 // unchanged reports whether the group already shows s, so nothing is written.

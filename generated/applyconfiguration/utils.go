@@ -62,6 +62,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &deckhousev1.KubeletSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("LimitedSwapSpec"):
 		return &deckhousev1.LimitedSwapSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("MachineFailure"):
+		return &deckhousev1.MachineFailureApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("MachineLastOperation"):
+		return &deckhousev1.MachineLastOperationApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("MemorySwapSpec"):
 		return &deckhousev1.MemorySwapSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NodeGroup"):

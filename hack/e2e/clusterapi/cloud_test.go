@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -488,23 +489,53 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	}, func() string { return describeMachines(t, group) })
 
-	// A lost machine (its node's Ready Unknown: the kubelet stopped
-	// reporting) is replaced by the group's MachineHealthCheck.
-	var lost clusterv1.Machine
+	// Two of the three nodes lost at once: more than the health check's
+	// 40%, an outage rather than dead machines. Both are listed in the
+	// group's lastMachineFailures, and none is replaced.
+	ms = groupMachines(ctx, t, group)
+	slices.SortFunc(ms, func(a, b clusterv1.Machine) int { return strings.Compare(a.Name, b.Name) })
+	for _, m := range ms[:2] {
+		setNodeCondition(t, m.Status.NodeRef.Name, corev1.ConditionUnknown)
+	}
+	framework.Poll(t, "lastMachineFailures lists the two lost machines, and the health check allows no remediation", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		var names []string
+		for _, mf := range ng.Status.LastMachineFailures {
+			if mf.LastOperation == nil || mf.LastOperation.State != "Failed" || mf.OwnerRef == "" {
+				return false, fmt.Errorf("failure %+v", mf)
+			}
+			names = append(names, mf.Name)
+		}
+		if !slices.Equal(names, []string{ms[0].Name, ms[1].Name}) {
+			return false, nil
+		}
+		mhc, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinehealthchecks")).Namespace(ns).Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		allowed, found, _ := unstructured.NestedInt64(mhc.Object, "status", "remediationsAllowed")
+		return found && allowed == 0, nil
+	}, func() string { return describeMachines(t, group) })
 	for _, m := range groupMachines(ctx, t, group) {
-		if m.Spec.FailureDomain == "z1" {
-			lost = m
+		if m.DeletionTimestamp != nil {
+			t.Errorf("Machine %s is deleted although two of three machines were lost at once", m.Name)
 		}
 	}
-	now := metav1.Now()
-	unknown, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", LastHeartbeatTime: now, LastTransitionTime: now}}}})
-	if err != nil {
-		t.Fatal(err)
+	for _, m := range ms[:2] {
+		setNodeCondition(t, m.Status.NodeRef.Name, corev1.ConditionTrue)
 	}
-	if _, err := f.Kube.CoreV1().Nodes().Patch(ctx, lost.Status.NodeRef.Name, types.StrategicMergePatchType, unknown, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
+	framework.Poll(t, "no lastMachineFailures once the nodes are back", func(ctx context.Context) (bool, error) {
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		return err == nil && len(ng.Status.LastMachineFailures) == 0, err
+	})
+
+	// One lost machine (its node's Ready Unknown: the kubelet stopped
+	// reporting) is replaced by the group's MachineHealthCheck.
+	lost := ms[2]
+	setNodeCondition(t, lost.Status.NodeRef.Name, corev1.ConditionUnknown)
 	framework.Poll(t, "the lost Machine "+lost.Name+" replaced: gone, and 3 Machines Running", func(ctx context.Context) (bool, error) {
 		if _, err := provisionNew(ctx, seen); err != nil {
 			return false, err

@@ -330,6 +330,13 @@ func setNodeReady(t *testing.T, name string, ready bool) {
 	if ready {
 		status = corev1.ConditionTrue
 	}
+	setNodeCondition(t, name, status)
+}
+
+// setNodeCondition sets the Node's Ready condition to status (Unknown: as
+// the node controller reports a node whose kubelet stopped reporting).
+func setNodeCondition(t *testing.T, name string, status corev1.ConditionStatus) {
+	t.Helper()
 	now := metav1.Now()
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
 		Type: corev1.NodeReady, Status: status, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}}})

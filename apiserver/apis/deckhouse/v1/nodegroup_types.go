@@ -880,6 +880,15 @@ type NodeGroupStatus struct {
 	// Standby is how many standby machines exist.
 	// +optional
 	Standby int32 `json:"standby,omitempty"`
+	// LastMachineFailures are the group's machines Cluster API found
+	// unhealthy (its MachineHealthCheck: a node lost, or a machine that did
+	// not become a node in time), as Deckhouse lists its machine
+	// controller's failed machines; each stays listed until it is healthy
+	// again or replaced. Only for CloudEphemeral groups whose machines
+	// node-manager orders.
+	// +optional
+	// +listType=atomic
+	LastMachineFailures []MachineFailure `json:"lastMachineFailures,omitempty"`
 	// Engine is what makes the group's machines, as Deckhouse reports it:
 	// CAPI where node-manager runs Cluster API for the group (a Static or
 	// CloudStatic group with staticInstances, with --cluster-api; a
@@ -907,6 +916,38 @@ type NodeGroupStatus struct {
 	// ConditionSummary is a short form of the conditions for printer columns.
 	// +optional
 	ConditionSummary *ConditionSummary `json:"conditionSummary,omitempty"`
+}
+
+// MachineFailure is a failed machine of a group, in Deckhouse's shape.
+type MachineFailure struct {
+	// Name is the Machine's name.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// ProviderID is the Machine's providerID.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// OwnerRef is the name of the Machine's owner (its MachineSet).
+	// +optional
+	OwnerRef string `json:"ownerRef,omitempty"`
+	// LastOperation is what failed.
+	// +optional
+	LastOperation *MachineLastOperation `json:"lastOperation,omitempty"`
+}
+
+// MachineLastOperation is the operation of a machine that failed.
+type MachineLastOperation struct {
+	// Description says what failed.
+	// +optional
+	Description string `json:"description,omitempty"`
+	// LastUpdateTime is when (RFC 3339).
+	// +optional
+	LastUpdateTime string `json:"lastUpdateTime,omitempty"`
+	// State is Failed.
+	// +optional
+	State string `json:"state,omitempty"`
+	// Type is the operation: HealthCheck.
+	// +optional
+	Type string `json:"type,omitempty"`
 }
 
 // ConditionSummary is a short form of a group's conditions.

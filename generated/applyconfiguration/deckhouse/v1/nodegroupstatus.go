@@ -42,6 +42,13 @@ type NodeGroupStatusApplyConfiguration struct {
 	Instances *int32 `json:"instances,omitempty"`
 	// Standby is how many standby machines exist.
 	Standby *int32 `json:"standby,omitempty"`
+	// LastMachineFailures are the group's machines Cluster API found
+	// unhealthy (its MachineHealthCheck: a node lost, or a machine that did
+	// not become a node in time), as Deckhouse lists its machine
+	// controller's failed machines; each stays listed until it is healthy
+	// again or replaced. Only for CloudEphemeral groups whose machines
+	// node-manager orders.
+	LastMachineFailures []MachineFailureApplyConfiguration `json:"lastMachineFailures,omitempty"`
 	// Engine is what makes the group's machines, as Deckhouse reports it:
 	// CAPI where node-manager runs Cluster API for the group (a Static or
 	// CloudStatic group with staticInstances, with --cluster-api; a
@@ -130,6 +137,19 @@ func (b *NodeGroupStatusApplyConfiguration) WithInstances(value int32) *NodeGrou
 // If called multiple times, the Standby field is set to the value of the last call.
 func (b *NodeGroupStatusApplyConfiguration) WithStandby(value int32) *NodeGroupStatusApplyConfiguration {
 	b.Standby = &value
+	return b
+}
+
+// WithLastMachineFailures adds the given value to the LastMachineFailures field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the LastMachineFailures field.
+func (b *NodeGroupStatusApplyConfiguration) WithLastMachineFailures(values ...*MachineFailureApplyConfiguration) *NodeGroupStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithLastMachineFailures")
+		}
+		b.LastMachineFailures = append(b.LastMachineFailures, *values[i])
+	}
 	return b
 }
 
