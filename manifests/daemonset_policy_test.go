@@ -5,12 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"sigs.k8s.io/yaml"
-
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 	"github.com/node-manager/node-manager/controllers/fencingagents"
-	"github.com/node-manager/node-manager/manifests"
 )
 
 // TestDaemonSetPolicyKnowsWhatTheControllerMakes: the literals the
@@ -20,15 +16,7 @@ import (
 // refuse fails here, before the e2e suite (hack/e2e/fencingagent) proves
 // the whole on a real API server.
 func TestDaemonSetPolicyKnowsWhatTheControllerMakes(t *testing.T) {
-	data, err := manifests.FS.ReadFile("policies/node-manager-controller-daemonsets.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyDoc, _, _ := strings.Cut(string(data), "\n---\n")
-	var policy admissionregistrationv1.ValidatingAdmissionPolicy
-	if err := yaml.UnmarshalStrict([]byte(policyDoc), &policy); err != nil {
-		t.Fatal(err)
-	}
+	policy := readPolicy(t, "policies/node-manager-controller-daemonsets.yaml")
 	vars := map[string]string{}
 	for _, v := range policy.Spec.Variables {
 		vars[v.Name] = v.Expression

@@ -18,15 +18,7 @@ import (
 // it requires is shipped; the e2e suite hack/e2e/clusterapi proves the
 // whole on a real API server.
 func TestDeploymentPolicyKnowsTheStandbyHolders(t *testing.T) {
-	data, err := manifests.FS.ReadFile("policies/node-manager-controller-deployments.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyDoc, _, _ := strings.Cut(string(data), "\n---\n")
-	var policy admissionregistrationv1.ValidatingAdmissionPolicy
-	if err := yaml.UnmarshalStrict([]byte(policyDoc), &policy); err != nil {
-		t.Fatal(err)
-	}
+	policy := readPolicy(t, "policies/node-manager-controller-deployments.yaml")
 	var image string
 	for _, v := range policy.Spec.Variables {
 		if v.Name == "standbyHolderImage" {
@@ -52,4 +44,20 @@ func TestDeploymentPolicyKnowsTheStandbyHolders(t *testing.T) {
 	if !strings.Contains(string(rbac), "kind: PriorityClass\nmetadata:\n  name: "+deckhousev1.StandbyPriorityClass+"\n") {
 		t.Errorf("no PriorityClass %s is shipped beside node-manager-controller's RBAC", deckhousev1.StandbyPriorityClass)
 	}
+}
+
+// readPolicy reads the ValidatingAdmissionPolicy, the first document of the
+// file at path below manifests/.
+func readPolicy(t *testing.T, path string) admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	data, err := manifests.FS.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyDoc, _, _ := strings.Cut(string(data), "\n---\n")
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := yaml.UnmarshalStrict([]byte(policyDoc), &policy); err != nil {
+		t.Fatal(err)
+	}
+	return policy
 }

@@ -12,6 +12,16 @@ import (
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
 
+// readyNode is a Node whose Ready condition says ready.
+func readyNode(name string, ready bool) *corev1.Node {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}}}
+}
+
 func TestChaosPeriod(t *testing.T) {
 	ng := cloudGroup("g", 1, 1)
 	for period, want := range map[string]time.Duration{"": 6 * time.Hour, "90m": 90 * time.Minute, "1h30m": 90 * time.Minute, "1m": time.Minute} {
@@ -31,17 +41,9 @@ func TestChaosPeriod(t *testing.T) {
 // machine's, at least two, and one fewer still at the minimum; then pick
 // chooses among them.
 func TestChaosTakesAVictimOnlyFromAWholeReadyGroupAboveItsMinimum(t *testing.T) {
-	node := func(name string, ready bool) *corev1.Node {
-		status := corev1.ConditionFalse
-		if ready {
-			status = corev1.ConditionTrue
-		}
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}}}
-	}
 	healthy := func() ([]*clusterv1.Machine, []*corev1.Node) {
 		return []*clusterv1.Machine{machine("m-a", "a", "Running"), machine("m-b", "b", "Running"), machine("m-c", "c", "Running")},
-			[]*corev1.Node{node("a", true), node("b", true), node("c", true)}
+			[]*corev1.Node{readyNode("a", true), readyNode("b", true), readyNode("c", true)}
 	}
 	second := func(n int) int { return 1 }
 
@@ -55,7 +57,7 @@ func TestChaosTakesAVictimOnlyFromAWholeReadyGroupAboveItsMinimum(t *testing.T) 
 		why    string
 	}{
 		"a node not Ready": {func(ms []*clusterv1.Machine, ns []*corev1.Node) ([]*clusterv1.Machine, []*corev1.Node) {
-			ns[2] = node("c", false)
+			ns[2] = readyNode("c", false)
 			return ms, ns
 		}, 0, "not Ready"},
 		"a machine being deleted": {func(ms []*clusterv1.Machine, ns []*corev1.Node) ([]*clusterv1.Machine, []*corev1.Node) {
@@ -67,7 +69,7 @@ func TestChaosTakesAVictimOnlyFromAWholeReadyGroupAboveItsMinimum(t *testing.T) 
 			return append(ms, machine("m-d", "", "Provisioning")), ns
 		}, 0, "Provisioning"},
 		"a node no machine backs": {func(ms []*clusterv1.Machine, ns []*corev1.Node) ([]*clusterv1.Machine, []*corev1.Node) {
-			return ms, append(ns, node("stray", true))
+			return ms, append(ns, readyNode("stray", true))
 		}, 0, "a node is not a machine's"},
 		"one fewer would be below the minimum": {func(ms []*clusterv1.Machine, ns []*corev1.Node) ([]*clusterv1.Machine, []*corev1.Node) {
 			return ms, ns

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
@@ -36,13 +35,9 @@ func TestStandbyCountIsANumberOrAShareOfTheMaximum(t *testing.T) {
 // unknown; the holder requests the rate's share of it.
 func TestStandbyHoldersAreSizedFromTheClassOrTheNodes(t *testing.T) {
 	node := func(name, cpu, mem string, ready bool) *corev1.Node {
-		status := corev1.ConditionFalse
-		if ready {
-			status = corev1.ConditionTrue
-		}
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
-			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
-			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}}}
+		n := readyNode(name, ready)
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+		return n
 	}
 	show := func(l corev1.ResourceList) string {
 		c, m := l[corev1.ResourceCPU], l[corev1.ResourceMemory]
