@@ -62,7 +62,7 @@ spec:
 `)
 	for _, want := range []string{
 		"Warning:",
-		"spec.chaos.mode: node-manager has no chaos monkey",
+		"spec.chaos.mode: chaos deletes only machines Cluster API makes for the group",
 		"spec.operatingSystem.manageKernel: it is deprecated and has no effect",
 	} {
 		if !strings.Contains(warnings, want) {
