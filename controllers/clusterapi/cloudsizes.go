@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -24,9 +25,12 @@ type CloudSizes struct {
 	namespace string
 	mds       cache.GenericLister
 	informer  cache.SharedIndexInformer
-	// machines are read for the groups' failed machines.
-	machines         cache.GenericLister
-	machinesInformer cache.SharedIndexInformer
+	// machines are read for the groups' failed machines, deployments for
+	// their standby holders.
+	machines            cache.GenericLister
+	machinesInformer    cache.SharedIndexInformer
+	deployments         appslisters.DeploymentLister
+	deploymentsInformer cache.SharedIndexInformer
 }
 
 // CloudSizes is nil unless CloudEphemeral groups get machines here
@@ -37,24 +41,35 @@ func (c *Controller) CloudSizes() *CloudSizes {
 	}
 	return &CloudSizes{zones: c.opts.CloudZones, namespace: c.d.Namespace, mds: c.mds,
 		informer: c.capi.ForResource(machineDeploymentsResource).Informer(),
-		machines: c.machines, machinesInformer: c.capi.ForResource(machinesResource).Informer()}
+		machines: c.machines, machinesInformer: c.capi.ForResource(machinesResource).Informer(),
+		deployments: c.deployments.Lister(), deploymentsInformer: c.deployments.Informer()}
 }
 
 // Informers are the MachineDeployments' and the Machines' informers: a
 // change of one of a group's MachineDeployments changes its sizes, of one
 // of its Machines its failures (key objects with GroupOf).
 func (s *CloudSizes) Informers() []cache.SharedIndexInformer {
-	return []cache.SharedIndexInformer{s.informer, s.machinesInformer}
+	return []cache.SharedIndexInformer{s.informer, s.machinesInformer, s.deploymentsInformer}
 }
 
-// GroupOf is the group of a MachineDeployment or a Machine (its
-// MachineDeployment's template labels it), or "".
+// Standby is how many standby nodes the group holds: its standby holder's
+// ready pods (each holds spare capacity on a node of its own).
+func (s *CloudSizes) Standby(ng *deckhousev1.NodeGroup) int32 {
+	d, err := s.deployments.Deployments(s.namespace).Get(deckhousev1.StandbyHolderPrefix + ng.Name)
+	if err != nil || !managed(d.Labels) || d.Labels[deckhousev1.NodeGroupLabel] != ng.Name {
+		return 0
+	}
+	return d.Status.ReadyReplicas
+}
+
+// GroupOf is the group of a MachineDeployment, a Machine (its
+// MachineDeployment's template labels it) or a standby holder, or "".
 func GroupOf(obj any) string {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		return u.GetLabels()[deckhousev1.NodeGroupLabel]
+	if o, err := meta.Accessor(obj); err == nil {
+		return o.GetLabels()[deckhousev1.NodeGroupLabel]
 	}
 	return ""
 }

@@ -46,6 +46,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -103,9 +104,10 @@ type Controller struct {
 	// --cloud-cluster): the instance classes and node-manager's copies.
 	classes  cache.GenericLister
 	classGVR schema.GroupVersionResource
-	// machineSets say which copies of a class are still cloned from (nil
-	// without --cloud-cluster).
+	// machineSets say which copies of a class are still cloned from, and
+	// deployments hold the standby holders (nil without --cloud-cluster).
 	machineSets cache.GenericLister
+	deployments appsinformers.DeploymentInformer
 	synced      []cache.InformerSynced
 	queue       *loop.Loop
 	// roleMu serializes the writes of the bootstrap-data Role.
@@ -159,6 +161,10 @@ func New(d *manager.Deps, opts Options) *Controller {
 		c.classGVR, _ = opts.templateResource() // checked by Options.Validate
 		classes := c.capi.ForResource(c.classGVR)
 		c.classes = classes.Lister()
+		c.deployments = d.Informers.Namespace.Apps().V1().Deployments()
+		c.synced = append(c.synced, c.deployments.Informer().HasSynced)
+		// A standby holder changed or deleted by someone else is put back.
+		_, _ = c.deployments.Informer().AddEventHandler(c.queue.Handler(prefixed(groupPrefix, managedGroup)))
 		sets := c.capi.ForResource(machineSetsResource)
 		c.machineSets = sets.Lister()
 		c.synced = append(c.synced, classes.Informer().HasSynced, sets.Informer().HasSynced)

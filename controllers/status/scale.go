@@ -22,8 +22,10 @@ const ConditionScaling = "Scaling"
 type Scale struct {
 	Desired, Min, Max, Instances *int32
 	// Failures are the failed machines of a group whose machines
-	// node-manager orders (status.lastMachineFailures).
+	// node-manager orders (status.lastMachineFailures), Standby its held
+	// standby nodes (status.standby; nil for any other group).
 	Failures []deckhousev1.MachineFailure
+	Standby  *int32
 }
 
 // CloudSizer reports the sizes of a CloudEphemeral group whose machines
@@ -32,6 +34,8 @@ type CloudSizer interface {
 	Of(g *deckhousev1.NodeGroup) (desired, min, max int32, ok bool)
 	// Failures are the group's failed machines (status.lastMachineFailures).
 	Failures(g *deckhousev1.NodeGroup) []deckhousev1.MachineFailure
+	// Standby is how many standby nodes the group holds (status.standby).
+	Standby(g *deckhousev1.NodeGroup) int32
 }
 
 // ComputeScale derives a group's Scale from its spec and the number of
@@ -61,7 +65,7 @@ func ComputeScale(g *deckhousev1.NodeGroup, instances int32, cloud CloudSizer) S
 		if cloud != nil {
 			if desired, lo, hi, ok := cloud.Of(g); ok {
 				s.Desired, s.Min, s.Max = ptr.To(desired), ptr.To(lo), ptr.To(hi)
-				s.Failures = cloud.Failures(g)
+				s.Failures, s.Standby = cloud.Failures(g), ptr.To(cloud.Standby(g))
 				return s
 			}
 		}

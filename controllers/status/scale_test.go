@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	deckhousev1 "github.com/node-manager/node-manager/apiserver/apis/deckhouse/v1"
 )
@@ -76,6 +77,8 @@ func (s sizer) Failures(g *deckhousev1.NodeGroup) []deckhousev1.MachineFailure {
 	return []deckhousev1.MachineFailure{{Name: g.Name + "-m"}}
 }
 
+func (s sizer) Standby(g *deckhousev1.NodeGroup) int32 { return s[g.Name][0] - 4 }
+
 // TestACloudGroupWhoseMachinesNodeManagerOrdersShowsItsSizes: desired, min
 // and max come from the MachineDeployments (through the sizer) where
 // node-manager orders the machines, and the Scaling condition follows.
@@ -86,6 +89,9 @@ func TestACloudGroupWhoseMachinesNodeManagerOrdersShowsItsSizes(t *testing.T) {
 	s := ComputeScale(ordered, 3, cloudSizes)
 	if got := [4]string{show(s.Desired), show(s.Min), show(s.Max), show(s.Instances)}; got != [4]string{"5", "2", "8", "3"} {
 		t.Errorf("desired/min/max/instances %v, want 5 2 8 3", got)
+	}
+	if ptr.Deref(s.Standby, -1) != 1 {
+		t.Errorf("standby %v, want the sizer's 1", s.Standby)
 	}
 	if len(s.Failures) != 1 || s.Failures[0].Name != "ordered-m" {
 		t.Errorf("failures %+v, want the sizer's", s.Failures)

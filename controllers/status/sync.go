@@ -67,6 +67,9 @@ func (c *Controller) sync(ctx context.Context, group string) error {
 	if scale.Instances != nil {
 		st.WithInstances(*scale.Instances)
 	}
+	if scale.Standby != nil {
+		st.WithStandby(*scale.Standby)
+	}
 	for _, mf := range scale.Failures {
 		ac := applyv1.MachineFailure().WithName(mf.Name).WithProviderID(mf.ProviderID).WithOwnerRef(mf.OwnerRef)
 		if op := mf.LastOperation; op != nil {
@@ -106,7 +109,7 @@ func scaleUnchanged(g *deckhousev1.NodeGroup, scale Scale) bool {
 	st := g.Status
 	return sameCount(st.Desired, scale.Desired) && sameCount(st.Min, scale.Min) &&
 		sameCount(st.Max, scale.Max) && sameCount(st.Instances, scale.Instances) &&
-		apiequality.Semantic.DeepEqual(st.LastMachineFailures, scale.Failures)
+		apiequality.Semantic.DeepEqual(st.LastMachineFailures, scale.Failures) && (scale.Standby == nil || st.Standby == *scale.Standby)
 }
 
 // unchanged reports whether the group already shows s, so nothing is written.

@@ -339,6 +339,36 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		return ptr.Deref(d.Spec.Replicas, 0) == 1 && req.Cpu().String() == "1" && req.Memory().String() == "2Gi" &&
 			p.PriorityClassName == deckhousev1.StandbyPriorityClass && p.NodeSelector[deckhousev1.NodeGroupLabel] == group, nil
 	})
+	// Its pod, once on a node of the group and Ready (the test plays the
+	// scheduler and the kubelet), is the group's status.standby.
+	framework.Poll(t, "the standby holder's pod, bound to a node of the group and Ready; status.standby 1", func(ctx context.Context) (bool, error) {
+		pods, err := f.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: deckhousev1.NodeGroupLabel + "=" + group})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" {
+				nodeName := groupMachines(ctx, t, group)[0].Status.NodeRef.Name
+				if err := f.Kube.CoreV1().Pods(ns).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name},
+					Target: corev1.ObjectReference{Kind: "Node", Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+					return false, err
+				}
+				continue
+			}
+			if !slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue }) {
+				now := metav1.Now()
+				p.Status.Phase = corev1.PodRunning
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+					{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+					{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+				if _, err := f.Kube.CoreV1().Pods(ns).UpdateStatus(ctx, &p, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+					return false, err
+				}
+			}
+		}
+		ng, err := f.NM.DeckhouseV1().NodeGroups().Get(ctx, group, metav1.GetOptions{})
+		return err == nil && ng.Status.Standby == 1, err
+	})
 	// The controller's token writes no other Deployment.
 	tok, err := f.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, deckhousev1.NodeManagerControllerName, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {

@@ -877,7 +877,9 @@ type NodeGroupStatus struct {
 	// was approved but which has not registered yet.
 	// +optional
 	Instances *int32 `json:"instances,omitempty"`
-	// Standby is how many standby machines exist.
+	// Standby is how many standby nodes the group holds: the ready pods of
+	// its standby holder (CloudEphemeral groups whose machines node-manager
+	// orders).
 	// +optional
 	Standby int32 `json:"standby,omitempty"`
 	// LastMachineFailures are the group's machines Cluster API found

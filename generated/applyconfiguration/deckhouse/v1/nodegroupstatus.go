@@ -40,7 +40,9 @@ type NodeGroupStatusApplyConfiguration struct {
 	// per node that joined (or was adopted) and per node whose certificate
 	// was approved but which has not registered yet.
 	Instances *int32 `json:"instances,omitempty"`
-	// Standby is how many standby machines exist.
+	// Standby is how many standby nodes the group holds: the ready pods of
+	// its standby holder (CloudEphemeral groups whose machines node-manager
+	// orders).
 	Standby *int32 `json:"standby,omitempty"`
 	// LastMachineFailures are the group's machines Cluster API found
 	// unhealthy (its MachineHealthCheck: a node lost, or a machine that did
