@@ -415,6 +415,30 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 	if got := *ptrReplicas(groupMDs(ctx, t, group)["z1"]); got != 2 {
 		t.Errorf("after the refused scales, zone z1's MachineDeployment has %d replicas, want 2", got)
 	}
+	// To the maximum and back, as the autoscaler scales: both kept.
+	runningIn := func(ctx context.Context, zone string) (running, all int) {
+		for _, m := range groupMachines(ctx, t, group) {
+			if m.Spec.FailureDomain == zone {
+				all++
+				if m.Status.Phase == string(clusterv1.MachinePhaseRunning) && m.DeletionTimestamp == nil {
+					running++
+				}
+			}
+		}
+		return running, all
+	}
+	for _, n := range []int{3, 2} {
+		if err := scale(z1, n); err != nil {
+			t.Fatalf("scaling MachineDeployment %s to %d as the autoscaler: %v", z1, n, err)
+		}
+		framework.Poll(t, fmt.Sprintf("zone z1 scaled to %d by the autoscaler, kept", n), func(ctx context.Context) (bool, error) {
+			if _, err := provisionNew(ctx, seen); err != nil {
+				return false, err
+			}
+			running, all := runningIn(ctx, "z1")
+			return running == n && all == n && *ptrReplicas(groupMDs(ctx, t, group)["z1"]) == int32(n), nil
+		}, func() string { return describeMachines(t, group) })
+	}
 
 	// Chaos: due (the last victim recorded two periods ago) while a node is
 	// not Ready, it holds back and says why; once the node is Ready again,
