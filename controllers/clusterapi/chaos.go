@@ -148,6 +148,11 @@ func (c *Controller) syncChaos(ctx context.Context, group string) error {
 	}
 	now := c.d.Clock.Now()
 	last, err := time.Parse(time.RFC3339, ng.Annotations[deckhousev1.ChaosLastVictimAnnotation])
+	// What this process wrote last counts too: the informer may not show
+	// the group's new mark yet when another change queues it again.
+	if mine := c.chaosMarks.get(group); err == nil && mine.After(last) || err != nil && !mine.IsZero() {
+		last, err = mine, nil
+	}
 	if err != nil {
 		// Chaos was just turned on (or the mark is unreadable): the first
 		// victim is a period away.
@@ -207,13 +212,37 @@ func (c *Controller) syncChaos(ctx context.Context, group string) error {
 	return nil
 }
 
-// markChaos records on the group when the period started.
+// markChaos records on the group, and in this process, when the period
+// started.
 func (c *Controller) markChaos(ctx context.Context, ng *deckhousev1.NodeGroup, at time.Time) error {
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, deckhousev1.ChaosLastVictimAnnotation, at.UTC().Format(time.RFC3339))
+	at = at.UTC().Truncate(time.Second)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, deckhousev1.ChaosLastVictimAnnotation, at.Format(time.RFC3339))
 	if _, err := c.d.NodeManager.DeckhouseV1().NodeGroups().Patch(ctx, ng.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("chaos: recording the time on NodeGroup %s: %w", ng.Name, err)
 	}
+	c.chaosMarks.set(ng.Name, at)
 	return nil
+}
+
+// chaosMarks are the times this process last marked, per group.
+type chaosMarks struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (c *chaosMarks) get(group string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[group]
+}
+
+func (c *chaosMarks) set(group string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]time.Time{}
+	}
+	c.m[group] = at
 }
 
 // groupMachines are the group's Machines (labelled with it by its

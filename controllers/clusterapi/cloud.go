@@ -202,14 +202,22 @@ func derefOr(p *int32, def int32) int32 {
 	return *p
 }
 
-// CloudMachineHealthCheck is the group's MachineHealthCheck: Cluster API
-// replaces a machine of the group whose node has been lost (Ready Unknown:
-// its kubelet stopped reporting) for unhealthyAfter, or that has not
-// become a node within startupTimeout, while no more than 40% of the
-// group's machines are unhealthy (a wider outage is the network's, not the
-// machines'; replacing them would not help).
-func (c Cloud) CloudMachineHealthCheck(ng *deckhousev1.NodeGroup, namespace string, unhealthyAfter, startupTimeout int32) *clusterv1.MachineHealthCheck {
-	limit := intstr.FromString("40%")
+// UnhealthyLimit is how many of a group's machines may be unhealthy at
+// once for Cluster API still to replace them: 40% of them, rounded down,
+// but at least one, so that a group of one or two machines heals too. A
+// wider outage is the network's, not the machines'; replacing them would
+// not help.
+func UnhealthyLimit(machines int32) int32 {
+	return max(1, machines*40/100)
+}
+
+// CloudMachineHealthCheck is the group's MachineHealthCheck, for a group
+// of the given number of machines: Cluster API replaces a machine of the
+// group whose node has been lost (Ready Unknown: its kubelet stopped
+// reporting) for unhealthyAfter, or that has not become a node within
+// startupTimeout, while no more than UnhealthyLimit of them are unhealthy.
+func (c Cloud) CloudMachineHealthCheck(ng *deckhousev1.NodeGroup, namespace string, machines, unhealthyAfter, startupTimeout int32) *clusterv1.MachineHealthCheck {
+	limit := intstr.FromInt32(UnhealthyLimit(machines))
 	return &clusterv1.MachineHealthCheck{
 		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineHealthCheck"},
 		ObjectMeta: metav1.ObjectMeta{Name: ng.Name, Namespace: namespace, Labels: groupLabels(ng.Name)},

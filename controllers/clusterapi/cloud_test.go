@@ -324,14 +324,19 @@ func TestCloudSizesAreDeckhouses(t *testing.T) {
 
 // TestCloudMachineHealthCheckReplacesLostMachinesOfTheGroup: the group's
 // machines, lost for the given time or not joined in time, replaced while
-// at most 40% are unhealthy.
+// at most 40% of them are unhealthy, and at least one.
 func TestCloudMachineHealthCheckReplacesLostMachinesOfTheGroup(t *testing.T) {
-	mhc := testCloud.CloudMachineHealthCheck(cloudGroup("g", 1, 1), ns, 600, 1200)
+	for machines, want := range map[int32]int32{0: 1, 1: 1, 2: 1, 3: 1, 5: 2, 10: 4} {
+		if got := UnhealthyLimit(machines); got != want {
+			t.Errorf("%d machines: %d may be unhealthy at once, want %d", machines, got, want)
+		}
+	}
+	mhc := testCloud.CloudMachineHealthCheck(cloudGroup("g", 1, 1), ns, 5, 600, 1200)
 	s := mhc.Spec
 	if mhc.Name != "g" || s.ClusterName != "cloud" || s.Selector.MatchLabels[deckhousev1.NodeGroupLabel] != "g" || len(s.Selector.MatchLabels) != 1 ||
 		*s.Checks.NodeStartupTimeoutSeconds != 1200 || len(s.Checks.UnhealthyNodeConditions) != 1 ||
 		s.Checks.UnhealthyNodeConditions[0].Status != "Unknown" || *s.Checks.UnhealthyNodeConditions[0].TimeoutSeconds != 600 ||
-		s.Remediation.TriggerIf.UnhealthyLessThanOrEqualTo.String() != "40%" || !managed(mhc.Labels) {
+		s.Remediation.TriggerIf.UnhealthyLessThanOrEqualTo.String() != "2" || !managed(mhc.Labels) {
 		t.Errorf("MachineHealthCheck: %+v", mhc)
 	}
 }

@@ -74,6 +74,7 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 	}
 	capacity := CapacityAnnotations(ng, class)
 	keep := map[string]bool{}
+	var machines int32
 	for _, zone := range zones {
 		tpl := cloud.ClassTemplate(ng, class, zone, checksum, ns)
 		keep[tpl.GetName()] = true
@@ -107,6 +108,7 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 			current = have.Spec.Replicas
 		}
 		want := cloud.CloudMachineDeployment(ng, zone, tpl.GetName(), checksum, ns, Replicas(ng.Spec.CloudInstances, current), capacity)
+		machines += *want.Spec.Replicas
 		if err == nil && CloudMachineDeploymentCurrent(have, want) {
 			continue
 		}
@@ -119,16 +121,17 @@ func (c *Controller) syncCloudGroup(ctx context.Context, ng *deckhousev1.NodeGro
 	if err := c.removeCloud(ctx, ng.Name, keep); err != nil {
 		return err
 	}
-	if err := c.syncHealthCheck(ctx, ng, cloud); err != nil {
+	if err := c.syncHealthCheck(ctx, ng, cloud, machines); err != nil {
 		return err
 	}
 	return c.syncStandby(ctx, ng, class, len(zones))
 }
 
-// syncHealthCheck keeps the group's MachineHealthCheck.
-func (c *Controller) syncHealthCheck(ctx context.Context, ng *deckhousev1.NodeGroup, cloud Cloud) error {
+// syncHealthCheck keeps the group's MachineHealthCheck, for a group of
+// the given number of machines.
+func (c *Controller) syncHealthCheck(ctx context.Context, ng *deckhousev1.NodeGroup, cloud Cloud, machines int32) error {
 	ns := c.d.Namespace
-	want := cloud.CloudMachineHealthCheck(ng, ns, int32(c.opts.MachineLostAfter.Seconds()), int32(c.opts.MachineStartupTimeout.Seconds()))
+	want := cloud.CloudMachineHealthCheck(ng, ns, machines, int32(c.opts.MachineLostAfter.Seconds()), int32(c.opts.MachineStartupTimeout.Seconds()))
 	obj, err := c.d.Dynamic.Resource(machineHealthChecksResource).Namespace(ns).Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
 	case err == nil && (!managed(obj.GetLabels()) || obj.GetLabels()[deckhousev1.NodeGroupLabel] != ng.Name):

@@ -116,6 +116,7 @@ type Controller struct {
 	// chaosHeld is why chaos last held back, per group.
 	chaosVictims *prometheus.CounterVec
 	chaosHeld    heldReasons
+	chaosMarks   chaosMarks
 }
 
 // New wires the controller: a group, its MachineDeployment or template

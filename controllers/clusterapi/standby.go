@@ -36,14 +36,15 @@ const standbyHolderLabel = "app"
 
 // StandbyCount is how many standby nodes the group keeps: standby as a
 // number, or as a percentage of its maximum (maxPerZone times its zones),
-// rounded up; 0 without standby.
+// rounded down; 0 without standby, and for a group of fixed size
+// (minPerZone == maxPerZone: no autoscaler adds nodes for it).
 func StandbyCount(ng *deckhousev1.NodeGroup, zones int) (int32, error) {
 	ci := ng.Spec.CloudInstances
-	if ci == nil || ci.Standby == nil {
+	if ci == nil || ci.Standby == nil || ci.MaxPerZone <= ci.MinPerZone {
 		return 0, nil
 	}
-	total := int(max(ci.MaxPerZone, ci.MinPerZone)) * zones
-	n, err := intstr.GetScaledValueFromIntOrPercent(ci.Standby, total, true)
+	total := int(ci.MaxPerZone) * zones
+	n, err := intstr.GetScaledValueFromIntOrPercent(ci.Standby, total, false)
 	if err != nil {
 		return 0, fmt.Errorf("NodeGroup %s: cloudInstances.standby %q: %w", ng.Name, ci.Standby.String(), err)
 	}
@@ -51,8 +52,10 @@ func StandbyCount(ng *deckhousev1.NodeGroup, zones int) (int32, error) {
 }
 
 // NodeCapacity is what one node of the group offers: the class's capacity
-// annotations (cpu and memory), else the smallest allocatable of the
-// group's Ready nodes; ok is false when neither says.
+// annotations (cpu and memory), else the smallest allocatable CPU and the
+// smallest allocatable memory among the group's Ready nodes (each taken on
+// its own, so the answer does not depend on the nodes' order); ok is false
+// when neither says.
 func NodeCapacity(class *unstructured.Unstructured, groupNodes []*corev1.Node) (corev1.ResourceList, bool) {
 	cpu, cerr := resource.ParseQuantity(class.GetAnnotations()[deckhousev1.AutoscalerCapacityPrefix+"cpu"])
 	mem, merr := resource.ParseQuantity(class.GetAnnotations()[deckhousev1.AutoscalerCapacityPrefix+"memory"])
@@ -68,8 +71,15 @@ func NodeCapacity(class *unstructured.Unstructured, groupNodes []*corev1.Node) (
 		if c.Sign() <= 0 || m.Sign() <= 0 {
 			continue
 		}
-		if out == nil || c.Cmp(out[corev1.ResourceCPU]) < 0 || m.Cmp(out[corev1.ResourceMemory]) < 0 {
+		if out == nil {
 			out = corev1.ResourceList{corev1.ResourceCPU: c, corev1.ResourceMemory: m}
+			continue
+		}
+		if c.Cmp(out[corev1.ResourceCPU]) < 0 {
+			out[corev1.ResourceCPU] = c
+		}
+		if m.Cmp(out[corev1.ResourceMemory]) < 0 {
+			out[corev1.ResourceMemory] = m
 		}
 	}
 	return out, out != nil

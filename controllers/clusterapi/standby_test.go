@@ -18,7 +18,8 @@ func TestStandbyCountIsANumberOrAShareOfTheMaximum(t *testing.T) {
 	}{
 		{nil, 2, 0},
 		{new(intstr.FromInt32(2)), 2, 2},
-		{new(intstr.FromString("10%")), 2, 1}, // 10% of 4×2 = 0.8, rounded up
+		{new(intstr.FromString("10%")), 2, 0}, // 10% of 4×2 = 0.8, rounded down
+		{new(intstr.FromString("20%")), 2, 1}, // 1.6
 		{new(intstr.FromString("50%")), 3, 6}, // of 4×3
 		{new(intstr.FromString("0%")), 3, 0},
 	} {
@@ -27,6 +28,11 @@ func TestStandbyCountIsANumberOrAShareOfTheMaximum(t *testing.T) {
 		if got, err := StandbyCount(ng, c.zones); err != nil || got != c.want {
 			t.Errorf("standby %v over %d zones: %d %v, want %d", c.standby, c.zones, got, err, c.want)
 		}
+	}
+	fixed := cloudGroup("g", 3, 3)
+	fixed.Spec.CloudInstances.Standby = new(intstr.FromInt32(2))
+	if got, _ := StandbyCount(fixed, 2); got != 0 {
+		t.Errorf("a group of fixed size keeps %d standby nodes, want none (no autoscaler adds them)", got)
 	}
 }
 
@@ -46,6 +52,13 @@ func TestStandbyHoldersAreSizedFromTheClassOrTheNodes(t *testing.T) {
 	annotated := class(map[string]any{})
 	annotated.SetAnnotations(map[string]string{deckhousev1.AutoscalerCapacityPrefix + "cpu": "4", deckhousev1.AutoscalerCapacityPrefix + "memory": "8Gi"})
 	nodes := []*corev1.Node{node("big", "8", "32Gi", true), node("small", "2", "4Gi", true), node("tiny-but-down", "1", "1Gi", false)}
+	// Not comparable: the smallest CPU and the smallest memory, whatever the order.
+	odd := []*corev1.Node{node("cpu", "2", "16Gi", true), node("mem", "8", "4Gi", true)}
+	for _, order := range [][]*corev1.Node{odd, {odd[1], odd[0]}} {
+		if got, ok := NodeCapacity(class(map[string]any{}), order); !ok || show(got) != "2 4Gi" {
+			t.Errorf("nodes %s, %s: %s %v, want 2 4Gi", order[0].Name, order[1].Name, show(got), ok)
+		}
+	}
 	if got, ok := NodeCapacity(annotated, nodes); !ok || show(got) != "4 8Gi" {
 		t.Errorf("the class's annotations: %s %v, want 4 8Gi", show(got), ok)
 	}

@@ -387,6 +387,10 @@ func TestCloudEphemeralGroupGetsMachinesPerZoneThroughClusterAPI(t *testing.T) {
 		"another image": {func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "busybox" }, "pinned pause image"},
 		"a token":       {func(d *appsv1.Deployment) { d.Spec.Template.Spec.AutomountServiceAccountToken = ptr.To(true) }, "no ServiceAccount token"},
 		"another name":  {func(d *appsv1.Deployment) { d.Name = "evil" }, "only the standby holders"},
+		"a host port": {func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 6443, HostPort: 6443}}
+		}, "no ports, probes or hooks"},
+		"another component's label": {func(d *appsv1.Deployment) { d.Spec.Template.Labels["component"] = deckhousev1.BashibleAPIServerName }, "only its own labels"},
 	} {
 		d := forged.DeepCopy()
 		d.ResourceVersion, d.UID = "", ""

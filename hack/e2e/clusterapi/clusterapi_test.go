@@ -100,6 +100,14 @@ func TestStaticGroupScalesThroughClusterAPI(t *testing.T) {
 		return tpl.Spec.Template.Spec.LabelSelector.MatchLabels["role"] == group, nil
 	})
 
+	// Its size is the group's staticInstances.count: a scale through the
+	// scale subresource (as an autoscaler's token would ask) is refused.
+	_, err := dyn.Resource(clusterv1.GroupVersion.WithResource("machinedeployments")).Namespace(ns).Patch(framework.Context(t), group,
+		types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}, "scale")
+	if err == nil || !strings.Contains(err.Error(), "staticInstances.count") {
+		t.Errorf("a scale of the static group's MachineDeployment to 0: %v, want a refusal", err)
+	}
+
 	var machines []clusterv1.Machine
 	framework.Poll(t, "two Machines, each with its StaticMachine", func(ctx context.Context) (bool, error) {
 		machines = listMachines(ctx, t)

@@ -408,8 +408,8 @@ const (
 	// ChaosLastVictimAnnotation is on a NodeGroup with chaos.mode
 	// DrainAndDelete: when (RFC 3339) node-manager last deleted one of its
 	// machines, or started counting the period; the next victim is due a
-	// period later. Written by node-manager-controller; deleting it starts
-	// the period again.
+	// period later. Written by node-manager-controller, which also keeps
+	// its last mark in memory (the later of the two counts).
 	ChaosLastVictimAnnotation = "node-manager.deckhouse.io/chaos-last-victim"
 	// StandbyHolderPrefix names the Deployment standby-holder-<group> that
 	// keeps a CloudEphemeral group's standby capacity (cloudInstances.standby):
