@@ -53,10 +53,12 @@ func TestKubeletReportsANodeMarkedNotReadyReadyAgainAfterItsStatusLoop(t *testin
 	}
 	marked := time.Now()
 	markUnknown(t, kube, "node-00000")
+	// The kubelet counts its report once the update returns, which may be
+	// after the update is visible here: wait for both.
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return ready(t, kube, "node-00000"), nil
+		return ready(t, kube, "node-00000") && k.reported.Load() > 0, nil
 	}); err != nil {
-		t.Fatalf("node-00000, marked not Ready, was not reported Ready again: %v", err)
+		t.Fatalf("node-00000, marked not Ready, was not reported Ready again: %v (reported %d)", err, k.reported.Load())
 	}
 	if took := time.Since(marked); took < every {
 		t.Errorf("reported Ready again after %s: a kubelet notices at its next status loop, not before %s", took, every)
