@@ -176,7 +176,7 @@ func (c *Controller) syncStandby(ctx context.Context, ng *deckhousev1.NodeGroup,
 		rate = *h.OverprovisioningRate
 	}
 	want := StandbyHolder(ng, ns, count, StandbyRequests(capacity, rate))
-	have, err := c.d.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	have, err := c.deployments.Lister().Deployments(ns).Get(name)
 	switch {
 	case err == nil && !managed(have.Labels):
 		return fmt.Errorf("CloudEphemeral group %s: Deployment %s/%s, the name of its standby holder, is not node-manager's; rename or delete it", ng.Name, ns, name)
@@ -196,7 +196,7 @@ func (c *Controller) syncStandby(ctx context.Context, ng *deckhousev1.NodeGroup,
 // removeStandby deletes the group's standby holder, if node-manager made it.
 func (c *Controller) removeStandby(ctx context.Context, group string) error {
 	ns, name := c.d.Namespace, deckhousev1.StandbyHolderPrefix+group
-	have, err := c.d.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	have, err := c.deployments.Lister().Deployments(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
