@@ -53,7 +53,7 @@ TOOLS         := $(CONTROL_PLANE) $(GENERATORS) $(LINTERS) $(NODE_BINARIES) $(CL
 export GOFLAGS ?= -trimpath
 
 # node-manager's own binaries, which make run and the e2e suites start.
-STACK_CMDS := ./apiserver/cmd/bashible-apiserver ./controllers/cmd/node-manager-controller \
+STACK_CMDS := ./apiserver/cmd/bashible-apiserver ./apiserver/cmd/bashible-render-worker ./controllers/cmd/node-manager-controller \
               ./controllers/cmd/caps-controller-manager ./agents/cmd/fencing-agent ./agents/cmd/early-oom
 
 # Packages with e2e suites need the local control plane; the rest are unit tests.

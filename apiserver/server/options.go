@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -83,6 +84,10 @@ type RenderOptions struct {
 	// WorkerIdleTimeout stops a render worker idle for longer; 0 keeps
 	// idle workers.
 	WorkerIdleTimeout time.Duration
+	// WorkerBinary is the executable a render worker runs; empty means
+	// bashible-render-worker beside this executable, or this executable
+	// when there is none (see renderWorkerBinary).
+	WorkerBinary string
 }
 
 // NewOptions returns the defaults.
@@ -125,6 +130,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"memory one render worker process may use (a quantity such as 128Mi); a template that needs more is stopped")
 	fs.DurationVar(&o.Render.WorkerIdleTimeout, "render-worker-idle-timeout", o.Render.WorkerIdleTimeout,
 		"a render worker process idle for longer is stopped, and its memory returned (the next render starts one, in about 0.13s); 0 keeps idle workers")
+	fs.StringVar(&o.Render.WorkerBinary, "render-worker-binary", o.Render.WorkerBinary,
+		"the executable render workers run (default: "+deckhousev1.BashibleRenderWorkerName+" in the directory of this executable, as the image ships it); bashible-apiserver's own path works too, with workers holding about 7 MiB more each")
 	fs.DurationVar(&o.LeaderElection.LeaseDuration, "leader-elect-lease-duration", o.LeaderElection.LeaseDuration,
 		"how long after the publishing replica's last renewal another replica may take its Lease")
 	fs.DurationVar(&o.LeaderElection.RenewDeadline, "leader-elect-renew-deadline", o.LeaderElection.RenewDeadline,
@@ -149,6 +156,37 @@ func (o *Options) applyFeatureGates() error {
 }
 
 // workerMemory is --render-worker-memory in bytes.
+// renderWorkerBinary is the executable render workers run: the flag's, or
+// bashible-render-worker in this executable's directory, as the image
+// ships it.
+func (o *Options) renderWorkerBinary() (string, error) {
+	if o.Render.WorkerBinary != "" {
+		return o.Render.WorkerBinary, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find this executable to look for %s beside it: %w; pass --render-worker-binary", deckhousev1.BashibleRenderWorkerName, err)
+	}
+	beside := filepath.Join(filepath.Dir(self), deckhousev1.BashibleRenderWorkerName)
+	if err := executable(beside); err != nil {
+		return "", fmt.Errorf("render workers run %s, which is not beside bashible-apiserver: %w; install it there (the image does, make build builds it into bin/) or pass --render-worker-binary (this executable's own path works too, with workers holding about 7 MiB more each)",
+			deckhousev1.BashibleRenderWorkerName, err)
+	}
+	return beside, nil
+}
+
+// executable says why path is not a regular file someone may execute.
+func executable(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file (mode %s)", path, info.Mode())
+	}
+	return nil
+}
+
 func (o *Options) workerMemory() (int64, error) {
 	q, err := resource.ParseQuantity(o.Render.WorkerMemory)
 	if err != nil {
@@ -174,6 +212,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Render.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--render-workers %d must be at least 1", o.Render.Workers))
+	}
+	if o.Render.WorkerBinary != "" {
+		if err := executable(o.Render.WorkerBinary); err != nil {
+			errs = append(errs, fmt.Errorf("--render-worker-binary: %w", err))
+		}
 	}
 	if o.Render.WorkerIdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--render-worker-idle-timeout %s must not be negative (0 keeps idle workers)", o.Render.WorkerIdleTimeout))

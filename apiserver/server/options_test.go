@@ -20,6 +20,10 @@ import (
 )
 
 func TestRenderLimitsAreValidatedWithTheFlagsName(t *testing.T) {
+	notExecutable := filepath.Join(t.TempDir(), "worker")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		change func(*Options)
 		want   string
@@ -29,6 +33,8 @@ func TestRenderLimitsAreValidatedWithTheFlagsName(t *testing.T) {
 		{func(o *Options) { o.Render.WorkerMemory = "lots" }, `--render-worker-memory "lots"`},
 		{func(o *Options) { o.Render.WorkerMemory = "8Mi" }, "--render-worker-memory 8Mi is below 16Mi"},
 		{func(o *Options) { o.Render.WorkerIdleTimeout = -time.Second }, "--render-worker-idle-timeout -1s must not be negative"},
+		{func(o *Options) { o.Render.WorkerBinary = "/nonexistent/worker" }, "--render-worker-binary: stat /nonexistent/worker"},
+		{func(o *Options) { o.Render.WorkerBinary = notExecutable }, "--render-worker-binary: " + notExecutable + " is not an executable file"},
 	} {
 		o := NewOptions()
 		tc.change(o)
@@ -37,6 +43,11 @@ func TestRenderLimitsAreValidatedWithTheFlagsName(t *testing.T) {
 		}
 	}
 	o := NewOptions()
+	// The default is the render worker beside this executable, which a
+	// test binary does not have.
+	if _, err := o.renderWorkerBinary(); err == nil || !strings.Contains(err.Error(), "render workers run bashible-render-worker, which is not beside bashible-apiserver") || !strings.Contains(err.Error(), "--render-worker-binary") {
+		t.Errorf("without a render worker beside the executable: %v, want an error that says what to do", err)
+	}
 	if mem, err := o.workerMemory(); err != nil || mem != 128<<20 || o.Render.Workers != 2 || o.Render.Timeout != 10*time.Second {
 		t.Errorf("defaults: %d workers, %s, %d bytes (%v); want 2, 10s, 128Mi", o.Render.Workers, o.Render.Timeout, mem, err)
 	}
@@ -94,6 +105,7 @@ current-context: c
 	o.Generic.SecureServing.BindPort = 0
 	o.Generic.SecureServing.ServerCert.CertDirectory = dir
 	o.APIQPS, o.APIBurst = 7, 9
+	o.Render.WorkerBinary = kubeconfig // any file: Config does not start workers
 	cfg, err := o.Config()
 	if err != nil {
 		t.Fatal(err)

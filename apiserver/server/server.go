@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"sync"
 	"time"
 
@@ -62,6 +63,8 @@ type RenderConfig struct {
 	WorkerMemory int64
 	// WorkerIdleTimeout: 0 keeps idle workers.
 	WorkerIdleTimeout time.Duration
+	// WorkerBinary is the executable a render worker runs; empty: this one.
+	WorkerBinary string
 }
 
 // watchDrainPeriod is the longest a stopping replica takes to end its
@@ -109,8 +112,12 @@ func newConfig(o *Options) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	workerBinary, err := o.renderWorkerBinary()
+	if err != nil {
+		return nil, err
+	}
 	return &Config{Generic: generic, Extra: ExtraConfig{TemplatesDir: o.TemplatesDir, BundlesNamespace: o.BundlesNamespace, Identity: o.Identity,
-		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory, WorkerIdleTimeout: o.Render.WorkerIdleTimeout}, LeaderElection: o.LeaderElection,
+		Render: RenderConfig{Workers: o.Render.Workers, Timeout: o.Render.Timeout, WorkerMemory: memory, WorkerIdleTimeout: o.Render.WorkerIdleTimeout, WorkerBinary: workerBinary}, LeaderElection: o.LeaderElection,
 		RevisionHistory: o.RevisionHistory}}, nil
 }
 
@@ -180,8 +187,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	if idle == 0 {
 		idle = -1 // the flag's 0 keeps idle workers
 	}
+	var command func() *exec.Cmd
+	if bin := c.extra.Render.WorkerBinary; bin != "" {
+		command = sandbox.Command(bin)
+	}
 	pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: c.extra.Render.Workers,
-		Timeout: c.extra.Render.Timeout, Memory: c.extra.Render.WorkerMemory, IdleTimeout: idle})
+		Timeout: c.extra.Render.Timeout, Memory: c.extra.Render.WorkerMemory, IdleTimeout: idle, Command: command})
 	if err != nil {
 		return nil, err
 	}

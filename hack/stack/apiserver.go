@@ -68,11 +68,11 @@ func Build() error {
 // Makefile's STACK_CMDS).
 func BuildBinaries(root string) error {
 	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/",
-		"./apiserver/cmd/bashible-apiserver", "./controllers/cmd/node-manager-controller", "./controllers/cmd/caps-controller-manager",
+		"./apiserver/cmd/bashible-apiserver", "./apiserver/cmd/bashible-render-worker", "./controllers/cmd/node-manager-controller", "./controllers/cmd/caps-controller-manager",
 		"./agents/cmd/fencing-agent", "./agents/cmd/early-oom")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build bashible-apiserver, node-manager-controller, caps-controller-manager, fencing-agent and early-oom: %w\n%s", err, out)
+		return fmt.Errorf("build bashible-apiserver (and its render worker), node-manager-controller, caps-controller-manager, fencing-agent and early-oom: %w\n%s", err, out)
 	}
 	return nil
 }

@@ -4,8 +4,9 @@
 // allocates without end costs one worker, which is killed and replaced,
 // never the server.
 //
-// A worker is the server's own binary re-executed with WorkerArg as its
-// first argument (see RunWorkerIfRequested). It limits itself before it
+// A worker is a binary started with WorkerArg as its first argument (see
+// RunWorkerIfRequested): bashible-render-worker, which links little else,
+// or the server's own binary re-executed. It limits itself before it
 // reads any template: RLIMIT_DATA and a Go memory limit for memory,
 // RLIMIT_CPU per request, one thread of Go code. The server adds a
 // wall-clock deadline after which it kills the worker. Workers are long
@@ -55,7 +56,8 @@ type Config struct {
 	Timeout, CPU time.Duration
 	// Memory is the most a worker process may use, in bytes (RLIMIT_DATA).
 	Memory int64
-	// Command starts a worker; nil means this executable with WorkerArg.
+	// Command starts a worker; nil means this executable with WorkerArg
+	// (Command(os.Executable())).
 	Command func() *exec.Cmd
 	// IdleTimeout stops a worker left idle for longer (zero means
 	// DefaultIdleTimeout, negative never): a worker is a process of its
@@ -108,7 +110,7 @@ func New(cfg Config) (*Pool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("render sandbox: find this executable to run workers: %w", err)
 		}
-		cfg.Command = func() *exec.Cmd { return exec.Command(exe, WorkerArg) }
+		cfg.Command = Command(exe)
 	}
 	setupFrame, err := json.Marshal(setup{Library: cfg.Library, Memory: cfg.Memory, CPU: cfg.CPU, Timeout: cfg.Timeout})
 	if err != nil {
@@ -116,6 +118,12 @@ func New(cfg Config) (*Pool, error) {
 	}
 	p := &Pool{cfg: cfg, setup: setupFrame, slots: make(chan struct{}, cfg.Workers), live: map[*worker]struct{}{}}
 	return p, nil
+}
+
+// Command starts workers from the executable at path: a binary whose main
+// calls RunWorkerIfRequested first.
+func Command(path string) func() *exec.Cmd {
+	return func() *exec.Cmd { return exec.Command(path, WorkerArg) }
 }
 
 // Limits are the pool's effective limits.

@@ -82,8 +82,6 @@ const (
 )
 
 func main() {
-	// This binary is also the sandbox's render worker.
-	sandbox.RunWorkerIfRequested()
 	duration := flag.Duration("duration", 5*time.Second, "how long each GET load runs")
 	renderOnly := flag.Bool("render-only", false, "run only the render benchmarks (no control plane)")
 	applyOnly := flag.Bool("apply-only", false, "run only the kubectl create of 200 NodeGroupConfigurations, webhook off and on")
@@ -159,8 +157,12 @@ func benchRender() error {
 	if err := benchRenderWith(tree, 1, ""); err != nil {
 		return err
 	}
+	worker, err := renderWorker()
+	if err != nil {
+		return err
+	}
 	for _, workers := range []int{1, 2} {
-		pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: workers})
+		pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: workers, Command: sandbox.Command(worker)})
 		if err != nil {
 			return err
 		}
@@ -174,7 +176,20 @@ func benchRender() error {
 			return err
 		}
 	}
-	return benchWorker(tree)
+	return benchWorker(tree, worker)
+}
+
+// renderWorker is the render workers' binary the server runs, built into
+// bin/ as make build builds it.
+func renderWorker() (string, error) {
+	if err := stack.Build(); err != nil {
+		return "", err
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin", deckhousev1.BashibleRenderWorkerName), nil
 }
 
 // benchRenderWith measures a full render and a one-NGC re-render.
@@ -219,18 +234,14 @@ func benchRenderWith(tree *templates.Tree, parallelism int, suffix string) error
 }
 
 // benchWorker measures starting a sandbox worker and its idle memory.
-func benchWorker(tree *templates.Tree) error {
+func benchWorker(tree *templates.Tree, exe string) error {
 	const rounds = 5
 	var starts []time.Duration
 	var rssAnon int64
 	for range rounds {
 		var cmd *exec.Cmd
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
 		pool, err := sandbox.New(sandbox.Config{Library: tree.Library(), Workers: 1, Command: func() *exec.Cmd {
-			cmd = exec.Command(exe, sandbox.WorkerArg)
+			cmd = sandbox.Command(exe)()
 			return cmd
 		}})
 		if err != nil {

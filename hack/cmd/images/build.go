@@ -34,6 +34,9 @@ type binary struct {
 	// versionPkg is the package whose gitVersion, gitCommit, gitTreeState
 	// and buildDate variables the build sets (-X).
 	versionPkg string
+	// companions are packages of binaries the image carries beside its
+	// entrypoint, in the same directory, each named after its package.
+	companions []string
 	// ca: the image carries Debian's CA certificates.
 	ca          bool
 	description string
@@ -51,6 +54,8 @@ type binary struct {
 // image, on distroless/static, does).
 var binaries = []binary{
 	{name: deckhousev1.BashibleAPIServerName, pkg: "./apiserver/cmd/bashible-apiserver", versionPkg: "k8s.io/component-base/version",
+		// The render workers' binary, which the server finds beside its own.
+		companions:  []string{"./apiserver/cmd/" + deckhousev1.BashibleRenderWorkerName},
 		description: "node-manager's aggregated API server: renders and serves bashible bundles"},
 	{name: deckhousev1.NodeManagerControllerName, pkg: "./controllers/cmd/node-manager-controller", versionPkg: "k8s.io/component-base/version",
 		description: "node-manager's controllers: node groups, updates, fencing, Cluster API"},
@@ -156,7 +161,16 @@ func build(ctx context.Context, o buildOptions) ([]images.Named, error) {
 			return nil, fmt.Errorf("read the binary of %s: %w", b.name, err)
 		}
 		entrypoint := "/usr/local/bin/" + b.name
-		app, err := images.Layer([]images.File{{Path: entrypoint, Mode: 0o755, Data: data}}, mtime)
+		files := []images.File{{Path: entrypoint, Mode: 0o755, Data: data}}
+		for _, c := range b.companions {
+			name := filepath.Base(c)
+			data, err := os.ReadFile(filepath.Join(binDir, name))
+			if err != nil {
+				return nil, fmt.Errorf("read the binary of %s, which the image of %s carries: %w", name, b.name, err)
+			}
+			files = append(files, images.File{Path: "/usr/local/bin/" + name, Mode: 0o755, Data: data})
+		}
+		app, err := images.Layer(files, mtime)
 		if err != nil {
 			return nil, fmt.Errorf("the layer of %s: %w", b.name, err)
 		}
@@ -255,7 +269,7 @@ func compile(ctx context.Context, o buildOptions, todo []binary, dir string) err
 			"-X", vpkg+".gitTreeState="+treeState,
 			"-X", vpkg+".buildDate="+o.info.Created.UTC().Format(time.RFC3339))
 		args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags", strings.Join(ldflags, " ")}
-		if len(bs) == 1 {
+		if len(bs) == 1 && len(bs[0].companions) == 0 {
 			args = append(args, "-o", filepath.Join(dir, bs[0].name), bs[0].pkg)
 		} else {
 			args = append(args, "-o", dir+string(filepath.Separator))
@@ -264,6 +278,7 @@ func compile(ctx context.Context, o buildOptions, todo []binary, dir string) err
 					return fmt.Errorf("the package %s builds a binary not named %s", b.pkg, b.name)
 				}
 				args = append(args, b.pkg)
+				args = append(args, b.companions...)
 			}
 		}
 		cmd := exec.CommandContext(ctx, "go", args...)

@@ -179,14 +179,23 @@ func checkImage(t *testing.T, n images.Named, info buildInfo) {
 			t.Errorf("%s: %s modified %s, want the commit's time %s", n.Name, p, hdr.ModTime, info.Created)
 		}
 	}
-	bin := files[entrypoint]
-	switch {
-	case bin == nil:
-		t.Errorf("%s: no %s in the image", n.Name, entrypoint)
-	case bin.Mode != 0o755 || bin.Uid != 0 || bin.Gid != 0 || bin.Typeflag != tar.TypeReg:
-		t.Errorf("%s: %s is mode %o owner %d:%d type %c, want a file of mode 755 owned by 0:0", n.Name, entrypoint, bin.Mode, bin.Uid, bin.Gid, bin.Typeflag)
-	case bin.Size < 1<<20:
-		t.Errorf("%s: %s is %d bytes, not a Go binary", n.Name, entrypoint, bin.Size)
+	executables := []string{entrypoint}
+	for _, b := range binaries {
+		if b.name == n.Name {
+			for _, c := range b.companions {
+				executables = append(executables, "/usr/local/bin/"+filepath.Base(c))
+			}
+		}
+	}
+	for _, p := range executables {
+		switch bin := files[p]; {
+		case bin == nil:
+			t.Errorf("%s: no %s in the image", n.Name, p)
+		case bin.Mode != 0o755 || bin.Uid != 0 || bin.Gid != 0 || bin.Typeflag != tar.TypeReg:
+			t.Errorf("%s: %s is mode %o owner %d:%d type %c, want a file of mode 755 owned by 0:0", n.Name, p, bin.Mode, bin.Uid, bin.Gid, bin.Typeflag)
+		case bin.Size < 1<<20:
+			t.Errorf("%s: %s is %d bytes, not a Go binary", n.Name, p, bin.Size)
+		}
 	}
 	if !strings.Contains(string(contents["/etc/passwd"]), ":x:64535:64535:") || !strings.Contains(string(contents["/etc/group"]), ":x:64535:") {
 		t.Errorf("%s: /etc/passwd and /etc/group do not name the user 64535:\n%s%s", n.Name, contents["/etc/passwd"], contents["/etc/group"])
@@ -198,12 +207,13 @@ func checkImage(t *testing.T, n images.Named, info buildInfo) {
 	if wantCA := n.Name == infrastructurev1alpha1.CAPIControllerManagerName; hasCA != wantCA {
 		t.Errorf("%s: has CA certificates: %t, want %t", n.Name, hasCA, wantCA)
 	}
-	if want := []string{"/etc", "/etc/group", "/etc/passwd", "/home", "/home/node-manager", "/root", "/tmp", "/usr", "/usr/local", "/usr/local/bin", entrypoint}; !hasCA {
+	if want := append([]string{"/etc", "/etc/group", "/etc/passwd", "/home", "/home/node-manager", "/root", "/tmp", "/usr", "/usr/local", "/usr/local/bin"}, executables...); !hasCA {
 		var got []string
 		for p := range files {
 			got = append(got, p)
 		}
 		slices.Sort(got)
+		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: files %q, want %q", n.Name, got, want)
 		}
@@ -308,6 +318,7 @@ func TestTheImagesAreTheStackCmds(t *testing.T) {
 	for _, b := range binaries {
 		if b.module == "" {
 			product = append(product, b.pkg)
+			product = append(product, b.companions...)
 		}
 	}
 	if !slices.Equal(product, stack) {

@@ -301,6 +301,9 @@ const (
 	// its leader Lease in BundlesNamespace, its Event source and
 	// ServiceAccount, and the value of PublishedBundleAppLabel.
 	BashibleAPIServerName = "bashible-apiserver"
+	// BashibleRenderWorkerName is the binary bashible-apiserver runs its
+	// render workers from, shipped beside it in its image.
+	BashibleRenderWorkerName = "bashible-render-worker"
 	// NodeManagerControllerName is node-manager-controller's name: its field
 	// manager, its leader Lease in Namespace, its Event source.
 	NodeManagerControllerName = "node-manager-controller"
