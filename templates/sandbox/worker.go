@@ -162,9 +162,10 @@ func renderOne(engine *templates.Engine, s setup, t templates.NamedText, values 
 // The data limit is RLIMIT_DATA, which counts private writable mappings
 // (RLIMIT_AS would also count the address space the Go runtime reserves
 // and never touches, gigabytes). It is set to what the process has mapped
-// so far plus s.Memory: the server's binary maps about 125 MiB writable at
-// start, of which it touches under 10 MiB, so s.Memory is what a render
-// may add, and what the worker may really use is about s.Memory + 10 MiB.
+// so far plus s.Memory: a Go binary maps far more writable memory at start
+// than it touches (the server's binary about 125 MiB, of which under
+// 10 MiB), so s.Memory is what a render may add, and what the worker may
+// really use is s.Memory plus the few MiB its start-up touched.
 func limitSelf(s setup) error {
 	runtime.GOMAXPROCS(1)
 	if s.Memory > 0 {
