@@ -84,6 +84,41 @@ func Memory(pid int, file, field string) (int64, error) {
 	return 0, fmt.Errorf("%s has no %s", path, field)
 }
 
+// Tree is the memory of a process and its children (a server and its
+// render workers).
+type Tree struct {
+	// Children are the children's pids, ChildrenRSS their resident memory
+	// together (a child that stopped meanwhile counts nothing).
+	Children    []int
+	ChildrenRSS int64
+	// Total is the resident memory of the process and its children
+	// together: proportional set sizes when it has children, so that pages
+	// they share (a binary two workers run) count once; VmRSS otherwise.
+	Total int64
+}
+
+// MemoryTree reads Tree of process pid.
+func MemoryTree(pid int) (Tree, error) {
+	t := Tree{Children: Children(pid)}
+	for _, c := range t.Children {
+		v, _ := Resident(c)
+		t.ChildrenRSS += v
+	}
+	if len(t.Children) == 0 {
+		var err error
+		t.Total, err = Resident(pid)
+		return t, err
+	}
+	for _, p := range append([]int{pid}, t.Children...) {
+		v, err := Memory(p, "smaps_rollup", "Pss")
+		if err != nil && p == pid {
+			return t, err
+		}
+		t.Total += v
+	}
+	return t, nil
+}
+
 // Test is the part of testing.TB that MustResident needs.
 type Test interface {
 	Helper()

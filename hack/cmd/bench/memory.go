@@ -43,40 +43,24 @@ func (e *envFlag) Set(v string) error {
 // bench, split as /proc/<pid>/status splits it, and its render workers'
 // (child processes) apart: name_rss, name_rss_anon, name_rss_file,
 // name_workers, name_workers_rss and name_rss_with_workers, which it
-// returns (proportional set sizes when workers run: a worker runs the
-// server's binary, so most of its resident pages are the server's too).
+// returns (proportional set sizes when workers run: two workers share
+// their binary's pages).
 func memoryFigures(cp *controlplane.ControlPlane, server *stack.APIServer, name string) (float64, error) {
 	pid := server.PID()
-	var rss int64
 	for _, f := range []struct{ suffix, field string }{{"", "VmRSS"}, {"_anon", "RssAnon"}, {"_file", "RssFile"}} {
 		v, err := procstat.Memory(pid, "status", f.field)
 		if err != nil {
 			return 0, err
 		}
-		if f.suffix == "" {
-			rss = v
-		}
 		figure(name+"_rss"+f.suffix, mib(v), "MiB")
 	}
-	workers := procstat.Children(pid)
-	var workersRSS int64
-	for _, w := range workers {
-		v, _ := procstat.Resident(w) // zero if it stopped meanwhile
-		workersRSS += v
+	tree, err := procstat.MemoryTree(pid)
+	if err != nil {
+		return 0, err
 	}
-	figure(name+"_workers", float64(len(workers)), "count")
-	figure(name+"_workers_rss", mib(workersRSS), "MiB")
-	total := rss
-	if len(workers) > 0 {
-		total = 0
-		for _, p := range append([]int{pid}, workers...) {
-			v, err := procstat.Memory(p, "smaps_rollup", "Pss")
-			if err != nil && p == pid {
-				return 0, err
-			}
-			total += v
-		}
-	}
+	total := tree.Total
+	figure(name+"_workers", float64(len(tree.Children)), "count")
+	figure(name+"_workers_rss", mib(tree.ChildrenRSS), "MiB")
 	figure(name+"_rss_with_workers", mib(total), "MiB")
 	if profileDir != "" {
 		if err := saveProfile(cp, server, filepath.Join(profileDir, name)); err != nil {

@@ -256,6 +256,12 @@ func run(c config) error {
 		}
 		figure(name, float64(rss)/(1<<20), "MiB")
 	}
+	// The server's render workers count with it while they live (a minute
+	// after a render).
+	if tree, err := procstat.MemoryTree(server.PID()); err == nil {
+		figure("bashible_apiserver_workers", float64(len(tree.Children)), "count")
+		figure("bashible_apiserver_rss_with_workers", float64(tree.Total)/(1<<20), "MiB")
+	}
 	if c.profileDir != "" {
 		if err := profile(ctx, cp, server, c.profileDir); err != nil {
 			return err
