@@ -75,6 +75,12 @@ func benchApply(ctx context.Context, cp *controlplane.ControlPlane, nm versioned
 	// once creates the List and deletes it again: how long the create
 	// took, and the delete until the objects were gone.
 	once := func() (created, deleted time.Duration, err error) {
+		// The bench's configurations, and the local stack's one unless
+		// -apply-only: the delete is done when this many are left.
+		before, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0, 0, err
+		}
 		start := time.Now()
 		if _, err := kubectl(list, "create", "-f", "-"); err != nil {
 			return 0, 0, err
@@ -86,9 +92,12 @@ func benchApply(ctx context.Context, cp *controlplane.ControlPlane, nm versioned
 		}
 		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 			l, err := nm.DeckhouseV1alpha1().NodeGroupConfigurations().List(ctx, metav1.ListOptions{})
-			return err == nil && len(l.Items) == configs, nil
+			return err == nil && len(l.Items) == len(before.Items), nil
 		})
-		return created, time.Since(start), err
+		if err != nil {
+			return 0, 0, fmt.Errorf("waiting for the %d NodeGroupConfigurations deleted to be gone: %w", applyConfigs, err)
+		}
+		return created, time.Since(start), nil
 	}
 	off, offDelete, err := once()
 	if err != nil {
