@@ -31,6 +31,7 @@ import (
 	nmlistersv1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1"
 	nmlistersv1alpha1 "github.com/node-manager/node-manager/generated/listers/deckhouse/v1alpha1"
 	"github.com/node-manager/node-manager/internal/leadership"
+	"github.com/node-manager/node-manager/internal/settle"
 )
 
 // Where the inputs live.
@@ -58,6 +59,8 @@ type ControllerConfig struct {
 	RevisionHistory int
 	// LeaseDuration etc. tune leader election; zero means 15s/10s/2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Settle, when set, is told each time a render or a publish pass ends.
+	Settle *settle.Settler
 }
 
 // Controller renders every node group on every replica and, on the leader,

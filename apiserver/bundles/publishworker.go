@@ -34,6 +34,7 @@ func (c *Controller) publishWorker(ctx context.Context) {
 		}
 		err := c.publishLatest()
 		c.publishQ.Done(key)
+		c.cfg.Settle.Done()
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Publishing bundles failed; will retry")
 			c.publishQ.AddRateLimited(key)

@@ -25,6 +25,7 @@ func (c *Controller) renderWorker(ctx context.Context) {
 		}
 		err := c.renderOne(ctx, group)
 		c.queue.Done(group)
+		c.cfg.Settle.Done()
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Rendering a node group failed; will retry", "group", group)
 			c.queue.AddRateLimited(group)

@@ -129,7 +129,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Render.WorkerMemory, "render-worker-memory", o.Render.WorkerMemory,
 		"memory one render worker process may use (a quantity such as 128Mi); a template that needs more is stopped")
 	fs.DurationVar(&o.Render.WorkerIdleTimeout, "render-worker-idle-timeout", o.Render.WorkerIdleTimeout,
-		"a render worker process idle for longer is stopped, and its memory returned (the next render starts one, in about 0.13s); 0 keeps idle workers")
+		"a render worker process idle for longer is stopped, and its memory returned (the next render starts one, in about 0.05s); 0 keeps idle workers")
 	fs.StringVar(&o.Render.WorkerBinary, "render-worker-binary", o.Render.WorkerBinary,
 		"the executable render workers run (default: "+deckhousev1.BashibleRenderWorkerName+" in the directory of this executable, as the image ships it); bashible-apiserver's own path works too, with workers holding about 7 MiB more each")
 	fs.DurationVar(&o.LeaderElection.LeaseDuration, "leader-elect-lease-duration", o.LeaderElection.LeaseDuration,

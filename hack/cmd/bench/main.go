@@ -14,7 +14,7 @@
 //     measured in) after clients fetched them: _rss, _rss_anon, _rss_file
 //     (from /proc/<pid>/status), _workers and _workers_rss (its render
 //     workers, child processes) and _rss_with_workers; then the same as
-//     local_stack_idle_* once the workers, idle for a minute, have stopped;
+//     local_stack_idle_* once the workers, idle for 10 s, have stopped;
 //   - get_{direct,aggregated,configmap}_{p50,p99,rps,errors}: GETs of a
 //     cached bundle by 100 concurrent clients (each its own connection),
 //     straight from bashible-apiserver, through kube-apiserver's aggregator,

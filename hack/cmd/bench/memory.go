@@ -73,8 +73,9 @@ func memoryFigures(cp *controlplane.ControlPlane, server *stack.APIServer, name 
 func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 
 // workerIdleWait bounds the wait for the render workers to stop: the
-// server stops one idle for a minute (--render-worker-idle-timeout).
-const workerIdleWait = 90 * time.Second
+// server stops one idle for 10 s (--render-worker-idle-timeout), and has
+// returned the heap its renders freed 5 s after the last one.
+const workerIdleWait = 30 * time.Second
 
 // serveLocalStack has clients fetch the local stack's bundles for a while
 // and prints the server's memory serving them (local_stack_*), then again
