@@ -145,11 +145,17 @@ func (p *Pool) Close() {
 	for _, w := range live {
 		_ = w.cmd.Process.Kill()
 	}
+	p.stopIdle()
+}
+
+// stopIdle stops every idle worker.
+func (p *Pool) stopIdle() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
 	if p.reaper != nil {
 		p.reaper.Stop()
+		p.reaper = nil
 	}
 	p.mu.Unlock()
 	for _, w := range idle {
@@ -359,9 +365,12 @@ func (p *Pool) start() (*worker, error) {
 // Check starts a worker and renders a trivial template, so a pool that
 // cannot work (the executable cannot run as a worker, or the memory limit
 // is too small for it to start) is found at start-up, not at the first
-// NodeGroupConfiguration.
+// NodeGroupConfiguration. It leaves no worker running: most clusters'
+// NodeGroupConfigurations are plain scripts that never need one. Call it
+// before the pool's first render.
 func (p *Pool) Check() error {
 	out, err := p.Render("check", "{{ range 2 }}ok{{ end }}", map[string]any{})
+	p.stopIdle()
 	if err != nil {
 		return fmt.Errorf("render sandbox: %w", err)
 	}

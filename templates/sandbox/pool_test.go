@@ -231,3 +231,21 @@ func TestAnIdleWorkerIsStoppedAfterTheIdleTimeout(t *testing.T) {
 		t.Errorf("with no idle timeout: reaper armed %v, %d idle; want the worker kept", reaper != nil, kept.Idle())
 	}
 }
+
+// TestCheckLeavesNoWorkerRunning: the start-up check starts a worker and
+// stops it, even with no idle timeout; the first render starts another.
+func TestCheckLeavesNoWorkerRunning(t *testing.T) {
+	p := newPool(t, Config{Workers: 2, IdleTimeout: -1})
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	live := len(p.live)
+	p.mu.Unlock()
+	if p.Started.Load() != 1 || p.Idle() != 0 || live != 0 {
+		t.Errorf("after the check: %d workers started, %d idle, %d live; want 1 started and none left", p.Started.Load(), p.Idle(), live)
+	}
+	if out, err := p.Render("a", "{{ .name }}", map[string]any{"name": "x"}); err != nil || out != "x" || p.Started.Load() != 2 {
+		t.Errorf("the first render: %q %v, %d workers started in all, want a second", out, err, p.Started.Load())
+	}
+}

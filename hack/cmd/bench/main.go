@@ -248,7 +248,7 @@ func benchWorker(tree *templates.Tree, exe string) error {
 			return err
 		}
 		start := time.Now()
-		err = pool.Check()
+		_, err = pool.Render("start", "{{ \"ok\" }}", map[string]any{})
 		starts = append(starts, time.Since(start))
 		if err == nil {
 			rssAnon, err = procstat.Memory(cmd.Process.Pid, "status", "RssAnon")
