@@ -81,3 +81,37 @@ func TestAUsedAddressIsRefusedBeforeBinding(t *testing.T) {
 		t.Errorf("once the Node is gone: phase %q, condition %+v", phaseOf(got), cond)
 	}
 }
+
+// TestTheHostWaitingLongestIsPickedBeforeTheInformerSeesIt: a machine gets
+// the host Pending the longest even when the informer has not yet shown
+// it (here: stopped before the host's StaticInstance is created), not the
+// host released a moment ago that the informer holds.
+func TestTheHostWaitingLongestIsPickedBeforeTheInformerSeesIt(t *testing.T) {
+	ctx := context.Background()
+	informers, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	role := map[string]string{"role": "w"}
+	pinned := map[string]string{deckhousev1.SSHHostKeyAnnotation: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA"}
+	released := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "a-released", UID: "uid-a", Labels: role, Annotations: pinned,
+		CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))}, Spec: deckhousev1alpha2.StaticInstanceSpec{Address: "10.0.0.5"},
+		Status: deckhousev1alpha2.StaticInstanceStatus{CurrentStatus: &deckhousev1alpha2.StaticInstanceCurrentStatus{
+			Phase: deckhousev1alpha2.StaticInstancePending, LastUpdateTime: &metav1.Time{Time: t0}}}}
+	kube, nm := kubefake.NewClientset(), nmfake.NewClientset(released)
+	d := manager.NewDepsForClients(kube, nm, manager.NewOptions(), clocktesting.NewFakeClock(t0), prometheus.NewRegistry())
+	c := New(d, NewOptions())
+	if !d.Start(informers, Name, c.synced...) {
+		t.Fatal("caches did not sync")
+	}
+	stopInformers()
+	spare := &deckhousev1alpha2.StaticInstance{ObjectMeta: metav1.ObjectMeta{Name: "b-spare", UID: "uid-b", Labels: role, Annotations: pinned,
+		CreationTimestamp: metav1.NewTime(t0.Add(-time.Minute))}, Spec: deckhousev1alpha2.StaticInstanceSpec{Address: "10.0.0.6"}}
+	if err := nm.Tracker().Add(spare); err != nil {
+		t.Fatal(err)
+	}
+	sm := &infrav1alpha1.StaticMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m-1", UID: "uid-m"},
+		Spec: infrav1alpha1.StaticMachineSpec{LabelSelector: &metav1.LabelSelector{MatchLabels: role}}}
+	bound, err := c.bind(ctx, machinePrefix+"ns/m-1", sm, t0.Add(time.Second))
+	if err != nil || bound == nil || bound.Name != spare.Name {
+		t.Fatalf("bound %v (%v), want %s, Pending since before %s was released", bound, err, spare.Name, released.Name)
+	}
+}

@@ -140,12 +140,18 @@ func (c *Controller) bind(ctx context.Context, key string, sm *infrav1alpha1.Sta
 		klog.FromContext(ctx).Error(err, "StaticMachine's labelSelector is invalid; it gets no host until its group's staticInstances.labelSelector is fixed", "staticMachine", klog.KObj(sm))
 		return nil, nil
 	}
-	all, err := c.instances.List(everything)
+	// The pick must see every free host, one created a moment ago too, so
+	// the instances are read from the API, not from the informer: under
+	// load the informer lagged long enough for a machine to get the host
+	// just released rather than the one waiting longest. A bind is rare
+	// (once per machine, or a minute apart while none is free).
+	list, err := c.d.NodeManager.DeckhouseV1alpha2().StaticInstances().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list StaticInstances to pick a host for StaticMachine %s/%s: %w", sm.Namespace, sm.Name, err)
 	}
-	candidates := make([]*deckhousev1alpha2.StaticInstance, 0, len(all))
-	for _, inst := range all {
+	candidates := make([]*deckhousev1alpha2.StaticInstance, 0, len(list.Items))
+	for i := range list.Items {
+		inst := &list.Items[i]
 		// A host that already is a node or another instance's, or whose
 		// host key is not trusted, is never bound (address.go, hostkey.go;
 		// syncFree reports it). An adoption CAPS
