@@ -85,8 +85,8 @@ type RenderOptions struct {
 	// idle workers.
 	WorkerIdleTimeout time.Duration
 	// WorkerBinary is the executable a render worker runs; empty means
-	// bashible-render-worker beside this executable, or this executable
-	// when there is none (see renderWorkerBinary).
+	// bashible-render-worker beside this executable (see
+	// renderWorkerBinary).
 	WorkerBinary string
 }
 
@@ -131,7 +131,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Render.WorkerIdleTimeout, "render-worker-idle-timeout", o.Render.WorkerIdleTimeout,
 		"a render worker process idle for longer is stopped, and its memory returned (the next render starts one, in about 0.05s); 0 keeps idle workers")
 	fs.StringVar(&o.Render.WorkerBinary, "render-worker-binary", o.Render.WorkerBinary,
-		"the executable render workers run (default: "+deckhousev1.BashibleRenderWorkerName+" in the directory of this executable, as the image ships it); bashible-apiserver's own path works too, with workers holding about 7 MiB more each")
+		"the executable render workers run (default: "+deckhousev1.BashibleRenderWorkerName+" in the directory of this executable, as the image ships it); "+deckhousev1.BashibleAPIServerName+"'s own path works too, with workers holding about 14 MiB more each")
 	fs.DurationVar(&o.LeaderElection.LeaseDuration, "leader-elect-lease-duration", o.LeaderElection.LeaseDuration,
 		"how long after the publishing replica's last renewal another replica may take its Lease")
 	fs.DurationVar(&o.LeaderElection.RenewDeadline, "leader-elect-renew-deadline", o.LeaderElection.RenewDeadline,
@@ -155,13 +155,17 @@ func (o *Options) applyFeatureGates() error {
 	return nil
 }
 
-// workerMemory is --render-worker-memory in bytes.
-// renderWorkerBinary is the executable render workers run: the flag's, or
-// bashible-render-worker in this executable's directory, as the image
-// ships it.
+// renderWorkerBinary is the executable render workers run, as an absolute
+// path (exec would look a bare name up in $PATH, not where Validate found
+// it): the flag's, or bashible-render-worker in this executable's
+// directory, as the image ships it.
 func (o *Options) renderWorkerBinary() (string, error) {
 	if o.Render.WorkerBinary != "" {
-		return o.Render.WorkerBinary, nil
+		abs, err := filepath.Abs(o.Render.WorkerBinary)
+		if err != nil {
+			return "", fmt.Errorf("--render-worker-binary %q: %w", o.Render.WorkerBinary, err)
+		}
+		return abs, nil
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -169,8 +173,8 @@ func (o *Options) renderWorkerBinary() (string, error) {
 	}
 	beside := filepath.Join(filepath.Dir(self), deckhousev1.BashibleRenderWorkerName)
 	if err := executable(beside); err != nil {
-		return "", fmt.Errorf("render workers run %s, which is not beside bashible-apiserver: %w; install it there (the image does, make build builds it into bin/) or pass --render-worker-binary (this executable's own path works too, with workers holding about 7 MiB more each)",
-			deckhousev1.BashibleRenderWorkerName, err)
+		return "", fmt.Errorf("render workers run %s, which is missing or not executable beside %s: %w; install it there (the image does, make build builds it into bin/) or pass --render-worker-binary (this executable's own path works too, with workers holding about 14 MiB more each)",
+			deckhousev1.BashibleRenderWorkerName, deckhousev1.BashibleAPIServerName, err)
 	}
 	return beside, nil
 }
@@ -187,6 +191,7 @@ func executable(path string) error {
 	return nil
 }
 
+// workerMemory is --render-worker-memory in bytes.
 func (o *Options) workerMemory() (int64, error) {
 	q, err := resource.ParseQuantity(o.Render.WorkerMemory)
 	if err != nil {

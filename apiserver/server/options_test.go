@@ -45,8 +45,14 @@ func TestRenderLimitsAreValidatedWithTheFlagsName(t *testing.T) {
 	o := NewOptions()
 	// The default is the render worker beside this executable, which a
 	// test binary does not have.
-	if _, err := o.renderWorkerBinary(); err == nil || !strings.Contains(err.Error(), "render workers run bashible-render-worker, which is not beside bashible-apiserver") || !strings.Contains(err.Error(), "--render-worker-binary") {
+	want := "render workers run " + deckhousev1.BashibleRenderWorkerName + ", which is missing or not executable beside " + deckhousev1.BashibleAPIServerName
+	if _, err := o.renderWorkerBinary(); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--render-worker-binary") {
 		t.Errorf("without a render worker beside the executable: %v, want an error that says what to do", err)
+	}
+	// A relative path is run from where it was found, not looked up in $PATH.
+	o.Render.WorkerBinary = "worker"
+	if got, err := o.renderWorkerBinary(); err != nil || !filepath.IsAbs(got) {
+		t.Errorf("--render-worker-binary=worker gives %q (%v), want an absolute path", got, err)
 	}
 	if mem, err := o.workerMemory(); err != nil || mem != 128<<20 || o.Render.Workers != 2 || o.Render.Timeout != 10*time.Second {
 		t.Errorf("defaults: %d workers, %s, %d bytes (%v); want 2, 10s, 128Mi", o.Render.Workers, o.Render.Timeout, mem, err)

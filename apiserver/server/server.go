@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/node-manager/node-manager/apiserver/access"
 	"github.com/node-manager/node-manager/apiserver/admission"
@@ -229,7 +230,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Kube: kube, NodeMgr: nm, Namespace: c.extra.BundlesNamespace, Identity: c.extra.Identity,
 		Renderer: bundles.NewRenderer(sandboxed), Store: store, Metrics: m, Workers: c.extra.Render.Workers, RevisionHistory: c.extra.RevisionHistory,
 		LeaseDuration: c.extra.LeaderElection.LeaseDuration, RenewDeadline: c.extra.LeaderElection.RenewDeadline, RetryPeriod: c.extra.LeaderElection.RetryPeriod,
-		Settle: settle.New(settleAfter, returnFreedMemory),
+		Settle: settle.New(clock.RealClock{}, settleAfter, returnFreedMemory),
 	})
 	narrower := access.NewNarrower(nm)
 	// Previews render proposals with the same tree and render workers;

@@ -68,7 +68,7 @@ func Build() error {
 // Makefile's STACK_CMDS).
 func BuildBinaries(root string) error {
 	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/",
-		"./apiserver/cmd/bashible-apiserver", "./apiserver/cmd/bashible-render-worker", "./controllers/cmd/node-manager-controller", "./controllers/cmd/caps-controller-manager",
+		"./apiserver/cmd/bashible-apiserver", "./apiserver/cmd/"+deckhousev1.BashibleRenderWorkerName, "./controllers/cmd/node-manager-controller", "./controllers/cmd/caps-controller-manager",
 		"./agents/cmd/fencing-agent", "./agents/cmd/early-oom")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

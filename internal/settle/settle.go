@@ -8,20 +8,23 @@ package settle
 import (
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
-// Settler runs its function After a burst of Done calls is over.
+// Settler runs its function after a burst of Done calls is over.
 type Settler struct {
+	clock clock.WithDelayedExecution
 	after time.Duration
 	fn    func()
 	mu    sync.Mutex
-	timer *time.Timer
+	timer clock.Timer
 }
 
-// New returns a Settler that calls fn once after has passed since the
-// last Done; a nil Settler does nothing.
-func New(after time.Duration, fn func()) *Settler {
-	return &Settler{after: after, fn: fn}
+// New returns a Settler that calls fn once after has passed on clk since
+// the last Done. A nil Settler does nothing.
+func New(clk clock.WithDelayedExecution, after time.Duration, fn func()) *Settler {
+	return &Settler{clock: clk, after: after, fn: fn}
 }
 
 // Done says a piece of work ended: fn runs after the quiet period that
@@ -32,21 +35,10 @@ func (s *Settler) Done() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.timer == nil {
-		s.timer = time.AfterFunc(s.after, s.fn)
-		return
-	}
-	s.timer.Reset(s.after)
-}
-
-// Stop cancels a pending call.
-func (s *Settler) Stop() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// A new timer each time rather than Reset: the fake clock of the
+	// tests cannot fire a reset AfterFunc timer twice.
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.timer = s.clock.AfterFunc(s.after, s.fn)
 }

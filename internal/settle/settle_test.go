@@ -1,34 +1,40 @@
 package settle
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// TestRunsOnceAfterTheBurst: ten pieces of work a few milliseconds apart,
-// with a quiet period longer than each gap, give one call, after the last.
+// TestRunsOnceAfterTheBurst: work ending 40 ms apart, with a quiet period
+// of 50 ms, gives no call until 50 ms have passed since the last piece,
+// then one; the next burst one more.
 func TestRunsOnceAfterTheBurst(t *testing.T) {
-	var calls atomic.Int32
-	called := make(chan time.Time, 10)
-	s := New(50*time.Millisecond, func() { calls.Add(1); called <- time.Now() })
-	var last time.Time
-	for range 10 {
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	calls := 0
+	s := New(clk, 50*time.Millisecond, func() { calls++ })
+	for range 5 {
 		s.Done()
-		last = time.Now()
-		time.Sleep(5 * time.Millisecond) // the burst's work, shorter than the quiet period
+		clk.Step(40 * time.Millisecond)
 	}
-	at := <-called
-	if gap := at.Sub(last); gap < 50*time.Millisecond {
-		t.Errorf("called %s after the last piece of work, want at least the quiet period 50ms", gap)
+	if calls != 0 {
+		t.Fatalf("%d calls during the burst, want none", calls)
 	}
+	clk.Step(10 * time.Millisecond)
+	if calls != 1 {
+		t.Fatalf("%d calls once the quiet period passed, want 1", calls)
+	}
+	clk.Step(time.Second)
 	s.Done()
-	<-called
-	if n := calls.Load(); n != 2 {
-		t.Errorf("%d calls for two bursts, want 2", n)
+	clk.Step(49 * time.Millisecond)
+	if calls != 1 {
+		t.Fatalf("%d calls 49 ms into the second quiet period, want still 1", calls)
 	}
-	s.Stop()
+	clk.Step(time.Millisecond)
+	if calls != 2 {
+		t.Errorf("%d calls after the second burst, want 2", calls)
+	}
 	var none *Settler
 	none.Done()
-	none.Stop()
 }

@@ -75,7 +75,6 @@ import (
 	"github.com/node-manager/node-manager/hack/controlplane"
 	"github.com/node-manager/node-manager/hack/procstat"
 	"github.com/node-manager/node-manager/hack/stack"
-	"github.com/node-manager/node-manager/templates/sandbox"
 )
 
 type config struct {
@@ -89,9 +88,6 @@ type config struct {
 }
 
 func main() {
-	// bashible-apiserver's render workers are its own binary; this one is
-	// never one, but the sandbox package expects every binary to check.
-	sandbox.RunWorkerIfRequested()
 	var c config
 	flag.IntVar(&c.nodes, "nodes", 5000, "simulated nodes")
 	flag.IntVar(&c.groups, "groups", 50, "node groups (the rollout group holds a fifth of the nodes)")
@@ -256,9 +252,11 @@ func run(c config) error {
 		}
 		figure(name, float64(rss)/(1<<20), "MiB")
 	}
-	// The server's render workers count with it while they live (a minute
+	// The server's render workers count with it while they live (10 s
 	// after a render).
-	if tree, err := procstat.MemoryTree(server.PID()); err == nil {
+	if tree, err := procstat.MemoryTree(server.PID()); err != nil {
+		logf("bashible_apiserver_rss_with_workers: %v", err)
+	} else {
 		figure("bashible_apiserver_workers", float64(len(tree.Children)), "count")
 		figure("bashible_apiserver_rss_with_workers", float64(tree.Total)/(1<<20), "MiB")
 	}
